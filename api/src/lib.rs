@@ -1,0 +1,344 @@
+//! Wire types of hyperlightd's HTTP API: requests, responses, the error body and the paths.
+//!
+//! This crate is the contract between the daemon and every client. It holds data only (serde, no
+//! runtime), so that a client never has to depend on the daemon, and a change to the API shows up
+//! as a change here.
+
+#![forbid(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// Where the daemon listens unless told otherwise.
+pub const DEFAULT_SOCKET: &str = "/run/hyperlightd/hyperlightd.sock";
+
+/// Environment variable that clients read for the socket path.
+pub const SOCKET_ENV: &str = "HYPERLIGHTD_SOCKET";
+
+/// The HTTP paths the daemon serves.
+pub mod paths {
+    /// `POST`: run a program, answer with an [`ExecResponse`](super::ExecResponse).
+    pub const EXEC: &str = "/v1/exec";
+    /// `GET`: a [`HealthResponse`](super::HealthResponse).
+    pub const HEALTH: &str = "/v1/health";
+    /// `GET`: Prometheus text exposition format.
+    pub const METRICS: &str = "/metrics";
+}
+
+/// A guest language.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", try_from = "String")]
+pub enum Language {
+    /// ECMAScript (QuickJS inside the micro-VM).
+    Javascript,
+}
+
+impl Language {
+    /// Every language, in a stable order.
+    pub const ALL: &'static [Language] = &[Language::Javascript];
+
+    /// The canonical name, as used on the wire and in metrics labels.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Language::Javascript => "javascript",
+        }
+    }
+
+    /// The language a file extension names (`"js"`, `"mjs"`), if any.
+    pub fn from_extension(ext: &str) -> Option<Language> {
+        match ext {
+            "js" | "mjs" | "cjs" => Some(Language::Javascript),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Language {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The error of parsing a language name the daemon does not know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownLanguage(pub String);
+
+impl fmt::Display for UnknownLanguage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let known: Vec<&str> = Language::ALL.iter().map(|l| l.as_str()).collect();
+        write!(
+            f,
+            "unknown language {:?}: expected one of {}",
+            self.0,
+            known.join(", ")
+        )
+    }
+}
+
+impl std::error::Error for UnknownLanguage {}
+
+impl FromStr for Language {
+    type Err = UnknownLanguage;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "javascript" | "js" => Ok(Language::Javascript),
+            other => Err(UnknownLanguage(other.to_owned())),
+        }
+    }
+}
+
+impl TryFrom<String> for Language {
+    type Error = UnknownLanguage;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+/// Body of `POST /v1/exec`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecRequest {
+    /// Which guest runs the program.
+    pub language: Language,
+    /// The program's source text.
+    pub code: String,
+    /// Wall-clock limit for the whole request, including time spent waiting for a sandbox.
+    /// The daemon's default applies when absent; values above the daemon's maximum are capped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+impl ExecRequest {
+    /// A request with the daemon's default limits.
+    pub fn new(language: Language, code: impl Into<String>) -> Self {
+        ExecRequest {
+            language,
+            code: code.into(),
+            timeout_ms: None,
+        }
+    }
+}
+
+/// How an execution ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecStatus {
+    /// The program ran to completion.
+    Ok,
+    /// The program failed: an uncaught exception, a syntax error, or the sandbox failed under it.
+    Error,
+    /// The program was stopped at its time limit.
+    Timeout,
+}
+
+impl ExecStatus {
+    /// The name used on the wire and in metrics labels.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ExecStatus::Ok => "ok",
+            ExecStatus::Error => "error",
+            ExecStatus::Timeout => "timeout",
+        }
+    }
+}
+
+/// What kind of failure an [`ErrorBody`] reports. Agents can branch on it; the message is for
+/// people. Kinds the client does not know yet deserialize as [`ErrorKind::Unknown`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    // Outcomes of a program (status 200, `status` "error" or "timeout").
+    /// The program does not parse.
+    SyntaxError,
+    /// The program threw and did not catch it.
+    Exception,
+    /// The program ran past its time limit.
+    Timeout,
+    /// The sandbox failed under the program (guest abort, memory fault): not the program's
+    /// value, but caused by it. The sandbox is discarded.
+    SandboxFailure,
+
+    // Rejections of a request (status 4xx/5xx, nothing ran).
+    /// The body is not a valid request (malformed JSON, missing or unknown field, bad value).
+    InvalidRequest,
+    /// The body, or the code in it, is larger than the daemon accepts.
+    PayloadTooLarge,
+    /// No such path.
+    NotFound,
+    /// The path exists but not with this method.
+    MethodNotAllowed,
+    /// No sandbox can take the request now; retry later.
+    Overloaded,
+    /// The daemon is shutting down.
+    ShuttingDown,
+    /// A fault in the daemon itself.
+    Internal,
+
+    /// A kind this client version does not know.
+    #[serde(other)]
+    Unknown,
+}
+
+impl ErrorKind {
+    /// The name used on the wire.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::SyntaxError => "syntax_error",
+            ErrorKind::Exception => "exception",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::SandboxFailure => "sandbox_failure",
+            ErrorKind::InvalidRequest => "invalid_request",
+            ErrorKind::PayloadTooLarge => "payload_too_large",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::MethodNotAllowed => "method_not_allowed",
+            ErrorKind::Overloaded => "overloaded",
+            ErrorKind::ShuttingDown => "shutting_down",
+            ErrorKind::Internal => "internal",
+            ErrorKind::Unknown => "unknown",
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A failure: what kind, and a message that says what happened.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// Machine-readable kind.
+    pub kind: ErrorKind,
+    /// Human-readable message.
+    pub message: String,
+}
+
+impl ErrorBody {
+    /// An error body of the given kind.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        ErrorBody {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+/// Body of every 4xx/5xx answer: `{"error": {"kind": ..., "message": ...}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorResponse {
+    /// What went wrong.
+    pub error: ErrorBody,
+}
+
+/// Body of a 200 answer to `POST /v1/exec`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecResponse {
+    /// How the execution ended.
+    pub status: ExecStatus,
+    /// What the program wrote to standard output (`console.log`).
+    pub stdout: String,
+    /// What the program wrote to standard error (`console.error`, `console.warn`), and the
+    /// stack trace of an uncaught exception.
+    pub stderr: String,
+    /// Whether stdout or stderr was cut at the daemon's output cap.
+    #[serde(default)]
+    pub truncated: bool,
+    /// The value of the program's last expression statement as JSON, or null.
+    pub result: serde_json::Value,
+    /// Set when `status` is not `ok`.
+    pub error: Option<ErrorBody>,
+    /// Time from the request's arrival to the end of the execution, in milliseconds.
+    pub duration_ms: f64,
+}
+
+/// Body of `GET /v1/health`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthResponse {
+    /// `"ok"` when every language has sandboxes ready, `"degraded"` otherwise.
+    pub status: String,
+    /// The hypervisor the sandboxes run on (`"kvm"`, `"mshv"`), with the kernel module when known.
+    pub hypervisor: String,
+    /// Versions of the daemon and the Hyperlight crates it runs on.
+    pub versions: BTreeMap<String, String>,
+    /// Sandboxes per language.
+    pub sandboxes: BTreeMap<Language, SandboxCounts>,
+}
+
+/// Sandbox counts for one language.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxCounts {
+    /// Idle and ready to take a request.
+    pub ready: usize,
+    /// All sandboxes of the language, busy or not.
+    pub total: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exec_request_parses_minimal_body() {
+        let req: ExecRequest =
+            serde_json::from_str(r#"{"language":"javascript","code":"1+1"}"#).unwrap();
+        assert_eq!(req, ExecRequest::new(Language::Javascript, "1+1"));
+    }
+
+    #[test]
+    fn exec_request_with_unknown_language_names_the_known_ones() {
+        let err = serde_json::from_str::<ExecRequest>(r#"{"language":"cobol","code":""}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown language \"cobol\""), "{err}");
+        assert!(err.contains("javascript"), "{err}");
+    }
+
+    #[test]
+    fn exec_request_with_unknown_field_is_rejected() {
+        let err = serde_json::from_str::<ExecRequest>(
+            r#"{"language":"javascript","code":"","timeout":5}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("unknown field `timeout`"), "{err}");
+    }
+
+    #[test]
+    fn error_kind_unknown_to_this_client_deserializes_as_unknown() {
+        let body: ErrorBody =
+            serde_json::from_str(r#"{"kind":"from_the_future","message":"m"}"#).unwrap();
+        assert_eq!(body.kind, ErrorKind::Unknown);
+    }
+
+    #[test]
+    fn error_kind_wire_names_match_as_str() {
+        for kind in [
+            ErrorKind::SyntaxError,
+            ErrorKind::Exception,
+            ErrorKind::Timeout,
+            ErrorKind::SandboxFailure,
+            ErrorKind::InvalidRequest,
+            ErrorKind::PayloadTooLarge,
+            ErrorKind::NotFound,
+            ErrorKind::MethodNotAllowed,
+            ErrorKind::Overloaded,
+            ErrorKind::ShuttingDown,
+            ErrorKind::Internal,
+        ] {
+            let wire = serde_json::to_string(&kind).unwrap();
+            assert_eq!(wire, format!("\"{}\"", kind.as_str()));
+        }
+    }
+
+    #[test]
+    fn language_from_extension_knows_js() {
+        assert_eq!(Language::from_extension("js"), Some(Language::Javascript));
+        assert_eq!(Language::from_extension("txt"), None);
+    }
+}

@@ -1,0 +1,245 @@
+//! Command-line configuration of the daemon, and the limits derived from it.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use hyperlightd_api::Language;
+
+/// hyperlightd: runs untrusted code in pre-warmed Hyperlight micro-VMs, served over HTTP on a
+/// Unix socket.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "hyperlightd", version, about)]
+pub struct Config {
+    /// Unix socket to listen on.
+    #[arg(long, env = "HYPERLIGHTD_SOCKET", default_value = hyperlightd_api::DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+
+    /// Group that owns the socket (mode 0660), so that its members can connect.
+    #[arg(long)]
+    pub socket_group: Option<String>,
+
+    /// Sandboxes kept per language, as LANGUAGE=COUNT; repeat for each language.
+    #[arg(
+        long = "pool",
+        value_name = "LANGUAGE=COUNT",
+        default_value = "javascript=2"
+    )]
+    pub pools: Vec<PoolSpec>,
+
+    /// Requests that may wait for a sandbox, per language, before new ones are refused (503).
+    #[arg(long, default_value_t = 64)]
+    pub queue_depth: usize,
+
+    /// Time limit of a request that names none, in milliseconds.
+    #[arg(long, default_value_t = 5_000)]
+    pub default_timeout_ms: u64,
+
+    /// Highest time limit a request may ask for, in milliseconds; larger values are capped.
+    #[arg(long, default_value_t = 60_000)]
+    pub max_timeout_ms: u64,
+
+    /// Largest request body accepted, in bytes.
+    #[arg(long, default_value_t = 1024 * 1024)]
+    pub max_body_bytes: usize,
+
+    /// Cap on what one execution may write to stdout and stderr together, in bytes; past it the
+    /// output is cut and the response says `"truncated": true`.
+    #[arg(long, default_value_t = 1024 * 1024)]
+    pub max_output_bytes: usize,
+
+    /// Guest heap of each sandbox, in MiB.
+    #[arg(long, default_value_t = 64)]
+    pub guest_heap_mib: u64,
+
+    /// How long in-flight requests may take to finish after SIGTERM/SIGINT, in milliseconds.
+    #[arg(long, default_value_t = 30_000)]
+    pub drain_timeout_ms: u64,
+
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// How logs are written to stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+/// `LANGUAGE=COUNT`: how many sandboxes to keep for a language.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolSpec {
+    /// The language.
+    pub language: Language,
+    /// How many sandboxes.
+    pub size: usize,
+}
+
+impl FromStr for PoolSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (lang, count) = s
+            .split_once('=')
+            .ok_or_else(|| format!("expected LANGUAGE=COUNT, got {s:?}"))?;
+        let language = lang.parse::<Language>().map_err(|e| e.to_string())?;
+        let size = count
+            .parse::<usize>()
+            .map_err(|e| format!("bad count {count:?}: {e}"))?;
+        if size == 0 {
+            return Err(format!("{language}: a pool needs at least one sandbox"));
+        }
+        Ok(PoolSpec { language, size })
+    }
+}
+
+/// An inconsistent configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// Two `--pool` options for one language.
+    #[error("--pool names {0} twice")]
+    DuplicatePool(Language),
+    /// A limit that must be positive is zero.
+    #[error("{0} must be greater than zero")]
+    Zero(&'static str),
+    /// The default timeout is larger than the maximum.
+    #[error("--default-timeout-ms ({default}) is larger than --max-timeout-ms ({max})")]
+    DefaultAboveMax {
+        /// The default.
+        default: u64,
+        /// The maximum.
+        max: u64,
+    },
+}
+
+/// Per-request limits, checked once at startup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Time limit of a request that names none.
+    pub default_timeout: Duration,
+    /// Highest time limit a request may ask for.
+    pub max_timeout: Duration,
+    /// Largest request body.
+    pub max_body_bytes: usize,
+    /// Cap on stdout plus stderr of one execution.
+    pub max_output_bytes: usize,
+}
+
+impl Limits {
+    /// The time limit for a request that asks for `requested_ms`: the default when absent,
+    /// capped at the maximum.
+    pub fn timeout_for(&self, requested_ms: Option<u64>) -> Duration {
+        requested_ms
+            .map(Duration::from_millis)
+            .unwrap_or(self.default_timeout)
+            .min(self.max_timeout)
+    }
+}
+
+impl Config {
+    /// Pool sizes by language, rejecting duplicates.
+    pub fn pool_sizes(&self) -> Result<BTreeMap<Language, usize>, ConfigError> {
+        let mut sizes = BTreeMap::new();
+        for spec in &self.pools {
+            if sizes.insert(spec.language, spec.size).is_some() {
+                return Err(ConfigError::DuplicatePool(spec.language));
+            }
+        }
+        Ok(sizes)
+    }
+
+    /// The request limits, checked for consistency.
+    pub fn limits(&self) -> Result<Limits, ConfigError> {
+        for (name, value) in [
+            ("--default-timeout-ms", self.default_timeout_ms),
+            ("--max-timeout-ms", self.max_timeout_ms),
+            ("--max-body-bytes", self.max_body_bytes as u64),
+            ("--max-output-bytes", self.max_output_bytes as u64),
+            ("--guest-heap-mib", self.guest_heap_mib),
+            ("--queue-depth", self.queue_depth as u64),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::Zero(name));
+            }
+        }
+        if self.default_timeout_ms > self.max_timeout_ms {
+            return Err(ConfigError::DefaultAboveMax {
+                default: self.default_timeout_ms,
+                max: self.max_timeout_ms,
+            });
+        }
+        Ok(Limits {
+            default_timeout: Duration::from_millis(self.default_timeout_ms),
+            max_timeout: Duration::from_millis(self.max_timeout_ms),
+            max_body_bytes: self.max_body_bytes,
+            max_output_bytes: self.max_output_bytes,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Config, clap::Error> {
+        Config::try_parse_from(std::iter::once("hyperlightd").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn defaults_give_a_javascript_pool_and_consistent_limits() {
+        let config = parse(&[]).unwrap();
+        assert_eq!(
+            config.pool_sizes().unwrap(),
+            BTreeMap::from([(Language::Javascript, 2)])
+        );
+        let limits = config.limits().unwrap();
+        assert_eq!(limits.max_body_bytes, 1024 * 1024);
+    }
+
+    #[test]
+    fn pool_spec_with_zero_count_is_rejected() {
+        let err = parse(&["--pool", "javascript=0"]).unwrap_err().to_string();
+        assert!(err.contains("at least one sandbox"), "{err}");
+    }
+
+    #[test]
+    fn pool_spec_with_unknown_language_is_rejected() {
+        let err = parse(&["--pool", "cobol=1"]).unwrap_err().to_string();
+        assert!(err.contains("unknown language"), "{err}");
+    }
+
+    #[test]
+    fn duplicate_pool_is_rejected() {
+        let config = parse(&["--pool", "javascript=1", "--pool", "js=2"]).unwrap();
+        assert!(matches!(
+            config.pool_sizes(),
+            Err(ConfigError::DuplicatePool(Language::Javascript))
+        ));
+    }
+
+    #[test]
+    fn timeout_is_defaulted_and_capped() {
+        let limits = parse(&["--default-timeout-ms", "100", "--max-timeout-ms", "1000"])
+            .unwrap()
+            .limits()
+            .unwrap();
+        assert_eq!(limits.timeout_for(None), Duration::from_millis(100));
+        assert_eq!(limits.timeout_for(Some(500)), Duration::from_millis(500));
+        assert_eq!(limits.timeout_for(Some(5000)), Duration::from_millis(1000));
+    }
+
+    #[test]
+    fn default_timeout_above_max_is_rejected() {
+        let config = parse(&["--default-timeout-ms", "10", "--max-timeout-ms", "5"]).unwrap();
+        assert!(matches!(
+            config.limits(),
+            Err(ConfigError::DefaultAboveMax { .. })
+        ));
+    }
+}

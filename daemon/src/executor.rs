@@ -1,0 +1,85 @@
+//! The boundary between the transport and the core: a typed execution command, its outcome, and
+//! the [`Executor`] trait that runs it.
+//!
+//! The HTTP layer turns a request into a [`Job`] and an [`Outcome`] back into a response; the
+//! executor knows nothing of HTTP. That keeps the HTTP layer testable against a stub executor,
+//! and lets the Hyperlight executor change (pools, languages) without touching the transport.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use hyperlightd_api::{ErrorBody, ExecStatus, Language, SandboxCounts};
+
+/// One program to run.
+#[derive(Debug)]
+pub struct Job {
+    /// Which guest runs it.
+    pub language: Language,
+    /// The program's source.
+    pub code: String,
+    /// The request's time limit, as granted (after defaults and caps).
+    pub timeout: Duration,
+    /// When the request must be answered by: its arrival plus `timeout`. Time spent waiting for
+    /// a sandbox counts.
+    pub deadline: Instant,
+    /// The request's tracing span, entered by whichever thread runs the job.
+    pub span: tracing::Span,
+}
+
+/// How a program's run ended. Produced for every job the executor accepts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// Overall status.
+    pub status: ExecStatus,
+    /// Standard output, possibly truncated.
+    pub stdout: String,
+    /// Standard error, possibly truncated.
+    pub stderr: String,
+    /// Whether stdout or stderr was cut at the output cap.
+    pub truncated: bool,
+    /// The program's result value (JSON null when none).
+    pub result: serde_json::Value,
+    /// Set when `status` is not `Ok`.
+    pub error: Option<ErrorBody>,
+}
+
+/// Why the executor did not run a job. Nothing ran; the caller may retry where it says so.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExecError {
+    /// Every sandbox of the language is busy and its queue is full.
+    #[error("all {language} sandboxes are busy and {queued} requests are already waiting")]
+    Overloaded {
+        /// The language.
+        language: Language,
+        /// The queue's depth.
+        queued: usize,
+    },
+    /// The daemon runs no pool for the language.
+    #[error("this daemon runs no {0} sandboxes (see its --pool option)")]
+    LanguageNotServed(Language),
+    /// The daemon is shutting down and takes no new work.
+    #[error("the daemon is shutting down")]
+    ShuttingDown,
+    /// The executor lost the job (a worker thread died). A bug, reported as a 500.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// What the executor reports for `/v1/health`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutorHealth {
+    /// The hypervisor in use, e.g. `"kvm (kvm_amd)"`.
+    pub hypervisor: String,
+    /// Sandbox counts per served language.
+    pub sandboxes: BTreeMap<Language, SandboxCounts>,
+}
+
+/// Runs jobs. Implemented by the Hyperlight executor, and by stubs in tests.
+pub trait Executor: Send + Sync + 'static {
+    /// Runs `job` and returns its outcome, or says why it did not run it.
+    fn exec(&self, job: Job) -> impl Future<Output = Result<Outcome, ExecError>> + Send;
+
+    /// Current state, for health and metrics.
+    fn health(&self) -> ExecutorHealth;
+}

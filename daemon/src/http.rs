@@ -1,0 +1,299 @@
+//! The HTTP API: one routing table, request parsing, and the one place where errors become status
+//! codes. It turns requests into [`Job`]s for an [`Executor`] and knows nothing of sandboxes.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use hyper::{Method, Request, Response, StatusCode};
+use hyperlightd_api::{
+    ErrorBody, ErrorKind, ErrorResponse, ExecRequest, ExecResponse, HealthResponse, paths,
+};
+use tracing::{Instrument, info, info_span, warn};
+
+use crate::config::Limits;
+use crate::executor::{ExecError, Executor, Job};
+use crate::metrics::Metrics;
+
+/// The error type bodies are read with.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Response header that carries the request id, for matching a response to the daemon's logs.
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
+
+/// The API's state: the executor behind it and what every handler needs.
+#[derive(Debug)]
+pub struct Api<E> {
+    executor: Arc<E>,
+    metrics: Metrics,
+    limits: Limits,
+    versions: BTreeMap<String, String>,
+    next_request_id: AtomicU64,
+}
+
+/// A request the API refuses. Each variant maps to one status code in [`ApiError::status`].
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The body is not a valid request.
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    /// The body is over the limit.
+    #[error("request body is larger than the limit of {limit} bytes")]
+    PayloadTooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// No such path.
+    #[error("no such path: {0}")]
+    NotFound(String),
+    /// The path exists, not with this method.
+    #[error("{path} does not accept {method}")]
+    MethodNotAllowed {
+        /// The method used.
+        method: Method,
+        /// The path.
+        path: &'static str,
+    },
+    /// The executor did not run the job.
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+    /// A fault in the daemon.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// The status code and error kind of the answer. Exhaustive on purpose: a new variant must
+    /// decide its status here.
+    fn status(&self) -> (StatusCode, ErrorKind) {
+        match self {
+            ApiError::InvalidRequest(_) => (StatusCode::BAD_REQUEST, ErrorKind::InvalidRequest),
+            ApiError::PayloadTooLarge { .. } => {
+                (StatusCode::PAYLOAD_TOO_LARGE, ErrorKind::PayloadTooLarge)
+            }
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, ErrorKind::NotFound),
+            ApiError::MethodNotAllowed { .. } => {
+                (StatusCode::METHOD_NOT_ALLOWED, ErrorKind::MethodNotAllowed)
+            }
+            ApiError::Exec(ExecError::Overloaded { .. }) => {
+                (StatusCode::SERVICE_UNAVAILABLE, ErrorKind::Overloaded)
+            }
+            ApiError::Exec(ExecError::LanguageNotServed(_)) => {
+                (StatusCode::BAD_REQUEST, ErrorKind::InvalidRequest)
+            }
+            ApiError::Exec(ExecError::ShuttingDown) => {
+                (StatusCode::SERVICE_UNAVAILABLE, ErrorKind::ShuttingDown)
+            }
+            ApiError::Exec(ExecError::Internal(_)) | ApiError::Internal(_) => {
+                (StatusCode::INTERNAL_SERVER_ERROR, ErrorKind::Internal)
+            }
+        }
+    }
+
+    fn into_response(self) -> Response<Full<Bytes>> {
+        let (status, kind) = self.status();
+        let retry = matches!(self, ApiError::Exec(ExecError::Overloaded { .. }));
+        let body = ErrorResponse {
+            error: ErrorBody::new(kind, self.to_string()),
+        };
+        let mut response = json_response(status, &body);
+        if retry {
+            response
+                .headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}
+
+impl<E: Executor> Api<E> {
+    /// An API in front of `executor`. `versions` is reported by `/v1/health`.
+    pub fn new(
+        executor: Arc<E>,
+        metrics: Metrics,
+        limits: Limits,
+        versions: BTreeMap<String, String>,
+    ) -> Self {
+        Api {
+            executor,
+            metrics,
+            limits,
+            versions,
+            next_request_id: AtomicU64::new(1),
+        }
+    }
+
+    /// Answers one request. Never fails: every error becomes a JSON error response.
+    pub async fn handle<B>(&self, request: Request<B>) -> Response<Full<Bytes>>
+    where
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: Into<BoxError>,
+    {
+        let received = Instant::now();
+        let id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
+        let span =
+            info_span!("request", id, method = %request.method(), path = %request.uri().path());
+        let result = self
+            .route(request, received, span.clone())
+            .instrument(span.clone())
+            .await;
+        let mut response = result.unwrap_or_else(|err| {
+            let (status, kind) = err.status();
+            span.in_scope(|| warn!(status = status.as_u16(), %kind, "{err}"));
+            self.metrics.record_rejection(kind.as_str());
+            err.into_response()
+        });
+        response
+            .headers_mut()
+            .insert(REQUEST_ID_HEADER, HeaderValue::from(id));
+        response
+    }
+
+    async fn route<B>(
+        &self,
+        request: Request<B>,
+        received: Instant,
+        span: tracing::Span,
+    ) -> Result<Response<Full<Bytes>>, ApiError>
+    where
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: Into<BoxError>,
+    {
+        match (request.method(), request.uri().path()) {
+            (&Method::POST, paths::EXEC) => self.exec(request, received, span).await,
+            (&Method::GET, paths::HEALTH) => Ok(self.health()),
+            (&Method::GET, paths::METRICS) => self.metrics(),
+            (method, path) => Err(match known_path(path) {
+                Some(path) => ApiError::MethodNotAllowed {
+                    method: method.clone(),
+                    path,
+                },
+                None => ApiError::NotFound(path.to_owned()),
+            }),
+        }
+    }
+
+    async fn exec<B>(
+        &self,
+        request: Request<B>,
+        received: Instant,
+        span: tracing::Span,
+    ) -> Result<Response<Full<Bytes>>, ApiError>
+    where
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: Into<BoxError>,
+    {
+        let body = self.read_body(request).await?;
+        let exec: ExecRequest =
+            serde_json::from_slice(&body).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
+        let language = exec.language;
+        let timeout = self.limits.timeout_for(exec.timeout_ms);
+        let job = Job {
+            language,
+            code: exec.code,
+            timeout,
+            deadline: received + timeout,
+            span,
+        };
+        let outcome = {
+            let _in_flight = self.metrics.in_flight();
+            self.executor.exec(job).await?
+        };
+        let elapsed = received.elapsed();
+        self.metrics
+            .record_execution(language, outcome.status, elapsed);
+        info!(
+            %language,
+            status = outcome.status.as_str(),
+            duration_ms = elapsed.as_secs_f64() * 1e3,
+            "executed"
+        );
+        let response = ExecResponse {
+            status: outcome.status,
+            stdout: outcome.stdout,
+            stderr: outcome.stderr,
+            truncated: outcome.truncated,
+            result: outcome.result,
+            error: outcome.error,
+            duration_ms: (elapsed.as_secs_f64() * 1e6).round() / 1e3,
+        };
+        Ok(json_response(StatusCode::OK, &response))
+    }
+
+    /// Reads the whole body, refusing it as soon as it passes the limit.
+    async fn read_body<B>(&self, request: Request<B>) -> Result<Bytes, ApiError>
+    where
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: Into<BoxError>,
+    {
+        let limit = self.limits.max_body_bytes;
+        let declared = request
+            .headers()
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|len| len > limit as u64) {
+            return Err(ApiError::PayloadTooLarge { limit });
+        }
+        match Limited::new(request.into_body(), limit).collect().await {
+            Ok(collected) => Ok(collected.to_bytes()),
+            Err(e) if e.is::<LengthLimitError>() => Err(ApiError::PayloadTooLarge { limit }),
+            Err(e) => Err(ApiError::InvalidRequest(format!(
+                "could not read the request body: {e}"
+            ))),
+        }
+    }
+
+    fn health(&self) -> Response<Full<Bytes>> {
+        let health = self.executor.health();
+        let all_up = !health.sandboxes.is_empty() && health.sandboxes.values().all(|c| c.total > 0);
+        let body = HealthResponse {
+            status: if all_up { "ok" } else { "degraded" }.to_owned(),
+            hypervisor: health.hypervisor,
+            versions: self.versions.clone(),
+            sandboxes: health.sandboxes,
+        };
+        json_response(StatusCode::OK, &body)
+    }
+
+    fn metrics(&self) -> Result<Response<Full<Bytes>>, ApiError> {
+        let text = self
+            .metrics
+            .render(&self.executor.health())
+            .map_err(|e| ApiError::Internal(format!("rendering metrics: {e}")))?;
+        let mut response = Response::new(Full::new(Bytes::from(text)));
+        response.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        );
+        Ok(response)
+    }
+}
+
+/// The path as a `'static` str if the API serves it with some method.
+fn known_path(path: &str) -> Option<&'static str> {
+    [paths::EXEC, paths::HEALTH, paths::METRICS]
+        .into_iter()
+        .find(|known| *known == path)
+}
+
+fn json_response<T: serde::Serialize>(status: StatusCode, body: &T) -> Response<Full<Bytes>> {
+    // Serializing our own wire types cannot fail: they hold strings, numbers and JSON values.
+    let bytes = serde_json::to_vec(body).unwrap_or_else(|e| {
+        format!(r#"{{"error":{{"kind":"internal","message":"serializing the response: {e}"}}}}"#)
+            .into_bytes()
+    });
+    let mut response = Response::new(Full::new(Bytes::from(bytes)));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+#[cfg(test)]
+mod tests;

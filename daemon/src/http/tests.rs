@@ -1,0 +1,360 @@
+//! Unit tests of the HTTP layer against a stub executor: no KVM, no socket.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use hyperlightd_api::{ExecStatus, HealthResponse, Language, SandboxCounts};
+
+use super::*;
+use crate::executor::{ExecutorHealth, Outcome};
+
+type Answer = Box<dyn Fn(&Job) -> Result<Outcome, ExecError> + Send + Sync>;
+
+/// Answers every job from a closure and remembers the jobs it saw.
+struct StubExecutor {
+    answer: Answer,
+    seen: Mutex<Vec<(Language, String, Duration)>>,
+}
+
+impl StubExecutor {
+    fn new(answer: impl Fn(&Job) -> Result<Outcome, ExecError> + Send + Sync + 'static) -> Self {
+        StubExecutor {
+            answer: Box::new(answer),
+            seen: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl Executor for StubExecutor {
+    async fn exec(&self, job: Job) -> Result<Outcome, ExecError> {
+        let left = job.deadline.saturating_duration_since(Instant::now());
+        self.seen
+            .lock()
+            .unwrap()
+            .push((job.language, job.code.clone(), left));
+        (self.answer)(&job)
+    }
+
+    fn health(&self) -> ExecutorHealth {
+        ExecutorHealth {
+            hypervisor: "stub".into(),
+            sandboxes: BTreeMap::from([(
+                Language::Javascript,
+                SandboxCounts { ready: 2, total: 2 },
+            )]),
+        }
+    }
+}
+
+fn ok_outcome(stdout: &str, result: serde_json::Value) -> Outcome {
+    Outcome {
+        status: ExecStatus::Ok,
+        stdout: stdout.into(),
+        stderr: String::new(),
+        truncated: false,
+        result,
+        error: None,
+    }
+}
+
+fn limits() -> Limits {
+    Limits {
+        default_timeout: Duration::from_millis(5_000),
+        max_timeout: Duration::from_millis(10_000),
+        max_body_bytes: 1024,
+        max_output_bytes: 1024,
+    }
+}
+
+fn api(executor: StubExecutor) -> (Api<StubExecutor>, Arc<StubExecutor>) {
+    let executor = Arc::new(executor);
+    let api = Api::new(
+        executor.clone(),
+        Metrics::new().unwrap(),
+        limits(),
+        BTreeMap::from([("hyperlightd".to_owned(), "test".to_owned())]),
+    );
+    (api, executor)
+}
+
+fn request(method: Method, path: &str, body: &str) -> Request<Full<Bytes>> {
+    Request::builder()
+        .method(method)
+        .uri(path)
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .unwrap()
+}
+
+async fn call(
+    api: &Api<StubExecutor>,
+    req: Request<Full<Bytes>>,
+) -> (StatusCode, serde_json::Value) {
+    let response = api.handle(req).await;
+    let status = response.status();
+    assert!(response.headers().contains_key(REQUEST_ID_HEADER));
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let json = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+    (status, json)
+}
+
+fn echo_executor() -> StubExecutor {
+    StubExecutor::new(|job| Ok(ok_outcome(&job.code, serde_json::json!(42))))
+}
+
+#[tokio::test]
+async fn exec_with_valid_body_returns_outcome_as_200() {
+    let (api, executor) = api(echo_executor());
+    let (status, body) = call(
+        &api,
+        request(
+            Method::POST,
+            paths::EXEC,
+            r#"{"language":"javascript","code":"console.log(1)"}"#,
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let response: ExecResponse = serde_json::from_value(body).unwrap();
+    assert_eq!(response.status, ExecStatus::Ok);
+    assert_eq!(response.stdout, "console.log(1)");
+    assert_eq!(response.result, serde_json::json!(42));
+    assert_eq!(executor.seen.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn exec_without_timeout_gets_the_default_and_large_timeout_is_capped() {
+    let (api, executor) = api(echo_executor());
+    call(
+        &api,
+        request(
+            Method::POST,
+            paths::EXEC,
+            r#"{"language":"javascript","code":""}"#,
+        ),
+    )
+    .await;
+    call(
+        &api,
+        request(
+            Method::POST,
+            paths::EXEC,
+            r#"{"language":"javascript","code":"","timeout_ms":999999}"#,
+        ),
+    )
+    .await;
+    let seen = executor.seen.lock().unwrap();
+    assert!(seen[0].2 <= Duration::from_millis(5_000) && seen[0].2 > Duration::from_millis(4_000));
+    assert!(seen[1].2 <= Duration::from_millis(10_000) && seen[1].2 > Duration::from_millis(9_000));
+}
+
+#[tokio::test]
+async fn exec_with_guest_error_is_still_200() {
+    let (api, _) = api(StubExecutor::new(|_| {
+        Ok(Outcome {
+            status: ExecStatus::Error,
+            stdout: String::new(),
+            stderr: "stack".into(),
+            truncated: false,
+            result: serde_json::Value::Null,
+            error: Some(ErrorBody::new(ErrorKind::Exception, "Error: boom")),
+        })
+    }));
+    let (status, body) = call(
+        &api,
+        request(
+            Method::POST,
+            paths::EXEC,
+            r#"{"language":"javascript","code":"throw 1"}"#,
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["status"], "error");
+    assert_eq!(body["error"]["kind"], "exception");
+}
+
+#[tokio::test]
+async fn malformed_json_is_400_and_executor_is_not_called() {
+    let (api, executor) = api(echo_executor());
+    let (status, body) = call(&api, request(Method::POST, paths::EXEC, "{not json")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(body["error"]["kind"], "invalid_request");
+    assert!(executor.seen.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn missing_code_field_is_400_naming_the_field() {
+    let (api, _) = api(echo_executor());
+    let (status, body) = call(
+        &api,
+        request(Method::POST, paths::EXEC, r#"{"language":"javascript"}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("missing field `code`"), "{message}");
+}
+
+#[tokio::test]
+async fn unknown_language_is_400_naming_the_known_ones() {
+    let (api, _) = api(echo_executor());
+    let (status, body) = call(
+        &api,
+        request(
+            Method::POST,
+            paths::EXEC,
+            r#"{"language":"cobol","code":""}"#,
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("cobol") && message.contains("javascript"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn body_over_limit_is_413() {
+    let (api, executor) = api(echo_executor());
+    let code = "x".repeat(2048);
+    let body = format!(r#"{{"language":"javascript","code":"{code}"}}"#);
+    let (status, json) = call(&api, request(Method::POST, paths::EXEC, &body)).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(json["error"]["kind"], "payload_too_large");
+    assert!(executor.seen.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn body_over_limit_without_content_length_is_413() {
+    let (api, _) = api(echo_executor());
+    // A streamed body of unknown length: the limit must hold while reading, not only on the
+    // declared Content-Length.
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri(paths::EXEC)
+        .body(ChunkedBody { chunks: 8 })
+        .unwrap();
+    let response = api.handle(req).await;
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+}
+
+/// A body of `chunks` 512-byte chunks that declares no length.
+struct ChunkedBody {
+    chunks: usize,
+}
+
+impl hyper::body::Body for ChunkedBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        if self.chunks == 0 {
+            return std::task::Poll::Ready(None);
+        }
+        self.chunks -= 1;
+        std::task::Poll::Ready(Some(Ok(hyper::body::Frame::data(Bytes::from(vec![
+            b' ';
+            512
+        ])))))
+    }
+}
+
+#[tokio::test]
+async fn overloaded_executor_is_503_with_retry_after() {
+    let (api, _) = api(StubExecutor::new(|job| {
+        Err(ExecError::Overloaded {
+            language: job.language,
+            queued: 64,
+        })
+    }));
+    let response = api
+        .handle(request(
+            Method::POST,
+            paths::EXEC,
+            r#"{"language":"javascript","code":""}"#,
+        ))
+        .await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(response.headers().get(RETRY_AFTER).unwrap(), "1");
+}
+
+#[tokio::test]
+async fn unknown_path_is_404_and_wrong_method_is_405() {
+    let (api, _) = api(echo_executor());
+    let (status, body) = call(&api, request(Method::GET, "/v2/nothing", "")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(body["error"]["kind"], "not_found");
+    let (status, body) = call(&api, request(Method::GET, paths::EXEC, "")).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(body["error"]["kind"], "method_not_allowed");
+}
+
+#[tokio::test]
+async fn bad_request_then_good_request_both_answered() {
+    let (api, _) = api(echo_executor());
+    let (status, _) = call(&api, request(Method::POST, paths::EXEC, "[]")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, body) = call(
+        &api,
+        request(
+            Method::POST,
+            paths::EXEC,
+            r#"{"language":"js","code":"ok"}"#,
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["stdout"], "ok");
+}
+
+#[tokio::test]
+async fn health_reports_executor_state_and_versions() {
+    let (api, _) = api(echo_executor());
+    let (status, body) = call(&api, request(Method::GET, paths::HEALTH, "")).await;
+    assert_eq!(status, StatusCode::OK);
+    let health: HealthResponse = serde_json::from_value(body).unwrap();
+    assert_eq!(health.status, "ok");
+    assert_eq!(health.hypervisor, "stub");
+    assert_eq!(health.sandboxes[&Language::Javascript].total, 2);
+    assert_eq!(health.versions["hyperlightd"], "test");
+}
+
+#[tokio::test]
+async fn metrics_count_executions_and_rejections() {
+    let (api, _) = api(echo_executor());
+    call(
+        &api,
+        request(
+            Method::POST,
+            paths::EXEC,
+            r#"{"language":"javascript","code":""}"#,
+        ),
+    )
+    .await;
+    call(&api, request(Method::POST, paths::EXEC, "nope")).await;
+    let response = api.handle(request(Method::GET, paths::METRICS, "")).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let text = String::from_utf8(
+        response
+            .into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .to_vec(),
+    )
+    .unwrap();
+    assert!(
+        text.contains(r#"hyperlightd_executions_total{language="javascript",status="ok"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"hyperlightd_requests_rejected_total{reason="invalid_request"} 1"#),
+        "{text}"
+    );
+}

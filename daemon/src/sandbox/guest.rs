@@ -1,0 +1,233 @@
+//! What the pool needs of a language's guest: a factory that builds a warm sandbox, and the
+//! sandbox's three operations (run a program, interrupt it, return to the warm snapshot).
+//!
+//! Every language's runner answers with the same JSON reply (see `guest/README.md`), parsed here,
+//! and writes its output into an [`OutputCapture`] through host functions.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use hyperlight_host::HyperlightError;
+use hyperlight_host::hypervisor::InterruptHandle;
+use hyperlightd_api::ErrorKind;
+use serde::Deserialize;
+
+/// A sandbox with a language runtime loaded and its runner registered, snapshotted warm.
+/// Lives on one worker thread.
+pub trait Guest: Send {
+    /// Runs `code` and returns the runner's JSON reply.
+    fn run(&mut self, code: &str) -> Result<String, HyperlightError>;
+
+    /// A handle that stops a running call from another thread.
+    fn interrupt_handle(&self) -> Arc<dyn InterruptHandle>;
+
+    /// Returns the sandbox to its warm snapshot: nothing the last program did survives.
+    fn reset(&mut self) -> Result<(), HyperlightError>;
+}
+
+/// Builds warm sandboxes of one language.
+pub trait GuestFactory: Send + Sync + 'static {
+    /// Builds a sandbox whose output goes to `output`.
+    fn create(&self, output: Arc<OutputCapture>) -> Result<Box<dyn Guest>, HyperlightError>;
+}
+
+/// Which output stream a write goes to. The numbers are the runner protocol's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+impl Stream {
+    /// The stream a runner's stream number names; anything unknown is treated as stderr, so
+    /// that no output is silently lost.
+    pub fn from_number(n: u8) -> Stream {
+        match n {
+            1 => Stream::Stdout,
+            _ => Stream::Stderr,
+        }
+    }
+}
+
+/// Output of the current execution, shared between the host functions a guest writes through
+/// and the worker that owns the guest. Holds at most `limit` bytes of stdout and stderr together,
+/// so that an output flood costs the host nothing past the cap.
+#[derive(Debug)]
+pub struct OutputCapture {
+    limit: usize,
+    captured: Mutex<Captured>,
+}
+
+/// What one execution wrote.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Captured {
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+    /// Whether anything was cut at the cap.
+    pub truncated: bool,
+}
+
+impl OutputCapture {
+    /// An empty capture that keeps at most `limit` bytes.
+    pub fn new(limit: usize) -> Self {
+        OutputCapture {
+            limit,
+            captured: Mutex::new(Captured::default()),
+        }
+    }
+
+    /// Appends `text` to `stream`, cut at a character boundary once the cap is reached.
+    pub fn write(&self, stream: Stream, text: &str) {
+        let mut captured = self.captured.lock().unwrap_or_else(PoisonError::into_inner);
+        let used = captured.stdout.len() + captured.stderr.len();
+        let room = self.limit.saturating_sub(used);
+        let take = if text.len() <= room {
+            text.len()
+        } else {
+            captured.truncated = true;
+            text.floor_char_boundary(room)
+        };
+        let target = match stream {
+            Stream::Stdout => &mut captured.stdout,
+            Stream::Stderr => &mut captured.stderr,
+        };
+        target.push_str(&text[..take]);
+    }
+
+    /// Takes what was written since the last call, leaving the capture empty.
+    pub fn take(&self) -> Captured {
+        std::mem::take(&mut *self.captured.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// The runner's reply to one program, as every language's runner writes it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunnerReply {
+    /// The program completed.
+    Completed {
+        /// The value of its last expression (null when none).
+        result: serde_json::Value,
+    },
+    /// The program failed in a way the runner caught.
+    Failed {
+        /// What failed.
+        error: RunnerError,
+    },
+}
+
+/// A failure the runner caught.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct RunnerError {
+    /// `syntax_error` or `exception`.
+    pub kind: RunnerErrorKind,
+    /// Exception type and message.
+    pub message: String,
+}
+
+/// The failure kinds a runner reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunnerErrorKind {
+    /// The program does not parse.
+    SyntaxError,
+    /// The program raised and did not catch it.
+    Exception,
+}
+
+impl From<RunnerErrorKind> for ErrorKind {
+    fn from(kind: RunnerErrorKind) -> Self {
+        match kind {
+            RunnerErrorKind::SyntaxError => ErrorKind::SyntaxError,
+            RunnerErrorKind::Exception => ErrorKind::Exception,
+        }
+    }
+}
+
+impl RunnerReply {
+    /// Parses a runner's reply. Spelled out by hand because serde's enum tags are strings and
+    /// the protocol's tag is a bool.
+    pub fn parse(json: &str) -> Result<RunnerReply, String> {
+        #[derive(Deserialize)]
+        struct Raw {
+            ok: bool,
+            #[serde(default)]
+            result: serde_json::Value,
+            error: Option<RunnerError>,
+        }
+        let raw: Raw = serde_json::from_str(json)
+            .map_err(|e| format!("the runner's reply is not valid: {e}"))?;
+        match (raw.ok, raw.error) {
+            (true, _) => Ok(RunnerReply::Completed { result: raw.result }),
+            (false, Some(error)) => Ok(RunnerReply::Failed { error }),
+            (false, None) => Err("the runner reported a failure without an error".to_owned()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capture_keeps_streams_apart() {
+        let capture = OutputCapture::new(100);
+        capture.write(Stream::Stdout, "out\n");
+        capture.write(Stream::Stderr, "err\n");
+        let captured = capture.take();
+        assert_eq!(captured.stdout, "out\n");
+        assert_eq!(captured.stderr, "err\n");
+        assert!(!captured.truncated);
+        assert_eq!(capture.take(), Captured::default());
+    }
+
+    #[test]
+    fn capture_past_limit_is_cut_at_char_boundary_and_flagged() {
+        let capture = OutputCapture::new(5);
+        capture.write(Stream::Stdout, "abc");
+        capture.write(Stream::Stderr, "дд"); // 4 bytes; only 2 fit, which is one character
+        capture.write(Stream::Stdout, "more");
+        let captured = capture.take();
+        assert_eq!(captured.stdout, "abc");
+        assert_eq!(captured.stderr, "д");
+        assert!(captured.truncated);
+    }
+
+    #[test]
+    fn unknown_stream_number_goes_to_stderr() {
+        assert_eq!(Stream::from_number(1), Stream::Stdout);
+        assert_eq!(Stream::from_number(2), Stream::Stderr);
+        assert_eq!(Stream::from_number(9), Stream::Stderr);
+    }
+
+    #[test]
+    fn reply_parses_completed_and_failed() {
+        assert_eq!(
+            RunnerReply::parse(r#"{"ok":true,"result":[1,2]}"#).unwrap(),
+            RunnerReply::Completed {
+                result: serde_json::json!([1, 2])
+            }
+        );
+        assert_eq!(
+            RunnerReply::parse(r#"{"ok":true}"#).unwrap(),
+            RunnerReply::Completed {
+                result: serde_json::Value::Null
+            }
+        );
+        let failed =
+            RunnerReply::parse(r#"{"ok":false,"error":{"kind":"syntax_error","message":"m"}}"#)
+                .unwrap();
+        assert!(matches!(
+            failed,
+            RunnerReply::Failed { error } if error.kind == RunnerErrorKind::SyntaxError
+        ));
+    }
+
+    #[test]
+    fn reply_that_is_not_the_protocol_is_an_error() {
+        assert!(RunnerReply::parse("42").is_err());
+        assert!(RunnerReply::parse(r#"{"ok":false}"#).is_err());
+    }
+}

@@ -1,0 +1,207 @@
+//! `hlctl`: command-line client for hyperlightd.
+//!
+//! Exit status: 0 the program ran to completion; 1 the program failed (exception, syntax error,
+//! sandbox failure); 2 bad usage or unreadable input; 3 the program timed out; 4 the daemon refused
+//! the request; 5 the daemon could not be reached.
+
+#![forbid(unsafe_code)]
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use hyperlightd_client::{Client, Error, ExecRequest, ExecResponse, ExecStatus, Language};
+
+/// Exit codes, documented in the README.
+mod exit {
+    pub const OK: u8 = 0;
+    pub const PROGRAM_FAILED: u8 = 1;
+    pub const USAGE: u8 = 2;
+    pub const TIMEOUT: u8 = 3;
+    pub const REJECTED: u8 = 4;
+    pub const UNREACHABLE: u8 = 5;
+}
+
+#[derive(Debug, Parser)]
+#[command(name = "hlctl", version, about = "Run code in hyperlightd's micro-VMs")]
+struct Cli {
+    /// The daemon's socket.
+    #[arg(long, global = true, env = hyperlightd_client::SOCKET_ENV, default_value = hyperlightd_client::DEFAULT_SOCKET)]
+    socket: PathBuf,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a program: from -e, from FILE (language from its extension), or from stdin.
+    Exec {
+        /// Language (javascript, js). Required with -e or stdin; taken from the extension of FILE.
+        #[arg(long, short = 'l')]
+        lang: Option<Language>,
+        /// The program text.
+        #[arg(
+            short = 'e',
+            long = "eval",
+            value_name = "CODE",
+            conflicts_with = "file"
+        )]
+        code: Option<String>,
+        /// Time limit in milliseconds (the daemon caps it).
+        #[arg(long, value_name = "MS")]
+        timeout_ms: Option<u64>,
+        /// Print the daemon's whole JSON response instead of the program's output.
+        #[arg(long)]
+        json: bool,
+        /// File holding the program; `-` or nothing reads stdin.
+        file: Option<PathBuf>,
+    },
+    /// Print the daemon's health as JSON.
+    Health,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("hlctl: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    let client = Client::connect(&cli.socket);
+    let code = runtime.block_on(async {
+        match cli.command {
+            Command::Exec {
+                lang,
+                code,
+                timeout_ms,
+                json,
+                file,
+            } => exec(&client, lang, code, file, timeout_ms, json).await,
+            Command::Health => health(&client).await,
+        }
+    });
+    ExitCode::from(code)
+}
+
+/// Reads the program and decides its language.
+fn program(
+    lang: Option<Language>,
+    code: Option<String>,
+    file: Option<PathBuf>,
+) -> Result<(Language, String), String> {
+    let from_stdin = || {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|e| format!("reading the program from stdin: {e}"))?;
+        Ok::<_, String>(text)
+    };
+    let (text, guessed) = match (code, file) {
+        (Some(code), _) => (code, None),
+        (None, Some(path)) if path.as_os_str() != "-" => {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| format!("reading {}: {e}", path.display()))?;
+            let guessed = path
+                .extension()
+                .and_then(|e| e.to_str())
+                .and_then(Language::from_extension);
+            (text, guessed)
+        }
+        (None, _) => (from_stdin()?, None),
+    };
+    let language = lang.or(guessed).ok_or_else(|| {
+        "cannot tell the program's language: pass --lang (e.g. --lang js)".to_owned()
+    })?;
+    Ok((language, text))
+}
+
+async fn exec(
+    client: &Client,
+    lang: Option<Language>,
+    code: Option<String>,
+    file: Option<PathBuf>,
+    timeout_ms: Option<u64>,
+    json: bool,
+) -> u8 {
+    let (language, text) = match program(lang, code, file) {
+        Ok(program) => program,
+        Err(message) => {
+            eprintln!("hlctl: {message}");
+            return exit::USAGE;
+        }
+    };
+    let request = ExecRequest {
+        language,
+        code: text,
+        timeout_ms,
+    };
+    let response = match client.exec(&request).await {
+        Ok(response) => response,
+        Err(e) => return report(&e),
+    };
+    if json {
+        match serde_json::to_string_pretty(&response) {
+            Ok(text) => println!("{text}"),
+            Err(e) => eprintln!("hlctl: {e}"),
+        }
+    } else {
+        print_outcome(&response);
+    }
+    match response.status {
+        ExecStatus::Ok => exit::OK,
+        ExecStatus::Error => exit::PROGRAM_FAILED,
+        ExecStatus::Timeout => exit::TIMEOUT,
+    }
+}
+
+/// The program's stdout to stdout, its stderr to stderr, its result (when not null) as a JSON
+/// line on stdout, and a last line on stderr saying why it failed.
+fn print_outcome(response: &ExecResponse) {
+    let mut out = std::io::stdout().lock();
+    let mut err = std::io::stderr().lock();
+    let _ = out.write_all(response.stdout.as_bytes());
+    if !response.result.is_null() {
+        let _ = writeln!(out, "{}", response.result);
+    }
+    let _ = out.flush();
+    let _ = err.write_all(response.stderr.as_bytes());
+    if response.truncated {
+        let _ = writeln!(err, "hlctl: output was truncated at the daemon's limit");
+    }
+    if let Some(error) = &response.error
+        && !response.stderr.contains(&error.message)
+    {
+        let _ = writeln!(err, "hlctl: {}: {}", error.kind, error.message);
+    }
+}
+
+async fn health(client: &Client) -> u8 {
+    match client.health().await {
+        Ok(health) => match serde_json::to_string_pretty(&health) {
+            Ok(text) => {
+                println!("{text}");
+                exit::OK
+            }
+            Err(e) => {
+                eprintln!("hlctl: {e}");
+                exit::REJECTED
+            }
+        },
+        Err(e) => report(&e),
+    }
+}
+
+fn report(error: &Error) -> u8 {
+    eprintln!("hlctl: {error}");
+    match error {
+        Error::Unreachable { .. } => exit::UNREACHABLE,
+        Error::Rejected { .. } | Error::Protocol { .. } => exit::REJECTED,
+    }
+}

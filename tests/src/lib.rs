@@ -1,0 +1,193 @@
+//! Helpers for the end-to-end tests: start the real `hyperlightd` binary on a temporary socket,
+//! talk to it through the real client and the real `hlctl`, and bound every wait.
+//!
+//! The binaries are the ones `cargo build --bins` put beside the test executable's directory
+//! (`cargo xtask test` builds them first). Nothing here skips: a missing binary or a daemon that
+//! cannot start fails the test with the daemon's own words.
+
+#![forbid(unsafe_code)]
+// A failed expectation here is a failed test: panicking with a message is the point.
+#![allow(clippy::expect_used)]
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use hyperlightd_client::Client;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// Time limit for a daemon to come up. Warming a sandbox takes about half a second under
+/// emulation; a cold start of the guest binary's pages over 9p takes longer.
+pub const STARTUP_LIMIT: Duration = Duration::from_secs(120);
+
+/// Time limit for any one step of a test that has no better bound.
+pub const STEP_LIMIT: Duration = Duration::from_secs(60);
+
+/// Path of a workspace binary built beside the tests (`target/<profile>/<name>`).
+pub fn binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test knows its own path");
+    // target/<profile>/deps/<test>-<hash> → target/<profile>/<name>
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test executable lives in target/<profile>/deps");
+    let path = dir.join(name);
+    assert!(
+        path.is_file(),
+        "{} not found: build the binaries first (`cargo build --bins`; `cargo xtask test` does)",
+        path.display()
+    );
+    path
+}
+
+/// Awaits `future`, failing the test with `step` in the message if it outlives `limit`.
+pub async fn within<T>(step: &str, limit: Duration, future: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(limit, future).await {
+        Ok(value) => value,
+        Err(_) => panic!("timed out after {} s: {step}", limit.as_secs()),
+    }
+}
+
+/// A running daemon on a temporary socket. Killed when dropped.
+#[derive(Debug)]
+pub struct Daemon {
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    socket: PathBuf,
+}
+
+impl Daemon {
+    /// Starts `hyperlightd` with `args` (plus `--socket`) and waits until it answers health.
+    pub async fn start(args: &[&str]) -> Daemon {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let socket = dir.path().join("hyperlightd.sock");
+        let log = std::fs::File::create(dir.path().join("daemon.log")).expect("a log file");
+        let child = Command::new(binary("hyperlightd"))
+            .arg("--socket")
+            .arg(&socket)
+            .args(args)
+            .env("HYPERLIGHTD_LOG", "info,hyperlightd=debug")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("a log handle"))
+            .stderr(log)
+            .spawn()
+            .expect("hyperlightd starts");
+        let mut daemon = Daemon {
+            child: Some(child),
+            dir,
+            socket,
+        };
+        daemon.wait_ready().await;
+        daemon
+    }
+
+    async fn wait_ready(&mut self) {
+        let started = Instant::now();
+        let client = self.client();
+        loop {
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                panic!(
+                    "hyperlightd exited during startup ({status}); its log:\n{}",
+                    self.log()
+                );
+            }
+            if client.health().await.is_ok() {
+                return;
+            }
+            if started.elapsed() > STARTUP_LIMIT {
+                panic!(
+                    "hyperlightd did not answer within {} s of starting; its log:\n{}",
+                    STARTUP_LIMIT.as_secs(),
+                    self.log()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// A client for this daemon.
+    pub fn client(&self) -> Client {
+        Client::connect(&self.socket)
+    }
+
+    /// The daemon's socket.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Everything the daemon has logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("daemon.log")).unwrap_or_default()
+    }
+
+    /// Sends `signal` to the daemon.
+    pub fn signal(&self, signal: Signal) {
+        let child = self.child.as_ref().expect("the daemon is running");
+        let pid = Pid::from_raw(i32::try_from(child.id()).expect("a pid fits in i32"));
+        kill(pid, signal).expect("signalling the daemon");
+    }
+
+    /// Waits for the daemon to exit and returns its exit code.
+    pub async fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+        let started = Instant::now();
+        let child = self.child.as_mut().expect("the daemon is running");
+        loop {
+            if let Some(status) = child.try_wait().expect("polling the daemon") {
+                self.child = None;
+                return status.code();
+            }
+            if started.elapsed() > limit {
+                panic!(
+                    "hyperlightd did not exit within {} s; its log:\n{}",
+                    limit.as_secs(),
+                    self.log()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Runs `hlctl` against this daemon with `args`, feeding it `stdin`.
+    pub async fn hlctl(&self, args: &[&str], stdin: &str) -> Output {
+        let socket = self.socket.clone();
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        let stdin = stdin.to_owned();
+        let run = tokio::task::spawn_blocking(move || run_hlctl(&socket, &args, &stdin));
+        within("hlctl", STEP_LIMIT, run)
+            .await
+            .expect("the hlctl thread")
+    }
+}
+
+/// Runs `hlctl --socket SOCKET ARGS...` with `stdin` and returns its output.
+pub fn run_hlctl(socket: &Path, args: &[String], stdin: &str) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(binary("hlctl"))
+        .arg("--socket")
+        .arg(socket)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("hlctl starts");
+    if let Some(mut input) = child.stdin.take() {
+        input
+            .write_all(stdin.as_bytes())
+            .expect("writing hlctl's stdin");
+    }
+    child.wait_with_output().expect("hlctl's output")
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

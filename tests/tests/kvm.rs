@@ -1,0 +1,414 @@
+//! End-to-end tests on a KVM that runs Hyperlight guests: the real daemon, driven through the
+//! client library and `hlctl`. `cargo xtask test` runs them in the nested-KVM VM on hosts whose
+//! own KVM cannot run guests. Without a working KVM every test here fails, with the daemon's
+//! startup error in the message.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use hyperlightd_client::{Error, ErrorKind, ExecRequest, ExecStatus, Language};
+use hyperlightd_e2e::{Daemon, STEP_LIMIT, within};
+use nix::sys::signal::Signal;
+use serde_json::json;
+
+fn js(code: &str) -> ExecRequest {
+    ExecRequest::new(Language::Javascript, code)
+}
+
+async fn run(daemon: &Daemon, request: ExecRequest) -> hyperlightd_client::ExecResponse {
+    within("exec", STEP_LIMIT, daemon.client().exec(&request))
+        .await
+        .unwrap_or_else(|e| panic!("exec failed: {e}\ndaemon log:\n{}", daemon.log()))
+}
+
+#[tokio::test]
+async fn hello_world_goes_to_stdout() {
+    let daemon = Daemon::start(&["--pool", "javascript=1"]).await;
+    let response = run(&daemon, js("console.log('hello, world')")).await;
+    assert_eq!(response.status, ExecStatus::Ok, "{response:?}");
+    assert_eq!(response.stdout, "hello, world\n");
+    assert_eq!(response.stderr, "");
+    assert_eq!(response.result, serde_json::Value::Null);
+    assert!(response.error.is_none());
+    assert!(response.duration_ms > 0.0);
+}
+
+#[tokio::test]
+async fn result_is_the_value_of_the_last_expression() {
+    let daemon = Daemon::start(&["--pool", "javascript=1"]).await;
+    let response = run(
+        &daemon,
+        js("function square(x) { return x * x; }\nconst xs = [1, 2, 3].map(square);\n({ xs, sum: xs.reduce((a, b) => a + b) })"),
+    )
+    .await;
+    assert_eq!(response.status, ExecStatus::Ok, "{response:?}");
+    assert_eq!(response.result, json!({ "xs": [1, 4, 9], "sum": 14 }));
+
+    let awaited = run(&daemon, js("(async () => 6 * 7)()")).await;
+    assert_eq!(awaited.result, json!(42), "{awaited:?}");
+
+    let unrepresentable = run(&daemon, js("10n ** 20n")).await;
+    assert_eq!(unrepresentable.result, json!("100000000000000000000n"));
+}
+
+#[tokio::test]
+async fn console_error_goes_to_stderr() {
+    let daemon = Daemon::start(&["--pool", "javascript=1"]).await;
+    let response = run(
+        &daemon,
+        js("console.log('out'); console.error('err', {a: 1}); console.warn('warn')"),
+    )
+    .await;
+    assert_eq!(response.stdout, "out\n");
+    assert_eq!(response.stderr, "err {\"a\":1}\nwarn\n");
+}
+
+#[tokio::test]
+async fn thrown_exception_is_an_error_with_message_and_stack() {
+    let daemon = Daemon::start(&["--pool", "javascript=1"]).await;
+    let response = run(
+        &daemon,
+        js("console.log('before');\nfunction fail() { throw new TypeError('bad thing'); }\nfail();"),
+    )
+    .await;
+    assert_eq!(response.status, ExecStatus::Error, "{response:?}");
+    let error = response.error.unwrap();
+    assert_eq!(error.kind, ErrorKind::Exception);
+    assert_eq!(error.message, "TypeError: bad thing");
+    assert_eq!(response.stdout, "before\n");
+    assert!(
+        response.stderr.contains("TypeError: bad thing"),
+        "{}",
+        response.stderr
+    );
+    assert!(
+        response.stderr.contains("fail"),
+        "the stack names the function: {}",
+        response.stderr
+    );
+
+    let thrown_value = run(&daemon, js("throw 42")).await;
+    assert_eq!(thrown_value.status, ExecStatus::Error);
+    assert_eq!(thrown_value.error.unwrap().message, "Uncaught 42");
+}
+
+#[tokio::test]
+async fn syntax_error_is_reported_as_such() {
+    let daemon = Daemon::start(&["--pool", "javascript=1"]).await;
+    let response = run(&daemon, js("let x = ;")).await;
+    assert_eq!(response.status, ExecStatus::Error, "{response:?}");
+    let error = response.error.unwrap();
+    assert_eq!(error.kind, ErrorKind::SyntaxError);
+    assert!(
+        error.message.starts_with("SyntaxError"),
+        "{}",
+        error.message
+    );
+
+    // A SyntaxError thrown while running is the program's exception, not a syntax error.
+    let runtime = run(&daemon, js("JSON.parse('{')")).await;
+    assert_eq!(runtime.error.unwrap().kind, ErrorKind::Exception);
+}
+
+#[tokio::test]
+async fn non_ascii_text_round_trips() {
+    let daemon = Daemon::start(&["--pool", "javascript=1"]).await;
+    let text = "héllo, 世界 🚀 — Ωmega";
+    let response = run(
+        &daemon,
+        js(&format!(
+            "const s = {}; console.log(s); console.error(s); [s, s.length]",
+            json!(text)
+        )),
+    )
+    .await;
+    assert_eq!(response.status, ExecStatus::Ok, "{response:?}");
+    assert_eq!(response.stdout, format!("{text}\n"));
+    assert_eq!(response.stderr, format!("{text}\n"));
+    assert_eq!(response.result, json!([text, text.encode_utf16().count()]));
+}
+
+#[tokio::test]
+async fn two_requests_run_at_the_same_time() {
+    let daemon = Daemon::start(&["--pool", "javascript=2"]).await;
+    // Each program spins for a while; with two sandboxes both run at once.
+    let busy = "const end = Date.now() + 300; let n = 0; while (Date.now() < end) n++; 'done'";
+    let client = daemon.client();
+    let started = Instant::now();
+    let request = js(busy);
+    let (a, b) = within("two concurrent execs", STEP_LIMIT, async {
+        tokio::join!(client.exec(&request), client.exec(&request))
+    })
+    .await;
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(
+        (a.status, b.status),
+        (ExecStatus::Ok, ExecStatus::Ok),
+        "{a:?} {b:?}"
+    );
+    assert_eq!(a.result, json!("done"));
+    assert_eq!(b.result, json!("done"));
+    // Overlap is visible in the metrics: both were in flight together only if each request's
+    // duration covers most of the pair's wall time.
+    let wall = started.elapsed().as_secs_f64() * 1e3;
+    assert!(
+        a.duration_ms + b.duration_ms > wall * 1.2,
+        "requests did not overlap: {} ms + {} ms over {wall} ms",
+        a.duration_ms,
+        b.duration_ms
+    );
+}
+
+#[tokio::test]
+async fn state_does_not_leak_between_requests() {
+    let daemon = Daemon::start(&["--pool", "javascript=1"]).await;
+    let first = run(
+        &daemon,
+        js("globalThis.secret = 'leaked'; var counter = 41; Object.prototype.polluted = true; String.prototype.shout = function () { return 'x' }; counter + 1"),
+    )
+    .await;
+    assert_eq!(first.result, json!(42), "{first:?}");
+    // With one sandbox, the second request runs in the very same micro-VM, restored.
+    let second = run(
+        &daemon,
+        js("[typeof globalThis.secret, typeof counter, ({}).polluted === undefined, typeof ''.shout]"),
+    )
+    .await;
+    assert_eq!(second.status, ExecStatus::Ok, "{second:?}");
+    assert_eq!(
+        second.result,
+        json!(["undefined", "undefined", true, "undefined"])
+    );
+}
+
+#[tokio::test]
+async fn malformed_request_gets_4xx_and_the_next_one_succeeds() {
+    let daemon = Daemon::start(&["--pool", "javascript=1"]).await;
+    let client = daemon.client();
+    for (body, kind) in [
+        (
+            "{\"language\": \"javascript\", \"code\": ",
+            "invalid_request",
+        ),
+        ("{\"language\": \"javascript\"}", "invalid_request"),
+        (
+            "{\"language\": \"brainfuck\", \"code\": \"+\"}",
+            "invalid_request",
+        ),
+    ] {
+        let (status, bytes) = within(
+            "raw request",
+            STEP_LIMIT,
+            client.raw("POST", "/v1/exec", body.as_bytes().to_vec()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(status, 400, "{}", String::from_utf8_lossy(&bytes));
+        let error: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(error["error"]["kind"], kind);
+    }
+    let big = vec![b'x'; 2 * 1024 * 1024];
+    let (status, _) = within(
+        "oversized request",
+        STEP_LIMIT,
+        client.raw("POST", "/v1/exec", big),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 413);
+
+    let good = run(&daemon, js("'still serving'")).await;
+    assert_eq!(good.result, json!("still serving"));
+}
+
+#[tokio::test]
+async fn infinite_loop_times_out_and_the_sandbox_serves_again() {
+    let daemon = Daemon::start(&["--pool", "javascript=1"]).await;
+    let mut request = js("console.log('spinning'); while (true) {}");
+    request.timeout_ms = Some(300);
+    let response = run(&daemon, request).await;
+    assert_eq!(response.status, ExecStatus::Timeout, "{response:?}");
+    assert_eq!(response.error.unwrap().kind, ErrorKind::Timeout);
+    assert_eq!(
+        response.stdout, "spinning\n",
+        "output written before the timeout is kept"
+    );
+    let after = run(&daemon, js("1 + 1")).await;
+    assert_eq!(after.result, json!(2), "{after:?}");
+}
+
+#[tokio::test]
+async fn health_and_metrics_describe_the_daemon() {
+    let daemon = Daemon::start(&["--pool", "javascript=2"]).await;
+    let client = daemon.client();
+    let health = within("health", STEP_LIMIT, client.health()).await.unwrap();
+    assert_eq!(health.status, "ok");
+    assert!(
+        health.hypervisor.starts_with("kvm") || health.hypervisor.starts_with("mshv"),
+        "{}",
+        health.hypervisor
+    );
+    assert_eq!(health.sandboxes[&Language::Javascript].total, 2);
+    assert!(health.versions.contains_key("hyperlightd"));
+
+    run(&daemon, js("1")).await;
+    run(&daemon, js("throw new Error('x')")).await;
+    let metrics = within("metrics", STEP_LIMIT, client.metrics())
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"hyperlightd_executions_total{language="javascript",status="ok"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"hyperlightd_executions_total{language="javascript",status="error"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("hyperlightd_execution_duration_seconds_count{language=\"javascript\"} 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"hyperlightd_pool_sandboxes{language="javascript"} 2"#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn hlctl_runs_code_from_flag_file_and_stdin() {
+    let daemon = Daemon::start(&["--pool", "javascript=1"]).await;
+
+    let out = daemon
+        .hlctl(&["exec", "--lang", "js", "-e", "console.log(1+1)"], "")
+        .await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "2\n");
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("prog.js");
+    std::fs::write(&file, "console.error('to stderr'); ({answer: 42})").unwrap();
+    let out = daemon.hlctl(&["exec", file.to_str().unwrap()], "").await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "{\"answer\":42}\n");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "to stderr\n");
+
+    let out = daemon
+        .hlctl(
+            &["exec", "--lang", "javascript"],
+            "console.log('from stdin')",
+        )
+        .await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "from stdin\n");
+
+    let out = daemon
+        .hlctl(&["exec", "--json", "--lang", "js", "-e", "'x'"], "")
+        .await;
+    let response: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(response["status"], "ok");
+    assert_eq!(response["result"], "x");
+}
+
+#[tokio::test]
+async fn hlctl_exit_status_tells_error_timeout_and_unreachable_apart() {
+    let daemon = Daemon::start(&["--pool", "javascript=1"]).await;
+    let out = daemon
+        .hlctl(
+            &["exec", "--lang", "js", "-e", "throw new Error('boom')"],
+            "",
+        )
+        .await;
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Error: boom"));
+
+    let out = daemon
+        .hlctl(
+            &[
+                "exec",
+                "--lang",
+                "js",
+                "--timeout-ms",
+                "200",
+                "-e",
+                "for(;;){}",
+            ],
+            "",
+        )
+        .await;
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+
+    let out = daemon.hlctl(&["health"], "").await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let health: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(health["status"], "ok");
+
+    let missing = daemon.socket().with_file_name("nobody-here.sock");
+    let out = tokio::task::spawn_blocking(move || {
+        hyperlightd_e2e::run_hlctl(&missing, &["health".to_owned()], "")
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.contains("nobody-here.sock"), "{stderr}");
+}
+
+#[tokio::test]
+async fn sigterm_lets_in_flight_requests_finish_then_exits_zero() {
+    let mut daemon = Daemon::start(&["--pool", "javascript=2"]).await;
+    let client = daemon.client();
+    let slow = "const end = Date.now() + 1000; while (Date.now() < end) {} 'finished'";
+    let in_flight: Vec<_> = (0..2)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move { client.exec(&js(slow)).await })
+        })
+        .collect();
+    // Let both requests reach their sandboxes before the signal.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    daemon.signal(Signal::SIGTERM);
+    for handle in in_flight {
+        let response = within("in-flight request during shutdown", STEP_LIMIT, handle)
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("in-flight request lost: {e}\n{}", daemon.log()));
+        assert_eq!(response.result, json!("finished"), "{response:?}");
+    }
+    assert_eq!(
+        daemon.wait_exit(STEP_LIMIT).await,
+        Some(0),
+        "{}",
+        daemon.log()
+    );
+    assert!(
+        !daemon.socket().exists(),
+        "the socket file is removed on exit"
+    );
+    // And nothing answers any more.
+    assert!(matches!(
+        client.health().await,
+        Err(Error::Unreachable { .. })
+    ));
+}
+
+#[tokio::test]
+async fn second_daemon_on_a_live_socket_refuses_to_start() {
+    let daemon = Daemon::start(&["--pool", "javascript=1"]).await;
+    let out = within("second daemon", STEP_LIMIT, async {
+        tokio::process::Command::new(hyperlightd_e2e::binary("hyperlightd"))
+            .arg("--socket")
+            .arg(daemon.socket())
+            .arg("--pool")
+            .arg("javascript=1")
+            .output()
+            .await
+            .unwrap()
+    })
+    .await;
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already serving"));
+    // The first daemon is untouched.
+    assert_eq!(run(&daemon, js("'alive'")).await.result, json!("alive"));
+}

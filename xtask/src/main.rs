@@ -1,0 +1,300 @@
+//! Project tooling, one entry point: `cargo xtask <command>` (or `./x <command>`, which also
+//! runs setup first).
+//!
+//! - `vm -- CMD...`: run a command inside the nested-KVM VM (see [`vm`]);
+//! - `test`: unit tests on the host, the end-to-end suite where KVM can run Hyperlight guests;
+//! - `demo`: build, start the daemon (in the VM where the host cannot run guests) and run sample
+//!   programs through `hlctl`;
+//! - `kvm`: say whether this host's KVM can run Hyperlight guests directly.
+//!
+//! Every step runs under a time limit and a timeout names the step.
+
+mod vm;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "xtask", about = "hyperlightd's build, test and VM tooling")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Run a command inside the nested-KVM VM, in the current directory.
+    Vm {
+        /// Time limit for the whole VM, in seconds.
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+        /// VM memory in MiB.
+        #[arg(long, default_value_t = 4096)]
+        memory: u32,
+        /// Virtual CPUs.
+        #[arg(long, default_value_t = 2)]
+        cpus: u32,
+        /// The command and its arguments.
+        #[arg(trailing_var_arg = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Unit tests on the host, then the end-to-end suite on real KVM (in the VM if need be).
+    Test,
+    /// Build, start the daemon and run sample programs through hlctl.
+    Demo,
+    /// Say whether this host's KVM can run Hyperlight guests directly.
+    Kvm,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Cmd::Vm {
+            timeout,
+            memory,
+            cpus,
+            command,
+        } => vm::run(
+            &command,
+            &vm::VmOptions {
+                memory_mib: memory,
+                cpus,
+                timeout: Duration::from_secs(timeout),
+                step: "vm".into(),
+            },
+        )
+        .map(exit_code),
+        Cmd::Test => test().map(|()| ExitCode::SUCCESS),
+        Cmd::Demo => demo().map(|()| ExitCode::SUCCESS),
+        Cmd::Kvm => {
+            let where_ = guest_host();
+            println!("{}", where_.describe());
+            Ok(ExitCode::SUCCESS)
+        }
+    };
+    result.unwrap_or_else(|e| {
+        eprintln!("xtask: {e:#}");
+        ExitCode::FAILURE
+    })
+}
+
+fn exit_code(status: i32) -> ExitCode {
+    ExitCode::from(u8::try_from(status).unwrap_or(1))
+}
+
+/// The workspace root (this crate's parent directory).
+pub fn workspace_root() -> Result<PathBuf> {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .context("xtask has no parent directory")
+}
+
+/// Where Hyperlight guests can run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum GuestHost {
+    /// On this host directly.
+    Here(String),
+    /// Only in the VM, for the reason given.
+    Vm(String),
+}
+
+impl GuestHost {
+    fn describe(&self) -> String {
+        match self {
+            GuestHost::Here(why) => format!("guests run on this host: {why}"),
+            GuestHost::Vm(why) => format!("guests run only in the nested-KVM VM: {why}"),
+        }
+    }
+}
+
+/// Decides where guests run. `HYPERLIGHTD_VM=always|never` overrides the detection.
+fn guest_host() -> GuestHost {
+    match std::env::var("HYPERLIGHTD_VM").as_deref() {
+        Ok("always") => return GuestHost::Vm("HYPERLIGHTD_VM=always".into()),
+        Ok("never") => return GuestHost::Here("HYPERLIGHTD_VM=never".into()),
+        _ => {}
+    }
+    if Path::new("/dev/mshv").exists() {
+        return GuestHost::Here("/dev/mshv".into());
+    }
+    if !Path::new("/dev/kvm").exists() {
+        return GuestHost::Vm("no /dev/kvm".into());
+    }
+    if Path::new("/sys/module/kvm_pvm").exists() {
+        return GuestHost::Vm("/dev/kvm is kvm_pvm, which cannot run Hyperlight guests".into());
+    }
+    GuestHost::Here("/dev/kvm with hardware virtualisation".into())
+}
+
+/// Runs `command` as the step `name`, failing if it fails or outlives `limit`.
+fn step(name: &str, command: &mut Command, limit: Duration) -> Result<()> {
+    eprintln!("==> {name}");
+    let started = Instant::now();
+    let mut child = command
+        .spawn()
+        .with_context(|| format!("step '{name}': starting {command:?}"))?;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            if !status.success() {
+                bail!("step '{name}' failed ({status})");
+            }
+            eprintln!(
+                "==> {name}: done in {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
+            return Ok(());
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("step '{name}' timed out after {} s", limit.as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Runs `command` on real KVM as the step `name`: here, or in the VM.
+fn on_kvm(name: &str, command: &[String], limit: Duration) -> Result<()> {
+    match guest_host() {
+        GuestHost::Here(why) => {
+            eprintln!("({name}: on this host, {why})");
+            step(name, Command::new(&command[0]).args(&command[1..]), limit)
+        }
+        GuestHost::Vm(why) => {
+            eprintln!("==> {name} (in the nested-KVM VM: {why})");
+            let started = Instant::now();
+            let status = vm::run(
+                command,
+                &vm::VmOptions {
+                    memory_mib: 4096,
+                    cpus: 2,
+                    timeout: limit,
+                    step: name.into(),
+                },
+            )?;
+            if status != 0 {
+                bail!("step '{name}' failed in the VM (exit status {status})");
+            }
+            eprintln!(
+                "==> {name}: done in {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
+            Ok(())
+        }
+    }
+}
+
+fn cargo() -> Command {
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    if let Ok(root) = workspace_root() {
+        cmd.current_dir(root);
+    }
+    cmd
+}
+
+/// Builds the test binaries of the e2e package and returns the executable of each test target.
+fn e2e_test_binaries() -> Result<Vec<(String, PathBuf)>> {
+    eprintln!("==> build the end-to-end tests");
+    let output = cargo()
+        .args([
+            "test",
+            "-p",
+            "hyperlightd-e2e",
+            "--no-run",
+            "--message-format=json",
+        ])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running cargo test --no-run")?;
+    if !output.status.success() {
+        bail!(
+            "step 'build the end-to-end tests' failed ({})",
+            output.status
+        );
+    }
+    let mut binaries = Vec::new();
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if message["reason"] != "compiler-artifact" || message["target"]["kind"][0] != "test" {
+            continue;
+        }
+        if let (Some(name), Some(exe)) = (
+            message["target"]["name"].as_str(),
+            message["executable"].as_str(),
+        ) {
+            binaries.push((name.to_owned(), PathBuf::from(exe)));
+        }
+    }
+    Ok(binaries)
+}
+
+fn find_binary(binaries: &[(String, PathBuf)], name: &str) -> Result<PathBuf> {
+    binaries
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, p)| p.clone())
+        .with_context(|| format!("no test target named {name} in hyperlightd-e2e"))
+}
+
+fn test() -> Result<()> {
+    step(
+        "build the daemon and hlctl",
+        cargo().args(["build", "--bins", "-p", "hyperlightd", "-p", "hlctl"]),
+        Duration::from_secs(1800),
+    )?;
+    step(
+        "unit tests (host)",
+        cargo().args(["test", "--workspace", "--exclude", "hyperlightd-e2e"]),
+        Duration::from_secs(1800),
+    )?;
+    let binaries = e2e_test_binaries()?;
+
+    let startup = find_binary(&binaries, "startup")?;
+    match guest_host() {
+        GuestHost::Vm(why) if why.contains("kvm_pvm") => step(
+            "end-to-end: startup refusal on a KVM that cannot run guests (host)",
+            Command::new(&startup).env("HYPERLIGHTD_E2E_EXPECT_REFUSAL", "1"),
+            Duration::from_secs(300),
+        )?,
+        other => eprintln!(
+            "==> end-to-end: startup refusal: NOT RUN, this host has no KVM that fails to run guests ({})",
+            other.describe()
+        ),
+    }
+
+    let kvm = find_binary(&binaries, "kvm")?;
+    on_kvm(
+        "end-to-end: daemon, client and hlctl on real KVM",
+        &[
+            kvm.to_string_lossy().into_owned(),
+            "--test-threads=1".into(),
+        ],
+        Duration::from_secs(1800),
+    )
+}
+
+fn demo() -> Result<()> {
+    step(
+        "build the daemon and hlctl",
+        cargo().args(["build", "--bins", "-p", "hyperlightd", "-p", "hlctl"]),
+        Duration::from_secs(1800),
+    )?;
+    let root = workspace_root()?;
+    let bin = vm::target_dir()?.join("debug");
+    on_kvm(
+        "demo",
+        &[
+            "sh".into(),
+            root.join("scripts/demo.sh").to_string_lossy().into_owned(),
+            bin.to_string_lossy().into_owned(),
+        ],
+        Duration::from_secs(600),
+    )
+}

@@ -1,0 +1,55 @@
+#!/bin/busybox sh
+# /init of the harness VM's initramfs (written by `cargo xtask vm`).
+#
+# Loads KVM (nested SVM under QEMU's `-cpu max`), mounts the host's root filesystem read-only
+# over 9p, mounts the run's writable share at the same path it has on the host, chroots into the
+# host's root and runs the command script the harness wrote there. Each step is recorded in the
+# share's `stage` file so that a timeout can say where the VM was; the command's exit status goes
+# to the share's `status` file. Parameters come from the kernel command line as environment
+# variables: hlshare (the share's path on the host).
+B=/bin/busybox
+
+stage() { echo "$1" > /share/stage 2>/dev/null; }
+die() {
+    echo "vm init: $1" > /dev/console
+    echo "$1" > /share/init-error 2>/dev/null
+    $B sync
+    $B poweroff -f
+}
+
+$B mkdir -p /proc /sys /dev /host /share
+$B mount -t proc proc /proc
+$B mount -t sysfs sys /sys
+$B mount -t devtmpfs dev /dev
+
+for m in virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci 9pnet 9pnet_virtio netfs fscache 9p; do
+    $B insmod /modules/$m.ko || die "loading module $m failed"
+done
+$B mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288 share /share || die "mounting the share failed"
+stage "loading the KVM modules"
+for m in irqbypass ccp kvm; do
+    $B insmod /modules/$m.ko || die "loading module $m failed"
+done
+$B insmod /modules/kvm-amd.ko nested=1 || die "loading kvm-amd failed (does QEMU expose SVM? it needs -cpu max)"
+[ -c /dev/kvm ] || die "/dev/kvm did not appear after loading kvm-amd"
+
+stage "mounting the host filesystem"
+# cache=loose: without it every program start re-reads its binary over 9p and takes seconds.
+$B mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=524288,cache=loose hostroot /host \
+    || die "mounting the host root failed"
+$B mount -t proc proc /host/proc
+$B mount -t sysfs sys /host/sys
+$B mount -t devtmpfs dev /host/dev
+$B mkdir -p /host/dev/shm /host/dev/pts
+$B mount -t tmpfs -o mode=1777 shm /host/dev/shm
+$B mount -t tmpfs -o mode=1777 tmp /host/tmp
+$B mount -t tmpfs -o mode=0755 run /host/run
+$B mount -o bind /share "/host$hlshare" || die "bind-mounting the share at $hlshare failed"
+
+stage "running the command"
+$B chroot /host /bin/sh "$hlshare/cmd.sh" > /share/stdout 2> /share/stderr
+echo $? > /share/status.tmp
+$B mv /share/status.tmp /share/status
+stage "powering off"
+$B sync
+$B poweroff -f

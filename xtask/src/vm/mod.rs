@@ -1,0 +1,309 @@
+//! The nested-KVM VM harness: runs a command inside a QEMU (TCG) VM whose `/dev/kvm` is a real
+//! KVM (AMD SVM emulated by QEMU's `-cpu max`, nested in the guest kernel), so that Hyperlight
+//! code paths can be exercised on hosts whose own `/dev/kvm` cannot run Hyperlight guests.
+//!
+//! Built only from Debian packages: `qemu-system-x86`, `linux-image-amd64`, `busybox-static`,
+//! `cpio`. The VM mounts the host's root filesystem read-only over 9p and chroots into it, so the
+//! checkout and everything built on the host is visible at the same path; a writable share carries
+//! the command script in and the command's output and exit status out.
+
+use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+/// The VM's /init.
+const INIT: &str = include_str!("init.sh");
+
+/// Modules the init loads, in order; all plain `.ko` files in Debian's kernel package.
+const MODULES: &[&str] = &[
+    "virtio_ring",
+    "virtio",
+    "virtio_pci_modern_dev",
+    "virtio_pci_legacy_dev",
+    "virtio_pci",
+    "9pnet",
+    "9pnet_virtio",
+    "netfs",
+    "fscache",
+    "9p",
+    "irqbypass",
+    "ccp",
+    "kvm",
+    "kvm-amd",
+];
+
+/// Environment variables passed into the VM when set on the host.
+const PASSED_ENV: &[&str] = &[
+    "RUST_BACKTRACE",
+    "RUST_LOG",
+    "HYPERLIGHTD_LOG",
+    "HYPERLIGHTD_E2E_TEST_TIMEOUT_S",
+    "CI",
+];
+
+/// How the VM is sized and bounded.
+#[derive(Debug, Clone)]
+pub struct VmOptions {
+    /// Memory in MiB.
+    pub memory_mib: u32,
+    /// Virtual CPUs.
+    pub cpus: u32,
+    /// Wall-clock limit for the whole VM, boot to power-off.
+    pub timeout: Duration,
+    /// Name of this step, for messages.
+    pub step: String,
+}
+
+/// The kernel image and its modules directory.
+struct Kernel {
+    image: PathBuf,
+    modules: PathBuf,
+    version: String,
+}
+
+/// Finds the newest `/boot/vmlinuz-*` with a matching `/lib/modules/<version>`.
+fn find_kernel() -> Result<Kernel> {
+    let mut found = Vec::new();
+    for entry in fs::read_dir("/boot").context("reading /boot")? {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        if let Some(version) = name.strip_prefix("vmlinuz-") {
+            let modules = PathBuf::from("/lib/modules").join(version);
+            if modules.join("kernel").is_dir() {
+                found.push(Kernel {
+                    image: PathBuf::from("/boot").join(&name),
+                    modules,
+                    version: version.to_owned(),
+                });
+            }
+        }
+    }
+    found.sort_by(|a, b| a.version.cmp(&b.version));
+    found.pop().context(
+        "no kernel: /boot/vmlinuz-* with /lib/modules/<version> not found; \
+         install Debian's linux-image-amd64 (./x setup does)",
+    )
+}
+
+/// Finds `<name>.ko` under the kernel's module tree.
+fn find_module(root: &Path, name: &str) -> Result<PathBuf> {
+    fn walk(dir: &Path, file: &str) -> Option<PathBuf> {
+        for entry in fs::read_dir(dir).ok()?.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                if let Some(found) = walk(&path, file) {
+                    return Some(found);
+                }
+            } else if path.file_name().is_some_and(|n| n == file) {
+                return Some(path);
+            }
+        }
+        None
+    }
+    walk(&root.join("kernel"), &format!("{name}.ko")).with_context(|| {
+        format!(
+            "kernel module {name}.ko not found under {} (compressed modules are not supported)",
+            root.display()
+        )
+    })
+}
+
+/// Builds (or reuses) the initramfs for `kernel` under `dir`.
+fn initramfs(kernel: &Kernel, dir: &Path) -> Result<PathBuf> {
+    // Keyed by kernel version and init script, so an edit to either rebuilds it.
+    let key = format!("{}-{:016x}", kernel.version, fnv1a(INIT.as_bytes()));
+    let out = dir.join(format!("initramfs-{key}.cpio"));
+    if out.exists() {
+        return Ok(out);
+    }
+    let busybox = Path::new("/bin/busybox");
+    if !busybox.exists() {
+        bail!("/bin/busybox not found: install Debian's busybox-static (./x setup does)");
+    }
+    let staging = tempfile::tempdir_in(dir).context("creating the initramfs staging directory")?;
+    let root = staging.path();
+    fs::create_dir_all(root.join("bin"))?;
+    fs::create_dir_all(root.join("modules"))?;
+    fs::copy(busybox, root.join("bin/busybox")).context("copying busybox")?;
+    for module in MODULES {
+        let path = find_module(&kernel.modules, module)?;
+        fs::copy(&path, root.join("modules").join(format!("{module}.ko")))
+            .with_context(|| format!("copying {}", path.display()))?;
+    }
+    fs::write(root.join("init"), INIT)?;
+    fs::set_permissions(root.join("init"), fs::Permissions::from_mode(0o755))?;
+    let partial = dir.join(format!("initramfs-{key}.cpio.partial"));
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg("find . -print0 | cpio --null --create --format=newc --quiet > \"$0\"")
+        .arg(&partial)
+        .current_dir(root)
+        .status()
+        .context("running cpio (install Debian's cpio; ./x setup does)")?;
+    if !status.success() {
+        bail!("cpio failed building the initramfs ({status})");
+    }
+    fs::rename(&partial, &out)?;
+    Ok(out)
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf29ce484222325, |hash, &b| {
+        (hash ^ u64::from(b)).wrapping_mul(0x100000001b3)
+    })
+}
+
+/// Quotes `s` for a POSIX shell.
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// Copies whatever was appended to `path` since `offset` to `out`.
+fn forward(path: &Path, offset: &mut u64, out: &mut dyn Write) {
+    let Ok(mut file) = fs::File::open(path) else {
+        return;
+    };
+    if file.seek(SeekFrom::Start(*offset)).is_err() {
+        return;
+    }
+    let mut buf = Vec::new();
+    if let Ok(n) = file.read_to_end(&mut buf) {
+        *offset += n as u64;
+        let _ = out.write_all(&buf);
+        let _ = out.flush();
+    }
+}
+
+/// Runs `command` (with its arguments) in the VM, in the current directory, streaming its
+/// stdout and stderr, and returns its exit status. Fails with the step and the VM's stage when
+/// the VM does not finish within `options.timeout`.
+pub fn run(command: &[String], options: &VmOptions) -> Result<i32> {
+    if command.is_empty() {
+        bail!("vm: no command given");
+    }
+    let work = target_dir()?.join("vm");
+    fs::create_dir_all(&work)?;
+    let kernel = find_kernel()?;
+    let initrd = initramfs(&kernel, &work)?;
+
+    let run_dir = tempfile::Builder::new()
+        .prefix("run-")
+        .tempdir_in(&work)
+        .context("creating the run directory")?;
+    let share = run_dir.path().join("share");
+    fs::create_dir(&share)?;
+    let share = share.canonicalize()?;
+    let cwd = std::env::current_dir()?;
+    let mut script =
+        String::from("#!/bin/sh\n# Written by `cargo xtask vm`; run by the VM's init.\n");
+    script += "export PATH=/root/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n";
+    script += "export HOME=/tmp TMPDIR=/tmp HYPERLIGHTD_IN_VM=1\n";
+    for name in PASSED_ENV {
+        if let Ok(value) = std::env::var(name) {
+            script += &format!("export {name}={}\n", shell_quote(&value));
+        }
+    }
+    script += &format!("cd {} || exit 126\n", shell_quote(&cwd.to_string_lossy()));
+    let quoted: Vec<String> = command.iter().map(|a| shell_quote(a)).collect();
+    script += &format!("exec {}\n", quoted.join(" "));
+    fs::write(share.join("cmd.sh"), script)?;
+    fs::write(share.join("stage"), "booting the kernel")?;
+
+    let console_path = run_dir.path().join("console.log");
+    let console = fs::File::create(&console_path)?;
+    let mut qemu = Command::new("qemu-system-x86_64")
+        .args(["-accel", "tcg,thread=multi", "-cpu", "max"])
+        .args(["-smp", &options.cpus.to_string()])
+        .args(["-m", &options.memory_mib.to_string()])
+        .args(["-display", "none", "-serial", "stdio", "-monitor", "none"])
+        .args(["-no-reboot", "-nic", "none"])
+        .arg("-kernel")
+        .arg(&kernel.image)
+        .arg("-initrd")
+        .arg(&initrd)
+        .arg("-append")
+        .arg(format!(
+            "console=ttyS0 quiet panic=-1 hlshare={}",
+            share.display()
+        ))
+        .arg("-virtfs")
+        .arg("local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap")
+        .arg("-virtfs")
+        .arg(format!(
+            "local,path={},mount_tag=share,security_model=none",
+            share.display()
+        ))
+        .stdin(Stdio::null())
+        .stdout(console.try_clone()?)
+        .stderr(console)
+        .spawn()
+        .context(
+            "starting qemu-system-x86_64 (install Debian's qemu-system-x86; ./x setup does)",
+        )?;
+
+    let started = Instant::now();
+    let (mut out_at, mut err_at) = (0u64, 0u64);
+    let (mut stdout, mut stderr) = (std::io::stdout(), std::io::stderr());
+    let exited = loop {
+        forward(&share.join("stdout"), &mut out_at, &mut stdout);
+        forward(&share.join("stderr"), &mut err_at, &mut stderr);
+        if let Some(status) = qemu.try_wait()? {
+            break Some(status);
+        }
+        if started.elapsed() > options.timeout {
+            let _ = qemu.kill();
+            let _ = qemu.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    forward(&share.join("stdout"), &mut out_at, &mut stdout);
+    forward(&share.join("stderr"), &mut err_at, &mut stderr);
+
+    let stage = fs::read_to_string(share.join("stage")).unwrap_or_default();
+    let stage = stage.trim();
+    let console_tail = || {
+        let log = fs::read_to_string(&console_path).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    };
+    if exited.is_none() {
+        bail!(
+            "vm: step '{}' timed out after {} s while the VM was {stage}\n--- VM console (last lines) ---\n{}",
+            options.step,
+            options.timeout.as_secs(),
+            console_tail()
+        );
+    }
+    if let Ok(error) = fs::read_to_string(share.join("init-error")) {
+        bail!(
+            "vm: step '{}': the VM could not start the command: {}\n--- VM console (last lines) ---\n{}",
+            options.step,
+            error.trim(),
+            console_tail()
+        );
+    }
+    match fs::read_to_string(share.join("status")) {
+        Ok(status) => status
+            .trim()
+            .parse::<i32>()
+            .with_context(|| format!("vm: bad status file {status:?}")),
+        Err(_) => bail!(
+            "vm: step '{}': the VM stopped without reporting an exit status while {stage}\n--- VM console (last lines) ---\n{}",
+            options.step,
+            console_tail()
+        ),
+    }
+}
+
+/// The workspace's target directory.
+pub fn target_dir() -> Result<PathBuf> {
+    if let Ok(dir) = std::env::var("CARGO_TARGET_DIR") {
+        return Ok(PathBuf::from(dir));
+    }
+    Ok(crate::workspace_root()?.join("target"))
+}
