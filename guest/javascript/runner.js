@@ -84,11 +84,21 @@ function toResult(value) {
   }
 }
 
+// The program's frames only: the stack ends where the runner's begin (the Function wrapper that
+// evaluates the program, then the handler in run.js).
+function programStack(stack) {
+  const lines = stack.split("\n");
+  let end = lines.findIndex((line) => line.includes("run.js:"));
+  if (end < 0) return stack;
+  if (end > 0 && lines[end - 1].trim().startsWith("at anonymous (<input>")) end--;
+  return lines.slice(0, end).join("\n") + "\n";
+}
+
 function failure(kind, error) {
   let message;
   if (error instanceof Error) {
     message = error.name + ": " + error.message;
-    if (error.stack) hl.write(STDERR, message + "\n" + error.stack);
+    if (error.stack) hl.write(STDERR, message + "\n" + programStack(error.stack));
   } else {
     message = "Uncaught " + inspect(error);
   }

@@ -83,8 +83,13 @@ async fn thrown_exception_is_an_error_with_message_and_stack() {
         response.stderr
     );
     assert!(
-        response.stderr.contains("fail"),
-        "the stack names the function: {}",
+        response.stderr.contains("at fail (<input>:2:"),
+        "the stack names the function and its line: {}",
+        response.stderr
+    );
+    assert!(
+        !response.stderr.contains("run.js"),
+        "the runner's own frames are not shown: {}",
         response.stderr
     );
 

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs what hyperlightd's build and tests need on a fresh Debian (bookworm) machine:
+#  - the Rust toolchain pinned in rust-toolchain.toml, with rust-src (Hyperlight guests are built
+#    from source for a custom target); RUSTUP_AUTO_INSTALL=0 means nobody else installs it;
+#  - clang, for the QuickJS guest that hyperlight-js builds;
+#  - qemu-system-x86, linux-image-amd64, busybox-static, cpio: the nested-KVM VM that
+#    `cargo xtask vm` boots where the host's own KVM cannot run Hyperlight guests.
+# Idempotent and quick when everything is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+
+packages=(clang qemu-system-x86 linux-image-amd64 busybox-static cpio)
+missing=()
+for pkg in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "setup: installing Debian packages: ${missing[*]}"
+    $sudo apt-get update -q
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+toolchain=$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)
+if ! command -v rustup >/dev/null; then
+    echo "setup: rustup not found; install it first (https://rustup.rs)" >&2
+    exit 1
+fi
+installed=$(rustup component list --toolchain "$toolchain" --installed 2>/dev/null || true)
+if ! grep -q '^rust-src' <<<"$installed" || ! grep -q '^clippy' <<<"$installed" || ! grep -q '^rustfmt' <<<"$installed"; then
+    echo "setup: installing Rust $toolchain with rust-src, clippy, rustfmt"
+    rustup toolchain install "$toolchain" --profile minimal -c rust-src -c clippy -c rustfmt
+fi
