@@ -6,7 +6,8 @@
 # host's root and runs the command script the harness wrote there. Each step is recorded in the
 # share's `stage` file so that a timeout can say where the VM was; the command's exit status goes
 # to the share's `status` file. Parameters come from the kernel command line as environment
-# variables: hlshare (the share's path on the host).
+# variables: hlshare (the share's path on the host) and hlkeep (colon-separated host paths under
+# /tmp, such as a checkout cloned there, that must stay visible under the VM's own /tmp).
 B=/bin/busybox
 
 stage() { echo "$1" > /share/stage 2>/dev/null; }
@@ -17,7 +18,7 @@ die() {
     $B poweroff -f
 }
 
-$B mkdir -p /proc /sys /dev /host /share
+$B mkdir -p /proc /sys /dev /host /share /oldtmp
 $B mount -t proc proc /proc
 $B mount -t sysfs sys /sys
 $B mount -t devtmpfs dev /dev
@@ -42,7 +43,14 @@ $B mount -t sysfs sys /host/sys
 $B mount -t devtmpfs dev /host/dev
 $B mkdir -p /host/dev/shm /host/dev/pts
 $B mount -t tmpfs -o mode=1777 shm /host/dev/shm
+$B mount -o bind /host/tmp /oldtmp
 $B mount -t tmpfs -o mode=1777 tmp /host/tmp
+IFS=:
+for keep in $hlkeep; do
+    $B mkdir -p "/host$keep"
+    $B mount -o bind "/oldtmp${keep#/tmp}" "/host$keep" || die "keeping $keep visible under /tmp failed"
+done
+unset IFS
 $B mount -t tmpfs -o mode=0755 run /host/run
 $B mount -o bind /share "/host$hlshare" || die "bind-mounting the share at $hlshare failed"
 

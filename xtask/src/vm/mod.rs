@@ -213,6 +213,14 @@ pub fn run(command: &[String], options: &VmOptions) -> Result<i32> {
     fs::write(share.join("cmd.sh"), script)?;
     fs::write(share.join("stage"), "booting the kernel")?;
 
+    // The VM mounts its own tmpfs on /tmp; host paths under /tmp that the command needs (a
+    // checkout cloned there, the target directory) are bound back in.
+    let keep: Vec<String> = [cwd.clone(), work.canonicalize()?]
+        .iter()
+        .filter(|p| p.starts_with("/tmp/"))
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+
     let console_path = run_dir.path().join("console.log");
     let console = fs::File::create(&console_path)?;
     let mut qemu = Command::new("qemu-system-x86_64")
@@ -227,8 +235,9 @@ pub fn run(command: &[String], options: &VmOptions) -> Result<i32> {
         .arg(&initrd)
         .arg("-append")
         .arg(format!(
-            "console=ttyS0 quiet panic=-1 hlshare={}",
-            share.display()
+            "console=ttyS0 quiet panic=-1 hlshare={} hlkeep={}",
+            share.display(),
+            keep.join(":")
         ))
         .arg("-virtfs")
         .arg("local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap")
