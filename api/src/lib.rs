@@ -159,6 +159,8 @@ pub enum ErrorKind {
     Exception,
     /// The program ran past its time limit.
     Timeout,
+    /// The program's result is larger than the daemon returns.
+    ResultTooLarge,
     /// The sandbox failed under the program (guest abort, memory fault): not the program's
     /// value, but caused by it. The sandbox is discarded.
     SandboxFailure,
@@ -191,6 +193,7 @@ impl ErrorKind {
             ErrorKind::SyntaxError => "syntax_error",
             ErrorKind::Exception => "exception",
             ErrorKind::Timeout => "timeout",
+            ErrorKind::ResultTooLarge => "result_too_large",
             ErrorKind::SandboxFailure => "sandbox_failure",
             ErrorKind::InvalidRequest => "invalid_request",
             ErrorKind::PayloadTooLarge => "payload_too_large",
@@ -322,6 +325,7 @@ mod tests {
             ErrorKind::SyntaxError,
             ErrorKind::Exception,
             ErrorKind::Timeout,
+            ErrorKind::ResultTooLarge,
             ErrorKind::SandboxFailure,
             ErrorKind::InvalidRequest,
             ErrorKind::PayloadTooLarge,

@@ -50,7 +50,12 @@ pub struct Config {
     #[arg(long, default_value_t = 1024 * 1024)]
     pub max_output_bytes: usize,
 
-    /// Guest heap of each sandbox, in MiB.
+    /// Largest result (the last expression's value, as JSON) returned, in bytes; a larger one is
+    /// an error of kind `result_too_large`.
+    #[arg(long, default_value_t = 1024 * 1024)]
+    pub max_result_bytes: usize,
+
+    /// Guest heap of each sandbox, in MiB: the memory a program can allocate.
     #[arg(long, default_value_t = 64)]
     pub guest_heap_mib: u64,
 
@@ -129,6 +134,8 @@ pub struct Limits {
     pub max_body_bytes: usize,
     /// Cap on stdout plus stderr of one execution.
     pub max_output_bytes: usize,
+    /// Largest result returned.
+    pub max_result_bytes: usize,
 }
 
 impl Limits {
@@ -161,6 +168,7 @@ impl Config {
             ("--max-timeout-ms", self.max_timeout_ms),
             ("--max-body-bytes", self.max_body_bytes as u64),
             ("--max-output-bytes", self.max_output_bytes as u64),
+            ("--max-result-bytes", self.max_result_bytes as u64),
             ("--guest-heap-mib", self.guest_heap_mib),
             ("--queue-depth", self.queue_depth as u64),
         ] {
@@ -179,6 +187,7 @@ impl Config {
             max_timeout: Duration::from_millis(self.max_timeout_ms),
             max_body_bytes: self.max_body_bytes,
             max_output_bytes: self.max_output_bytes,
+            max_result_bytes: self.max_result_bytes,
         })
     }
 }

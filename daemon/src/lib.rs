@@ -24,6 +24,7 @@ use crate::config::{Config, ConfigError};
 use crate::executor::Executor;
 use crate::http::Api;
 use crate::metrics::Metrics;
+use crate::sandbox::guest::GuestSizes;
 use crate::sandbox::{HyperlightExecutor, SandboxSettings};
 use crate::sys::hypervisor::{self, HypervisorError};
 use crate::sys::socket::{self, SocketError};
@@ -89,7 +90,11 @@ pub async fn run(
     let (listener, bound) = socket::bind(&config.socket, config.socket_group.as_deref())?;
 
     let settings = SandboxSettings {
-        heap_bytes: config.guest_heap_mib * 1024 * 1024,
+        sizes: GuestSizes {
+            heap_bytes: config.guest_heap_mib * 1024 * 1024,
+            max_body_bytes: limits.max_body_bytes,
+            max_result_bytes: limits.max_result_bytes,
+        },
         queue_depth: config.queue_depth,
         max_output_bytes: limits.max_output_bytes,
     };

@@ -5,9 +5,10 @@
 // `export { handler }` itself: this file must not export anything.
 //
 // Contract with the daemon (the same for every language):
-//   event:  {"code": "<program text>"}
+//   event:  {"code": "<program text>", "max_result_bytes": N}
 //   reply:  {"ok": true, "result": <JSON value>}
-//         | {"ok": false, "error": {"kind": "syntax_error" | "exception", "message": "..."}}
+//         | {"ok": false, "error": {"kind": "syntax_error" | "exception" | "result_too_large",
+//                                   "message": "..."}}
 //   output: written through the host function hyperlightd.write(stream, text),
 //           stream 1 = stdout, 2 = stderr.
 //
@@ -69,19 +70,56 @@ const programPrint = writer(STDOUT);
 // `var` and function declarations stay local to this call.
 const evaluate = new Function("console", "print", "__hyperlightd_program", "return eval(__hyperlightd_program);");
 
-function toResult(value) {
-  if (value === undefined) return null;
+// Bytes of `text` in UTF-8. Past the limit it may return a lower bound, still past the limit.
+function utf8Length(text, limit) {
+  if (text.length * 3 <= limit || text.length > limit) return text.length;
+  // ASCII is one byte a character: let the native regex engine drop it, count the rest.
+  const rest = text.replace(/[\x00-\x7f]+/g, "");
+  let bytes = text.length - rest.length;
+  for (let i = 0; i < rest.length; i++) {
+    const c = rest.charCodeAt(i);
+    if (c < 0x800) bytes += 2;
+    else if (c >= 0xd800 && c < 0xdc00) { bytes += 4; i++; }
+    else bytes += 3;
+  }
+  return bytes;
+}
+
+// The program's value as JSON (text) and as the value the reply carries. Values JSON cannot
+// carry are rendered as strings; undefined is null.
+function serialize(value) {
   switch (typeof value) {
+    case "undefined":
+      return { result: null, json: "null" };
     case "function":
     case "symbol":
     case "bigint":
-      return inspect(value);
+      value = inspect(value);
+      return { result: value, json: JSON.stringify(value) };
   }
   try {
-    return JSON.stringify(value) === undefined ? null : value;
+    const json = JSON.stringify(value);
+    return json === undefined ? { result: null, json: "null" } : { result: value, json: json };
   } catch (_) {
-    return String(value);
+    value = String(value);
+    return { result: value, json: JSON.stringify(value) };
   }
+}
+
+// The reply for a completed program, with its value within the daemon's size limit.
+function completed(value, maxBytes) {
+  const { result, json } = serialize(value);
+  if (utf8Length(json, maxBytes) > maxBytes) {
+    return {
+      ok: false,
+      error: {
+        kind: "result_too_large",
+        message: "the result, as JSON, is over the limit of " + maxBytes +
+          " bytes; print large output instead, or return less",
+      },
+    };
+  }
+  return { ok: true, result: result };
 }
 
 // The program's frames only: the stack ends where the runner's begin (the Function wrapper that
@@ -107,6 +145,7 @@ function failure(kind, error) {
 
 function handler(event) {
   const code = event.code;
+  const maxResultBytes = event.max_result_bytes;
   // Parse first, without running, so that a SyntaxError thrown *by* the program at run time
   // (JSON.parse("{"), say) is not mistaken for a program that does not parse.
   try {
@@ -123,9 +162,9 @@ function handler(event) {
   }
   if (value !== null && typeof value === "object" && typeof value.then === "function") {
     return Promise.resolve(value).then(
-      (v) => ({ ok: true, result: toResult(v) }),
+      (v) => completed(v, maxResultBytes),
       (e) => failure("exception", e),
     );
   }
-  return { ok: true, result: toResult(value) };
+  return completed(value, maxResultBytes);
 }

@@ -417,3 +417,48 @@ async fn second_daemon_on_a_live_socket_refuses_to_start() {
     // The first daemon is untouched.
     assert_eq!(run(&daemon, js("'alive'")).await.result, json!("alive"));
 }
+
+#[tokio::test]
+async fn program_can_use_tens_of_megabytes_of_its_heap() {
+    let daemon = Daemon::start(&["--pool", "javascript=1"]).await;
+    // 24 MiB written: far past what a sandbox with a small scratch region can dirty.
+    let response = run(
+        &daemon,
+        js("const bufs = []; for (let i = 0; i < 24; i++) bufs.push(new Uint8Array(1 << 20).fill(i + 1)); bufs.reduce((n, b) => n + b[12345], 0)"),
+    )
+    .await;
+    assert_eq!(response.status, ExecStatus::Ok, "{response:?}");
+    assert_eq!(response.result, json!((1..=24).sum::<u32>()));
+}
+
+#[tokio::test]
+async fn large_program_and_large_result_round_trip() {
+    let daemon = Daemon::start(&["--pool", "javascript=1"]).await;
+    // A 300 KiB program (a long literal with characters JSON must escape) and a 500 KiB result.
+    let literal = "ab\"c\\\n".repeat(50_000);
+    let code = format!(
+        "const s = {}; console.log(s.length); 'y'.repeat(500000)",
+        json!(literal)
+    );
+    assert!(code.len() > 300_000);
+    let mut request = js(&code);
+    // Sizes are the point here, not speed: a debug build under emulation takes seconds.
+    request.timeout_ms = Some(30_000);
+    let response = run(&daemon, request).await;
+    assert_eq!(response.status, ExecStatus::Ok, "{:?}", response.error);
+    assert_eq!(response.stdout, "300000\n");
+    assert_eq!(response.result.as_str().map(str::len), Some(500_000));
+}
+
+#[tokio::test]
+async fn result_over_the_limit_is_a_clear_error() {
+    let daemon = Daemon::start(&["--pool", "javascript=1", "--max-result-bytes", "1000"]).await;
+    let response = run(&daemon, js("console.log('made it'); 'z'.repeat(5000)")).await;
+    assert_eq!(response.status, ExecStatus::Error, "{response:?}");
+    let error = response.error.unwrap();
+    assert_eq!(error.kind, ErrorKind::ResultTooLarge);
+    assert!(error.message.contains("1000"), "{}", error.message);
+    assert_eq!(response.stdout, "made it\n");
+    // The sandbox is fine afterwards.
+    assert_eq!(run(&daemon, js("'ok'")).await.result, json!("ok"));
+}

@@ -63,6 +63,7 @@ fn limits() -> Limits {
         max_timeout: Duration::from_millis(10_000),
         max_body_bytes: 1024,
         max_output_bytes: 1024,
+        max_result_bytes: 1024,
     }
 }
 

@@ -24,6 +24,61 @@ pub trait Guest: Send {
     fn reset(&mut self) -> Result<(), HyperlightError>;
 }
 
+/// Room for the runner protocol around a program or a result in the guest's I/O buffers.
+const IO_SLACK: usize = 64 * 1024;
+
+/// Memory for the language runtime itself beyond its heap: stack growth, page tables,
+/// exception stack.
+const RUNTIME_OVERHEAD: usize = 16 * 1024 * 1024;
+
+/// Guest memory is mapped in pages; hyperlight-host requires (and debug builds assert) that
+/// buffer and region sizes are whole pages.
+const PAGE_SIZE: usize = 4096;
+
+fn whole_pages(bytes: usize) -> usize {
+    bytes.div_ceil(PAGE_SIZE).saturating_mul(PAGE_SIZE)
+}
+
+/// The sizes a guest is built with, derived from the daemon's limits. All are whole pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuestSizes {
+    /// Guest heap: what a program can allocate.
+    pub heap_bytes: u64,
+    /// Largest request body; the program in it must fit the guest's input buffer.
+    pub max_body_bytes: usize,
+    /// Largest result, as JSON, that the runner returns.
+    pub max_result_bytes: usize,
+}
+
+impl GuestSizes {
+    /// The input buffer carries the program JSON-encoded, which at worst (control characters
+    /// written as `\u00XX`) is six times its size.
+    pub fn input_buffer(&self) -> usize {
+        whole_pages(
+            self.max_body_bytes
+                .saturating_mul(6)
+                .saturating_add(IO_SLACK),
+        )
+    }
+
+    /// The output buffer carries the runner's reply, whose result the runner keeps within
+    /// `max_result_bytes`.
+    pub fn output_buffer(&self) -> usize {
+        whole_pages(self.max_result_bytes.saturating_add(IO_SLACK))
+    }
+
+    /// Every page a program dirties (heap, stack: copy-on-write from the snapshot) and the I/O
+    /// buffers are taken from the sandbox's scratch region, so it must hold them all; otherwise
+    /// the guest aborts with "Out of physical memory" long before its heap is full. Only pages
+    /// actually used cost host memory.
+    pub fn scratch(&self) -> usize {
+        whole_pages(usize::try_from(self.heap_bytes).unwrap_or(usize::MAX))
+            .saturating_add(self.input_buffer())
+            .saturating_add(self.output_buffer())
+            .saturating_add(RUNTIME_OVERHEAD)
+    }
+}
+
 /// Builds warm sandboxes of one language.
 pub trait GuestFactory: Send + Sync + 'static {
     /// Builds a sandbox whose output goes to `output`.
@@ -121,7 +176,7 @@ pub enum RunnerReply {
 /// A failure the runner caught.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct RunnerError {
-    /// `syntax_error` or `exception`.
+    /// `syntax_error`, `exception` or `result_too_large`.
     pub kind: RunnerErrorKind,
     /// Exception type and message.
     pub message: String,
@@ -135,6 +190,8 @@ pub enum RunnerErrorKind {
     SyntaxError,
     /// The program raised and did not catch it.
     Exception,
+    /// The program's result is over the limit.
+    ResultTooLarge,
 }
 
 impl From<RunnerErrorKind> for ErrorKind {
@@ -142,6 +199,7 @@ impl From<RunnerErrorKind> for ErrorKind {
         match kind {
             RunnerErrorKind::SyntaxError => ErrorKind::SyntaxError,
             RunnerErrorKind::Exception => ErrorKind::Exception,
+            RunnerErrorKind::ResultTooLarge => ErrorKind::ResultTooLarge,
         }
     }
 }
@@ -170,6 +228,24 @@ impl RunnerReply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn guest_sizes_are_whole_pages_and_scratch_holds_heap_and_buffers() {
+        let sizes = GuestSizes {
+            heap_bytes: 64 * 1024 * 1024 + 1,
+            max_body_bytes: 1000,
+            max_result_bytes: 1000,
+        };
+        for size in [sizes.input_buffer(), sizes.output_buffer(), sizes.scratch()] {
+            assert_eq!(size % PAGE_SIZE, 0, "{size}");
+        }
+        assert!(sizes.input_buffer() >= 6 * 1000);
+        assert!(sizes.output_buffer() >= 1000);
+        assert!(
+            sizes.scratch() as u64
+                > sizes.heap_bytes + (sizes.input_buffer() + sizes.output_buffer()) as u64
+        );
+    }
 
     #[test]
     fn capture_keeps_streams_apart() {

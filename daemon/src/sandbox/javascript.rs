@@ -8,7 +8,7 @@ use hyperlight_host::HyperlightError;
 use hyperlight_host::hypervisor::InterruptHandle;
 use hyperlight_js::{HostPrintFn, LoadedJSSandbox, SandboxBuilder, Script, Snapshot};
 
-use super::guest::{Guest, GuestFactory, OutputCapture, Stream};
+use super::guest::{Guest, GuestFactory, GuestSizes, OutputCapture, Stream};
 
 /// The runner, compiled into the daemon so that the daemon and its guest protocol always match.
 const RUNNER: &str = include_str!("../../../guest/javascript/runner.js");
@@ -20,13 +20,13 @@ const HOST_MODULE: &str = "hyperlightd";
 /// Builds JavaScript sandboxes.
 #[derive(Debug, Clone)]
 pub struct JavascriptFactory {
-    heap_bytes: u64,
+    sizes: GuestSizes,
 }
 
 impl JavascriptFactory {
-    /// A factory whose sandboxes get a guest heap of `heap_bytes`.
-    pub fn new(heap_bytes: u64) -> Self {
-        JavascriptFactory { heap_bytes }
+    /// A factory whose sandboxes are built with `sizes`.
+    pub fn new(sizes: GuestSizes) -> Self {
+        JavascriptFactory { sizes }
     }
 }
 
@@ -40,7 +40,10 @@ impl GuestFactory for JavascriptFactory {
             i32::try_from(text.len()).unwrap_or(i32::MAX)
         });
         let mut proto = SandboxBuilder::new()
-            .with_guest_heap_size(self.heap_bytes)
+            .with_guest_heap_size(self.sizes.heap_bytes)
+            .with_guest_scratch_size(self.sizes.scratch())
+            .with_guest_input_buffer_size(self.sizes.input_buffer())
+            .with_guest_output_buffer_size(self.sizes.output_buffer())
             .with_host_print_fn(print)
             .build()?;
         proto.register(HOST_MODULE, "write", move |stream: u8, text: String| {
@@ -50,7 +53,11 @@ impl GuestFactory for JavascriptFactory {
         runtime.add_handler(HANDLER, Script::from_content(RUNNER))?;
         let mut sandbox = runtime.get_loaded_sandbox()?;
         let warm = sandbox.snapshot()?;
-        Ok(Box::new(JavascriptGuest { sandbox, warm }))
+        Ok(Box::new(JavascriptGuest {
+            sandbox,
+            warm,
+            max_result_bytes: self.sizes.max_result_bytes,
+        }))
     }
 }
 
@@ -58,11 +65,16 @@ impl GuestFactory for JavascriptFactory {
 struct JavascriptGuest {
     sandbox: LoadedJSSandbox,
     warm: Arc<Snapshot>,
+    max_result_bytes: usize,
 }
 
 impl Guest for JavascriptGuest {
     fn run(&mut self, code: &str) -> Result<String, HyperlightError> {
-        let event = serde_json::json!({ "code": code }).to_string();
+        let event = serde_json::json!({
+            "code": code,
+            "max_result_bytes": self.max_result_bytes,
+        })
+        .to_string();
         // No garbage collection after the call: the sandbox is restored to its snapshot anyway.
         self.sandbox.handle_event(HANDLER, event, Some(false))
     }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use hyperlight_host::HyperlightError;
 use hyperlightd_api::Language;
 
-use self::guest::GuestFactory;
+use self::guest::{GuestFactory, GuestSizes};
 use self::javascript::JavascriptFactory;
 use self::pool::{Pool, PoolConfig};
 use crate::executor::{ExecError, Executor, ExecutorHealth, Job, Outcome};
@@ -22,8 +22,8 @@ use crate::executor::{ExecError, Executor, ExecutorHealth, Job, Outcome};
 /// Settings every pool shares.
 #[derive(Debug, Clone, Copy)]
 pub struct SandboxSettings {
-    /// Guest heap per sandbox, in bytes.
-    pub heap_bytes: u64,
+    /// What each guest is built with.
+    pub sizes: GuestSizes,
     /// Jobs that may wait per language.
     pub queue_depth: usize,
     /// Cap on one execution's output.
@@ -33,7 +33,7 @@ pub struct SandboxSettings {
 /// The factory for a language's sandboxes.
 fn factory(language: Language, settings: &SandboxSettings) -> Arc<dyn GuestFactory> {
     match language {
-        Language::Javascript => Arc::new(JavascriptFactory::new(settings.heap_bytes)),
+        Language::Javascript => Arc::new(JavascriptFactory::new(settings.sizes)),
     }
 }
 

@@ -41,6 +41,17 @@ pub enum HypervisorError {
          or Microsoft's MSHV"
     )]
     NotFound,
+    /// The host offers a hypervisor this build has no backend for.
+    #[error(
+        "this host offers {kind} (/dev/{kind}), but this hyperlightd was built without it; \
+         rebuild with `--features {feature}`"
+    )]
+    NotBuiltFor {
+        /// `kvm` or `mshv`.
+        kind: &'static str,
+        /// The cargo feature that adds it.
+        feature: &'static str,
+    },
     /// The device exists but cannot be opened.
     #[error(
         "cannot open {device}: {source}. Run hyperlightd as root, or as a user in the group that \
@@ -86,6 +97,16 @@ pub fn detect_in(dev: &Path, modules: &Path) -> Result<Hypervisor, HypervisorErr
     } else {
         return Err(HypervisorError::NotFound);
     };
+    let (built, feature) = match hypervisor.kind {
+        "mshv" => (cfg!(feature = "mshv"), "mshv"),
+        _ => (cfg!(feature = "kvm"), "kvm"),
+    };
+    if !built {
+        return Err(HypervisorError::NotBuiltFor {
+            kind: hypervisor.kind,
+            feature,
+        });
+    }
     std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -150,8 +171,19 @@ mod tests {
     fn mshv_is_preferred_when_present() {
         let dev = tempfile::tempdir().unwrap();
         std::fs::write(dev.path().join("mshv"), b"").unwrap();
-        let hv = detect_in(dev.path(), dev.path()).unwrap();
-        assert_eq!(hv.kind, "mshv");
+        std::fs::write(dev.path().join("kvm"), b"").unwrap();
+        let detected = detect_in(dev.path(), dev.path());
+        if cfg!(feature = "mshv") {
+            assert_eq!(detected.unwrap().kind, "mshv");
+        } else {
+            assert!(matches!(
+                detected,
+                Err(HypervisorError::NotBuiltFor {
+                    kind: "mshv",
+                    feature: "mshv"
+                })
+            ));
+        }
     }
 
     #[test]
