@@ -111,6 +111,10 @@ pub struct ExecRequest {
     /// The daemon's default applies when absent; values above the daemon's maximum are capped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// Cap on stdout and stderr together, in bytes. The daemon's default applies when absent;
+    /// values above its maximum are capped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_bytes: Option<usize>,
 }
 
 impl ExecRequest {
@@ -120,6 +124,7 @@ impl ExecRequest {
             language,
             code: code.into(),
             timeout_ms: None,
+            max_output_bytes: None,
         }
     }
 }
@@ -161,6 +166,8 @@ pub enum ErrorKind {
     Timeout,
     /// The program's result is larger than the daemon returns.
     ResultTooLarge,
+    /// The program allocated more memory than its sandbox has.
+    OutOfMemory,
     /// The sandbox failed under the program (guest abort, memory fault): not the program's
     /// value, but caused by it. The sandbox is discarded.
     SandboxFailure,
@@ -194,6 +201,7 @@ impl ErrorKind {
             ErrorKind::Exception => "exception",
             ErrorKind::Timeout => "timeout",
             ErrorKind::ResultTooLarge => "result_too_large",
+            ErrorKind::OutOfMemory => "out_of_memory",
             ErrorKind::SandboxFailure => "sandbox_failure",
             ErrorKind::InvalidRequest => "invalid_request",
             ErrorKind::PayloadTooLarge => "payload_too_large",
@@ -260,11 +268,15 @@ pub struct ExecResponse {
     pub duration_ms: f64,
 }
 
-/// Body of `GET /v1/health`.
+/// Body of `GET /v1/health`. Answered whenever the daemon is up (liveness); `ready` says whether
+/// every pool has reached its size (readiness).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HealthResponse {
-    /// `"ok"` when every language has sandboxes ready, `"degraded"` otherwise.
+    /// `"ok"` when every pool is at its size; `"starting"` while pools warm for the first time;
+    /// `"degraded"` when a pool has fallen below its size (sandboxes being replaced).
     pub status: String,
+    /// Whether every pool is at its size.
+    pub ready: bool,
     /// The hypervisor the sandboxes run on (`"kvm"`, `"mshv"`), with the kernel module when known.
     pub hypervisor: String,
     /// Versions of the daemon and the Hyperlight crates it runs on.
@@ -280,6 +292,8 @@ pub struct SandboxCounts {
     pub ready: usize,
     /// All sandboxes of the language, busy or not.
     pub total: usize,
+    /// The pool's size: how many sandboxes it keeps.
+    pub target: usize,
 }
 
 #[cfg(test)]
@@ -326,6 +340,7 @@ mod tests {
             ErrorKind::Exception,
             ErrorKind::Timeout,
             ErrorKind::ResultTooLarge,
+            ErrorKind::OutOfMemory,
             ErrorKind::SandboxFailure,
             ErrorKind::InvalidRequest,
             ErrorKind::PayloadTooLarge,

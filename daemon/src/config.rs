@@ -45,8 +45,13 @@ pub struct Config {
     #[arg(long, default_value_t = 1024 * 1024)]
     pub max_body_bytes: usize,
 
-    /// Cap on what one execution may write to stdout and stderr together, in bytes; past it the
-    /// output is cut and the response says `"truncated": true`.
+    /// Largest program accepted, in bytes (413 past it).
+    #[arg(long, default_value_t = 512 * 1024)]
+    pub max_code_bytes: usize,
+
+    /// Highest cap on what one execution may write to stdout and stderr together, in bytes, and
+    /// the cap of a request that names none; past it the output is cut and the response says
+    /// `"truncated": true`.
     #[arg(long, default_value_t = 1024 * 1024)]
     pub max_output_bytes: usize,
 
@@ -132,6 +137,8 @@ pub struct Limits {
     pub max_timeout: Duration,
     /// Largest request body.
     pub max_body_bytes: usize,
+    /// Largest program.
+    pub max_code_bytes: usize,
     /// Cap on stdout plus stderr of one execution.
     pub max_output_bytes: usize,
     /// Largest result returned.
@@ -146,6 +153,14 @@ impl Limits {
             .map(Duration::from_millis)
             .unwrap_or(self.default_timeout)
             .min(self.max_timeout)
+    }
+
+    /// The output cap for a request that asks for `requested`: the maximum when absent, and
+    /// never above it.
+    pub fn output_for(&self, requested: Option<usize>) -> usize {
+        requested
+            .unwrap_or(self.max_output_bytes)
+            .min(self.max_output_bytes)
     }
 }
 
@@ -167,6 +182,7 @@ impl Config {
             ("--default-timeout-ms", self.default_timeout_ms),
             ("--max-timeout-ms", self.max_timeout_ms),
             ("--max-body-bytes", self.max_body_bytes as u64),
+            ("--max-code-bytes", self.max_code_bytes as u64),
             ("--max-output-bytes", self.max_output_bytes as u64),
             ("--max-result-bytes", self.max_result_bytes as u64),
             ("--guest-heap-mib", self.guest_heap_mib),
@@ -186,6 +202,7 @@ impl Config {
             default_timeout: Duration::from_millis(self.default_timeout_ms),
             max_timeout: Duration::from_millis(self.max_timeout_ms),
             max_body_bytes: self.max_body_bytes,
+            max_code_bytes: self.max_code_bytes,
             max_output_bytes: self.max_output_bytes,
             max_result_bytes: self.max_result_bytes,
         })
@@ -241,6 +258,17 @@ mod tests {
         assert_eq!(limits.timeout_for(None), Duration::from_millis(100));
         assert_eq!(limits.timeout_for(Some(500)), Duration::from_millis(500));
         assert_eq!(limits.timeout_for(Some(5000)), Duration::from_millis(1000));
+    }
+
+    #[test]
+    fn output_cap_is_defaulted_to_and_capped_at_the_maximum() {
+        let limits = parse(&["--max-output-bytes", "1000"])
+            .unwrap()
+            .limits()
+            .unwrap();
+        assert_eq!(limits.output_for(None), 1000);
+        assert_eq!(limits.output_for(Some(10)), 10);
+        assert_eq!(limits.output_for(Some(5000)), 1000);
     }
 
     #[test]

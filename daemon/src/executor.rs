@@ -23,6 +23,8 @@ pub struct Job {
     /// When the request must be answered by: its arrival plus `timeout`. Time spent waiting for
     /// a sandbox counts.
     pub deadline: Instant,
+    /// Cap on stdout plus stderr, as granted.
+    pub max_output_bytes: usize,
     /// The request's tracing span, entered by whichever thread runs the job.
     pub span: tracing::Span,
 }
@@ -73,6 +75,8 @@ pub struct ExecutorHealth {
     pub hypervisor: String,
     /// Sandbox counts per served language.
     pub sandboxes: BTreeMap<Language, SandboxCounts>,
+    /// Whether every pool has been at its size at least once (warm-up is over).
+    pub warmed: bool,
 }
 
 /// Runs jobs. Implemented by the Hyperlight executor, and by stubs in tests.

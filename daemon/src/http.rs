@@ -47,6 +47,14 @@ pub enum ApiError {
         /// The limit in bytes.
         limit: usize,
     },
+    /// The program is over the limit.
+    #[error("the code is {size} bytes; the limit is {limit} bytes")]
+    CodeTooLarge {
+        /// The program's size in bytes.
+        size: usize,
+        /// The limit in bytes.
+        limit: usize,
+    },
     /// No such path.
     #[error("no such path: {0}")]
     NotFound(String),
@@ -72,7 +80,7 @@ impl ApiError {
     fn status(&self) -> (StatusCode, ErrorKind) {
         match self {
             ApiError::InvalidRequest(_) => (StatusCode::BAD_REQUEST, ErrorKind::InvalidRequest),
-            ApiError::PayloadTooLarge { .. } => {
+            ApiError::PayloadTooLarge { .. } | ApiError::CodeTooLarge { .. } => {
                 (StatusCode::PAYLOAD_TOO_LARGE, ErrorKind::PayloadTooLarge)
             }
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, ErrorKind::NotFound),
@@ -190,11 +198,18 @@ impl<E: Executor> Api<E> {
         let body = self.read_body(request).await?;
         let exec: ExecRequest =
             serde_json::from_slice(&body).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
+        if exec.code.len() > self.limits.max_code_bytes {
+            return Err(ApiError::CodeTooLarge {
+                size: exec.code.len(),
+                limit: self.limits.max_code_bytes,
+            });
+        }
         let language = exec.language;
         let timeout = self.limits.timeout_for(exec.timeout_ms);
         let job = Job {
             language,
             code: exec.code,
+            max_output_bytes: self.limits.output_for(exec.max_output_bytes),
             timeout,
             deadline: received + timeout,
             span,
@@ -250,9 +265,15 @@ impl<E: Executor> Api<E> {
 
     fn health(&self) -> Response<Full<Bytes>> {
         let health = self.executor.health();
-        let all_up = !health.sandboxes.is_empty() && health.sandboxes.values().all(|c| c.total > 0);
+        let ready = health.sandboxes.values().all(|c| c.total >= c.target);
+        let status = match (ready, health.warmed) {
+            (true, _) => "ok",
+            (false, false) => "starting",
+            (false, true) => "degraded",
+        };
         let body = HealthResponse {
-            status: if all_up { "ok" } else { "degraded" }.to_owned(),
+            status: status.to_owned(),
+            ready,
             hypervisor: health.hypervisor,
             versions: self.versions.clone(),
             sandboxes: health.sandboxes,

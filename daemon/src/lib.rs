@@ -21,7 +21,6 @@ use std::time::{Duration, Instant};
 use tracing::info;
 
 use crate::config::{Config, ConfigError};
-use crate::executor::Executor;
 use crate::http::Api;
 use crate::metrics::Metrics;
 use crate::sandbox::guest::GuestSizes;
@@ -73,8 +72,9 @@ fn versions() -> BTreeMap<String, String> {
     ])
 }
 
-/// Runs the daemon until `shutdown` completes: checks the hypervisor, binds the socket, warms
-/// the pools (which probes that guests really run), serves, then drains.
+/// Runs the daemon until `shutdown` completes: checks the hypervisor, binds the socket, builds
+/// one sandbox per language (the probe that guests really run), serves while the pools warm to
+/// their size, then drains.
 pub async fn run(
     config: Config,
     shutdown: impl std::future::Future<Output = ()>,
@@ -96,19 +96,22 @@ pub async fn run(
             max_result_bytes: limits.max_result_bytes,
         },
         queue_depth: config.queue_depth,
-        max_output_bytes: limits.max_output_bytes,
     };
     let started = Instant::now();
     let runtime = tokio::runtime::Handle::current();
     let hv = hypervisor.clone();
+    let pool_metrics = metrics.clone();
     let executor = tokio::task::spawn_blocking(move || {
-        HyperlightExecutor::start(hv.to_string(), &sizes, settings, runtime)
+        HyperlightExecutor::start(hv.to_string(), &sizes, settings, runtime, &pool_metrics)
     })
     .await
     .map_err(|e| StartError::Other(format!("starting the pools: {e}")))?
     .map_err(|e| hypervisor::probe_failed(hypervisor, &e))?;
-    info!(elapsed_ms = started.elapsed().as_millis() as u64, pools = ?executor.health().sandboxes, "pools warm");
-    info!(socket = %bound.path().display(), "serving");
+    info!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        socket = %bound.path().display(),
+        "guests run; serving while the pools warm"
+    );
 
     let api = Arc::new(Api::new(Arc::new(executor), metrics, limits, versions()));
     server::serve(

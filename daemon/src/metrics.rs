@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use hyperlightd_api::{ExecStatus, Language};
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 use crate::executor::ExecutorHealth;
@@ -23,10 +23,25 @@ pub const EXECUTIONS_IN_FLIGHT: &str = "hyperlightd_executions_in_flight";
 pub const POOL_SANDBOXES: &str = "hyperlightd_pool_sandboxes";
 /// Idle sandboxes per `language`, ready to take a request.
 pub const POOL_IDLE_SANDBOXES: &str = "hyperlightd_pool_idle_sandboxes";
+/// Time a request waited for a sandbox, by `language`.
+pub const QUEUE_WAIT_SECONDS: &str = "hyperlightd_queue_wait_seconds";
+/// Time to build a warm sandbox (runtime loaded, runner registered, snapshot taken), by `language`.
+pub const SANDBOX_CREATE_SECONDS: &str = "hyperlightd_sandbox_create_seconds";
+/// Time to restore a sandbox to its warm snapshot after a request, by `language`.
+pub const SANDBOX_RESTORE_SECONDS: &str = "hyperlightd_sandbox_restore_seconds";
+/// Sandboxes dropped and replaced instead of restored, by `language` and `reason` (timeout,
+/// out_of_memory, guest_failure, restore_failed).
+pub const SANDBOXES_RECYCLED_TOTAL: &str = "hyperlightd_sandboxes_recycled_total";
 
 /// Buckets from 1 ms to 60 s: warm executions take milliseconds, time limits reach a minute.
 const DURATION_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// Buckets from 100 µs to 10 s: restores take about a millisecond, builds tens to hundreds.
+const SANDBOX_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    10.0,
 ];
 
 /// The daemon's metrics, in a registry of their own.
@@ -39,6 +54,32 @@ pub struct Metrics {
     in_flight: IntGauge,
     pool_sandboxes: IntGaugeVec,
     pool_idle: IntGaugeVec,
+    queue_wait: HistogramVec,
+    create: HistogramVec,
+    restore: HistogramVec,
+    recycled: IntCounterVec,
+}
+
+/// The metrics one pool records, bound to its language.
+#[derive(Debug, Clone)]
+pub struct PoolMetrics {
+    language: Language,
+    /// Time requests waited for a sandbox.
+    pub queue_wait: Histogram,
+    /// Time to build a warm sandbox.
+    pub create: Histogram,
+    /// Time to restore a sandbox after a request.
+    pub restore: Histogram,
+    recycled: IntCounterVec,
+}
+
+impl PoolMetrics {
+    /// Counts a sandbox dropped for `reason` instead of restored.
+    pub fn recycled(&self, reason: &str) {
+        self.recycled
+            .with_label_values(&[self.language.as_str(), reason])
+            .inc();
+    }
 }
 
 impl Metrics {
@@ -76,6 +117,38 @@ impl Metrics {
             Opts::new(POOL_IDLE_SANDBOXES, "Idle sandboxes per language."),
             &["language"],
         )?;
+        let histogram = |name: &str, help: &str, buckets: &[f64]| {
+            HistogramVec::new(
+                HistogramOpts::new(name, help).buckets(buckets.to_vec()),
+                &["language"],
+            )
+        };
+        let queue_wait = histogram(
+            QUEUE_WAIT_SECONDS,
+            "Time a request waited for a sandbox.",
+            DURATION_BUCKETS,
+        )?;
+        let create = histogram(
+            SANDBOX_CREATE_SECONDS,
+            "Time to build a warm sandbox.",
+            SANDBOX_BUCKETS,
+        )?;
+        let restore = histogram(
+            SANDBOX_RESTORE_SECONDS,
+            "Time to restore a sandbox to its warm snapshot after a request.",
+            SANDBOX_BUCKETS,
+        )?;
+        let recycled = IntCounterVec::new(
+            Opts::new(
+                SANDBOXES_RECYCLED_TOTAL,
+                "Sandboxes dropped and replaced instead of restored, by reason.",
+            ),
+            &["language", "reason"],
+        )?;
+        registry.register(Box::new(queue_wait.clone()))?;
+        registry.register(Box::new(create.clone()))?;
+        registry.register(Box::new(restore.clone()))?;
+        registry.register(Box::new(recycled.clone()))?;
         registry.register(Box::new(executions.clone()))?;
         registry.register(Box::new(duration.clone()))?;
         registry.register(Box::new(rejected.clone()))?;
@@ -90,7 +163,23 @@ impl Metrics {
             in_flight,
             pool_sandboxes,
             pool_idle,
+            queue_wait,
+            create,
+            restore,
+            recycled,
         })
+    }
+
+    /// The metrics of `language`'s pool.
+    pub fn pool(&self, language: Language) -> PoolMetrics {
+        let label = [language.as_str()];
+        PoolMetrics {
+            language,
+            queue_wait: self.queue_wait.with_label_values(&label),
+            create: self.create.with_label_values(&label),
+            restore: self.restore.with_label_values(&label),
+            recycled: self.recycled.clone(),
+        }
     }
 
     /// Records a finished execution.
@@ -159,9 +248,14 @@ mod tests {
         metrics.record_rejection("invalid_request");
         let health = ExecutorHealth {
             hypervisor: "kvm".into(),
+            warmed: true,
             sandboxes: BTreeMap::from([(
                 Language::Javascript,
-                SandboxCounts { ready: 1, total: 2 },
+                SandboxCounts {
+                    ready: 1,
+                    total: 2,
+                    target: 2,
+                },
             )]),
         };
         let text = metrics.render(&health).unwrap();

@@ -7,8 +7,8 @@
 // Contract with the daemon (the same for every language):
 //   event:  {"code": "<program text>", "max_result_bytes": N}
 //   reply:  {"ok": true, "result": <JSON value>}
-//         | {"ok": false, "error": {"kind": "syntax_error" | "exception" | "result_too_large",
-//                                   "message": "..."}}
+//         | {"ok": false, "error": {"kind": "syntax_error" | "exception" | "result_too_large"
+//                                           | "out_of_memory", "message": "..."}}
 //   output: written through the host function hyperlightd.write(stream, text),
 //           stream 1 = stdout, 2 = stderr.
 //
@@ -47,9 +47,13 @@ function inspect(value) {
   }
 }
 
+// Set once the host says the output cap is reached: further writes are dropped here rather than
+// sent to the host one by one.
+let outputOpen = true;
+
 function writer(stream) {
   return function (...args) {
-    hl.write(stream, args.map(inspect).join(" ") + "\n");
+    if (outputOpen) outputOpen = hl.write(stream, args.map(inspect).join(" ") + "\n");
   };
 }
 
@@ -133,6 +137,10 @@ function programStack(stack) {
 }
 
 function failure(kind, error) {
+  // QuickJS reports a failed allocation as an InternalError rather than aborting.
+  if (error instanceof Error && error.name === "InternalError" && error.message === "out of memory") {
+    return { ok: false, error: { kind: "out_of_memory", message: "the program ran out of memory (InternalError: out of memory)" } };
+  }
   let message;
   if (error instanceof Error) {
     message = error.name + ": " + error.message;

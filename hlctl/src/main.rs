@@ -1,8 +1,8 @@
 //! `hlctl`: command-line client for hyperlightd.
 //!
 //! Exit status: 0 the program ran to completion; 1 the program failed (exception, syntax error,
-//! sandbox failure); 2 bad usage or unreadable input; 3 the program timed out; 4 the daemon refused
-//! the request; 5 the daemon could not be reached.
+//! sandbox failure), or for `health`, the daemon is not ready; 2 bad usage or unreadable input;
+//! 3 the program timed out; 4 the daemon refused the request; 5 the daemon could not be reached.
 
 #![forbid(unsafe_code)]
 
@@ -16,6 +16,8 @@ use hyperlightd_client::{Client, Error, ExecRequest, ExecResponse, ExecStatus, L
 /// Exit codes, documented in the README.
 mod exit {
     pub const OK: u8 = 0;
+    /// `hlctl health` only: the daemon answers but its pools are not at their size.
+    pub const NOT_READY: u8 = 1;
     pub const PROGRAM_FAILED: u8 = 1;
     pub const USAGE: u8 = 2;
     pub const TIMEOUT: u8 = 3;
@@ -52,13 +54,17 @@ enum Command {
         /// Time limit in milliseconds (the daemon caps it).
         #[arg(long, value_name = "MS")]
         timeout_ms: Option<u64>,
+        /// Cap on the program's stdout and stderr together, in bytes (the daemon caps it).
+        #[arg(long, value_name = "BYTES")]
+        max_output_bytes: Option<usize>,
         /// Print the daemon's whole JSON response instead of the program's output.
         #[arg(long)]
         json: bool,
         /// File holding the program; `-` or nothing reads stdin.
         file: Option<PathBuf>,
     },
-    /// Print the daemon's health as JSON.
+    /// Print the daemon's health as JSON; exit 0 when it is ready (every pool at its size),
+    /// 1 when it answers but is not.
     Health,
 }
 
@@ -81,9 +87,16 @@ fn main() -> ExitCode {
                 lang,
                 code,
                 timeout_ms,
+                max_output_bytes,
                 json,
                 file,
-            } => exec(&client, lang, code, file, timeout_ms, json).await,
+            } => {
+                let limits = Limits {
+                    timeout_ms,
+                    max_output_bytes,
+                };
+                exec(&client, lang, code, file, limits, json).await
+            }
             Command::Health => health(&client).await,
         }
     });
@@ -122,12 +135,19 @@ fn program(
     Ok((language, text))
 }
 
+/// The limits a request asks for.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    timeout_ms: Option<u64>,
+    max_output_bytes: Option<usize>,
+}
+
 async fn exec(
     client: &Client,
     lang: Option<Language>,
     code: Option<String>,
     file: Option<PathBuf>,
-    timeout_ms: Option<u64>,
+    limits: Limits,
     json: bool,
 ) -> u8 {
     let (language, text) = match program(lang, code, file) {
@@ -140,7 +160,8 @@ async fn exec(
     let request = ExecRequest {
         language,
         code: text,
-        timeout_ms,
+        timeout_ms: limits.timeout_ms,
+        max_output_bytes: limits.max_output_bytes,
     };
     let response = match client.exec(&request).await {
         Ok(response) => response,
@@ -187,7 +208,11 @@ async fn health(client: &Client) -> u8 {
         Ok(health) => match serde_json::to_string_pretty(&health) {
             Ok(text) => {
                 println!("{text}");
-                exit::OK
+                if health.ready {
+                    exit::OK
+                } else {
+                    exit::NOT_READY
+                }
             }
             Err(e) => {
                 eprintln!("hlctl: {e}");

@@ -59,7 +59,8 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// Starts `hyperlightd` with `args` (plus `--socket`) and waits until it answers health.
+    /// Starts `hyperlightd` with `args` (plus `--socket`) and waits until it is ready: every
+    /// pool at its size.
     pub async fn start(args: &[&str]) -> Daemon {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let socket = dir.path().join("hyperlightd.sock");
@@ -95,7 +96,7 @@ impl Daemon {
                     self.log()
                 );
             }
-            if client.health().await.is_ok() {
+            if client.health().await.is_ok_and(|health| health.ready) {
                 return;
             }
             if started.elapsed() > STARTUP_LIMIT {

@@ -318,6 +318,13 @@ async fn hlctl_runs_code_from_flag_file_and_stdin() {
 #[tokio::test]
 async fn hlctl_exit_status_tells_error_timeout_and_unreachable_apart() {
     let daemon = Daemon::start(&["--pool", "javascript=1"]).await;
+    // Health first: after the timeout below, the pool rebuilds its sandbox and is not ready.
+    let out = daemon.hlctl(&["health"], "").await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let health: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(health["status"], "ok");
+    assert_eq!(health["ready"], true);
+
     let out = daemon
         .hlctl(
             &["exec", "--lang", "js", "-e", "throw new Error('boom')"],
@@ -343,11 +350,6 @@ async fn hlctl_exit_status_tells_error_timeout_and_unreachable_apart() {
         .await;
     assert_eq!(out.status.code(), Some(3), "{out:?}");
 
-    let out = daemon.hlctl(&["health"], "").await;
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let health: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(health["status"], "ok");
-
     let missing = daemon.socket().with_file_name("nobody-here.sock");
     let out = tokio::task::spawn_blocking(move || {
         hyperlightd_e2e::run_hlctl(&missing, &["health".to_owned()], "")
@@ -365,13 +367,14 @@ async fn sigterm_lets_in_flight_requests_finish_then_exits_zero() {
     let mut daemon = Daemon::start(&["--pool", "javascript=2"]).await;
     let client = daemon.client();
     let slow = "const end = Date.now() + 1000; while (Date.now() < end) {} 'finished'";
-    let in_flight: Vec<_> = (0..2)
+    // Two run at once on the two sandboxes; two more wait in the queue.
+    let in_flight: Vec<_> = (0..4)
         .map(|_| {
             let client = client.clone();
             tokio::spawn(async move { client.exec(&js(slow)).await })
         })
         .collect();
-    // Let both requests reach their sandboxes before the signal.
+    // Let the first two reach their sandboxes before the signal.
     tokio::time::sleep(Duration::from_millis(300)).await;
     daemon.signal(Signal::SIGTERM);
     for handle in in_flight {
@@ -461,4 +464,251 @@ async fn result_over_the_limit_is_a_clear_error() {
     assert_eq!(response.stdout, "made it\n");
     // The sandbox is fine afterwards.
     assert_eq!(run(&daemon, js("'ok'")).await.result, json!("ok"));
+}
+
+async fn health(daemon: &Daemon) -> hyperlightd_client::HealthResponse {
+    within("health", STEP_LIMIT, daemon.client().health())
+        .await
+        .unwrap()
+}
+
+/// Waits until the daemon's pools are back at their size (sandboxes are rebuilt in the
+/// background after a recycle).
+async fn wait_until_ready(daemon: &Daemon) -> hyperlightd_client::HealthResponse {
+    within("pool back to full size", STEP_LIMIT, async {
+        loop {
+            let health = health(daemon).await;
+            if health.ready {
+                return health;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+}
+
+fn metric(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn memory_bomb_is_out_of_memory_and_the_daemon_stays_healthy() {
+    let daemon = Daemon::start(&["--pool", "javascript=2", "--guest-heap-mib", "32"]).await;
+    let response = run(
+        &daemon,
+        js("const hoard = []; while (true) hoard.push(new Uint8Array(1 << 20).fill(7));"),
+    )
+    .await;
+    assert_eq!(response.status, ExecStatus::Error, "{response:?}");
+    let error = response.error.unwrap();
+    assert_eq!(error.kind, ErrorKind::OutOfMemory, "{}", error.message);
+    // Other requests are served, and the pool recovers its size.
+    assert_eq!(run(&daemon, js("'fine'")).await.result, json!("fine"));
+    let health = wait_until_ready(&daemon).await;
+    assert_eq!(health.sandboxes[&Language::Javascript].total, 2);
+}
+
+#[tokio::test]
+async fn output_flood_is_truncated_at_the_requested_cap() {
+    let daemon = Daemon::start(&["--pool", "javascript=1"]).await;
+    // About 1 MB of output against a 10 kB cap.
+    let mut request = js("for (let i = 0; i < 1e5; i++) console.log('flood', i); 'done'");
+    request.max_output_bytes = Some(10_000);
+    request.timeout_ms = Some(30_000);
+    let response = run(&daemon, request).await;
+    assert_eq!(response.status, ExecStatus::Ok, "{:?}", response.error);
+    assert!(response.truncated);
+    assert!(response.stdout.len() <= 10_000, "{}", response.stdout.len());
+    assert!(
+        response.stdout.len() > 9_000,
+        "the cap is filled: {}",
+        response.stdout.len()
+    );
+    assert!(response.stdout.starts_with("flood 0\nflood 1\n"));
+    assert_eq!(response.result, json!("done"));
+}
+
+#[tokio::test]
+async fn deep_recursion_fails_cleanly_and_the_next_request_succeeds() {
+    let daemon = Daemon::start(&["--pool", "javascript=1"]).await;
+    let response = run(
+        &daemon,
+        js("function down(n) { return down(n + 1) + 1; } down(0)"),
+    )
+    .await;
+    assert_eq!(response.status, ExecStatus::Error, "{response:?}");
+    let kind = response.error.as_ref().unwrap().kind;
+    assert!(
+        matches!(kind, ErrorKind::Exception | ErrorKind::OutOfMemory),
+        "{response:?}"
+    );
+    assert_eq!(run(&daemon, js("'next'")).await.result, json!("next"));
+}
+
+#[tokio::test]
+async fn infinite_loop_is_stopped_within_100_ms_of_its_limit() {
+    let daemon = Daemon::start(&["--pool", "javascript=2"]).await;
+    let mut spin = js("while (true) {}");
+    spin.timeout_ms = Some(500);
+    let client = daemon.client();
+    // A well-behaved request runs beside the loop, undisturbed.
+    let (looped, neighbour) = within("loop beside a normal request", STEP_LIMIT, async {
+        tokio::join!(client.exec(&spin), async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            client.exec(&js("[1, 2, 3].map(x => x * x)")).await
+        })
+    })
+    .await;
+    let looped = looped.unwrap();
+    assert_eq!(looped.status, ExecStatus::Timeout, "{looped:?}");
+    assert!(
+        looped.duration_ms < 500.0 + 100.0,
+        "stopped {} ms after arrival, limit 500 ms",
+        looped.duration_ms
+    );
+    assert_eq!(neighbour.unwrap().result, json!([1, 4, 9]));
+}
+
+#[tokio::test]
+async fn fifty_concurrent_requests_on_a_pool_of_two_are_all_answered_correctly() {
+    let daemon = Daemon::start(&["--pool", "javascript=2"]).await;
+    let client = daemon.client();
+    let requests: Vec<_> = (0..50)
+        .map(|n| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let mut request = js(&format!("const n = {n}; console.log('req', n); n * n"));
+                request.timeout_ms = Some(60_000);
+                (n, client.exec(&request).await)
+            })
+        })
+        .collect();
+    for handle in requests {
+        let (n, response) = within("one of fifty requests", Duration::from_secs(120), handle)
+            .await
+            .unwrap();
+        let response = response.unwrap_or_else(|e| panic!("request {n}: {e}"));
+        assert_eq!(response.status, ExecStatus::Ok, "request {n}: {response:?}");
+        assert_eq!(response.result, json!(n * n));
+        assert_eq!(response.stdout, format!("req {n}\n"));
+    }
+    let metrics = within("metrics", STEP_LIMIT, client.metrics())
+        .await
+        .unwrap();
+    assert_eq!(
+        metric(
+            &metrics,
+            r#"hyperlightd_executions_total{language="javascript",status="ok"}"#
+        ),
+        50.0
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            r#"hyperlightd_queue_wait_seconds_count{language="javascript"}"#
+        ),
+        50.0
+    );
+}
+
+#[tokio::test]
+async fn full_queue_answers_503_with_retry_after() {
+    let daemon = Daemon::start(&["--pool", "javascript=1", "--queue-depth", "1"]).await;
+    let client = daemon.client();
+    let slow = js("const end = Date.now() + 1500; while (Date.now() < end) {} 'slow'");
+    let running = tokio::spawn({
+        let client = client.clone();
+        let slow = slow.clone();
+        async move { client.exec(&slow).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let queued = tokio::spawn({
+        let client = client.clone();
+        let slow = slow.clone();
+        async move { client.exec(&slow).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    match within("request to a full queue", STEP_LIMIT, client.exec(&js("1"))).await {
+        Err(Error::Rejected {
+            status,
+            error,
+            retry_after,
+        }) => {
+            assert_eq!(status, 503);
+            assert_eq!(error.kind, ErrorKind::Overloaded);
+            assert_eq!(retry_after, Some(1));
+        }
+        other => panic!("expected 503 overloaded, got {other:?}"),
+    }
+    for handle in [running, queued] {
+        let response = within("slow request", STEP_LIMIT, handle)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(response.result, json!("slow"));
+    }
+    let metrics = client.metrics().await.unwrap();
+    assert_eq!(
+        metric(
+            &metrics,
+            r#"hyperlightd_requests_rejected_total{reason="overloaded"}"#
+        ),
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn poisoned_sandbox_is_replaced_and_the_pool_returns_to_full_size() {
+    let daemon = Daemon::start(&["--pool", "javascript=2"]).await;
+    let mut spin = js("while (true) {}");
+    spin.timeout_ms = Some(200);
+    assert_eq!(run(&daemon, spin).await.status, ExecStatus::Timeout);
+    let health = wait_until_ready(&daemon).await;
+    assert_eq!(health.sandboxes[&Language::Javascript].total, 2);
+    let metrics = daemon.client().metrics().await.unwrap();
+    assert_eq!(
+        metric(
+            &metrics,
+            r#"hyperlightd_sandboxes_recycled_total{language="javascript",reason="timeout"}"#
+        ),
+        1.0,
+        "{metrics}"
+    );
+    // Three sandboxes built in all: two at start, one replacement. Restores are counted only
+    // for sandboxes that were reused.
+    assert_eq!(
+        metric(
+            &metrics,
+            r#"hyperlightd_sandbox_create_seconds_count{language="javascript"}"#
+        ),
+        3.0
+    );
+    for n in 0..4 {
+        assert_eq!(
+            run(&daemon, js(&format!("{n} + 1"))).await.result,
+            json!(n + 1)
+        );
+    }
+}
+
+#[tokio::test]
+async fn oversized_code_is_refused_with_413() {
+    let daemon = Daemon::start(&["--pool", "javascript=1", "--max-code-bytes", "1000"]).await;
+    match within(
+        "oversized code",
+        STEP_LIMIT,
+        daemon.client().exec(&js(&"1;".repeat(600))),
+    )
+    .await
+    {
+        Err(Error::Rejected { status, error, .. }) => {
+            assert_eq!(status, 413);
+            assert_eq!(error.kind, ErrorKind::PayloadTooLarge);
+            assert!(error.message.contains("1000"), "{}", error.message);
+        }
+        other => panic!("expected 413, got {other:?}"),
+    }
 }

@@ -5,6 +5,7 @@
 //! - `test`: unit tests on the host, the end-to-end suite where KVM can run Hyperlight guests;
 //! - `demo`: build, start the daemon (in the VM where the host cannot run guests) and run sample
 //!   programs through `hlctl`;
+//! - `bench`: the side-by-side benchmark (release build), on real KVM;
 //! - `kvm`: say whether this host's KVM can run Hyperlight guests directly.
 //!
 //! Every step runs under a time limit and a timeout names the step.
@@ -46,6 +47,12 @@ enum Cmd {
     Test,
     /// Build, start the daemon and run sample programs through hlctl.
     Demo,
+    /// Release build, then the side-by-side benchmark on real KVM (in the VM if need be).
+    Bench {
+        /// Arguments for hyperlightd-bench (see `hyperlightd-bench --help`).
+        #[arg(trailing_var_arg = true)]
+        args: Vec<String>,
+    },
     /// Say whether this host's KVM can run Hyperlight guests directly.
     Kvm,
 }
@@ -65,11 +72,13 @@ fn main() -> ExitCode {
                 cpus,
                 timeout: Duration::from_secs(timeout),
                 step: "vm".into(),
+                writable: Vec::new(),
             },
         )
         .map(exit_code),
         Cmd::Test => test().map(|()| ExitCode::SUCCESS),
         Cmd::Demo => demo().map(|()| ExitCode::SUCCESS),
+        Cmd::Bench { args } => bench(&args).map(|()| ExitCode::SUCCESS),
         Cmd::Kvm => {
             let where_ = guest_host();
             println!("{}", where_.describe());
@@ -158,8 +167,9 @@ fn step(name: &str, command: &mut Command, limit: Duration) -> Result<()> {
     }
 }
 
-/// Runs `command` on real KVM as the step `name`: here, or in the VM.
-fn on_kvm(name: &str, command: &[String], limit: Duration) -> Result<()> {
+/// Runs `command` on real KVM as the step `name`: here, or in the VM, where only the
+/// directories in `writable` can be written to.
+fn on_kvm(name: &str, command: &[String], limit: Duration, writable: &[PathBuf]) -> Result<()> {
     match guest_host() {
         GuestHost::Here(why) => {
             eprintln!("({name}: on this host, {why})");
@@ -175,6 +185,7 @@ fn on_kvm(name: &str, command: &[String], limit: Duration) -> Result<()> {
                     cpus: 2,
                     timeout: limit,
                     step: name.into(),
+                    writable: writable.to_vec(),
                 },
             )?;
             if status != 0 {
@@ -277,6 +288,7 @@ fn test() -> Result<()> {
             "--test-threads=1".into(),
         ],
         Duration::from_secs(1800),
+        &[],
     )
 }
 
@@ -296,5 +308,34 @@ fn demo() -> Result<()> {
             bin.to_string_lossy().into_owned(),
         ],
         Duration::from_secs(600),
+        &[],
     )
+}
+
+fn bench(args: &[String]) -> Result<()> {
+    step(
+        "release build of the daemon and the benchmark",
+        cargo().args([
+            "build",
+            "--release",
+            "-p",
+            "hyperlightd",
+            "-p",
+            "hyperlightd-bench",
+        ]),
+        Duration::from_secs(3600),
+    )?;
+    let bin = vm::target_dir()?.join("release");
+    let out = vm::target_dir()?.join("bench");
+    std::fs::create_dir_all(&out)?;
+    let json = out.join("bench.json");
+    let mut command = vec![
+        bin.join("hyperlightd-bench").to_string_lossy().into_owned(),
+        "--daemon".into(),
+        bin.join("hyperlightd").to_string_lossy().into_owned(),
+        "--json".into(),
+        json.to_string_lossy().into_owned(),
+    ];
+    command.extend(args.iter().cloned());
+    on_kvm("benchmark", &command, Duration::from_secs(1800), &[out])
 }

@@ -38,9 +38,14 @@ impl Executor for StubExecutor {
     fn health(&self) -> ExecutorHealth {
         ExecutorHealth {
             hypervisor: "stub".into(),
+            warmed: true,
             sandboxes: BTreeMap::from([(
                 Language::Javascript,
-                SandboxCounts { ready: 2, total: 2 },
+                SandboxCounts {
+                    ready: 2,
+                    total: 2,
+                    target: 2,
+                },
             )]),
         }
     }
@@ -62,6 +67,7 @@ fn limits() -> Limits {
         default_timeout: Duration::from_millis(5_000),
         max_timeout: Duration::from_millis(10_000),
         max_body_bytes: 1024,
+        max_code_bytes: 512,
         max_output_bytes: 1024,
         max_result_bytes: 1024,
     }
@@ -320,6 +326,7 @@ async fn health_reports_executor_state_and_versions() {
     assert_eq!(status, StatusCode::OK);
     let health: HealthResponse = serde_json::from_value(body).unwrap();
     assert_eq!(health.status, "ok");
+    assert!(health.ready);
     assert_eq!(health.hypervisor, "stub");
     assert_eq!(health.sandboxes[&Language::Javascript].total, 2);
     assert_eq!(health.versions["hyperlightd"], "test");
@@ -358,4 +365,85 @@ async fn metrics_count_executions_and_rejections() {
         text.contains(r#"hyperlightd_requests_rejected_total{reason="invalid_request"} 1"#),
         "{text}"
     );
+}
+
+#[tokio::test]
+async fn code_over_limit_is_413_naming_the_limit() {
+    let (api, executor) = api(echo_executor());
+    let body = serde_json::json!({"language": "javascript", "code": "x".repeat(600)}).to_string();
+    let (status, json) = call(&api, request(Method::POST, paths::EXEC, &body)).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(json["error"]["kind"], "payload_too_large");
+    let message = json["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("600") && message.contains("512"),
+        "{message}"
+    );
+    assert!(executor.seen.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn output_cap_is_passed_to_the_executor_within_the_maximum() {
+    let caps = Arc::new(Mutex::new(Vec::new()));
+    let seen = caps.clone();
+    let (api, _) = api(StubExecutor::new(move |job| {
+        seen.lock().unwrap().push(job.max_output_bytes);
+        Ok(ok_outcome("", serde_json::Value::Null))
+    }));
+    for body in [
+        r#"{"language":"javascript","code":""}"#,
+        r#"{"language":"javascript","code":"","max_output_bytes":10}"#,
+        r#"{"language":"javascript","code":"","max_output_bytes":99999}"#,
+    ] {
+        call(&api, request(Method::POST, paths::EXEC, body)).await;
+    }
+    assert_eq!(*caps.lock().unwrap(), vec![1024, 10, 1024]);
+}
+
+/// An executor whose pools are below their size.
+struct WarmingExecutor {
+    warmed: bool,
+}
+
+impl Executor for WarmingExecutor {
+    async fn exec(&self, _: Job) -> Result<Outcome, ExecError> {
+        Err(ExecError::ShuttingDown)
+    }
+
+    fn health(&self) -> ExecutorHealth {
+        ExecutorHealth {
+            hypervisor: "stub".into(),
+            sandboxes: BTreeMap::from([(
+                Language::Javascript,
+                SandboxCounts {
+                    ready: 1,
+                    total: 1,
+                    target: 3,
+                },
+            )]),
+            warmed: self.warmed,
+        }
+    }
+}
+
+#[tokio::test]
+async fn health_is_not_ready_while_pools_are_below_their_size() {
+    for (warmed, status) in [(false, "starting"), (true, "degraded")] {
+        let api = Api::new(
+            Arc::new(WarmingExecutor { warmed }),
+            Metrics::new().unwrap(),
+            limits(),
+            BTreeMap::new(),
+        );
+        let response = api.handle(request(Method::GET, paths::HEALTH, "")).await;
+        assert_eq!(
+            response.status(),
+            StatusCode::OK,
+            "health answers while not ready"
+        );
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let health: HealthResponse = serde_json::from_slice(&bytes).unwrap();
+        assert!(!health.ready);
+        assert_eq!(health.status, status);
+    }
 }

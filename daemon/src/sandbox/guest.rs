@@ -22,6 +22,9 @@ pub trait Guest: Send {
 
     /// Returns the sandbox to its warm snapshot: nothing the last program did survives.
     fn reset(&mut self) -> Result<(), HyperlightError>;
+
+    /// Whether the last call left the sandbox poisoned (interrupted, aborted, faulted).
+    fn is_poisoned(&self) -> bool;
 }
 
 /// Room for the runner protocol around a program or a result in the guest's I/O buffers.
@@ -106,12 +109,17 @@ impl Stream {
 }
 
 /// Output of the current execution, shared between the host functions a guest writes through
-/// and the worker that owns the guest. Holds at most `limit` bytes of stdout and stderr together,
-/// so that an output flood costs the host nothing past the cap.
-#[derive(Debug)]
+/// and the worker that owns the guest. Holds at most the execution's limit of stdout and stderr
+/// together, so that an output flood costs the host nothing past the cap.
+#[derive(Debug, Default)]
 pub struct OutputCapture {
+    state: Mutex<CaptureState>,
+}
+
+#[derive(Debug, Default)]
+struct CaptureState {
     limit: usize,
-    captured: Mutex<Captured>,
+    captured: Captured,
 }
 
 /// What one execution wrote.
@@ -126,19 +134,25 @@ pub struct Captured {
 }
 
 impl OutputCapture {
-    /// An empty capture that keeps at most `limit` bytes.
-    pub fn new(limit: usize) -> Self {
-        OutputCapture {
+    /// An empty capture that keeps nothing until [`begin`](Self::begin) sets a limit.
+    pub fn new() -> Self {
+        OutputCapture::default()
+    }
+
+    /// Starts an execution: empties the capture and keeps at most `limit` bytes from now on.
+    pub fn begin(&self, limit: usize) {
+        *self.state.lock().unwrap_or_else(PoisonError::into_inner) = CaptureState {
             limit,
-            captured: Mutex::new(Captured::default()),
-        }
+            captured: Captured::default(),
+        };
     }
 
     /// Appends `text` to `stream`, cut at a character boundary once the cap is reached.
-    pub fn write(&self, stream: Stream, text: &str) {
-        let mut captured = self.captured.lock().unwrap_or_else(PoisonError::into_inner);
-        let used = captured.stdout.len() + captured.stderr.len();
-        let room = self.limit.saturating_sub(used);
+    /// Returns whether there is room for more, so a runner can stop sending output early.
+    pub fn write(&self, stream: Stream, text: &str) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let CaptureState { limit, captured } = &mut *state;
+        let room = limit.saturating_sub(captured.stdout.len() + captured.stderr.len());
         let take = if text.len() <= room {
             text.len()
         } else {
@@ -150,11 +164,12 @@ impl OutputCapture {
             Stream::Stderr => &mut captured.stderr,
         };
         target.push_str(&text[..take]);
+        !captured.truncated
     }
 
-    /// Takes what was written since the last call, leaving the capture empty.
+    /// Takes what was written since `begin`, leaving the capture empty with no room.
     pub fn take(&self) -> Captured {
-        std::mem::take(&mut *self.captured.lock().unwrap_or_else(PoisonError::into_inner))
+        std::mem::take(&mut *self.state.lock().unwrap_or_else(PoisonError::into_inner)).captured
     }
 }
 
@@ -192,6 +207,8 @@ pub enum RunnerErrorKind {
     Exception,
     /// The program's result is over the limit.
     ResultTooLarge,
+    /// The language runtime ran out of memory and said so.
+    OutOfMemory,
 }
 
 impl From<RunnerErrorKind> for ErrorKind {
@@ -200,6 +217,7 @@ impl From<RunnerErrorKind> for ErrorKind {
             RunnerErrorKind::SyntaxError => ErrorKind::SyntaxError,
             RunnerErrorKind::Exception => ErrorKind::Exception,
             RunnerErrorKind::ResultTooLarge => ErrorKind::ResultTooLarge,
+            RunnerErrorKind::OutOfMemory => ErrorKind::OutOfMemory,
         }
     }
 }
@@ -249,9 +267,10 @@ mod tests {
 
     #[test]
     fn capture_keeps_streams_apart() {
-        let capture = OutputCapture::new(100);
-        capture.write(Stream::Stdout, "out\n");
-        capture.write(Stream::Stderr, "err\n");
+        let capture = OutputCapture::new();
+        capture.begin(100);
+        assert!(capture.write(Stream::Stdout, "out\n"));
+        assert!(capture.write(Stream::Stderr, "err\n"));
         let captured = capture.take();
         assert_eq!(captured.stdout, "out\n");
         assert_eq!(captured.stderr, "err\n");
@@ -261,14 +280,32 @@ mod tests {
 
     #[test]
     fn capture_past_limit_is_cut_at_char_boundary_and_flagged() {
-        let capture = OutputCapture::new(5);
-        capture.write(Stream::Stdout, "abc");
-        capture.write(Stream::Stderr, "дд"); // 4 bytes; only 2 fit, which is one character
-        capture.write(Stream::Stdout, "more");
+        let capture = OutputCapture::new();
+        capture.begin(5);
+        assert!(capture.write(Stream::Stdout, "abc"));
+        // 4 bytes; only 2 fit, which is one character.
+        assert!(!capture.write(Stream::Stderr, "дд"));
+        assert!(!capture.write(Stream::Stdout, "more"));
         let captured = capture.take();
         assert_eq!(captured.stdout, "abc");
         assert_eq!(captured.stderr, "д");
         assert!(captured.truncated);
+    }
+
+    #[test]
+    fn capture_begin_resets_the_previous_execution() {
+        let capture = OutputCapture::new();
+        capture.begin(3);
+        capture.write(Stream::Stdout, "abcdef");
+        capture.begin(10);
+        assert!(capture.write(Stream::Stdout, "xyz"));
+        let captured = capture.take();
+        assert_eq!(captured.stdout, "xyz");
+        assert!(!captured.truncated);
+        assert!(
+            !capture.write(Stream::Stdout, "after take"),
+            "no room until the next begin"
+        );
     }
 
     #[test]

@@ -47,7 +47,7 @@ impl GuestFactory for JavascriptFactory {
             .with_host_print_fn(print)
             .build()?;
         proto.register(HOST_MODULE, "write", move |stream: u8, text: String| {
-            output.write(Stream::from_number(stream), &text);
+            output.write(Stream::from_number(stream), &text)
         })?;
         let mut runtime = proto.load_runtime()?;
         runtime.add_handler(HANDLER, Script::from_content(RUNNER))?;
@@ -85,5 +85,9 @@ impl Guest for JavascriptGuest {
 
     fn reset(&mut self) -> Result<(), HyperlightError> {
         self.sandbox.restore(self.warm.clone())
+    }
+
+    fn is_poisoned(&self) -> bool {
+        !self.sandbox.status().is_ready()
     }
 }

@@ -18,6 +18,7 @@ use self::guest::{GuestFactory, GuestSizes};
 use self::javascript::JavascriptFactory;
 use self::pool::{Pool, PoolConfig};
 use crate::executor::{ExecError, Executor, ExecutorHealth, Job, Outcome};
+use crate::metrics::Metrics;
 
 /// Settings every pool shares.
 #[derive(Debug, Clone, Copy)]
@@ -26,8 +27,6 @@ pub struct SandboxSettings {
     pub sizes: GuestSizes,
     /// Jobs that may wait per language.
     pub queue_depth: usize,
-    /// Cap on one execution's output.
-    pub max_output_bytes: usize,
 }
 
 /// The factory for a language's sandboxes.
@@ -45,14 +44,16 @@ pub struct HyperlightExecutor {
 }
 
 impl HyperlightExecutor {
-    /// Builds every pool and returns once every sandbox is warm. `hypervisor` is what health
-    /// reports. The first sandbox that cannot be built fails the start: that is also the probe
-    /// that tells whether this host's hypervisor can run Hyperlight guests at all.
+    /// Starts every pool and returns once each has one warm sandbox; the rest warm in the
+    /// background. `hypervisor` is what health reports. A pool's first sandbox is the probe that
+    /// tells whether this host can run the language's guest at all: if it cannot be built, the
+    /// start fails with its error.
     pub fn start(
         hypervisor: String,
         sizes: &BTreeMap<Language, usize>,
         settings: SandboxSettings,
         runtime: tokio::runtime::Handle,
+        metrics: &Metrics,
     ) -> Result<Self, HyperlightError> {
         let mut pools = BTreeMap::new();
         for (&language, &size) in sizes {
@@ -60,10 +61,11 @@ impl HyperlightExecutor {
                 language,
                 size,
                 queue_depth: settings.queue_depth,
-                max_output_bytes: settings.max_output_bytes,
+                heap_bytes: settings.sizes.heap_bytes,
                 factory: factory(language, &settings),
             };
-            pools.insert(language, Pool::start(config, runtime.clone())?);
+            let pool = Pool::start(config, runtime.clone(), metrics.pool(language))?;
+            pools.insert(language, pool);
         }
         Ok(HyperlightExecutor { hypervisor, pools })
     }
@@ -86,6 +88,7 @@ impl Executor for HyperlightExecutor {
                 .iter()
                 .map(|(&language, pool)| (language, pool.counts()))
                 .collect(),
+            warmed: self.pools.values().all(Pool::warmed),
         }
     }
 }

@@ -4,10 +4,12 @@
 //! Guest calls block their thread for their whole run, so they never run on the async runtime's
 //! workers. A worker sends its answer *before* it restores its sandbox to the warm snapshot, so
 //! the restore is off the request's path. Time limits are enforced from outside the guest, with
-//! the sandbox's interrupt handle.
+//! the sandbox's interrupt handle. A sandbox whose call poisoned it (time limit, guest abort,
+//! memory fault) is never restored and reused: its worker drops it and builds a new one while
+//! the other workers serve.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -19,11 +21,19 @@ use tracing::{debug, error, info, warn};
 
 use super::guest::{Captured, Guest, GuestFactory, OutputCapture, RunnerReply};
 use crate::executor::{ExecError, Job, Outcome};
+use crate::metrics::PoolMetrics;
 
 /// How long past a job's deadline the caller waits for its worker before answering "timeout"
 /// itself. A worker stops its guest at the deadline; this only bounds the wait should a guest
 /// not stop (a hypervisor fault), so that no request waits forever.
 const ANSWER_GRACE: Duration = Duration::from_secs(2);
+
+/// First and longest pause between failed attempts to build a replacement sandbox.
+const REBUILD_BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(10));
+
+/// Hyperlight's guest error code for a failed physical page allocation ("Out of physical
+/// memory"): the program dirtied more memory than the sandbox has.
+const GUEST_OUT_OF_MEMORY: u8 = 13;
 
 /// What a pool is built from.
 #[derive(Clone)]
@@ -34,8 +44,8 @@ pub struct PoolConfig {
     pub size: usize,
     /// Jobs that may wait for a sandbox.
     pub queue_depth: usize,
-    /// Cap on the output of one execution.
-    pub max_output_bytes: usize,
+    /// The guest heap, for messages about running out of it.
+    pub heap_bytes: u64,
     /// Builds the sandboxes.
     pub factory: Arc<dyn GuestFactory>,
 }
@@ -53,68 +63,98 @@ impl std::fmt::Debug for PoolConfig {
 /// A job handed to a worker, with the channel its outcome goes back on.
 struct Task {
     job: Job,
+    queued: Instant,
     reply: oneshot::Sender<Outcome>,
 }
 
-/// Counts shared by a pool's workers.
+/// State shared by a pool's workers and its handle.
 #[derive(Debug, Default)]
-struct Counts {
+struct Shared {
+    /// Sandboxes built and not yet dropped.
     total: AtomicUsize,
+    /// Sandboxes waiting for a job.
     idle: AtomicUsize,
+    /// Set once the pool has been at its size.
+    warmed: AtomicBool,
+    /// Set when the pool is dropped: workers stop building.
+    closed: AtomicBool,
+}
+
+/// Why a sandbox is dropped instead of restored: the `reason` label of the recycle metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Recycle {
+    /// Stopped at its time limit.
+    Timeout,
+    /// The program exhausted the sandbox's memory.
+    OutOfMemory,
+    /// The guest aborted or faulted.
+    GuestFailure,
+    /// Restoring the snapshot failed.
+    RestoreFailed,
+}
+
+impl Recycle {
+    fn as_str(self) -> &'static str {
+        match self {
+            Recycle::Timeout => "timeout",
+            Recycle::OutOfMemory => "out_of_memory",
+            Recycle::GuestFailure => "guest_failure",
+            Recycle::RestoreFailed => "restore_failed",
+        }
+    }
 }
 
 /// A running pool. Dropping it closes the queue; workers finish the queued jobs and exit.
 #[derive(Debug)]
 pub struct Pool {
     language: Language,
+    size: usize,
     queue_depth: usize,
     queue: Sender<Task>,
-    counts: Arc<Counts>,
+    shared: Arc<Shared>,
 }
 
 impl Pool {
-    /// Builds every sandbox of the pool, in parallel, and returns once all are warm. The first
-    /// sandbox that fails to build fails the whole pool.
+    /// Builds the pool's first sandbox here and now: it is the probe that tells whether this
+    /// host can run the language's guest at all, and its error fails the start. The other
+    /// sandboxes warm in the background; [`Pool::counts`] shows their progress.
     pub fn start(
         config: PoolConfig,
         runtime: tokio::runtime::Handle,
+        metrics: PoolMetrics,
     ) -> Result<Pool, HyperlightError> {
+        let output = Arc::new(OutputCapture::new());
+        let started = Instant::now();
+        let first = config.factory.create(output.clone())?;
+        metrics.create.observe(started.elapsed().as_secs_f64());
+
         let (queue, jobs) = crossbeam_channel::bounded::<Task>(config.queue_depth);
-        let counts = Arc::new(Counts::default());
-        let (ready_tx, ready_rx) = crossbeam_channel::bounded(config.size);
+        let shared = Arc::new(Shared::default());
+        let mut first = Some((first, output));
         for index in 0..config.size {
             let worker = Worker {
                 language: config.language,
                 index,
+                size: config.size,
+                heap_bytes: config.heap_bytes,
                 factory: config.factory.clone(),
                 jobs: jobs.clone(),
-                counts: counts.clone(),
+                shared: shared.clone(),
                 runtime: runtime.clone(),
-                max_output_bytes: config.max_output_bytes,
+                metrics: metrics.clone(),
             };
-            let ready = ready_tx.clone();
+            let warm = first.take();
             thread::Builder::new()
                 .name(format!("{}-{index}", config.language))
-                .spawn(move || worker.run(ready))
+                .spawn(move || worker.run(warm))
                 .map_err(|e| HyperlightError::Error(format!("spawning a worker thread: {e}")))?;
-        }
-        drop(ready_tx);
-        for _ in 0..config.size {
-            match ready_rx.recv() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => return Err(e),
-                Err(_) => {
-                    return Err(HyperlightError::Error(
-                        "a worker thread exited before its sandbox was ready".into(),
-                    ));
-                }
-            }
         }
         Ok(Pool {
             language: config.language,
+            size: config.size,
             queue_depth: config.queue_depth,
             queue,
-            counts,
+            shared,
         })
     }
 
@@ -123,15 +163,18 @@ impl Pool {
         let (reply, answer) = oneshot::channel();
         let deadline = job.deadline;
         let timeout = job.timeout;
-        self.queue
-            .try_send(Task { job, reply })
-            .map_err(|e| match e {
-                TrySendError::Full(_) => ExecError::Overloaded {
-                    language: self.language,
-                    queued: self.queue_depth,
-                },
-                TrySendError::Disconnected(_) => ExecError::ShuttingDown,
-            })?;
+        let task = Task {
+            job,
+            queued: Instant::now(),
+            reply,
+        };
+        self.queue.try_send(task).map_err(|e| match e {
+            TrySendError::Full(_) => ExecError::Overloaded {
+                language: self.language,
+                queued: self.queue_depth,
+            },
+            TrySendError::Disconnected(_) => ExecError::ShuttingDown,
+        })?;
         match tokio::time::timeout_at((deadline + ANSWER_GRACE).into(), answer).await {
             Ok(Ok(outcome)) => Ok(outcome),
             Ok(Err(_)) => Err(ExecError::Internal(format!(
@@ -145,12 +188,24 @@ impl Pool {
         }
     }
 
-    /// Sandboxes ready and in all.
+    /// Sandboxes idle, in all, and the pool's size.
     pub fn counts(&self) -> SandboxCounts {
         SandboxCounts {
-            ready: self.counts.idle.load(Ordering::Relaxed),
-            total: self.counts.total.load(Ordering::Relaxed),
+            ready: self.shared.idle.load(Ordering::Relaxed),
+            total: self.shared.total.load(Ordering::Relaxed),
+            target: self.size,
         }
+    }
+
+    /// Whether the pool has ever been at its size.
+    pub fn warmed(&self) -> bool {
+        self.shared.warmed.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::Relaxed);
     }
 }
 
@@ -158,66 +213,121 @@ impl Pool {
 struct Worker {
     language: Language,
     index: usize,
+    size: usize,
+    heap_bytes: u64,
     factory: Arc<dyn GuestFactory>,
     jobs: Receiver<Task>,
-    counts: Arc<Counts>,
+    shared: Arc<Shared>,
     runtime: tokio::runtime::Handle,
-    max_output_bytes: usize,
+    metrics: PoolMetrics,
 }
 
 impl Worker {
-    fn run(self, ready: crossbeam_channel::Sender<Result<(), HyperlightError>>) {
-        let output = Arc::new(OutputCapture::new(self.max_output_bytes));
-        let started = Instant::now();
-        let mut guest = match self.factory.create(output.clone()) {
-            Ok(guest) => guest,
-            Err(e) => {
-                let _ = ready.send(Err(e));
-                return;
+    /// Serves with `warm` (or a sandbox of its own), replacing every sandbox that has to go,
+    /// until the queue closes.
+    fn run(self, warm: Option<(Box<dyn Guest>, Arc<OutputCapture>)>) {
+        let mut warm = warm;
+        loop {
+            let (mut guest, output) = match warm.take() {
+                Some(ready) => ready,
+                None => match self.build() {
+                    Some(built) => built,
+                    None => return,
+                },
+            };
+            let total = self.shared.total.fetch_add(1, Ordering::Relaxed) + 1;
+            if total >= self.size {
+                self.shared.warmed.store(true, Ordering::Relaxed);
             }
-        };
-        debug!(language = %self.language, index = self.index, elapsed_ms = started.elapsed().as_millis() as u64, "sandbox warm");
-        self.counts.total.fetch_add(1, Ordering::Relaxed);
-        self.counts.idle.fetch_add(1, Ordering::Relaxed);
-        let _ = ready.send(Ok(()));
-        drop(ready);
+            self.shared.idle.fetch_add(1, Ordering::Relaxed);
+            let recycle = self.serve(guest.as_mut(), &output);
+            self.shared.total.fetch_sub(1, Ordering::Relaxed);
+            match recycle {
+                Some(reason) => {
+                    info!(language = %self.language, index = self.index, reason = reason.as_str(), "dropping the sandbox; building a replacement");
+                    self.metrics.recycled(reason.as_str());
+                }
+                None => {
+                    info!(language = %self.language, index = self.index, "queue closed; worker exits");
+                    return;
+                }
+            }
+        }
+    }
 
+    /// Builds a sandbox, retrying with backoff until it succeeds or the pool closes.
+    fn build(&self) -> Option<(Box<dyn Guest>, Arc<OutputCapture>)> {
+        let mut pause = REBUILD_BACKOFF.0;
+        loop {
+            if self.shared.closed.load(Ordering::Relaxed) {
+                return None;
+            }
+            let output = Arc::new(OutputCapture::new());
+            let started = Instant::now();
+            match self.factory.create(output.clone()) {
+                Ok(guest) => {
+                    self.metrics.create.observe(started.elapsed().as_secs_f64());
+                    debug!(language = %self.language, index = self.index, elapsed_ms = started.elapsed().as_millis() as u64, "sandbox warm");
+                    return Some((guest, output));
+                }
+                Err(e) => {
+                    error!(language = %self.language, index = self.index, "building a sandbox failed: {e}; retrying in {pause:?}");
+                    thread::sleep(pause);
+                    pause = (pause * 2).min(REBUILD_BACKOFF.1);
+                }
+            }
+        }
+    }
+
+    /// Runs jobs on `guest` until it must be dropped (and says why), or the queue closes (None).
+    fn serve(&self, guest: &mut dyn Guest, output: &OutputCapture) -> Option<Recycle> {
         for task in self.jobs.iter() {
-            self.counts.idle.fetch_sub(1, Ordering::Relaxed);
+            self.shared.idle.fetch_sub(1, Ordering::Relaxed);
+            self.metrics
+                .queue_wait
+                .observe(task.queued.elapsed().as_secs_f64());
             let span = task.job.span.clone();
             let _entered = span.enter();
             if task.reply.is_closed() {
                 debug!("caller went away while queued; not running");
-                self.counts.idle.fetch_add(1, Ordering::Relaxed);
+                self.shared.idle.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            let outcome = self.execute(guest.as_mut(), &output, &task.job);
+            let outcome = self.execute(guest, output, &task.job);
+            let recycle = self.recycle_reason(guest, &outcome);
+            // The answer goes out first; whatever happens to the sandbox is off its path.
             let _ = task.reply.send(outcome);
-            // The answer is on its way; now return the sandbox to its warm state.
-            let reset = Instant::now();
-            match guest.reset() {
-                Ok(()) => debug!(
-                    reset_ms = reset.elapsed().as_secs_f64() * 1e3,
-                    "sandbox reset"
-                ),
-                Err(e) => {
-                    warn!("restoring the sandbox failed ({e}); building a new one");
-                    output.take();
-                    match self.factory.create(output.clone()) {
-                        Ok(fresh) => guest = fresh,
-                        Err(e) => {
-                            error!("building a replacement sandbox failed: {e}; this worker stops");
-                            self.counts.total.fetch_sub(1, Ordering::Relaxed);
-                            return;
-                        }
-                    }
-                }
+            if recycle.is_some() {
+                return recycle;
             }
-            self.counts.idle.fetch_add(1, Ordering::Relaxed);
+            let started = Instant::now();
+            if let Err(e) = guest.reset() {
+                warn!("restoring the sandbox failed: {e}");
+                return Some(Recycle::RestoreFailed);
+            }
+            self.metrics
+                .restore
+                .observe(started.elapsed().as_secs_f64());
+            self.shared.idle.fetch_add(1, Ordering::Relaxed);
         }
-        info!(language = %self.language, index = self.index, "queue closed; worker exits");
-        self.counts.total.fetch_sub(1, Ordering::Relaxed);
-        self.counts.idle.fetch_sub(1, Ordering::Relaxed);
+        self.shared.idle.fetch_sub(1, Ordering::Relaxed);
+        None
+    }
+
+    /// Whether the call left the sandbox unfit for reuse, and why.
+    fn recycle_reason(&self, guest: &dyn Guest, outcome: &Outcome) -> Option<Recycle> {
+        let kind = outcome.error.as_ref().map(|e| e.kind);
+        // A failure the runtime caught and reported (an exception, even its own out-of-memory
+        // error) leaves the sandbox sound, and the restore undoes it. A poisoned sandbox, or one
+        // that failed in a way nobody explained, is not trusted again.
+        if !guest.is_poisoned() && kind != Some(ErrorKind::SandboxFailure) {
+            return None;
+        }
+        Some(match kind {
+            Some(ErrorKind::Timeout) => Recycle::Timeout,
+            Some(ErrorKind::OutOfMemory) => Recycle::OutOfMemory,
+            _ => Recycle::GuestFailure,
+        })
     }
 
     /// Runs one job under its deadline and turns what happened into an outcome.
@@ -226,6 +336,7 @@ impl Worker {
         if budget.is_zero() {
             return timeout_outcome(job.timeout, Captured::default());
         }
+        output.begin(job.max_output_bytes);
         let interrupt = guest.interrupt_handle();
         let watchdog = self.runtime.spawn(async move {
             tokio::time::sleep(budget).await;
@@ -254,6 +365,16 @@ impl Worker {
             Err(HyperlightError::ExecutionCanceledByHost()) => {
                 timeout_outcome(job.timeout, captured)
             }
+            Err(HyperlightError::GuestAborted(GUEST_OUT_OF_MEMORY, _)) => error_outcome(
+                ErrorBody::new(
+                    ErrorKind::OutOfMemory,
+                    format!(
+                        "the program ran out of memory: its sandbox has {} MiB",
+                        self.heap_bytes / (1024 * 1024)
+                    ),
+                ),
+                captured,
+            ),
             Err(HyperlightError::GuestError(_, message)) => {
                 error_outcome(ErrorBody::new(ErrorKind::Exception, message), captured)
             }
@@ -285,13 +406,15 @@ fn error_outcome(error: ErrorBody, captured: Captured) -> Outcome {
 fn timeout_outcome(timeout: Duration, captured: Captured) -> Outcome {
     Outcome {
         status: ExecStatus::Timeout,
-        error: Some(ErrorBody::new(
-            ErrorKind::Timeout,
-            format!(
-                "the program did not finish within its time limit of {} ms",
-                timeout.as_millis()
+        ..error_outcome(
+            ErrorBody::new(
+                ErrorKind::Timeout,
+                format!(
+                    "the program did not finish within its time limit of {} ms",
+                    timeout.as_millis()
+                ),
             ),
-        )),
-        ..error_outcome(ErrorBody::new(ErrorKind::Timeout, ""), captured)
+            captured,
+        )
     }
 }

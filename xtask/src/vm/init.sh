@@ -6,8 +6,9 @@
 # host's root and runs the command script the harness wrote there. Each step is recorded in the
 # share's `stage` file so that a timeout can say where the VM was; the command's exit status goes
 # to the share's `status` file. Parameters come from the kernel command line as environment
-# variables: hlshare (the share's path on the host) and hlkeep (colon-separated host paths under
-# /tmp, such as a checkout cloned there, that must stay visible under the VM's own /tmp).
+# variables: hlshare (the share's path on the host), hlkeep (colon-separated host paths under
+# /tmp, such as a checkout cloned there, that must stay visible under the VM's own /tmp) and
+# hlrw (colon-separated host directories shared writable as rw0, rw1, ..., mounted at their paths).
 B=/bin/busybox
 
 stage() { echo "$1" > /share/stage 2>/dev/null; }
@@ -53,6 +54,14 @@ done
 unset IFS
 $B mount -t tmpfs -o mode=0755 run /host/run
 $B mount -o bind /share "/host$hlshare" || die "bind-mounting the share at $hlshare failed"
+IFS=:
+n=0
+for dir in $hlrw; do
+    $B mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288 "rw$n" "/host$dir" \
+        || die "mounting $dir writable failed"
+    n=$((n + 1))
+done
+unset IFS
 
 stage "running the command"
 $B chroot /host /bin/sh "$hlshare/cmd.sh" > /share/stdout 2> /share/stderr

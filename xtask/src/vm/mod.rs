@@ -57,6 +57,8 @@ pub struct VmOptions {
     pub timeout: Duration,
     /// Name of this step, for messages.
     pub step: String,
+    /// Host directories the command may write to (everything else is read-only).
+    pub writable: Vec<PathBuf>,
 }
 
 /// The kernel image and its modules directory.
@@ -221,6 +223,12 @@ pub fn run(command: &[String], options: &VmOptions) -> Result<i32> {
         .map(|p| p.to_string_lossy().into_owned())
         .collect();
 
+    let mut writable = Vec::new();
+    for dir in &options.writable {
+        fs::create_dir_all(dir)?;
+        writable.push(dir.canonicalize()?);
+    }
+
     let console_path = run_dir.path().join("console.log");
     let console = fs::File::create(&console_path)?;
     let mut qemu = Command::new("qemu-system-x86_64")
@@ -235,9 +243,14 @@ pub fn run(command: &[String], options: &VmOptions) -> Result<i32> {
         .arg(&initrd)
         .arg("-append")
         .arg(format!(
-            "console=ttyS0 quiet panic=-1 hlshare={} hlkeep={}",
+            "console=ttyS0 quiet panic=-1 hlshare={} hlkeep={} hlrw={}",
             share.display(),
-            keep.join(":")
+            keep.join(":"),
+            writable
+                .iter()
+                .map(|p| p.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join(":")
         ))
         .arg("-virtfs")
         .arg("local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap")
@@ -246,6 +259,15 @@ pub fn run(command: &[String], options: &VmOptions) -> Result<i32> {
             "local,path={},mount_tag=share,security_model=none",
             share.display()
         ))
+        .args(writable.iter().enumerate().flat_map(|(i, dir)| {
+            [
+                "-virtfs".to_owned(),
+                format!(
+                    "local,path={},mount_tag=rw{i},security_model=none",
+                    dir.display()
+                ),
+            ]
+        }))
         .stdin(Stdio::null())
         .stdout(console.try_clone()?)
         .stderr(console)

@@ -1,0 +1,347 @@
+//! Side-by-side benchmark of hyperlightd, one program, one run, so that the figures compare:
+//!
+//! - (a) hyperlight-js called directly in this process: call, then restore to the snapshot;
+//! - (b) warm execution through the daemon: the client over the Unix socket;
+//! - (c) daemon throughput at concurrency 1 and 2;
+//! - (d) a fresh `node -e` process per execution, the way a subprocess runner works;
+//! - (e) daemon start to ready with a pool of N.
+//!
+//! Prints a table and writes the figures as JSON. Run it where KVM runs Hyperlight guests:
+//! `cargo xtask bench` builds it in release mode and runs it in the nested-KVM VM if need be.
+
+#![forbid(unsafe_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use hyperlight_js::{SandboxBuilder, Script};
+use hyperlightd_client::{Client, ExecRequest, ExecStatus, Language};
+use serde::Serialize;
+
+/// The work every contender does: build an array of 100 squares, sum it, stringify the sum.
+const BODY: &str = "const xs = []; for (let i = 0; i < 100; i++) xs.push(i * i); \
+                    JSON.stringify(xs.reduce((a, b) => a + b, 0))";
+/// What BODY evaluates to.
+const EXPECTED: &str = "328350";
+
+#[derive(Debug, Parser)]
+#[command(name = "hyperlightd-bench")]
+struct Args {
+    /// The hyperlightd binary to benchmark.
+    #[arg(long)]
+    daemon: PathBuf,
+    /// Timed executions for (a) and (b), after a warm-up.
+    #[arg(long, default_value_t = 300)]
+    iterations: usize,
+    /// Executions per concurrency level for (c).
+    #[arg(long, default_value_t = 300)]
+    throughput_requests: usize,
+    /// Processes started for (d); each costs hundreds of milliseconds.
+    #[arg(long, default_value_t = 20)]
+    node_iterations: usize,
+    /// Pool size for (b), (c) and (e).
+    #[arg(long, default_value_t = 2)]
+    pool: usize,
+    /// Daemon starts timed for (e).
+    #[arg(long, default_value_t = 3)]
+    starts: usize,
+    /// Where to write the figures as JSON.
+    #[arg(long, default_value = "bench.json")]
+    json: PathBuf,
+}
+
+/// Latency figures in milliseconds.
+#[derive(Debug, Clone, Serialize)]
+struct Latency {
+    samples: usize,
+    p50_ms: f64,
+    p99_ms: f64,
+    mean_ms: f64,
+}
+
+impl Latency {
+    fn of(mut samples: Vec<Duration>) -> Latency {
+        samples.sort();
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let at = |q: f64| ms(samples[((samples.len() - 1) as f64 * q).round() as usize]);
+        Latency {
+            samples: samples.len(),
+            p50_ms: at(0.50),
+            p99_ms: at(0.99),
+            mean_ms: samples.iter().map(|d| ms(*d)).sum::<f64>() / samples.len() as f64,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    program: &'static str,
+    direct_call: Latency,
+    direct_restore: Latency,
+    direct_call_and_restore: Latency,
+    daemon_warm: Latency,
+    throughput_per_s: Vec<(usize, f64)>,
+    node_process: Latency,
+    daemon_start_to_ready: Latency,
+    pool: usize,
+    ratios: Ratios,
+}
+
+#[derive(Debug, Serialize)]
+struct Ratios {
+    /// (b) p50 / (a) p50; target at most 0.8.
+    daemon_warm_p50_over_direct_p50: f64,
+    /// (c) at concurrency 2 / at concurrency 1; target at least 1.8.
+    throughput_2_over_1: f64,
+    /// (d) p50 / (b) p50; target at least 50.
+    node_p50_over_daemon_p50: f64,
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    eprintln!("(a) hyperlight-js in-process ...");
+    let (call, restore, both) = direct(args.iterations)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    eprintln!("(b, c) through the daemon ...");
+    let (warm, throughput) = runtime.block_on(through_daemon(&args))?;
+    eprintln!("(d) node -e per execution ...");
+    let node = node_processes(args.node_iterations)?;
+    eprintln!("(e) daemon start to ready ...");
+    let starts = runtime.block_on(start_to_ready(&args))?;
+
+    let per_s = |c: usize| {
+        throughput
+            .iter()
+            .find(|(n, _)| *n == c)
+            .map_or(f64::NAN, |(_, r)| *r)
+    };
+    let report = Report {
+        program: BODY,
+        ratios: Ratios {
+            daemon_warm_p50_over_direct_p50: warm.p50_ms / both.p50_ms,
+            throughput_2_over_1: per_s(2) / per_s(1),
+            node_p50_over_daemon_p50: node.p50_ms / warm.p50_ms,
+        },
+        direct_call: call,
+        direct_restore: restore,
+        direct_call_and_restore: both,
+        daemon_warm: warm,
+        throughput_per_s: throughput,
+        node_process: node,
+        daemon_start_to_ready: starts,
+        pool: args.pool,
+    };
+    print_table(&report);
+    std::fs::write(&args.json, serde_json::to_string_pretty(&report)?)
+        .with_context(|| format!("writing {}", args.json.display()))?;
+    println!("\nfigures written to {}", args.json.display());
+    Ok(())
+}
+
+/// (a): one sandbox, the program as a registered handler, called then restored each time.
+fn direct(iterations: usize) -> Result<(Latency, Latency, Latency)> {
+    let handler = format!(
+        "function handler(event) {{ return {{ result: (() => {{ {} }})() }}; }}",
+        BODY.replacen("JSON.stringify", "return JSON.stringify", 1)
+    );
+    let mut runtime = SandboxBuilder::new().build()?.load_runtime()?;
+    runtime.add_handler("bench", Script::from_content(handler))?;
+    let mut sandbox = runtime.get_loaded_sandbox()?;
+    let snapshot = sandbox.snapshot()?;
+    let (mut calls, mut restores, mut both) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..iterations + 20 {
+        let start = Instant::now();
+        let reply = sandbox.handle_event("bench", "{}".to_owned(), Some(false))?;
+        let called = Instant::now();
+        sandbox.restore(snapshot.clone())?;
+        let restored = Instant::now();
+        if !reply.contains(EXPECTED) {
+            bail!("direct call answered {reply}");
+        }
+        if i >= 20 {
+            calls.push(called - start);
+            restores.push(restored - called);
+            both.push(restored - start);
+        }
+    }
+    Ok((Latency::of(calls), Latency::of(restores), Latency::of(both)))
+}
+
+/// A daemon on a temporary socket, killed when dropped.
+struct Daemon {
+    child: Child,
+    client: Client,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts the daemon and returns it once ready, with the time that took.
+async fn start_daemon(binary: &Path, pool: usize) -> Result<(Daemon, Duration)> {
+    let dir = tempfile::tempdir()?;
+    let socket = dir.path().join("bench.sock");
+    let started = Instant::now();
+    let child = Command::new(binary)
+        .arg("--socket")
+        .arg(&socket)
+        .args([
+            "--pool",
+            &format!("javascript={pool}"),
+            "--queue-depth",
+            "1024",
+        ])
+        .env("HYPERLIGHTD_LOG", "warn")
+        .stdin(Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting {}", binary.display()))?;
+    let mut daemon = Daemon {
+        child,
+        client: Client::connect(&socket),
+        _dir: dir,
+    };
+    loop {
+        if let Ok(health) = daemon.client.health().await
+            && health.ready
+        {
+            return Ok((daemon, started.elapsed()));
+        }
+        if let Some(status) = daemon.child.try_wait()? {
+            bail!("the daemon exited during startup ({status})");
+        }
+        if started.elapsed() > Duration::from_secs(120) {
+            bail!("the daemon was not ready within 120 s");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn exec_checked(client: &Client, request: &ExecRequest) -> Result<()> {
+    let response = client.exec(request).await?;
+    if response.status != ExecStatus::Ok || response.result != serde_json::json!(EXPECTED) {
+        bail!("the daemon answered {response:?}");
+    }
+    Ok(())
+}
+
+/// (b) and (c).
+async fn through_daemon(args: &Args) -> Result<(Latency, Vec<(usize, f64)>)> {
+    let (daemon, _) = start_daemon(&args.daemon, args.pool).await?;
+    let request = ExecRequest::new(Language::Javascript, BODY);
+    for _ in 0..20 {
+        exec_checked(&daemon.client, &request).await?;
+    }
+    let mut samples = Vec::with_capacity(args.iterations);
+    for _ in 0..args.iterations {
+        let start = Instant::now();
+        exec_checked(&daemon.client, &request).await?;
+        samples.push(start.elapsed());
+    }
+    let mut throughput = Vec::new();
+    for concurrency in [1, 2] {
+        let per_task = args.throughput_requests / concurrency;
+        let start = Instant::now();
+        let tasks: Vec<_> = (0..concurrency)
+            .map(|_| {
+                let client = daemon.client.clone();
+                let request = request.clone();
+                tokio::spawn(async move {
+                    for _ in 0..per_task {
+                        exec_checked(&client, &request).await?;
+                    }
+                    anyhow::Ok(())
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await??;
+        }
+        let done = per_task * concurrency;
+        throughput.push((concurrency, done as f64 / start.elapsed().as_secs_f64()));
+    }
+    Ok((Latency::of(samples), throughput))
+}
+
+/// (d): a new node process per execution.
+fn node_processes(iterations: usize) -> Result<Latency> {
+    let program = BODY.replacen("JSON.stringify", "console.log(JSON.stringify", 1) + ")";
+    let mut samples = Vec::with_capacity(iterations);
+    for _ in 0..iterations {
+        let start = Instant::now();
+        let out = Command::new("node")
+            .args(["-e", &program])
+            .output()
+            .context("running node (is Node.js installed?)")?;
+        samples.push(start.elapsed());
+        if String::from_utf8_lossy(&out.stdout).trim() != EXPECTED {
+            bail!("node printed {:?}", String::from_utf8_lossy(&out.stdout));
+        }
+    }
+    Ok(Latency::of(samples))
+}
+
+/// (e).
+async fn start_to_ready(args: &Args) -> Result<Latency> {
+    let mut samples = Vec::with_capacity(args.starts);
+    for _ in 0..args.starts {
+        let (_daemon, elapsed) = start_daemon(&args.daemon, args.pool).await?;
+        samples.push(elapsed);
+    }
+    Ok(Latency::of(samples))
+}
+
+fn print_table(r: &Report) {
+    let row = |name: &str, l: &Latency| {
+        println!(
+            "{name:<52} {:>10.3} {:>10.3} {:>10.3} {:>6}",
+            l.p50_ms, l.p99_ms, l.mean_ms, l.samples
+        );
+    };
+    println!("\nprogram: {}\n", r.program);
+    println!(
+        "{:<52} {:>10} {:>10} {:>10} {:>6}",
+        "", "p50 ms", "p99 ms", "mean ms", "n"
+    );
+    row("(a) hyperlight-js direct: call", &r.direct_call);
+    row("(a) hyperlight-js direct: restore", &r.direct_restore);
+    row(
+        "(a) hyperlight-js direct: call + restore",
+        &r.direct_call_and_restore,
+    );
+    row("(b) daemon, warm, client over the socket", &r.daemon_warm);
+    row("(d) node -e, a process per execution", &r.node_process);
+    row(
+        &format!("(e) daemon start to ready, pool of {}", r.pool),
+        &r.daemon_start_to_ready,
+    );
+    println!();
+    for (concurrency, per_s) in &r.throughput_per_s {
+        println!("(c) daemon throughput at concurrency {concurrency}: {per_s:.1} executions/s");
+    }
+    let check = |ok: bool| if ok { "met" } else { "NOT met" };
+    let ratios = &r.ratios;
+    println!(
+        "\n(b) p50 / (a) p50 = {:.2}  (target <= 0.8: {})",
+        ratios.daemon_warm_p50_over_direct_p50,
+        check(ratios.daemon_warm_p50_over_direct_p50 <= 0.8)
+    );
+    println!(
+        "(c) concurrency 2 / concurrency 1 = {:.2}  (target >= 1.8: {})",
+        ratios.throughput_2_over_1,
+        check(ratios.throughput_2_over_1 >= 1.8)
+    );
+    println!(
+        "(d) p50 / (b) p50 = {:.1}  (target >= 50: {})",
+        ratios.node_p50_over_daemon_p50,
+        check(ratios.node_p50_over_daemon_p50 >= 50.0)
+    );
+}
