@@ -1,6 +1,8 @@
 //! Side-by-side benchmark of hyperlightd, one program, one run, so that the figures compare:
 //!
 //! - (a) hyperlight-js called directly in this process: call, then restore to the snapshot;
+//!   (a') the same, but running the program through hyperlightd's runner (what the daemon's
+//!   sandboxes run), which tells the runner's cost from the daemon's;
 //! - (b) warm execution through the daemon: the client over the Unix socket;
 //! - (c) daemon throughput at concurrency 1 and 2;
 //! - (d) a fresh `node -e` process per execution, the way a subprocess runner works;
@@ -48,6 +50,9 @@ struct Args {
     /// Daemon starts timed for (e).
     #[arg(long, default_value_t = 3)]
     starts: usize,
+    /// Extra arguments for the daemon (repeat), e.g. `--daemon-arg=--guest-heap-mib=16`.
+    #[arg(long = "daemon-arg", allow_hyphen_values = true)]
+    daemon_args: Vec<String>,
     /// Where to write the figures as JSON.
     #[arg(long, default_value = "bench.json")]
     json: PathBuf,
@@ -82,8 +87,14 @@ struct Report {
     direct_call: Latency,
     direct_restore: Latency,
     direct_call_and_restore: Latency,
+    runner_call: Latency,
+    runner_restore: Latency,
     daemon_warm: Latency,
+    /// The daemon's own mean time per execution over (b), from its metrics: arrival to the
+    /// end of the guest call, without the client and the socket.
+    daemon_server_side_mean_ms: f64,
     throughput_per_s: Vec<(usize, f64)>,
+    direct_throughput_per_s: Vec<(usize, f64)>,
     node_process: Latency,
     daemon_start_to_ready: Latency,
     pool: usize,
@@ -104,17 +115,24 @@ fn main() -> Result<()> {
     let args = Args::parse();
     eprintln!("(a) hyperlight-js in-process ...");
     let (call, restore, both) = direct(args.iterations)?;
+    eprintln!("(a') hyperlight-js in-process with hyperlightd's runner ...");
+    let (runner, runner_restore) = direct_runner(args.iterations)?;
+    eprintln!("(c') hyperlight-js in-process, 1 and 2 threads ...");
+    let direct_throughput = [1, 2]
+        .into_iter()
+        .map(|threads| direct_threads(threads, args.throughput_requests).map(|r| (threads, r)))
+        .collect::<Result<Vec<_>>>()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     eprintln!("(b, c) through the daemon ...");
-    let (warm, throughput) = runtime.block_on(through_daemon(&args))?;
+    let (warm, server_side, throughput) = runtime.block_on(through_daemon(&args))?;
     eprintln!("(d) node -e per execution ...");
     let node = node_processes(args.node_iterations)?;
     eprintln!("(e) daemon start to ready ...");
     let starts = runtime.block_on(start_to_ready(&args))?;
 
-    let per_s = |c: usize| {
+    let per_s = |c: usize| -> f64 {
         throughput
             .iter()
             .find(|(n, _)| *n == c)
@@ -130,8 +148,12 @@ fn main() -> Result<()> {
         direct_call: call,
         direct_restore: restore,
         direct_call_and_restore: both,
+        runner_call: runner,
+        runner_restore,
         daemon_warm: warm,
+        daemon_server_side_mean_ms: server_side,
         throughput_per_s: throughput,
+        direct_throughput_per_s: direct_throughput,
         node_process: node,
         daemon_start_to_ready: starts,
         pool: args.pool,
@@ -172,6 +194,77 @@ fn direct(iterations: usize) -> Result<(Latency, Latency, Latency)> {
     Ok((Latency::of(calls), Latency::of(restores), Latency::of(both)))
 }
 
+/// (c'): `threads` threads, each with its own sandbox, calling and restoring as fast as they
+/// can: how far Hyperlight itself scales on this machine, without the daemon.
+fn direct_threads(threads: usize, requests: usize) -> Result<f64> {
+    let handler = format!(
+        "function handler(event) {{ return {{ result: (() => {{ {} }})() }}; }}",
+        BODY.replacen("JSON.stringify", "return JSON.stringify", 1)
+    );
+    let per_thread = requests / threads;
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(threads + 1));
+    let workers: Vec<_> = (0..threads)
+        .map(|_| {
+            let handler = handler.clone();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || -> Result<()> {
+                let mut runtime = SandboxBuilder::new().build()?.load_runtime()?;
+                runtime.add_handler("bench", Script::from_content(handler))?;
+                let mut sandbox = runtime.get_loaded_sandbox()?;
+                let snapshot = sandbox.snapshot()?;
+                barrier.wait();
+                for _ in 0..per_thread {
+                    sandbox.handle_event("bench", "{}".to_owned(), Some(false))?;
+                    sandbox.restore(snapshot.clone())?;
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    barrier.wait();
+    let start = Instant::now();
+    for worker in workers {
+        worker
+            .join()
+            .map_err(|_| anyhow::anyhow!("a benchmark thread panicked"))??;
+    }
+    Ok((per_thread * threads) as f64 / start.elapsed().as_secs_f64())
+}
+
+/// (a'): hyperlightd's runner in a sandbox with hyperlight-js's default sizes, called directly
+/// with the program: the runner's own cost, without the daemon.
+fn direct_runner(iterations: usize) -> Result<(Latency, Latency)> {
+    let mut proto = SandboxBuilder::new().build()?;
+    proto.register("hyperlightd", "write", |_stream: u8, _text: String| true)?;
+    let mut runtime = proto.load_runtime()?;
+    runtime.add_handler(
+        "run",
+        Script::from_content(include_str!("../../guest/javascript/runner.js")),
+    )?;
+    let mut sandbox = runtime.get_loaded_sandbox()?;
+    let snapshot = sandbox.snapshot()?;
+    let event = serde_json::json!({ "code": BODY, "max_result_bytes": 1 << 20 }).to_string();
+    let mut calls = Vec::new();
+    let mut restores = Vec::new();
+    for i in 0..iterations + 20 {
+        let start = Instant::now();
+        let reply = sandbox.handle_event("run", event.clone(), Some(false))?;
+        let called = start.elapsed();
+        let restoring = Instant::now();
+        sandbox.restore(snapshot.clone())?;
+        if i >= 20 {
+            restores.push(restoring.elapsed());
+        }
+        if !reply.contains(EXPECTED) {
+            bail!("the runner answered {reply}");
+        }
+        if i >= 20 {
+            calls.push(called);
+        }
+    }
+    Ok((Latency::of(calls), Latency::of(restores)))
+}
+
 /// A daemon on a temporary socket, killed when dropped.
 struct Daemon {
     child: Child,
@@ -187,7 +280,7 @@ impl Drop for Daemon {
 }
 
 /// Starts the daemon and returns it once ready, with the time that took.
-async fn start_daemon(binary: &Path, pool: usize) -> Result<(Daemon, Duration)> {
+async fn start_daemon(binary: &Path, pool: usize, extra: &[String]) -> Result<(Daemon, Duration)> {
     let dir = tempfile::tempdir()?;
     let socket = dir.path().join("bench.sock");
     let started = Instant::now();
@@ -200,6 +293,7 @@ async fn start_daemon(binary: &Path, pool: usize) -> Result<(Daemon, Duration)> 
             "--queue-depth",
             "1024",
         ])
+        .args(extra)
         .env("HYPERLIGHTD_LOG", "warn")
         .stdin(Stdio::null())
         .spawn()
@@ -233,9 +327,21 @@ async fn exec_checked(client: &Client, request: &ExecRequest) -> Result<()> {
     Ok(())
 }
 
-/// (b) and (c).
-async fn through_daemon(args: &Args) -> Result<(Latency, Vec<(usize, f64)>)> {
-    let (daemon, _) = start_daemon(&args.daemon, args.pool).await?;
+/// The mean of a Prometheus histogram, in milliseconds.
+fn histogram_mean_ms(metrics: &str, name: &str) -> f64 {
+    let value = |suffix: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}_{suffix}")))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
+    value("sum") / value("count") * 1e3
+}
+
+/// (b), the daemon's server-side mean over (b), and (c).
+async fn through_daemon(args: &Args) -> Result<(Latency, f64, Vec<(usize, f64)>)> {
+    let (daemon, _) = start_daemon(&args.daemon, args.pool, &args.daemon_args).await?;
     let request = ExecRequest::new(Language::Javascript, BODY);
     for _ in 0..20 {
         exec_checked(&daemon.client, &request).await?;
@@ -246,6 +352,10 @@ async fn through_daemon(args: &Args) -> Result<(Latency, Vec<(usize, f64)>)> {
         exec_checked(&daemon.client, &request).await?;
         samples.push(start.elapsed());
     }
+    let server_side = histogram_mean_ms(
+        &daemon.client.metrics().await?,
+        "hyperlightd_execution_duration_seconds",
+    );
     let mut throughput = Vec::new();
     for concurrency in [1, 2] {
         let per_task = args.throughput_requests / concurrency;
@@ -268,7 +378,7 @@ async fn through_daemon(args: &Args) -> Result<(Latency, Vec<(usize, f64)>)> {
         let done = per_task * concurrency;
         throughput.push((concurrency, done as f64 / start.elapsed().as_secs_f64()));
     }
-    Ok((Latency::of(samples), throughput))
+    Ok((Latency::of(samples), server_side, throughput))
 }
 
 /// (d): a new node process per execution.
@@ -293,7 +403,7 @@ fn node_processes(iterations: usize) -> Result<Latency> {
 async fn start_to_ready(args: &Args) -> Result<Latency> {
     let mut samples = Vec::with_capacity(args.starts);
     for _ in 0..args.starts {
-        let (_daemon, elapsed) = start_daemon(&args.daemon, args.pool).await?;
+        let (_daemon, elapsed) = start_daemon(&args.daemon, args.pool, &args.daemon_args).await?;
         samples.push(elapsed);
     }
     Ok(Latency::of(samples))
@@ -317,15 +427,27 @@ fn print_table(r: &Report) {
         "(a) hyperlight-js direct: call + restore",
         &r.direct_call_and_restore,
     );
+    row(
+        "(a') hyperlight-js direct, hyperlightd's runner: call",
+        &r.runner_call,
+    );
+    row("(a') ... restore", &r.runner_restore);
     row("(b) daemon, warm, client over the socket", &r.daemon_warm);
     row("(d) node -e, a process per execution", &r.node_process);
     row(
         &format!("(e) daemon start to ready, pool of {}", r.pool),
         &r.daemon_start_to_ready,
     );
+    println!(
+        "    of which inside the daemon (mean, arrival to answer): {:.3} ms",
+        r.daemon_server_side_mean_ms
+    );
     println!();
     for (concurrency, per_s) in &r.throughput_per_s {
         println!("(c) daemon throughput at concurrency {concurrency}: {per_s:.1} executions/s");
+    }
+    for (threads, per_s) in &r.direct_throughput_per_s {
+        println!("(c') hyperlight-js in-process, {threads} thread(s): {per_s:.1} calls+restores/s");
     }
     let check = |ok: bool| if ok { "met" } else { "NOT met" };
     let ratios = &r.ratios;

@@ -111,9 +111,24 @@ async fn syntax_error_is_reported_as_such() {
         error.message
     );
 
+    // The parse error's position is in stderr.
+    let later = run(&daemon, js("const a = 1;\nconst b = 2;\nlet c = ;")).await;
+    assert_eq!(later.error.unwrap().kind, ErrorKind::SyntaxError);
+    assert!(later.stderr.contains("<input>:3:"), "{}", later.stderr);
+
     // A SyntaxError thrown while running is the program's exception, not a syntax error.
-    let runtime = run(&daemon, js("JSON.parse('{')")).await;
-    assert_eq!(runtime.error.unwrap().kind, ErrorKind::Exception);
+    for code in [
+        "JSON.parse('{')",
+        "console.log('ran'); eval('let y = ;')",
+        "new Function('1 +')",
+    ] {
+        let runtime = run(&daemon, js(code)).await;
+        assert_eq!(
+            runtime.error.as_ref().unwrap().kind,
+            ErrorKind::Exception,
+            "{code}: {runtime:?}"
+        );
+    }
 }
 
 #[tokio::test]

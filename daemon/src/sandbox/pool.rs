@@ -342,8 +342,13 @@ impl Worker {
             tokio::time::sleep(budget).await;
             interrupt.kill();
         });
+        let call = Instant::now();
         let result = guest.run(&job.code);
         watchdog.abort();
+        debug!(
+            call_ms = call.elapsed().as_secs_f64() * 1e3,
+            "guest call returned"
+        );
         let captured = output.take();
         match result {
             Ok(reply) => match RunnerReply::parse(&reply) {
