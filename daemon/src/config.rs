@@ -64,6 +64,11 @@ pub struct Config {
     #[arg(long, default_value_t = 64)]
     pub guest_heap_mib: u64,
 
+    /// How long building the first sandbox of each language (the startup probe) may take, in
+    /// milliseconds, before the daemon gives up and exits.
+    #[arg(long, default_value_t = 120_000)]
+    pub startup_timeout_ms: u64,
+
     /// How long in-flight requests may take to finish after SIGTERM/SIGINT, in milliseconds.
     #[arg(long, default_value_t = 30_000)]
     pub drain_timeout_ms: u64,
@@ -187,6 +192,7 @@ impl Config {
             ("--max-result-bytes", self.max_result_bytes as u64),
             ("--guest-heap-mib", self.guest_heap_mib),
             ("--queue-depth", self.queue_depth as u64),
+            ("--startup-timeout-ms", self.startup_timeout_ms),
         ] {
             if value == 0 {
                 return Err(ConfigError::Zero(name));

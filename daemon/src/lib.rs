@@ -40,6 +40,13 @@ pub enum StartError {
     /// The socket could not be set up.
     #[error(transparent)]
     Socket(#[from] SocketError),
+    /// Building the first sandbox did not finish in time.
+    #[error(
+        "building the first sandbox did not finish within {} s; the hypervisor may be stuck \
+         (raise --startup-timeout-ms if this host is merely slow)",
+        .0.as_secs()
+    )]
+    ProbeTimedOut(Duration),
     /// Anything else that stops startup.
     #[error("{0}")]
     Other(String),
@@ -51,7 +58,7 @@ impl StartError {
     pub fn exit_code(&self) -> u8 {
         match self {
             StartError::Config(_) => 64,
-            StartError::Hypervisor(_) => 69,
+            StartError::Hypervisor(_) | StartError::ProbeTimedOut(_) => 69,
             StartError::Socket(SocketError::InUse(_)) => 75,
             StartError::Socket(_) => 73,
             StartError::Other(_) => 70,
@@ -101,12 +108,22 @@ pub async fn run(
     let runtime = tokio::runtime::Handle::current();
     let hv = hypervisor.clone();
     let pool_metrics = metrics.clone();
-    let executor = tokio::task::spawn_blocking(move || {
+    let probe = tokio::task::spawn_blocking(move || {
+        // This thread builds the first sandboxes: keep SIGTERM and the like off it (see
+        // sys::signals). It stays in tokio's blocking pool with the mask, which is harmless.
+        if let Err(e) = sys::signals::block_process_signals_on_this_thread() {
+            tracing::warn!("cannot block signals on the startup thread: {e}");
+        }
         HyperlightExecutor::start(hv.to_string(), &sizes, settings, runtime, &pool_metrics)
-    })
-    .await
-    .map_err(|e| StartError::Other(format!("starting the pools: {e}")))?
-    .map_err(|e| hypervisor::probe_failed(hypervisor, &e))?;
+    });
+    // A hypervisor that hangs instead of failing must not leave the daemon silently bound but
+    // never serving. The blocked thread cannot be cancelled; the process exits instead.
+    let probe_limit = Duration::from_millis(config.startup_timeout_ms);
+    let executor = tokio::time::timeout(probe_limit, probe)
+        .await
+        .map_err(|_| StartError::ProbeTimedOut(probe_limit))?
+        .map_err(|e| StartError::Other(format!("starting the pools: {e}")))?
+        .map_err(|e| hypervisor::probe_failed(hypervisor, &e))?;
     info!(
         elapsed_ms = started.elapsed().as_millis() as u64,
         socket = %bound.path().display(),

@@ -33,7 +33,11 @@ fn main() -> ExitCode {
             return ExitCode::from(70);
         }
     };
-    match runtime.block_on(hyperlightd::run(config, stop_signal())) {
+    let result = runtime.block_on(hyperlightd::run(config, stop_signal()));
+    // A guest call or sandbox build stuck in the hypervisor must not keep the process alive:
+    // its thread cannot be cancelled, so the runtime is not waited for past this.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");

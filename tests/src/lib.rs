@@ -96,7 +96,10 @@ impl Daemon {
                     self.log()
                 );
             }
-            if client.health().await.is_ok_and(|health| health.ready) {
+            // Each probe is bounded too: a daemon that has bound its socket but hangs before
+            // serving would otherwise hold the connection in the backlog for ever.
+            let probe = tokio::time::timeout(Duration::from_secs(5), client.health()).await;
+            if matches!(probe, Ok(Ok(ref health)) if health.ready) {
                 return;
             }
             if started.elapsed() > STARTUP_LIMIT {

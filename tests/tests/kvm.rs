@@ -254,7 +254,11 @@ async fn infinite_loop_times_out_and_the_sandbox_serves_again() {
         response.stdout, "spinning\n",
         "output written before the timeout is kept"
     );
-    let after = run(&daemon, js("1 + 1")).await;
+    // The interrupted sandbox is replaced, not reused: with a pool of one, the next request
+    // waits for the new sandbox, which takes seconds under emulation.
+    let mut after = js("1 + 1");
+    after.timeout_ms = Some(60_000);
+    let after = run(&daemon, after).await;
     assert_eq!(after.result, json!(2), "{after:?}");
 }
 
@@ -665,7 +669,9 @@ async fn full_queue_answers_503_with_retry_after() {
             .unwrap();
         assert_eq!(response.result, json!("slow"));
     }
-    let metrics = client.metrics().await.unwrap();
+    let metrics = within("metrics", STEP_LIMIT, client.metrics())
+        .await
+        .unwrap();
     assert_eq!(
         metric(
             &metrics,
@@ -683,7 +689,9 @@ async fn poisoned_sandbox_is_replaced_and_the_pool_returns_to_full_size() {
     assert_eq!(run(&daemon, spin).await.status, ExecStatus::Timeout);
     let health = wait_until_ready(&daemon).await;
     assert_eq!(health.sandboxes[&Language::Javascript].total, 2);
-    let metrics = daemon.client().metrics().await.unwrap();
+    let metrics = within("metrics", STEP_LIMIT, daemon.client().metrics())
+        .await
+        .unwrap();
     assert_eq!(
         metric(
             &metrics,
@@ -726,4 +734,34 @@ async fn oversized_code_is_refused_with_413() {
         }
         other => panic!("expected 413, got {other:?}"),
     }
+}
+
+#[tokio::test]
+async fn startup_probe_past_its_time_limit_exits_with_a_clear_message() {
+    // No sandbox can be built in a millisecond: the daemon must give up promptly and say why,
+    // even though the thread building the sandbox is still busy.
+    let dir = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let out = within("daemon giving up at its startup limit", STEP_LIMIT, async {
+        tokio::process::Command::new(hyperlightd_e2e::binary("hyperlightd"))
+            .arg("--socket")
+            .arg(dir.path().join("d.sock"))
+            .args(["--pool", "javascript=1", "--startup-timeout-ms", "1"])
+            .output()
+            .await
+            .unwrap()
+    })
+    .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{stderr}");
+    assert!(stderr.contains("did not finish within"), "{stderr}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        !dir.path().join("d.sock").exists(),
+        "no socket file is left behind"
+    );
 }

@@ -22,6 +22,7 @@ use tracing::{debug, error, info, warn};
 use super::guest::{Captured, Guest, GuestFactory, OutputCapture, RunnerReply};
 use crate::executor::{ExecError, Job, Outcome};
 use crate::metrics::PoolMetrics;
+use crate::sys::signals::block_process_signals_on_this_thread;
 
 /// How long past a job's deadline the caller waits for its worker before answering "timeout"
 /// itself. A worker stops its guest at the deadline; this only bounds the wait should a guest
@@ -226,6 +227,11 @@ impl Worker {
     /// Serves with `warm` (or a sandbox of its own), replacing every sandbox that has to go,
     /// until the queue closes.
     fn run(self, warm: Option<(Box<dyn Guest>, Arc<OutputCapture>)>) {
+        if let Err(e) = block_process_signals_on_this_thread() {
+            warn!(
+                "cannot block signals on a worker thread ({e}); a signal may interrupt a guest call"
+            );
+        }
         let mut warm = warm;
         loop {
             let (mut guest, output) = match warm.take() {

@@ -46,6 +46,19 @@ const PASSED_ENV: &[&str] = &[
     "CI",
 ];
 
+/// The VM stopped answering before its time limit: the command's own time limits could not
+/// fire, so the emulator itself froze (seen now and then under TCG with nested KVM).
+#[derive(Debug)]
+pub struct VmTimedOut(pub String);
+
+impl std::fmt::Display for VmTimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for VmTimedOut {}
+
 /// How the VM is sized and bounded.
 #[derive(Debug, Clone)]
 pub struct VmOptions {
@@ -303,12 +316,13 @@ pub fn run(command: &[String], options: &VmOptions) -> Result<i32> {
         lines[lines.len().saturating_sub(30)..].join("\n")
     };
     if exited.is_none() {
-        bail!(
+        return Err(VmTimedOut(format!(
             "vm: step '{}' timed out after {} s while the VM was {stage}\n--- VM console (last lines) ---\n{}",
             options.step,
             options.timeout.as_secs(),
             console_tail()
-        );
+        ))
+        .into());
     }
     if let Ok(error) = fs::read_to_string(share.join("init-error")) {
         bail!(
