@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use hyperlight_js::{SandboxBuilder, Script};
+use std::sync::Arc;
+
+use hyperlight_js::{LoadedJSSandbox, SandboxBuilder, Script, Snapshot};
 use hyperlightd_client::{Client, ExecRequest, ExecStatus, Language};
 use serde::Serialize;
 
@@ -165,8 +167,9 @@ fn main() -> Result<()> {
     Ok(())
 }
 
-/// (a): one sandbox, the program as a registered handler, called then restored each time.
-fn direct(iterations: usize) -> Result<(Latency, Latency, Latency)> {
+/// A sandbox with hyperlight-js's defaults and the program registered as the handler `bench`,
+/// loaded, with the snapshot to restore it to.
+fn bench_sandbox() -> Result<(LoadedJSSandbox, Arc<Snapshot>)> {
     let handler = format!(
         "function handler(event) {{ return {{ result: (() => {{ {} }})() }}; }}",
         BODY.replacen("JSON.stringify", "return JSON.stringify", 1)
@@ -175,6 +178,12 @@ fn direct(iterations: usize) -> Result<(Latency, Latency, Latency)> {
     runtime.add_handler("bench", Script::from_content(handler))?;
     let mut sandbox = runtime.get_loaded_sandbox()?;
     let snapshot = sandbox.snapshot()?;
+    Ok((sandbox, snapshot))
+}
+
+/// (a): one sandbox, the program as a registered handler, called then restored each time.
+fn direct(iterations: usize) -> Result<(Latency, Latency, Latency)> {
+    let (mut sandbox, snapshot) = bench_sandbox()?;
     let (mut calls, mut restores, mut both) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..iterations + 20 {
         let start = Instant::now();
@@ -197,21 +206,13 @@ fn direct(iterations: usize) -> Result<(Latency, Latency, Latency)> {
 /// (c'): `threads` threads, each with its own sandbox, calling and restoring as fast as they
 /// can: how far Hyperlight itself scales on this machine, without the daemon.
 fn direct_threads(threads: usize, requests: usize) -> Result<f64> {
-    let handler = format!(
-        "function handler(event) {{ return {{ result: (() => {{ {} }})() }}; }}",
-        BODY.replacen("JSON.stringify", "return JSON.stringify", 1)
-    );
     let per_thread = requests / threads;
     let barrier = std::sync::Arc::new(std::sync::Barrier::new(threads + 1));
     let workers: Vec<_> = (0..threads)
         .map(|_| {
-            let handler = handler.clone();
             let barrier = barrier.clone();
             std::thread::spawn(move || -> Result<()> {
-                let mut runtime = SandboxBuilder::new().build()?.load_runtime()?;
-                runtime.add_handler("bench", Script::from_content(handler))?;
-                let mut sandbox = runtime.get_loaded_sandbox()?;
-                let snapshot = sandbox.snapshot()?;
+                let (mut sandbox, snapshot) = bench_sandbox()?;
                 barrier.wait();
                 for _ in 0..per_thread {
                     sandbox.handle_event("bench", "{}".to_owned(), Some(false))?;
