@@ -265,12 +265,17 @@ fn find_binary(binaries: &[(String, PathBuf)], name: &str) -> Result<PathBuf> {
         .with_context(|| format!("no test target named {name} in hyperlightd-e2e"))
 }
 
-fn test() -> Result<()> {
+/// The debug binaries the end-to-end tests and the demo run.
+fn build_daemon_and_hlctl() -> Result<()> {
     step(
         "build the daemon and hlctl",
         cargo().args(["build", "--bins", "-p", "hyperlightd", "-p", "hlctl"]),
         Duration::from_secs(1800),
-    )?;
+    )
+}
+
+fn test() -> Result<()> {
+    build_daemon_and_hlctl()?;
     step(
         "unit tests (host)",
         cargo().args(["test", "--workspace", "--exclude", "hyperlightd-e2e"]),
@@ -350,11 +355,7 @@ fn list_tests(binary: &Path) -> Result<Vec<String>> {
 }
 
 fn demo() -> Result<()> {
-    step(
-        "build the daemon and hlctl",
-        cargo().args(["build", "--bins", "-p", "hyperlightd", "-p", "hlctl"]),
-        Duration::from_secs(1800),
-    )?;
+    build_daemon_and_hlctl()?;
     let root = workspace_root()?;
     let bin = vm::target_dir()?.join("debug");
     on_kvm(

@@ -124,14 +124,11 @@ impl Pool {
         runtime: tokio::runtime::Handle,
         metrics: PoolMetrics,
     ) -> Result<Pool, HyperlightError> {
-        let output = Arc::new(OutputCapture::new());
-        let started = Instant::now();
-        let first = config.factory.create(output.clone())?;
-        metrics.create.observe(started.elapsed().as_secs_f64());
+        let first = build_sandbox(config.factory.as_ref(), &metrics)?;
 
         let (queue, jobs) = crossbeam_channel::bounded::<Task>(config.queue_depth);
         let shared = Arc::new(Shared::default());
-        let mut first = Some((first, output));
+        let mut first = Some(first);
         for index in 0..config.size {
             let worker = Worker {
                 language: config.language,
@@ -268,13 +265,10 @@ impl Worker {
             if self.shared.closed.load(Ordering::Relaxed) {
                 return None;
             }
-            let output = Arc::new(OutputCapture::new());
-            let started = Instant::now();
-            match self.factory.create(output.clone()) {
-                Ok(guest) => {
-                    self.metrics.create.observe(started.elapsed().as_secs_f64());
-                    debug!(language = %self.language, index = self.index, elapsed_ms = started.elapsed().as_millis() as u64, "sandbox warm");
-                    return Some((guest, output));
+            match build_sandbox(self.factory.as_ref(), &self.metrics) {
+                Ok(built) => {
+                    debug!(language = %self.language, index = self.index, "sandbox warm");
+                    return Some(built);
                 }
                 Err(e) => {
                     error!(language = %self.language, index = self.index, "building a sandbox failed: {e}; retrying in {pause:?}");
@@ -401,6 +395,18 @@ impl Worker {
             }
         }
     }
+}
+
+/// Builds one warm sandbox with an output capture of its own, and records how long it took.
+fn build_sandbox(
+    factory: &dyn GuestFactory,
+    metrics: &PoolMetrics,
+) -> Result<(Box<dyn Guest>, Arc<OutputCapture>), HyperlightError> {
+    let output = Arc::new(OutputCapture::new());
+    let started = Instant::now();
+    let guest = factory.create(output.clone())?;
+    metrics.create.observe(started.elapsed().as_secs_f64());
+    Ok((guest, output))
 }
 
 fn error_outcome(error: ErrorBody, captured: Captured) -> Outcome {
