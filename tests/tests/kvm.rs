@@ -16,6 +16,13 @@ fn js(code: &str) -> ExecRequest {
     ExecRequest::new(Language::Javascript, code)
 }
 
+fn js_with_timeout(code: &str, timeout_ms: u64) -> ExecRequest {
+    ExecRequest {
+        timeout_ms: Some(timeout_ms),
+        ..js(code)
+    }
+}
+
 async fn run(daemon: &Daemon, request: ExecRequest) -> hyperlightd_client::ExecResponse {
     within("exec", STEP_LIMIT, daemon.client().exec(&request))
         .await
@@ -245,8 +252,7 @@ async fn malformed_request_gets_4xx_and_the_next_one_succeeds() {
 #[tokio::test]
 async fn infinite_loop_times_out_and_the_sandbox_serves_again() {
     let daemon = Daemon::start(&["--pool", "javascript=1"]).await;
-    let mut request = js("console.log('spinning'); while (true) {}");
-    request.timeout_ms = Some(300);
+    let request = js_with_timeout("console.log('spinning'); while (true) {}", 300);
     let response = run(&daemon, request).await;
     assert_eq!(response.status, ExecStatus::Timeout, "{response:?}");
     assert_eq!(response.error.unwrap().kind, ErrorKind::Timeout);
@@ -256,8 +262,7 @@ async fn infinite_loop_times_out_and_the_sandbox_serves_again() {
     );
     // The interrupted sandbox is replaced, not reused: with a pool of one, the next request
     // waits for the new sandbox, which takes seconds under emulation.
-    let mut after = js("1 + 1");
-    after.timeout_ms = Some(60_000);
+    let after = js_with_timeout("1 + 1", 60_000);
     let after = run(&daemon, after).await;
     assert_eq!(after.result, json!(2), "{after:?}");
 }
@@ -463,9 +468,8 @@ async fn large_program_and_large_result_round_trip() {
         json!(literal)
     );
     assert!(code.len() > 300_000);
-    let mut request = js(&code);
     // Sizes are the point here, not speed: a debug build under emulation takes seconds.
-    request.timeout_ms = Some(30_000);
+    let request = js_with_timeout(&code, 30_000);
     let response = run(&daemon, request).await;
     assert_eq!(response.status, ExecStatus::Ok, "{:?}", response.error);
     assert_eq!(response.stdout, "300000\n");
@@ -518,9 +522,10 @@ fn metric(metrics: &str, series: &str) -> f64 {
 #[tokio::test]
 async fn memory_bomb_is_out_of_memory_and_the_daemon_stays_healthy() {
     let daemon = Daemon::start(&["--pool", "javascript=2", "--guest-heap-mib", "32"]).await;
-    let mut request =
-        js("const hoard = []; while (true) hoard.push(new Uint8Array(1 << 20).fill(7));");
-    request.timeout_ms = Some(60_000);
+    let request = js_with_timeout(
+        "const hoard = []; while (true) hoard.push(new Uint8Array(1 << 20).fill(7));",
+        60_000,
+    );
     let response = run(&daemon, request).await;
     assert_eq!(response.status, ExecStatus::Error, "{response:?}");
     let error = response.error.unwrap();
@@ -535,9 +540,11 @@ async fn memory_bomb_is_out_of_memory_and_the_daemon_stays_healthy() {
 async fn output_flood_is_truncated_at_the_requested_cap() {
     let daemon = Daemon::start(&["--pool", "javascript=1"]).await;
     // About 1 MB of output against a 10 kB cap.
-    let mut request = js("for (let i = 0; i < 1e5; i++) console.log('flood', i); 'done'");
+    let mut request = js_with_timeout(
+        "for (let i = 0; i < 1e5; i++) console.log('flood', i); 'done'",
+        30_000,
+    );
     request.max_output_bytes = Some(10_000);
-    request.timeout_ms = Some(30_000);
     let response = run(&daemon, request).await;
     assert_eq!(response.status, ExecStatus::Ok, "{:?}", response.error);
     assert!(response.truncated);
@@ -555,8 +562,10 @@ async fn output_flood_is_truncated_at_the_requested_cap() {
 async fn deep_recursion_fails_cleanly_and_the_next_request_succeeds() {
     let daemon = Daemon::start(&["--pool", "javascript=1"]).await;
     // Running out takes seconds in a debug guest under emulation: what ends it is the point.
-    let mut request = js("function down(n) { return down(n + 1) + 1; } down(0)");
-    request.timeout_ms = Some(60_000);
+    let request = js_with_timeout(
+        "function down(n) { return down(n + 1) + 1; } down(0)",
+        60_000,
+    );
     let response = run(&daemon, request).await;
     assert_eq!(response.status, ExecStatus::Error, "{response:?}");
     let kind = response.error.as_ref().unwrap().kind;
@@ -570,8 +579,7 @@ async fn deep_recursion_fails_cleanly_and_the_next_request_succeeds() {
 #[tokio::test]
 async fn infinite_loop_is_stopped_within_100_ms_of_its_limit() {
     let daemon = Daemon::start(&["--pool", "javascript=2"]).await;
-    let mut spin = js("while (true) {}");
-    spin.timeout_ms = Some(500);
+    let spin = js_with_timeout("while (true) {}", 500);
     let client = daemon.client();
     // A well-behaved request runs beside the loop, undisturbed.
     let (looped, neighbour) = within("loop beside a normal request", STEP_LIMIT, async {
@@ -599,8 +607,10 @@ async fn fifty_concurrent_requests_on_a_pool_of_two_are_all_answered_correctly()
         .map(|n| {
             let client = client.clone();
             tokio::spawn(async move {
-                let mut request = js(&format!("const n = {n}; console.log('req', n); n * n"));
-                request.timeout_ms = Some(60_000);
+                let request = js_with_timeout(
+                    &format!("const n = {n}; console.log('req', n); n * n"),
+                    60_000,
+                );
                 (n, client.exec(&request).await)
             })
         })
@@ -684,8 +694,7 @@ async fn full_queue_answers_503_with_retry_after() {
 #[tokio::test]
 async fn poisoned_sandbox_is_replaced_and_the_pool_returns_to_full_size() {
     let daemon = Daemon::start(&["--pool", "javascript=2"]).await;
-    let mut spin = js("while (true) {}");
-    spin.timeout_ms = Some(200);
+    let spin = js_with_timeout("while (true) {}", 200);
     assert_eq!(run(&daemon, spin).await.status, ExecStatus::Timeout);
     let health = wait_until_ready(&daemon).await;
     assert_eq!(health.sandboxes[&Language::Javascript].total, 2);
