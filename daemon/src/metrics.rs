@@ -25,6 +25,9 @@ pub const POOL_SANDBOXES: &str = "hyperlightd_pool_sandboxes";
 pub const POOL_IDLE_SANDBOXES: &str = "hyperlightd_pool_idle_sandboxes";
 /// Time a request waited for a sandbox, by `language`.
 pub const QUEUE_WAIT_SECONDS: &str = "hyperlightd_queue_wait_seconds";
+/// Time spent inside the guest per execution (the call into the micro-VM), by `language`: the
+/// execution duration less this is the daemon's own cost.
+pub const GUEST_CALL_SECONDS: &str = "hyperlightd_guest_call_seconds";
 /// Time to build a warm sandbox (runtime loaded, runner registered, snapshot taken), by `language`.
 pub const SANDBOX_CREATE_SECONDS: &str = "hyperlightd_sandbox_create_seconds";
 /// Time to restore a sandbox to its warm snapshot after a request, by `language`.
@@ -55,6 +58,7 @@ pub struct Metrics {
     pool_sandboxes: IntGaugeVec,
     pool_idle: IntGaugeVec,
     queue_wait: HistogramVec,
+    guest_call: HistogramVec,
     create: HistogramVec,
     restore: HistogramVec,
     recycled: IntCounterVec,
@@ -66,6 +70,8 @@ pub struct PoolMetrics {
     language: Language,
     /// Time requests waited for a sandbox.
     pub queue_wait: Histogram,
+    /// Time inside the guest per execution.
+    pub guest_call: Histogram,
     /// Time to build a warm sandbox.
     pub create: Histogram,
     /// Time to restore a sandbox after a request.
@@ -128,6 +134,11 @@ impl Metrics {
             "Time a request waited for a sandbox.",
             DURATION_BUCKETS,
         )?;
+        let guest_call = histogram(
+            GUEST_CALL_SECONDS,
+            "Time spent inside the guest per execution.",
+            DURATION_BUCKETS,
+        )?;
         let create = histogram(
             SANDBOX_CREATE_SECONDS,
             "Time to build a warm sandbox.",
@@ -146,6 +157,7 @@ impl Metrics {
             &["language", "reason"],
         )?;
         registry.register(Box::new(queue_wait.clone()))?;
+        registry.register(Box::new(guest_call.clone()))?;
         registry.register(Box::new(create.clone()))?;
         registry.register(Box::new(restore.clone()))?;
         registry.register(Box::new(recycled.clone()))?;
@@ -164,6 +176,7 @@ impl Metrics {
             pool_sandboxes,
             pool_idle,
             queue_wait,
+            guest_call,
             create,
             restore,
             recycled,
@@ -176,6 +189,7 @@ impl Metrics {
         PoolMetrics {
             language,
             queue_wait: self.queue_wait.with_label_values(&label),
+            guest_call: self.guest_call.with_label_values(&label),
             create: self.create.with_label_values(&label),
             restore: self.restore.with_label_values(&label),
             recycled: self.recycled.clone(),

@@ -644,6 +644,13 @@ async fn fifty_concurrent_requests_on_a_pool_of_two_are_all_answered_correctly()
         ),
         50.0
     );
+    assert_eq!(
+        metric(
+            &metrics,
+            r#"hyperlightd_guest_call_seconds_count{language="javascript"}"#
+        ),
+        50.0
+    );
 }
 
 #[tokio::test]

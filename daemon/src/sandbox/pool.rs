@@ -345,10 +345,9 @@ impl Worker {
         let call = Instant::now();
         let result = guest.run(&job.code);
         watchdog.abort();
-        debug!(
-            call_ms = call.elapsed().as_secs_f64() * 1e3,
-            "guest call returned"
-        );
+        let call = call.elapsed();
+        self.metrics.guest_call.observe(call.as_secs_f64());
+        debug!(call_ms = call.as_secs_f64() * 1e3, "guest call returned");
         let captured = output.take();
         match result {
             Ok(reply) => match RunnerReply::parse(&reply) {
