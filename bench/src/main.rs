@@ -1,6 +1,7 @@
 //! Side-by-side benchmark of hyperlightd, one program, one run, so that the figures compare:
 //!
-//! - (a) hyperlight-js called directly in this process: call, then restore to the snapshot;
+//! - (a) hyperlight-js called directly in this process: call, then restore to the snapshot,
+//!   with transparent huge pages off as in the daemon (and once more with the system's policy);
 //!   (a') the same, but running the program through hyperlightd's runner (what the daemon's
 //!   sandboxes run), which tells the runner's cost from the daemon's;
 //! - (b) warm execution through the daemon: the client over the Unix socket;
@@ -89,18 +90,51 @@ struct Report {
     direct_call: Latency,
     direct_restore: Latency,
     direct_call_and_restore: Latency,
+    /// (a) call + restore with the system's transparent huge page policy, before turning it off.
+    direct_call_and_restore_system_thp: Latency,
     runner_call: Latency,
     runner_restore: Latency,
     daemon_warm: Latency,
-    /// The daemon's own mean time per execution over (b), from its metrics: arrival to the
-    /// end of the guest call, without the client and the socket.
-    daemon_server_side_mean_ms: f64,
+    /// Where (b)'s time goes inside the daemon, from its metrics over the timed requests.
+    daemon_breakdown: Breakdown,
     throughput_per_s: Vec<(usize, f64)>,
     direct_throughput_per_s: Vec<(usize, f64)>,
     node_process: Latency,
     daemon_start_to_ready: Latency,
     pool: usize,
     ratios: Ratios,
+}
+
+/// Means over (b)'s timed requests, from the daemon's histograms, in milliseconds.
+#[derive(Debug, Default, Serialize)]
+struct Breakdown {
+    /// Arrival to the end of the execution, without the client and the socket.
+    server_side_mean_ms: f64,
+    /// Waiting for a sandbox.
+    queue_wait_mean_ms: f64,
+    /// Inside the guest.
+    guest_call_mean_ms: f64,
+    /// Restoring after the answer went out (off the request's path).
+    restore_mean_ms: f64,
+}
+
+/// The sum and count of a Prometheus histogram (first series of that name).
+fn histogram_totals(metrics: &str, name: &str) -> (f64, f64) {
+    let value = |suffix: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}_{suffix}")))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
+    (value("sum"), value("count"))
+}
+
+/// The mean in milliseconds of what a histogram recorded between two scrapes.
+fn mean_between_ms(before: &str, after: &str, name: &str) -> f64 {
+    let (sum0, count0) = histogram_totals(before, name);
+    let (sum1, count1) = histogram_totals(after, name);
+    (sum1 - sum0) / (count1 - count0) * 1e3
 }
 
 #[derive(Debug, Serialize)]
@@ -115,6 +149,11 @@ struct Ratios {
 
 fn main() -> Result<()> {
     let args = Args::parse();
+    eprintln!("(a) hyperlight-js in-process, the system's transparent huge page policy ...");
+    let (_, _, both_system_thp) = direct(args.iterations)?;
+    // The daemon turns transparent huge pages off (daemon/src/sys/memory.rs); so does the rest
+    // of this run, so that both sides manage memory alike.
+    nix::sys::prctl::set_thp_disable(true).context("turning transparent huge pages off")?;
     eprintln!("(a) hyperlight-js in-process ...");
     let (call, restore, both) = direct(args.iterations)?;
     eprintln!("(a') hyperlight-js in-process with hyperlightd's runner ...");
@@ -128,7 +167,7 @@ fn main() -> Result<()> {
         .enable_all()
         .build()?;
     eprintln!("(b, c) through the daemon ...");
-    let (warm, server_side, throughput) = runtime.block_on(through_daemon(&args))?;
+    let (warm, breakdown, throughput) = runtime.block_on(through_daemon(&args))?;
     eprintln!("(d) node -e per execution ...");
     let node = node_processes(args.node_iterations)?;
     eprintln!("(e) daemon start to ready ...");
@@ -150,10 +189,11 @@ fn main() -> Result<()> {
         direct_call: call,
         direct_restore: restore,
         direct_call_and_restore: both,
+        direct_call_and_restore_system_thp: both_system_thp,
         runner_call: runner,
         runner_restore,
         daemon_warm: warm,
-        daemon_server_side_mean_ms: server_side,
+        daemon_breakdown: breakdown,
         throughput_per_s: throughput,
         direct_throughput_per_s: direct_throughput,
         node_process: node,
@@ -328,35 +368,28 @@ async fn exec_checked(client: &Client, request: &ExecRequest) -> Result<()> {
     Ok(())
 }
 
-/// The mean of a Prometheus histogram, in milliseconds.
-fn histogram_mean_ms(metrics: &str, name: &str) -> f64 {
-    let value = |suffix: &str| {
-        metrics
-            .lines()
-            .find(|l| l.starts_with(&format!("{name}_{suffix}")))
-            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .unwrap_or(f64::NAN)
-    };
-    value("sum") / value("count") * 1e3
-}
-
-/// (b), the daemon's server-side mean over (b), and (c).
-async fn through_daemon(args: &Args) -> Result<(Latency, f64, Vec<(usize, f64)>)> {
+/// (b), where its time went inside the daemon, and (c).
+async fn through_daemon(args: &Args) -> Result<(Latency, Breakdown, Vec<(usize, f64)>)> {
     let (daemon, _) = start_daemon(&args.daemon, args.pool, &args.daemon_args).await?;
     let request = ExecRequest::new(Language::Javascript, BODY);
     for _ in 0..20 {
         exec_checked(&daemon.client, &request).await?;
     }
+    let before = daemon.client.metrics().await?;
     let mut samples = Vec::with_capacity(args.iterations);
     for _ in 0..args.iterations {
         let start = Instant::now();
         exec_checked(&daemon.client, &request).await?;
         samples.push(start.elapsed());
     }
-    let server_side = histogram_mean_ms(
-        &daemon.client.metrics().await?,
-        "hyperlightd_execution_duration_seconds",
-    );
+    let after = daemon.client.metrics().await?;
+    let mean = |name: &str| mean_between_ms(&before, &after, name);
+    let breakdown = Breakdown {
+        server_side_mean_ms: mean("hyperlightd_execution_duration_seconds"),
+        queue_wait_mean_ms: mean("hyperlightd_queue_wait_seconds"),
+        guest_call_mean_ms: mean("hyperlightd_guest_call_seconds"),
+        restore_mean_ms: mean("hyperlightd_sandbox_restore_seconds"),
+    };
     let mut throughput = Vec::new();
     for concurrency in [1, 2] {
         let per_task = args.throughput_requests / concurrency;
@@ -379,7 +412,7 @@ async fn through_daemon(args: &Args) -> Result<(Latency, f64, Vec<(usize, f64)>)
         let done = per_task * concurrency;
         throughput.push((concurrency, done as f64 / start.elapsed().as_secs_f64()));
     }
-    Ok((Latency::of(samples), server_side, throughput))
+    Ok((Latency::of(samples), breakdown, throughput))
 }
 
 /// (d): a new node process per execution.
@@ -429,6 +462,10 @@ fn print_table(r: &Report) {
         &r.direct_call_and_restore,
     );
     row(
+        "(a) ... call + restore, system's huge page policy",
+        &r.direct_call_and_restore_system_thp,
+    );
+    row(
         "(a') hyperlight-js direct, hyperlightd's runner: call",
         &r.runner_call,
     );
@@ -439,9 +476,15 @@ fn print_table(r: &Report) {
         &format!("(e) daemon start to ready, pool of {}", r.pool),
         &r.daemon_start_to_ready,
     );
+    let b = &r.daemon_breakdown;
     println!(
-        "    of which inside the daemon (mean, arrival to answer): {:.3} ms",
-        r.daemon_server_side_mean_ms
+        "    (b) inside the daemon, means: arrival to answer {:.3} ms = queue wait {:.3} + guest \
+         call {:.3} + the daemon's own {:.3}; restore after the answer {:.3}",
+        b.server_side_mean_ms,
+        b.queue_wait_mean_ms,
+        b.guest_call_mean_ms,
+        b.server_side_mean_ms - b.queue_wait_mean_ms - b.guest_call_mean_ms,
+        b.restore_mean_ms
     );
     println!();
     for (concurrency, per_s) in &r.throughput_per_s {

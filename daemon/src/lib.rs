@@ -91,6 +91,12 @@ pub async fn run(
     let metrics = Metrics::new().map_err(|e| StartError::Other(format!("metrics: {e}")))?;
     let hypervisor = hypervisor::detect()?;
     info!(%hypervisor, "hypervisor found");
+    // Before any sandbox memory exists (see sys::memory for why).
+    if let Err(e) = sys::memory::disable_transparent_huge_pages() {
+        tracing::warn!(
+            "cannot turn transparent huge pages off ({e}); every request may clear whole 2 MiB pages"
+        );
+    }
 
     // Bound before the pools warm, so that a second daemon on the same socket is refused at
     // once; connections wait in the backlog until the pools are warm and serving starts.
