@@ -5,6 +5,7 @@
 //! and writes its output into an [`OutputCapture`] through host functions.
 
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
 
 use hyperlight_host::HyperlightError;
 use hyperlight_host::hypervisor::InterruptHandle;
@@ -14,8 +15,9 @@ use serde::Deserialize;
 /// A sandbox with a language runtime loaded and its runner registered, snapshotted warm.
 /// Lives on one worker thread.
 pub trait Guest: Send {
-    /// Runs `code` and returns the runner's JSON reply.
-    fn run(&mut self, code: &str) -> Result<String, HyperlightError>;
+    /// Runs `code` and returns the runner's JSON reply. `deadline` is when the call will be
+    /// interrupted; a guest whose host functions can block (a sleep) ends them there.
+    fn run(&mut self, code: &str, deadline: Instant) -> Result<String, HyperlightError>;
 
     /// A handle that stops a running call from another thread.
     fn interrupt_handle(&self) -> Arc<dyn InterruptHandle>;

@@ -3,6 +3,7 @@
 //! request pays neither for the runtime nor for the runner.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use hyperlight_host::HyperlightError;
 use hyperlight_host::hypervisor::InterruptHandle;
@@ -69,7 +70,7 @@ struct JavascriptGuest {
 }
 
 impl Guest for JavascriptGuest {
-    fn run(&mut self, code: &str) -> Result<String, HyperlightError> {
+    fn run(&mut self, code: &str, _deadline: Instant) -> Result<String, HyperlightError> {
         let event = serde_json::json!({
             "code": code,
             "max_result_bytes": self.max_result_bytes,

@@ -343,7 +343,7 @@ impl Worker {
             interrupt.kill();
         });
         let call = Instant::now();
-        let result = guest.run(&job.code);
+        let result = guest.run(&job.code, job.deadline);
         watchdog.abort();
         let call = call.elapsed();
         self.metrics.guest_call.observe(call.as_secs_f64());
