@@ -2,7 +2,9 @@
 # Installs what hyperlightd's build and tests need on a fresh Debian (bookworm) machine:
 #  - the Rust toolchain pinned in rust-toolchain.toml, with rust-src (Hyperlight guests are built
 #    from source for a custom target); RUSTUP_AUTO_INSTALL=0 means nobody else installs it;
-#  - clang, for the QuickJS guest that hyperlight-js builds;
+#  - clang, for the QuickJS guest that hyperlight-js builds and the WebAssembly runtime guest
+#    that hyperlight-wasm builds;
+#  - python3 with venv, for componentize-py (from PyPI), which builds the Python guest;
 #  - qemu-system-x86, linux-image-amd64, busybox-static, cpio: the nested-KVM VM that
 #    `cargo xtask vm` boots where the host's own KVM cannot run Hyperlight guests.
 # Idempotent and quick when everything is already there.
@@ -17,6 +19,10 @@ missing=()
 for pkg in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
+# componentize-py runs in a virtualenv under target/; Debian splits venv out of python3.
+if ! command -v python3 >/dev/null || ! python3 -m venv --help >/dev/null 2>&1; then
+    missing+=(python3 python3-venv)
+fi
 if [ "${#missing[@]}" -gt 0 ]; then
     echo "setup: installing Debian packages: ${missing[*]}"
     $sudo apt-get update -q

@@ -34,23 +34,27 @@ pub mod paths {
 pub enum Language {
     /// ECMAScript (QuickJS inside the micro-VM).
     Javascript,
+    /// CPython with its standard library (a WebAssembly component inside the micro-VM).
+    Python,
 }
 
 impl Language {
     /// Every language, in a stable order.
-    pub const ALL: &'static [Language] = &[Language::Javascript];
+    pub const ALL: &'static [Language] = &[Language::Javascript, Language::Python];
 
     /// The canonical name, as used on the wire and in metrics labels.
     pub const fn as_str(self) -> &'static str {
         match self {
             Language::Javascript => "javascript",
+            Language::Python => "python",
         }
     }
 
-    /// The language a file extension names (`"js"`, `"mjs"`), if any.
+    /// The language a file extension names (`"js"`, `"mjs"`, `"py"`), if any.
     pub fn from_extension(ext: &str) -> Option<Language> {
         match ext {
             "js" | "mjs" | "cjs" => Some(Language::Javascript),
+            "py" => Some(Language::Python),
             _ => None,
         }
     }
@@ -86,6 +90,7 @@ impl FromStr for Language {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "javascript" | "js" => Ok(Language::Javascript),
+            "python" | "py" => Ok(Language::Python),
             other => Err(UnknownLanguage(other.to_owned())),
         }
     }
@@ -356,8 +361,18 @@ mod tests {
     }
 
     #[test]
-    fn language_from_extension_knows_js() {
+    fn language_from_extension_knows_js_and_py() {
         assert_eq!(Language::from_extension("js"), Some(Language::Javascript));
+        assert_eq!(Language::from_extension("py"), Some(Language::Python));
         assert_eq!(Language::from_extension("txt"), None);
+    }
+
+    #[test]
+    fn python_names_parse_and_render() {
+        assert_eq!("py".parse::<Language>().unwrap(), Language::Python);
+        let req: ExecRequest =
+            serde_json::from_str(r#"{"language":"python","code":"1+1"}"#).unwrap();
+        assert_eq!(req.language, Language::Python);
+        assert_eq!(Language::Python.to_string(), "python");
     }
 }

@@ -60,9 +60,23 @@ pub struct Config {
     #[arg(long, default_value_t = 1024 * 1024)]
     pub max_result_bytes: usize,
 
-    /// Guest heap of each sandbox, in MiB: the memory a program can allocate.
+    /// Guest heap of each JavaScript sandbox, in MiB: the memory a program can allocate.
     #[arg(long, default_value_t = 64)]
     pub guest_heap_mib: u64,
+
+    /// Guest heap of each Python sandbox, in MiB: the interpreter, the WebAssembly runtime and
+    /// the program's objects together.
+    #[arg(long, default_value_t = 256)]
+    pub python_heap_mib: u64,
+
+    /// The compiled Python guest (`python.aot`, built by `cargo xtask python-guest`). Needed
+    /// only when a `python` pool is configured.
+    #[arg(
+        long,
+        env = "HYPERLIGHTD_PYTHON_GUEST",
+        default_value = "/usr/lib/hyperlightd/python.aot"
+    )]
+    pub python_guest: std::path::PathBuf,
 
     /// How long building the first sandbox of each language (the startup probe) may take, in
     /// milliseconds, before the daemon gives up and exits.
@@ -123,6 +137,12 @@ pub enum ConfigError {
     /// A limit that must be positive is zero.
     #[error("{0} must be greater than zero")]
     Zero(&'static str),
+    /// A `python` pool is configured but its guest is not where `--python-guest` says.
+    #[error(
+        "the Python guest {0:?} does not exist: build it with `cargo xtask python-guest` and \
+         pass its path with --python-guest (or HYPERLIGHTD_PYTHON_GUEST), or configure no python pool"
+    )]
+    PythonGuestMissing(std::path::PathBuf),
     /// The default timeout is larger than the maximum.
     #[error("--default-timeout-ms ({default}) is larger than --max-timeout-ms ({max})")]
     DefaultAboveMax {
@@ -177,6 +197,9 @@ impl Config {
             if sizes.insert(spec.language, spec.size).is_some() {
                 return Err(ConfigError::DuplicatePool(spec.language));
             }
+        }
+        if sizes.contains_key(&Language::Python) && !self.python_guest.is_file() {
+            return Err(ConfigError::PythonGuestMissing(self.python_guest.clone()));
         }
         Ok(sizes)
     }
@@ -244,6 +267,23 @@ mod tests {
     fn pool_spec_with_unknown_language_is_rejected() {
         let err = parse(&["--pool", "cobol=1"]).unwrap_err().to_string();
         assert!(err.contains("unknown language"), "{err}");
+    }
+
+    #[test]
+    fn python_pool_without_its_guest_is_a_configuration_error() {
+        let config = parse(&[
+            "--pool",
+            "python=1",
+            "--python-guest",
+            "/nonexistent/python.aot",
+        ])
+        .unwrap();
+        let err = config.pool_sizes().unwrap_err();
+        assert!(matches!(err, ConfigError::PythonGuestMissing(_)), "{err}");
+        assert!(
+            err.to_string().contains("cargo xtask python-guest"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -6,6 +6,9 @@
 //! language, one worker thread per sandbox). `sys` holds the platform specifics, `metrics` the
 //! Prometheus registry, `config` the command line. See docs/ARCHITECTURE.md.
 
+// The Python guest's generated bindings (sandbox::python) name `::alloc`.
+extern crate alloc;
+
 pub mod config;
 pub mod executor;
 pub mod http;
@@ -76,6 +79,7 @@ fn versions() -> BTreeMap<String, String> {
         // Kept in step with the workspace manifest, which pins every hyperlight crate.
         ("hyperlight-host".to_owned(), "0.17".to_owned()),
         ("hyperlight-js".to_owned(), "0.4".to_owned()),
+        ("hyperlight-wasm".to_owned(), "0.15".to_owned()),
     ])
 }
 
@@ -102,12 +106,15 @@ pub async fn run(
     // once; connections wait in the backlog until the pools are warm and serving starts.
     let (listener, bound) = socket::bind(&config.socket, config.socket_group.as_deref())?;
 
+    let sizes_with_heap = |heap_mib: u64| GuestSizes {
+        heap_bytes: heap_mib * 1024 * 1024,
+        max_body_bytes: limits.max_body_bytes,
+        max_result_bytes: limits.max_result_bytes,
+    };
     let settings = SandboxSettings {
-        sizes: GuestSizes {
-            heap_bytes: config.guest_heap_mib * 1024 * 1024,
-            max_body_bytes: limits.max_body_bytes,
-            max_result_bytes: limits.max_result_bytes,
-        },
+        sizes: sizes_with_heap(config.guest_heap_mib),
+        python_sizes: sizes_with_heap(config.python_heap_mib),
+        python_component: config.python_guest.clone(),
         queue_depth: config.queue_depth,
     };
     let started = Instant::now();

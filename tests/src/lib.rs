@@ -42,6 +42,24 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
+/// The compiled Python guest, which `cargo xtask python-guest` builds (`cargo xtask test`
+/// does it first).
+pub fn python_guest() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test knows its own path");
+    // target/<profile>/deps/<test>-<hash> → target/python-guest/python.aot
+    let target = exe
+        .ancestors()
+        .nth(3)
+        .expect("the test executable lives in target/<profile>/deps");
+    let path = target.join("python-guest/python.aot");
+    assert!(
+        path.is_file(),
+        "{} not found: build it with `cargo xtask python-guest` (`cargo xtask test` does)",
+        path.display()
+    );
+    path
+}
+
 /// Awaits `future`, failing the test with `step` in the message if it outlives `limit`.
 pub async fn within<T>(step: &str, limit: Duration, future: impl Future<Output = T>) -> T {
     match tokio::time::timeout(limit, future).await {

@@ -6,6 +6,9 @@
 //! - `demo`: build, start the daemon (in the VM where the host cannot run guests) and run sample
 //!   programs through `hlctl`;
 //! - `bench`: the side-by-side benchmark (release build), on real KVM;
+//! - `python-guest`: build the Python guest (`target/python-guest/python.aot`): componentize-py
+//!   (from PyPI, in a virtualenv under `target/`) makes a WebAssembly component of CPython and
+//!   `guest/python/runner.py`, and hyperlight-wasm-aot (from crates.io) compiles it ahead of time;
 //! - `kvm`: say whether this host's KVM can run Hyperlight guests directly.
 //!
 //! Every step runs under a time limit and a timeout names the step.
@@ -55,6 +58,8 @@ enum Cmd {
     },
     /// Say whether this host's KVM can run Hyperlight guests directly.
     Kvm,
+    /// Build the Python guest, target/python-guest/python.aot.
+    PythonGuest,
 }
 
 fn main() -> ExitCode {
@@ -79,6 +84,10 @@ fn main() -> ExitCode {
         Cmd::Test => test().map(|()| ExitCode::SUCCESS),
         Cmd::Demo => demo().map(|()| ExitCode::SUCCESS),
         Cmd::Bench { args } => bench(&args).map(|()| ExitCode::SUCCESS),
+        Cmd::PythonGuest => python_guest().map(|path| {
+            println!("{}", path.display());
+            ExitCode::SUCCESS
+        }),
         Cmd::Kvm => {
             let where_ = guest_host();
             println!("{}", where_.describe());
@@ -274,8 +283,89 @@ fn build_daemon_and_hlctl() -> Result<()> {
     )
 }
 
+/// componentize-py, pinned: the Python guest's CPython and standard library come from it.
+const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
+/// hyperlight-wasm-aot, pinned to the hyperlight-wasm the daemon links (the compiled component
+/// must match its runtime's Wasmtime).
+const HYPERLIGHT_WASM_AOT_VERSION: &str = "0.15.0";
+
+/// Builds the Python guest and returns the path of its compiled component.
+fn python_guest() -> Result<PathBuf> {
+    let root = workspace_root()?;
+    let out = vm::target_dir()?.join("python-guest");
+    std::fs::create_dir_all(&out)?;
+
+    let venv = out.join("venv");
+    let componentize = venv.join("bin/componentize-py");
+    if !componentize.exists() {
+        step(
+            "python guest: virtualenv",
+            Command::new("python3").args(["-m", "venv"]).arg(&venv),
+            Duration::from_secs(300),
+        )?;
+        step(
+            &format!("python guest: pip install {COMPONENTIZE_PY}"),
+            Command::new(venv.join("bin/pip")).args([
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                COMPONENTIZE_PY,
+            ]),
+            Duration::from_secs(600),
+        )?;
+    }
+
+    let tools = vm::target_dir()?.join("tools");
+    let aot = tools.join("bin/hyperlight-wasm-aot");
+    if !aot.exists() {
+        step(
+            &format!(
+                "python guest: cargo install hyperlight-wasm-aot {HYPERLIGHT_WASM_AOT_VERSION}"
+            ),
+            cargo()
+                .args(["install", "--locked", "hyperlight-wasm-aot", "--version"])
+                .arg(HYPERLIGHT_WASM_AOT_VERSION)
+                .arg("--root")
+                .arg(&tools)
+                .env("CARGO_TARGET_DIR", tools.join("target")),
+            Duration::from_secs(2400),
+        )?;
+    }
+
+    // componentize-py imports the runner to build the component, leaving bytecode beside it:
+    // build from a copy under target/, so that the source tree stays as it is.
+    let app = out.join("app");
+    std::fs::create_dir_all(&app)?;
+    let guest_dir = root.join("guest/python");
+    std::fs::copy(guest_dir.join("runner.py"), app.join("runner.py"))?;
+    let component = out.join("python.wasm");
+    step(
+        "python guest: componentize-py (CPython + runner.py)",
+        Command::new(&componentize)
+            .current_dir(&app)
+            .arg("-d")
+            .arg(guest_dir.join("wit/hyperlightd.wit"))
+            .args(["-w", "python", "componentize", "runner", "-p"])
+            .arg(&app)
+            .arg("-o")
+            .arg(&component),
+        Duration::from_secs(600),
+    )?;
+    let compiled = out.join("python.aot");
+    step(
+        "python guest: hyperlight-wasm-aot compile",
+        Command::new(&aot)
+            .args(["compile", "--component"])
+            .arg(&component)
+            .arg(&compiled),
+        Duration::from_secs(900),
+    )?;
+    Ok(compiled)
+}
+
 fn test() -> Result<()> {
     build_daemon_and_hlctl()?;
+    python_guest()?;
     step(
         "unit tests (host)",
         cargo().args(["test", "--workspace", "--exclude", "hyperlightd-e2e"]),
@@ -296,27 +386,33 @@ fn test() -> Result<()> {
         ),
     }
 
-    let kvm = find_binary(&binaries, "kvm")?;
-    let kvm_path = kvm.to_string_lossy().into_owned();
-    let name = "end-to-end: daemon, client and hlctl on real KVM";
+    for (target, what) in [
+        ("kvm", "daemon, client and hlctl"),
+        ("python", "the Python guest"),
+    ] {
+        let binary = find_binary(&binaries, target)?;
+        e2e_on_kvm(&binary, &format!("end-to-end: {what} on real KVM"))?;
+    }
+    Ok(())
+}
+
+/// Runs the tests of one end-to-end binary on real KVM.
+fn e2e_on_kvm(binary: &Path, name: &str) -> Result<()> {
+    let path = binary.to_string_lossy().into_owned();
     match guest_host() {
         GuestHost::Here(_) => on_kvm(
             name,
-            &[kvm_path, "--test-threads=1".into()],
+            &[path, "--test-threads=1".into()],
             Duration::from_secs(1800),
             &[],
         ),
         GuestHost::Vm(_) => {
             // A few tests per VM boot: the emulator freezes now and then, and a frozen VM costs
             // only its group's time limit (and one retry), not the whole suite's.
-            let tests = list_tests(&kvm)?;
+            let tests = list_tests(binary)?;
             let groups: Vec<&[String]> = tests.chunks(E2E_GROUP).collect();
             for (i, group) in groups.iter().enumerate() {
-                let mut command = vec![
-                    kvm_path.clone(),
-                    "--test-threads=1".into(),
-                    "--exact".into(),
-                ];
+                let mut command = vec![path.clone(), "--test-threads=1".into(), "--exact".into()];
                 command.extend(group.iter().cloned());
                 on_kvm(
                     &format!("{name} ({}/{})", i + 1, groups.len()),

@@ -2,13 +2,16 @@
 //!
 //! - [`guest`]: what a language's guest provides, the runner protocol, output capture;
 //! - [`javascript`]: the QuickJS guest from hyperlight-js;
+//! - [`python`]: CPython as a WebAssembly component, run by hyperlight-wasm;
 //! - [`pool`]: worker threads, the bounded queue, time limits, restore after each request.
 
 pub mod guest;
 pub mod javascript;
 pub mod pool;
+pub mod python;
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use hyperlight_host::HyperlightError;
@@ -17,22 +20,42 @@ use hyperlightd_api::Language;
 use self::guest::{GuestFactory, GuestSizes};
 use self::javascript::JavascriptFactory;
 use self::pool::{Pool, PoolConfig};
+use self::python::PythonFactory;
 use crate::executor::{ExecError, Executor, ExecutorHealth, Job, Outcome};
 use crate::metrics::Metrics;
 
-/// Settings every pool shares.
-#[derive(Debug, Clone, Copy)]
+/// Settings of the pools.
+#[derive(Debug, Clone)]
 pub struct SandboxSettings {
-    /// What each guest is built with.
+    /// What each JavaScript guest is built with.
     pub sizes: GuestSizes,
+    /// What each Python guest is built with (a larger heap: the interpreter's own memory, the
+    /// WebAssembly runtime and the program's objects all live in it).
+    pub python_sizes: GuestSizes,
+    /// The compiled Python guest component.
+    pub python_component: PathBuf,
     /// Jobs that may wait per language.
     pub queue_depth: usize,
 }
 
-/// The factory for a language's sandboxes.
-fn factory(language: Language, settings: &SandboxSettings) -> Arc<dyn GuestFactory> {
-    match language {
-        Language::Javascript => Arc::new(JavascriptFactory::new(settings.sizes)),
+impl SandboxSettings {
+    /// What `language`'s guests are built with.
+    fn sizes(&self, language: Language) -> GuestSizes {
+        match language {
+            Language::Javascript => self.sizes,
+            Language::Python => self.python_sizes,
+        }
+    }
+
+    /// The factory for `language`'s sandboxes.
+    fn factory(&self, language: Language) -> Arc<dyn GuestFactory> {
+        match language {
+            Language::Javascript => Arc::new(JavascriptFactory::new(self.sizes)),
+            Language::Python => Arc::new(PythonFactory::new(
+                self.python_sizes,
+                self.python_component.clone(),
+            )),
+        }
     }
 }
 
@@ -61,8 +84,8 @@ impl HyperlightExecutor {
                 language,
                 size,
                 queue_depth: settings.queue_depth,
-                heap_bytes: settings.sizes.heap_bytes,
-                factory: factory(language, &settings),
+                heap_bytes: settings.sizes(language).heap_bytes,
+                factory: settings.factory(language),
             };
             let pool = Pool::start(config, runtime.clone(), metrics.pool(language))?;
             pools.insert(language, pool);

@@ -1,0 +1,961 @@
+//! The Python guest's imports, implemented deny-by-default: the WASI 0.2 interfaces CPython
+//! imports (as listed in `guest/python/wit/component/world.wit`) and hyperlightd's own `host`.
+//!
+//! What works: stdout and stderr (into the request's [`OutputCapture`]), the wall and monotonic
+//! clocks, sleeping (never past the request's deadline), random bytes from the host's entropy,
+//! an empty environment. What does not, by design: there are no preopened directories, so no
+//! path can be opened; a network capability exists but creating a socket or resolving a name is
+//! refused with `access-denied`; stdin is at its end; there is no terminal. Each of these
+//! reaches the program as an ordinary Python exception (`OSError` and kin).
+//!
+//! Resources the guest can never obtain (files, directories, sockets, terminals) have the
+//! uninhabited type [`Never`] as their representation, so their methods cannot be reached.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use hyperlight_common::component::Negative as N;
+use hyperlight_common::resource::BorrowedResourceGuard as B;
+
+use super::bindings::hyperlightd::guest as hl;
+use super::bindings::root::component::RootImports;
+use super::bindings::wasi::{cli, clocks, filesystem, io, random, sockets};
+use crate::sandbox::guest::{OutputCapture, Stream};
+
+use filesystem::types::{
+    Advice, DescriptorFlags, DescriptorStat, DirectoryEntry, ErrorCode as FsError,
+    MetadataHashValue, NewTimestamp, OpenFlags, PathFlags,
+};
+use io::streams::StreamError;
+use sockets::network::ErrorCode as NetError;
+
+/// A value that cannot exist: the rep of every resource the guest can never obtain (files,
+/// directories, sockets, terminals).
+pub enum Never {}
+
+/// A pollable: ready now, or once the monotonic clock reaches a point.
+pub enum Pollable {
+    Ready,
+    At(Instant),
+}
+
+/// stdin: always at its end.
+pub struct Stdin;
+
+/// stdout or stderr.
+pub struct Output(Stream);
+
+/// An I/O error. Never produced: stdout and stderr do not fail, and nothing else exists.
+pub struct IoError;
+
+/// The network capability: handed out, good for nothing.
+pub struct Network;
+
+/// The host side of one Python sandbox.
+pub struct WasiHost {
+    output: Arc<OutputCapture>,
+    deadline: Deadline,
+    /// Zero of the monotonic clock the guest sees.
+    epoch: Instant,
+}
+
+/// When the current request's time is up, shared between the worker (which sets it before each
+/// call) and the host functions: a sleep ends there at the latest, so that the time limit,
+/// which can only stop the guest while it runs, also bounds a program that sleeps.
+#[derive(Debug, Clone, Default)]
+pub struct Deadline(Arc<Mutex<Option<Instant>>>);
+
+impl Deadline {
+    /// Sets the deadline of the call about to start.
+    pub fn set(&self, at: Instant) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(at);
+    }
+
+    fn get(&self) -> Option<Instant> {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl WasiHost {
+    /// Host state writing into `output`, sleeping no later than `deadline`.
+    pub fn new(output: Arc<OutputCapture>, deadline: Deadline) -> Self {
+        WasiHost {
+            output,
+            deadline,
+            epoch: Instant::now(),
+        }
+    }
+
+    fn sleep_until(&self, at: Instant) {
+        let limit = self.deadline.get();
+        let at = match limit {
+            Some(limit) if limit < at => limit,
+            _ => at,
+        };
+        let now = Instant::now();
+        if at > now {
+            std::thread::sleep(at - now);
+        }
+    }
+}
+
+/// The most random bytes one call hands out.
+const MAX_RANDOM_BYTES: u64 = 1 << 20;
+
+// --- hyperlightd:guest/host ---------------------------------------------------------------
+
+impl hl::Host<N> for WasiHost {
+    fn write(&mut self, stream: u8, text: String) -> bool {
+        self.output.write(Stream::from_number(stream), &text)
+    }
+}
+
+// --- wasi:io ------------------------------------------------------------------------------
+
+impl io::error::Error<N> for WasiHost {
+    type T = IoError;
+}
+impl io::Error<N> for WasiHost {}
+
+impl io::poll::Pollable<N> for WasiHost {
+    type T = Pollable;
+    fn block(&mut self, this: B<'_, Pollable>) {
+        if let Pollable::At(at) = *this {
+            self.sleep_until(at);
+        }
+    }
+}
+
+impl io::Poll<N> for WasiHost {
+    fn poll(&mut self, pollables: Vec<B<'_, Pollable>>) -> Vec<u32> {
+        // Ready ones now; otherwise wait for the earliest.
+        let now = Instant::now();
+        let ready: Vec<u32> = pollables
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| match ***p {
+                Pollable::Ready => true,
+                Pollable::At(at) => at <= now,
+            })
+            .map(|(i, _)| i as u32)
+            .collect();
+        if !ready.is_empty() {
+            return ready;
+        }
+        let earliest = pollables
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| match **p {
+                Pollable::At(at) => Some((at, i)),
+                Pollable::Ready => None,
+            })
+            .min();
+        match earliest {
+            Some((at, i)) => {
+                self.sleep_until(at);
+                vec![i as u32]
+            }
+            None => Vec::new(),
+        }
+    }
+}
+
+impl<E> io::streams::InputStream<N, E, Pollable> for WasiHost {
+    type T = Stdin;
+    fn read(&mut self, _this: B<'_, Stdin>, _len: u64) -> Result<Vec<u8>, StreamError<E>> {
+        Err(StreamError::Closed)
+    }
+    fn subscribe(&mut self, _this: B<'_, Stdin>) -> Pollable {
+        Pollable::Ready
+    }
+}
+
+impl<E> io::streams::OutputStream<N, E, Pollable> for WasiHost {
+    type T = Output;
+    fn check_write(&mut self, _this: B<'_, Output>) -> Result<u64, StreamError<E>> {
+        Ok(1 << 20)
+    }
+    fn write(&mut self, this: B<'_, Output>, contents: Vec<u8>) -> Result<(), StreamError<E>> {
+        self.output
+            .write(this.0, &String::from_utf8_lossy(&contents));
+        Ok(())
+    }
+    fn blocking_write_and_flush(
+        &mut self,
+        this: B<'_, Output>,
+        contents: Vec<u8>,
+    ) -> Result<(), StreamError<E>> {
+        self.output
+            .write(this.0, &String::from_utf8_lossy(&contents));
+        Ok(())
+    }
+    fn blocking_flush(&mut self, _this: B<'_, Output>) -> Result<(), StreamError<E>> {
+        Ok(())
+    }
+    fn subscribe(&mut self, _this: B<'_, Output>) -> Pollable {
+        Pollable::Ready
+    }
+}
+
+impl<E> io::Streams<N, E, Pollable> for WasiHost {}
+
+// --- wasi:cli ---------------------------------------------------------------------------
+
+impl cli::Environment<N> for WasiHost {
+    fn get_environment(&mut self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+    fn get_arguments(&mut self) -> Vec<String> {
+        vec!["python".to_owned()]
+    }
+}
+
+impl cli::Exit<N> for WasiHost {
+    /// `os._exit()`: nothing to tear down here. The guest traps right after, which fails the
+    /// call and retires the sandbox.
+    fn exit(&mut self, _status: Result<(), ()>) {}
+}
+
+impl cli::Stdin<N, Stdin> for WasiHost {
+    fn get_stdin(&mut self) -> Stdin {
+        Stdin
+    }
+}
+impl cli::Stdout<N, Output> for WasiHost {
+    fn get_stdout(&mut self) -> Output {
+        Output(Stream::Stdout)
+    }
+}
+impl cli::Stderr<N, Output> for WasiHost {
+    fn get_stderr(&mut self) -> Output {
+        Output(Stream::Stderr)
+    }
+}
+
+impl cli::terminal_input::TerminalInput<N> for WasiHost {
+    type T = Never;
+}
+impl cli::TerminalInput<N> for WasiHost {}
+impl cli::terminal_output::TerminalOutput<N> for WasiHost {
+    type T = Never;
+}
+impl cli::TerminalOutput<N> for WasiHost {}
+impl cli::TerminalStdin<N, Never> for WasiHost {
+    fn get_terminal_stdin(&mut self) -> Option<Never> {
+        None
+    }
+}
+impl cli::TerminalStdout<N, Never> for WasiHost {
+    fn get_terminal_stdout(&mut self) -> Option<Never> {
+        None
+    }
+}
+impl cli::TerminalStderr<N, Never> for WasiHost {
+    fn get_terminal_stderr(&mut self) -> Option<Never> {
+        None
+    }
+}
+
+// --- wasi:clocks ------------------------------------------------------------------------
+//
+// A defect to know about: hyperlight-component-util 0.17 names a host function after its
+// package and function only ("wasi::clocks::now"), not its interface, so `monotonic-clock.now`
+// and `wall-clock.now` (and both `resolution`s) are registered under one name, and the later
+// registration, the wall clock's, answers both. The guest reads the first eight bytes of the
+// wall clock's answer, its whole seconds, as the monotonic clock's nanoseconds. So:
+// - `time.time()` and `datetime.now()` are right;
+// - `time.monotonic()` and `time.perf_counter()` advance one nanosecond per second;
+// - sleeps still last as long as asked: a sleep until a monotonic instant is read back in the
+//   same units the guest computed it in (see `subscribe_instant`).
+// The implementations below are what each function should do; only the wall clock's run.
+
+/// The guest's reading of its monotonic clock (see above): wall-clock seconds.
+fn guest_monotonic_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs()
+}
+
+impl clocks::MonotonicClock<N, Pollable> for WasiHost {
+    fn now(&mut self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+    fn resolution(&mut self) -> u64 {
+        1
+    }
+    /// `when` is the guest's monotonic reading plus a duration in nanoseconds; the duration is
+    /// what counts.
+    fn subscribe_instant(&mut self, when: u64) -> Pollable {
+        let wait = when.saturating_sub(guest_monotonic_now());
+        Pollable::At(Instant::now() + Duration::from_nanos(wait))
+    }
+    fn subscribe_duration(&mut self, when: u64) -> Pollable {
+        Pollable::At(Instant::now() + Duration::from_nanos(when))
+    }
+}
+
+impl clocks::WallClock<N> for WasiHost {
+    fn now(&mut self) -> clocks::wall_clock::Datetime {
+        let since = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        clocks::wall_clock::Datetime {
+            seconds: since.as_secs(),
+            nanoseconds: since.subsec_nanos(),
+        }
+    }
+    fn resolution(&mut self) -> clocks::wall_clock::Datetime {
+        clocks::wall_clock::Datetime {
+            seconds: 0,
+            nanoseconds: 1,
+        }
+    }
+}
+
+// --- wasi:random ------------------------------------------------------------------------
+
+impl random::Random<N> for WasiHost {
+    fn get_random_bytes(&mut self, len: u64) -> Vec<u8> {
+        // CPython asks for a few bytes at a time; a cap keeps a hostile request from making the
+        // host allocate without bound.
+        let mut bytes = vec![0u8; usize::try_from(len.min(MAX_RANDOM_BYTES)).unwrap_or(0)];
+        if let Err(e) = getrandom::fill(&mut bytes) {
+            // Zeros would be a silent weakness. A short answer makes the guest trap, and the
+            // sandbox is replaced.
+            tracing::error!("the host has no entropy: {e}");
+            return Vec::new();
+        }
+        bytes
+    }
+}
+
+// --- wasi:filesystem: no preopened directories, so no file can be named ------------------
+
+impl<D, I, O> filesystem::types::Descriptor<N, D, Never, I, O> for WasiHost {
+    type T = Never;
+    fn read_via_stream(&mut self, this: B<'_, Never>, _: u64) -> Result<I, FsError> {
+        match *this {}
+    }
+    fn write_via_stream(&mut self, this: B<'_, Never>, _: u64) -> Result<O, FsError> {
+        match *this {}
+    }
+    fn append_via_stream(&mut self, this: B<'_, Never>) -> Result<O, FsError> {
+        match *this {}
+    }
+    fn advise(&mut self, this: B<'_, Never>, _: u64, _: u64, _: Advice) -> Result<(), FsError> {
+        match *this {}
+    }
+    fn sync_data(&mut self, this: B<'_, Never>) -> Result<(), FsError> {
+        match *this {}
+    }
+    fn get_flags(&mut self, this: B<'_, Never>) -> Result<DescriptorFlags, FsError> {
+        match *this {}
+    }
+    fn set_size(&mut self, this: B<'_, Never>, _: u64) -> Result<(), FsError> {
+        match *this {}
+    }
+    fn set_times(
+        &mut self,
+        this: B<'_, Never>,
+        _: NewTimestamp<D>,
+        _: NewTimestamp<D>,
+    ) -> Result<(), FsError> {
+        match *this {}
+    }
+    fn read(&mut self, this: B<'_, Never>, _: u64, _: u64) -> Result<(Vec<u8>, bool), FsError> {
+        match *this {}
+    }
+    fn write(&mut self, this: B<'_, Never>, _: Vec<u8>, _: u64) -> Result<u64, FsError> {
+        match *this {}
+    }
+    fn read_directory(&mut self, this: B<'_, Never>) -> Result<Never, FsError> {
+        match *this {}
+    }
+    fn sync(&mut self, this: B<'_, Never>) -> Result<(), FsError> {
+        match *this {}
+    }
+    fn create_directory_at(&mut self, this: B<'_, Never>, _: String) -> Result<(), FsError> {
+        match *this {}
+    }
+    fn stat(&mut self, this: B<'_, Never>) -> Result<DescriptorStat<D>, FsError> {
+        match *this {}
+    }
+    fn stat_at(
+        &mut self,
+        this: B<'_, Never>,
+        _: PathFlags,
+        _: String,
+    ) -> Result<DescriptorStat<D>, FsError> {
+        match *this {}
+    }
+    fn set_times_at(
+        &mut self,
+        this: B<'_, Never>,
+        _: PathFlags,
+        _: String,
+        _: NewTimestamp<D>,
+        _: NewTimestamp<D>,
+    ) -> Result<(), FsError> {
+        match *this {}
+    }
+    fn link_at(
+        &mut self,
+        this: B<'_, Never>,
+        _: PathFlags,
+        _: String,
+        _: B<'_, Never>,
+        _: String,
+    ) -> Result<(), FsError> {
+        match *this {}
+    }
+    fn open_at(
+        &mut self,
+        this: B<'_, Never>,
+        _: PathFlags,
+        _: String,
+        _: OpenFlags,
+        _: DescriptorFlags,
+    ) -> Result<Never, FsError> {
+        match *this {}
+    }
+    fn readlink_at(&mut self, this: B<'_, Never>, _: String) -> Result<String, FsError> {
+        match *this {}
+    }
+    fn remove_directory_at(&mut self, this: B<'_, Never>, _: String) -> Result<(), FsError> {
+        match *this {}
+    }
+    fn rename_at(
+        &mut self,
+        this: B<'_, Never>,
+        _: String,
+        _: B<'_, Never>,
+        _: String,
+    ) -> Result<(), FsError> {
+        match *this {}
+    }
+    fn symlink_at(&mut self, this: B<'_, Never>, _: String, _: String) -> Result<(), FsError> {
+        match *this {}
+    }
+    fn unlink_file_at(&mut self, this: B<'_, Never>, _: String) -> Result<(), FsError> {
+        match *this {}
+    }
+    fn metadata_hash(&mut self, this: B<'_, Never>) -> Result<MetadataHashValue, FsError> {
+        match *this {}
+    }
+    fn metadata_hash_at(
+        &mut self,
+        this: B<'_, Never>,
+        _: PathFlags,
+        _: String,
+    ) -> Result<MetadataHashValue, FsError> {
+        match *this {}
+    }
+}
+
+impl filesystem::types::DirectoryEntryStream<N> for WasiHost {
+    type T = Never;
+    fn read_directory_entry(
+        &mut self,
+        this: B<'_, Never>,
+    ) -> Result<Option<DirectoryEntry>, FsError> {
+        match *this {}
+    }
+}
+
+impl<D, I, O> filesystem::Types<N, D, I, O> for WasiHost {}
+
+impl filesystem::Preopens<N, Never> for WasiHost {
+    fn get_directories(&mut self) -> Vec<(Never, String)> {
+        Vec::new()
+    }
+}
+
+// --- wasi:sockets: a network capability exists, but no socket can be made ---------------
+
+impl sockets::network::Network<N> for WasiHost {
+    type T = Network;
+}
+impl sockets::Network<N> for WasiHost {}
+impl sockets::InstanceNetwork<N, Network> for WasiHost {
+    fn instance_network(&mut self) -> Network {
+        Network
+    }
+}
+impl<A, P> sockets::IpNameLookup<N, NetError, A, Network, P> for WasiHost {
+    fn resolve_addresses(
+        &mut self,
+        _network: B<'_, Network>,
+        _name: String,
+    ) -> Result<Never, NetError> {
+        Err(NetError::AccessDenied)
+    }
+}
+impl<D, I, S, O, P> sockets::Tcp<N, D, NetError, I, S, Network, O, P> for WasiHost {}
+impl<F> sockets::TcpCreateSocket<N, NetError, F, Never> for WasiHost {
+    fn create_tcp_socket(&mut self, _family: F) -> Result<Never, NetError> {
+        Err(NetError::AccessDenied)
+    }
+}
+impl<S, P> sockets::Udp<N, NetError, S, Network, P> for WasiHost {}
+impl<F> sockets::UdpCreateSocket<N, NetError, F, Never> for WasiHost {
+    fn create_udp_socket(&mut self, _family: F) -> Result<Never, NetError> {
+        Err(NetError::AccessDenied)
+    }
+}
+
+impl<Duration, ErrorCode, InputStream, IpSocketAddress, Network, OutputStream, Pollable>
+    sockets::tcp::TcpSocket<
+        N,
+        Duration,
+        ErrorCode,
+        InputStream,
+        IpSocketAddress,
+        Network,
+        OutputStream,
+        Pollable,
+    > for WasiHost
+{
+    type T = Never;
+    fn start_bind(
+        &mut self,
+        self_: B<'_, Never>,
+        _network: B<'_, sockets::tcp::Network<Network>>,
+        _local_address: sockets::tcp::IpSocketAddress<IpSocketAddress>,
+    ) -> Result<(), sockets::tcp::ErrorCode<ErrorCode>> {
+        match *self_ {}
+    }
+    fn finish_bind(
+        &mut self,
+        self_: B<'_, Never>,
+    ) -> Result<(), sockets::tcp::ErrorCode<ErrorCode>> {
+        match *self_ {}
+    }
+    fn start_connect(
+        &mut self,
+        self_: B<'_, Never>,
+        _network: B<'_, sockets::tcp::Network<Network>>,
+        _remote_address: sockets::tcp::IpSocketAddress<IpSocketAddress>,
+    ) -> Result<(), sockets::tcp::ErrorCode<ErrorCode>> {
+        match *self_ {}
+    }
+    fn finish_connect(
+        &mut self,
+        self_: B<'_, Never>,
+    ) -> Result<
+        (
+            sockets::tcp::InputStream<InputStream>,
+            sockets::tcp::OutputStream<OutputStream>,
+        ),
+        sockets::tcp::ErrorCode<ErrorCode>,
+    > {
+        match *self_ {}
+    }
+    fn start_listen(
+        &mut self,
+        self_: B<'_, Never>,
+    ) -> Result<(), sockets::tcp::ErrorCode<ErrorCode>> {
+        match *self_ {}
+    }
+    fn finish_listen(
+        &mut self,
+        self_: B<'_, Never>,
+    ) -> Result<(), sockets::tcp::ErrorCode<ErrorCode>> {
+        match *self_ {}
+    }
+    fn accept(
+        &mut self,
+        self_: B<'_, Never>,
+    ) -> Result<
+        (
+            Never,
+            sockets::tcp::InputStream<InputStream>,
+            sockets::tcp::OutputStream<OutputStream>,
+        ),
+        sockets::tcp::ErrorCode<ErrorCode>,
+    > {
+        match *self_ {}
+    }
+    fn local_address(
+        &mut self,
+        self_: B<'_, Never>,
+    ) -> Result<sockets::tcp::IpSocketAddress<IpSocketAddress>, sockets::tcp::ErrorCode<ErrorCode>>
+    {
+        match *self_ {}
+    }
+    fn remote_address(
+        &mut self,
+        self_: B<'_, Never>,
+    ) -> Result<sockets::tcp::IpSocketAddress<IpSocketAddress>, sockets::tcp::ErrorCode<ErrorCode>>
+    {
+        match *self_ {}
+    }
+    fn is_listening(&mut self, self_: B<'_, Never>) -> bool {
+        match *self_ {}
+    }
+    fn set_listen_backlog_size(
+        &mut self,
+        self_: B<'_, Never>,
+        _value: u64,
+    ) -> Result<(), sockets::tcp::ErrorCode<ErrorCode>> {
+        match *self_ {}
+    }
+    fn keep_alive_enabled(
+        &mut self,
+        self_: B<'_, Never>,
+    ) -> Result<bool, sockets::tcp::ErrorCode<ErrorCode>> {
+        match *self_ {}
+    }
+    fn set_keep_alive_enabled(
+        &mut self,
+        self_: B<'_, Never>,
+        _value: bool,
+    ) -> Result<(), sockets::tcp::ErrorCode<ErrorCode>> {
+        match *self_ {}
+    }
+    fn keep_alive_idle_time(
+        &mut self,
+        self_: B<'_, Never>,
+    ) -> Result<sockets::tcp::Duration<Duration>, sockets::tcp::ErrorCode<ErrorCode>> {
+        match *self_ {}
+    }
+    fn set_keep_alive_idle_time(
+        &mut self,
+        self_: B<'_, Never>,
+        _value: sockets::tcp::Duration<Duration>,
+    ) -> Result<(), sockets::tcp::ErrorCode<ErrorCode>> {
+        match *self_ {}
+    }
+    fn keep_alive_interval(
+        &mut self,
+        self_: B<'_, Never>,
+    ) -> Result<sockets::tcp::Duration<Duration>, sockets::tcp::ErrorCode<ErrorCode>> {
+        match *self_ {}
+    }
+    fn set_keep_alive_interval(
+        &mut self,
+        self_: B<'_, Never>,
+        _value: sockets::tcp::Duration<Duration>,
+    ) -> Result<(), sockets::tcp::ErrorCode<ErrorCode>> {
+        match *self_ {}
+    }
+    fn keep_alive_count(
+        &mut self,
+        self_: B<'_, Never>,
+    ) -> Result<u32, sockets::tcp::ErrorCode<ErrorCode>> {
+        match *self_ {}
+    }
+    fn set_keep_alive_count(
+        &mut self,
+        self_: B<'_, Never>,
+        _value: u32,
+    ) -> Result<(), sockets::tcp::ErrorCode<ErrorCode>> {
+        match *self_ {}
+    }
+    fn hop_limit(&mut self, self_: B<'_, Never>) -> Result<u8, sockets::tcp::ErrorCode<ErrorCode>> {
+        match *self_ {}
+    }
+    fn set_hop_limit(
+        &mut self,
+        self_: B<'_, Never>,
+        _value: u8,
+    ) -> Result<(), sockets::tcp::ErrorCode<ErrorCode>> {
+        match *self_ {}
+    }
+    fn receive_buffer_size(
+        &mut self,
+        self_: B<'_, Never>,
+    ) -> Result<u64, sockets::tcp::ErrorCode<ErrorCode>> {
+        match *self_ {}
+    }
+    fn set_receive_buffer_size(
+        &mut self,
+        self_: B<'_, Never>,
+        _value: u64,
+    ) -> Result<(), sockets::tcp::ErrorCode<ErrorCode>> {
+        match *self_ {}
+    }
+    fn send_buffer_size(
+        &mut self,
+        self_: B<'_, Never>,
+    ) -> Result<u64, sockets::tcp::ErrorCode<ErrorCode>> {
+        match *self_ {}
+    }
+    fn set_send_buffer_size(
+        &mut self,
+        self_: B<'_, Never>,
+        _value: u64,
+    ) -> Result<(), sockets::tcp::ErrorCode<ErrorCode>> {
+        match *self_ {}
+    }
+    fn subscribe(&mut self, self_: B<'_, Never>) -> sockets::tcp::Pollable<Pollable> {
+        match *self_ {}
+    }
+    fn shutdown(
+        &mut self,
+        self_: B<'_, Never>,
+        _shutdown_type: sockets::tcp::ShutdownType,
+    ) -> Result<(), sockets::tcp::ErrorCode<ErrorCode>> {
+        match *self_ {}
+    }
+}
+
+impl<ErrorCode, IncomingDatagramStream, IpSocketAddress, Network, OutgoingDatagramStream, Pollable>
+    sockets::udp::UdpSocket<
+        N,
+        ErrorCode,
+        IncomingDatagramStream,
+        IpSocketAddress,
+        Network,
+        OutgoingDatagramStream,
+        Pollable,
+    > for WasiHost
+{
+    type T = Never;
+    fn start_bind(
+        &mut self,
+        self_: B<'_, Never>,
+        _network: B<'_, sockets::udp::Network<Network>>,
+        _local_address: sockets::udp::IpSocketAddress<IpSocketAddress>,
+    ) -> Result<(), sockets::udp::ErrorCode<ErrorCode>> {
+        match *self_ {}
+    }
+    fn finish_bind(
+        &mut self,
+        self_: B<'_, Never>,
+    ) -> Result<(), sockets::udp::ErrorCode<ErrorCode>> {
+        match *self_ {}
+    }
+    fn stream(
+        &mut self,
+        self_: B<'_, Never>,
+        _remote_address: Option<sockets::udp::IpSocketAddress<IpSocketAddress>>,
+    ) -> Result<(IncomingDatagramStream, OutgoingDatagramStream), sockets::udp::ErrorCode<ErrorCode>>
+    {
+        match *self_ {}
+    }
+    fn local_address(
+        &mut self,
+        self_: B<'_, Never>,
+    ) -> Result<sockets::udp::IpSocketAddress<IpSocketAddress>, sockets::udp::ErrorCode<ErrorCode>>
+    {
+        match *self_ {}
+    }
+    fn remote_address(
+        &mut self,
+        self_: B<'_, Never>,
+    ) -> Result<sockets::udp::IpSocketAddress<IpSocketAddress>, sockets::udp::ErrorCode<ErrorCode>>
+    {
+        match *self_ {}
+    }
+    fn unicast_hop_limit(
+        &mut self,
+        self_: B<'_, Never>,
+    ) -> Result<u8, sockets::udp::ErrorCode<ErrorCode>> {
+        match *self_ {}
+    }
+    fn set_unicast_hop_limit(
+        &mut self,
+        self_: B<'_, Never>,
+        _value: u8,
+    ) -> Result<(), sockets::udp::ErrorCode<ErrorCode>> {
+        match *self_ {}
+    }
+    fn receive_buffer_size(
+        &mut self,
+        self_: B<'_, Never>,
+    ) -> Result<u64, sockets::udp::ErrorCode<ErrorCode>> {
+        match *self_ {}
+    }
+    fn set_receive_buffer_size(
+        &mut self,
+        self_: B<'_, Never>,
+        _value: u64,
+    ) -> Result<(), sockets::udp::ErrorCode<ErrorCode>> {
+        match *self_ {}
+    }
+    fn send_buffer_size(
+        &mut self,
+        self_: B<'_, Never>,
+    ) -> Result<u64, sockets::udp::ErrorCode<ErrorCode>> {
+        match *self_ {}
+    }
+    fn set_send_buffer_size(
+        &mut self,
+        self_: B<'_, Never>,
+        _value: u64,
+    ) -> Result<(), sockets::udp::ErrorCode<ErrorCode>> {
+        match *self_ {}
+    }
+    fn subscribe(&mut self, self_: B<'_, Never>) -> sockets::udp::Pollable<Pollable> {
+        match *self_ {}
+    }
+}
+
+impl<ErrorCode, IpSocketAddress, Pollable>
+    sockets::udp::IncomingDatagramStream<N, ErrorCode, IpSocketAddress, Pollable> for WasiHost
+{
+    type T = Never;
+    fn receive(
+        &mut self,
+        self_: B<'_, Never>,
+        _max_results: u64,
+    ) -> Result<
+        Vec<sockets::udp::IncomingDatagram<IpSocketAddress>>,
+        sockets::udp::ErrorCode<ErrorCode>,
+    > {
+        match *self_ {}
+    }
+    fn subscribe(&mut self, self_: B<'_, Never>) -> sockets::udp::Pollable<Pollable> {
+        match *self_ {}
+    }
+}
+
+impl<ErrorCode, IpSocketAddress, Pollable>
+    sockets::udp::OutgoingDatagramStream<N, ErrorCode, IpSocketAddress, Pollable> for WasiHost
+{
+    type T = Never;
+    fn check_send(
+        &mut self,
+        self_: B<'_, Never>,
+    ) -> Result<u64, sockets::udp::ErrorCode<ErrorCode>> {
+        match *self_ {}
+    }
+    fn send(
+        &mut self,
+        self_: B<'_, Never>,
+        _datagrams: Vec<sockets::udp::OutgoingDatagram<IpSocketAddress>>,
+    ) -> Result<u64, sockets::udp::ErrorCode<ErrorCode>> {
+        match *self_ {}
+    }
+    fn subscribe(&mut self, self_: B<'_, Never>) -> sockets::udp::Pollable<Pollable> {
+        match *self_ {}
+    }
+}
+
+impl<ErrorCode, IpAddress, Pollable>
+    sockets::ip_name_lookup::ResolveAddressStream<N, ErrorCode, IpAddress, Pollable> for WasiHost
+{
+    type T = Never;
+    fn resolve_next_address(
+        &mut self,
+        self_: B<'_, Never>,
+    ) -> Result<
+        Option<sockets::ip_name_lookup::IpAddress<IpAddress>>,
+        sockets::ip_name_lookup::ErrorCode<ErrorCode>,
+    > {
+        match *self_ {}
+    }
+    fn subscribe(&mut self, self_: B<'_, Never>) -> sockets::ip_name_lookup::Pollable<Pollable> {
+        match *self_ {}
+    }
+}
+
+// --- the world ---------------------------------------------------------------------------
+
+impl RootImports<N> for WasiHost {
+    type Poll = Self;
+    fn poll(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type MonotonicClock = Self;
+    fn monotonic_clock(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type WallClock = Self;
+    fn wall_clock(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type Random = Self;
+    fn random(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type Error = Self;
+    fn error(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type Streams = Self;
+    fn streams(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type Stdout = Self;
+    fn stdout(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type Stderr = Self;
+    fn stderr(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type Stdin = Self;
+    fn stdin(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type Environment = Self;
+    fn environment(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type Exit = Self;
+    fn exit(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type TerminalInput = Self;
+    fn terminal_input(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type TerminalOutput = Self;
+    fn terminal_output(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type TerminalStdin = Self;
+    fn terminal_stdin(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type TerminalStdout = Self;
+    fn terminal_stdout(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type TerminalStderr = Self;
+    fn terminal_stderr(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type Types = Self;
+    fn types(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type Preopens = Self;
+    fn preopens(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type Network = Self;
+    fn network(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type InstanceNetwork = Self;
+    fn instance_network(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type Udp = Self;
+    fn udp(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type UdpCreateSocket = Self;
+    fn udp_create_socket(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type Tcp = Self;
+    fn tcp(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type TcpCreateSocket = Self;
+    fn tcp_create_socket(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type IpNameLookup = Self;
+    fn ip_name_lookup(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type Host = Self;
+    fn host(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+}

@@ -1,0 +1,214 @@
+"""hyperlightd's Python runner.
+
+Built into the Python guest component by componentize-py, which runs this module once at build
+time and keeps the initialised interpreter (with everything imported here) in the component, so
+a sandbox starts with it warm. The daemon then snapshots the sandbox and restores it after every
+request.
+
+Contract with the daemon (the same for every language):
+  event:  {"code": "<program text>", "max_result_bytes": N}
+  reply:  {"ok": true, "result": <JSON value>}
+        | {"ok": false, "error": {"kind": "syntax_error" | "exception" | "result_too_large"
+                                          | "out_of_memory", "message": "..."}}
+  output: written through the host function `write(stream, text)`, 1 = stdout, 2 = stderr;
+          it answers False once the request's output cap is reached.
+
+The program's result is the value of its last statement when that statement is an expression, as
+in a notebook cell; otherwise null. Values JSON cannot carry are rendered with repr().
+"""
+
+import ast
+import io
+import json
+import sys
+import traceback
+
+# The standard library a program may use without paying for its import: imported here, at build
+# time, so it is part of the warm interpreter. A program can import any other pure-Python module
+# that componentize-py bundled; those are imported (and paid for) per request.
+import array  # noqa: F401
+import base64  # noqa: F401
+import bisect  # noqa: F401
+import calendar  # noqa: F401
+import collections  # noqa: F401
+import copy  # noqa: F401
+import csv  # noqa: F401
+import dataclasses  # noqa: F401
+import datetime  # noqa: F401
+import decimal  # noqa: F401
+import difflib  # noqa: F401
+import enum  # noqa: F401
+import fractions  # noqa: F401
+import functools  # noqa: F401
+import hashlib  # noqa: F401
+import heapq  # noqa: F401
+import itertools  # noqa: F401
+import math  # noqa: F401
+import operator  # noqa: F401
+import os  # noqa: F401
+import pprint  # noqa: F401
+import random
+import re  # noqa: F401
+import statistics  # noqa: F401
+import string  # noqa: F401
+import struct  # noqa: F401
+import textwrap  # noqa: F401
+import time  # noqa: F401
+import typing  # noqa: F401
+import unicodedata  # noqa: F401
+import uuid  # noqa: F401
+
+import wit_world
+from wit_world.imports import host
+
+STDOUT = 1
+STDERR = 2
+PROGRAM = "<program>"
+
+
+class _HostStream(io.TextIOBase):
+    """sys.stdout / sys.stderr for the program: unbuffered, straight to the host's capture."""
+
+    def __init__(self, stream: int, name: str):
+        self._stream = stream
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def encoding(self) -> str:
+        return "utf-8"
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        if _Output.open and text:
+            _Output.open = host.write(self._stream, text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+class _Output:
+    # Set to False once the host says the output cap is reached: further writes are dropped
+    # here rather than sent to the host one by one.
+    open = True
+
+
+_stdout = _HostStream(STDOUT, "<stdout>")
+_stderr = _HostStream(STDERR, "<stderr>")
+
+
+def _json_or_repr(value):
+    """The value as the reply carries it, and its JSON text."""
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
+        return value, text
+    except (TypeError, ValueError, RecursionError):
+        rendered = repr(value)
+        return rendered, json.dumps(rendered, ensure_ascii=False)
+
+
+def _completed(value, max_bytes: int) -> dict:
+    result, text = _json_or_repr(value)
+    if len(text.encode("utf-8", "surrogatepass")) > max_bytes:
+        return {
+            "ok": False,
+            "error": {
+                "kind": "result_too_large",
+                "message": f"the result, as JSON, is over the limit of {max_bytes} bytes; "
+                "print large output instead, or return less",
+            },
+        }
+    return {"ok": True, "result": result}
+
+
+def _failed(kind: str, error: BaseException) -> dict:
+    message = "".join(traceback.format_exception_only(error)).strip()
+    return {"ok": False, "error": {"kind": kind, "message": message}}
+
+
+def _program_traceback(error: BaseException) -> str:
+    """The traceback from the program's frames on: the runner's own frames are left out."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != PROGRAM:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(error), error, tb))
+
+
+def _compile(code: str):
+    """The program's statements, and its last expression apart when it ends with one."""
+    tree = ast.parse(code, PROGRAM, "exec")
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    body = compile(tree, PROGRAM, "exec")
+    return body, (compile(last, PROGRAM, "eval") if last is not None else None)
+
+
+def _run(code: str, max_result_bytes: int) -> dict:
+    try:
+        body, last = _compile(code)
+    except (SyntaxError, ValueError) as error:
+        # ValueError: source code string cannot contain null bytes.
+        _stderr.write("".join(traceback.format_exception_only(error)))
+        return _failed("syntax_error", error)
+    except MemoryError as error:
+        return _failed("out_of_memory", error)
+
+    scope = {"__name__": "__main__", "__builtins__": __builtins__}
+    try:
+        exec(body, scope)
+        value = eval(last, scope) if last is not None else None
+    except MemoryError as error:
+        return {
+            "ok": False,
+            "error": {
+                "kind": "out_of_memory",
+                "message": "the program ran out of memory (MemoryError)",
+            },
+        }
+    except SystemExit as error:
+        # sys.exit() ends the program; a code other than 0 or None is a failure.
+        if error.code in (None, 0):
+            return _completed(None, max_result_bytes)
+        _stderr.write(_program_traceback(error))
+        return _failed("exception", error)
+    except BaseException as error:  # noqa: BLE001 - every failure goes back to the caller
+        _stderr.write(_program_traceback(error))
+        return _failed("exception", error)
+    try:
+        return _completed(value, max_result_bytes)
+    except MemoryError:
+        return {
+            "ok": False,
+            "error": {
+                "kind": "out_of_memory",
+                "message": "the program ran out of memory rendering its result",
+            },
+        }
+
+
+class WitWorld(wit_world.WitWorld):
+    def run(self, event: str) -> str:
+        request = json.loads(event)
+        # The interpreter's state, random's included, was frozen at build time and every
+        # request starts from the same snapshot: seed from the host's entropy (os.urandom) so
+        # that requests do not share a sequence.
+        random.seed()
+        _Output.open = True
+        sys.stdout, sys.stderr = _stdout, _stderr
+        try:
+            reply = _run(request["code"], int(request["max_result_bytes"]))
+        finally:
+            sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+        return json.dumps(reply, ensure_ascii=False)

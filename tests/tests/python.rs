@@ -1,0 +1,332 @@
+//! End-to-end tests of the Python guest on a KVM that runs Hyperlight guests: the real daemon
+//! with a `python` pool (the component `cargo xtask python-guest` builds), driven through the
+//! client. `cargo xtask test` runs them in the nested-KVM VM where the host's KVM cannot run
+//! guests.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use hyperlightd_client::{ErrorKind, ExecRequest, ExecStatus, Language};
+use hyperlightd_e2e::{Daemon, STEP_LIMIT, python_guest, within};
+use serde_json::json;
+
+fn py(code: &str) -> ExecRequest {
+    ExecRequest::new(Language::Python, code)
+}
+
+async fn python_daemon(extra: &[&str]) -> Daemon {
+    let guest = python_guest();
+    let mut args = vec![
+        "--pool",
+        "python=1",
+        "--python-guest",
+        guest.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    Daemon::start(&args).await
+}
+
+async fn run(daemon: &Daemon, request: ExecRequest) -> hyperlightd_client::ExecResponse {
+    within("exec", STEP_LIMIT, daemon.client().exec(&request))
+        .await
+        .unwrap_or_else(|e| panic!("exec failed: {e}\ndaemon log:\n{}", daemon.log()))
+}
+
+#[tokio::test]
+async fn hello_world_and_the_last_expression_as_result() {
+    let daemon = python_daemon(&[]).await;
+    let hello = run(&daemon, py("print('hello, world')")).await;
+    assert_eq!(hello.status, ExecStatus::Ok, "{hello:?}");
+    assert_eq!(hello.stdout, "hello, world\n");
+    assert_eq!(hello.stderr, "");
+    assert_eq!(hello.result, serde_json::Value::Null);
+
+    let value = run(
+        &daemon,
+        py("import sys\nsys.stderr.write('note\\n')\nxs = [x * x for x in range(4)]\n{'xs': xs, 'sum': sum(xs)}"),
+    )
+    .await;
+    assert_eq!(value.status, ExecStatus::Ok, "{value:?}");
+    assert_eq!(value.result, json!({ "xs": [0, 1, 4, 9], "sum": 14 }));
+    assert_eq!(value.stderr, "note\n");
+
+    // Values JSON cannot carry come back as their repr.
+    let set = run(&daemon, py("{3, 1, 2}")).await;
+    assert_eq!(set.result, json!("{1, 2, 3}"), "{set:?}");
+    let version = run(&daemon, py("import sys\nsys.version_info[:2] >= (3, 12)")).await;
+    assert_eq!(version.result, json!(true), "{version:?}");
+}
+
+#[tokio::test]
+async fn exception_gives_type_message_and_traceback() {
+    let daemon = python_daemon(&[]).await;
+    let response = run(
+        &daemon,
+        py("def check(x):\n    raise ValueError(f'bad value {x}')\n\ncheck(42)"),
+    )
+    .await;
+    assert_eq!(response.status, ExecStatus::Error, "{response:?}");
+    let error = response.error.expect("an error");
+    assert_eq!(error.kind, ErrorKind::Exception);
+    assert_eq!(error.message, "ValueError: bad value 42");
+    assert!(
+        response
+            .stderr
+            .starts_with("Traceback (most recent call last):"),
+        "{}",
+        response.stderr
+    );
+    assert!(
+        response.stderr.contains("line 2, in check"),
+        "{}",
+        response.stderr
+    );
+    assert!(
+        !response.stderr.contains("runner.py"),
+        "the runner's own frames are left out: {}",
+        response.stderr
+    );
+
+    let syntax = run(&daemon, py("def f(:\n  pass")).await;
+    assert_eq!(syntax.status, ExecStatus::Error, "{syntax:?}");
+    assert_eq!(syntax.error.unwrap().kind, ErrorKind::SyntaxError);
+}
+
+#[tokio::test]
+async fn the_standard_library_modules_work() {
+    let daemon = python_daemon(&[]).await;
+    let program = r#"
+import json, math, re, datetime, collections, itertools, functools, statistics, decimal
+import fractions, random, hashlib, base64, textwrap, string, heapq, bisect, dataclasses
+import typing, enum, csv, io, unicodedata
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: int
+
+class Color(enum.Enum):
+    RED = 1
+
+def total(xs: typing.List[int]) -> int:
+    return functools.reduce(lambda a, b: a + b, xs)
+
+rows = list(csv.reader(io.StringIO("a,b\n1,2\n")))
+heap = [5, 1, 3]
+heapq.heapify(heap)
+{
+    "json": json.loads('{"k": [1, 2]}')["k"],
+    "math": math.isqrt(1000000),
+    "re": re.findall(r"\d+", "a1b22c333"),
+    "datetime": datetime.date(2024, 2, 29).isoformat(),
+    "now_year_ok": datetime.datetime.now().year >= 2024,
+    "collections": collections.Counter("hello").most_common(1)[0][0],
+    "itertools": list(itertools.accumulate([1, 2, 3])),
+    "functools": total([1, 2, 3, 4]),
+    "statistics": statistics.median([3, 1, 2]),
+    "decimal": str(decimal.Decimal("0.1") + decimal.Decimal("0.2")),
+    "fractions": str(fractions.Fraction(1, 3) + fractions.Fraction(1, 6)),
+    "random": 0 <= random.random() < 1,
+    "hashlib": hashlib.sha256(b"abc").hexdigest()[:16],
+    "base64": base64.b64encode(b"hi").decode(),
+    "textwrap": textwrap.wrap("aaa bbb ccc", 7),
+    "string": string.ascii_lowercase[:5],
+    "heapq": heapq.heappop(heap),
+    "bisect": bisect.bisect([1, 3, 5], 4),
+    "dataclasses": dataclasses.asdict(Point(1, 2)),
+    "enum": Color.RED.name,
+    "csv": rows,
+    "unicodedata": unicodedata.name("é"),
+}
+"#;
+    let response = run(&daemon, py(program)).await;
+    assert_eq!(response.status, ExecStatus::Ok, "{response:?}");
+    assert_eq!(
+        response.result,
+        json!({
+            "json": [1, 2],
+            "math": 1000,
+            "re": ["1", "22", "333"],
+            "datetime": "2024-02-29",
+            "now_year_ok": true,
+            "collections": "l",
+            "itertools": [1, 3, 6],
+            "functools": 10,
+            "statistics": 2,
+            "decimal": "0.3",
+            "fractions": "1/2",
+            "random": true,
+            "hashlib": "ba7816bf8f01cfea",
+            "base64": "aGk=",
+            "textwrap": ["aaa bbb", "ccc"],
+            "string": "abcde",
+            "heapq": 1,
+            "bisect": 2,
+            "dataclasses": { "x": 1, "y": 2 },
+            "enum": "RED",
+            "csv": [["a", "b"], ["1", "2"]],
+            "unicodedata": "LATIN SMALL LETTER E WITH ACUTE",
+        })
+    );
+}
+
+#[tokio::test]
+async fn files_network_and_processes_are_python_exceptions() {
+    let daemon = python_daemon(&[]).await;
+    for (code, exception) in [
+        ("open('/etc/passwd').read()", "FileNotFoundError"),
+        ("import os\nos.listdir('/')", "FileNotFoundError"),
+        ("open('/tmp/x', 'w').write('x')", "FileNotFoundError"),
+        ("import socket", "ModuleNotFoundError"),
+        ("import subprocess", "ModuleNotFoundError"),
+    ] {
+        let response = run(&daemon, py(code)).await;
+        assert_eq!(response.status, ExecStatus::Error, "{code}: {response:?}");
+        let error = response.error.unwrap();
+        assert_eq!(error.kind, ErrorKind::Exception, "{code}: {error:?}");
+        assert!(
+            error.message.starts_with(exception),
+            "{code}: {}",
+            error.message
+        );
+    }
+    // None of that hurt the sandbox.
+    let after = run(&daemon, py("'still fine'")).await;
+    assert_eq!(after.result, json!("still fine"), "{after:?}");
+}
+
+#[tokio::test]
+async fn state_does_not_leak_between_requests() {
+    let daemon = python_daemon(&[]).await;
+    let program = "import builtins, json\nseen = (getattr(builtins, 'planted', None), globals().get('planted'), getattr(json, 'planted', None))\nbuiltins.planted = 1\nplanted = 1\njson.planted = 1\nseen";
+    for _ in 0..2 {
+        let response = run(&daemon, py(program)).await;
+        assert_eq!(response.status, ExecStatus::Ok, "{response:?}");
+        assert_eq!(response.result, json!([null, null, null]), "{response:?}");
+    }
+    // Every request gets its own random sequence, not the one frozen at build time.
+    let draw = "import random\n[random.random() for _ in range(3)]";
+    let first = run(&daemon, py(draw)).await;
+    let second = run(&daemon, py(draw)).await;
+    assert_ne!(first.result, second.result, "{first:?} {second:?}");
+}
+
+#[tokio::test]
+async fn infinite_loop_times_out_and_the_next_request_succeeds() {
+    let daemon = python_daemon(&[]).await;
+    let response = run(
+        &daemon,
+        ExecRequest {
+            timeout_ms: Some(1000),
+            ..py("while True:\n    pass")
+        },
+    )
+    .await;
+    assert_eq!(response.status, ExecStatus::Timeout, "{response:?}");
+    assert_eq!(response.error.unwrap().kind, ErrorKind::Timeout);
+
+    // A sleep is bounded by the time limit too.
+    let sleeper = run(
+        &daemon,
+        ExecRequest {
+            timeout_ms: Some(1000),
+            ..py("import time\ntime.sleep(30)")
+        },
+    )
+    .await;
+    assert_eq!(sleeper.status, ExecStatus::Timeout, "{sleeper:?}");
+
+    // The pool of one replaces its sandbox; the next request may wait for that (seconds under
+    // emulation), and its time limit counts the wait.
+    let after = within(
+        "the request after the timeouts",
+        Duration::from_secs(120),
+        daemon.client().exec(&ExecRequest {
+            timeout_ms: Some(60_000),
+            ..py("6 * 7")
+        }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(after.result, json!(42), "{after:?}");
+}
+
+#[tokio::test]
+async fn sleep_lasts_as_long_as_asked() {
+    let daemon = python_daemon(&[]).await;
+    let response = run(
+        &daemon,
+        py("import time\nstart = time.time()\ntime.sleep(0.5)\ntime.time() - start"),
+    )
+    .await;
+    assert_eq!(response.status, ExecStatus::Ok, "{response:?}");
+    let slept = response.result.as_f64().unwrap();
+    assert!((0.45..5.0).contains(&slept), "slept {slept} s");
+}
+
+#[tokio::test]
+async fn memory_bomb_is_contained_and_the_next_request_succeeds() {
+    let daemon = python_daemon(&[]).await;
+    let response = run(
+        &daemon,
+        ExecRequest {
+            timeout_ms: Some(30_000),
+            ..py("hoard = []\nwhile True:\n    hoard.append(' ' * 10**6)")
+        },
+    )
+    .await;
+    assert_eq!(response.status, ExecStatus::Error, "{response:?}");
+    assert_eq!(response.error.unwrap().kind, ErrorKind::OutOfMemory);
+    let after = within(
+        "the request after the memory bomb",
+        Duration::from_secs(120),
+        daemon.client().exec(&ExecRequest {
+            timeout_ms: Some(60_000),
+            ..py("'alive'")
+        }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(after.result, json!("alive"), "{after:?}");
+}
+
+#[tokio::test]
+async fn javascript_and_python_requests_mixed_concurrently() {
+    let guest = python_guest();
+    let daemon = Daemon::start(&[
+        "--pool",
+        "python=1",
+        "--pool",
+        "javascript=1",
+        "--python-guest",
+        guest.to_str().unwrap(),
+    ])
+    .await;
+    let client = daemon.client();
+    let mut tasks = Vec::new();
+    for n in 0..8u64 {
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let request = if n % 2 == 0 {
+                py(&format!("print('py {n}')\n{n} * {n}"))
+            } else {
+                ExecRequest::new(
+                    Language::Javascript,
+                    format!("console.log('js {n}'); {n} * {n}"),
+                )
+            };
+            (n, client.exec(&request).await)
+        }));
+    }
+    for task in tasks {
+        let (n, response) = within("mixed request", Duration::from_secs(180), task)
+            .await
+            .unwrap();
+        let response = response.unwrap_or_else(|e| panic!("request {n}: {e}"));
+        assert_eq!(response.status, ExecStatus::Ok, "request {n}: {response:?}");
+        assert_eq!(response.result, json!(n * n), "request {n}");
+        let lang = if n % 2 == 0 { "py" } else { "js" };
+        assert_eq!(response.stdout, format!("{lang} {n}\n"), "request {n}");
+    }
+}
