@@ -8,6 +8,7 @@
 //! memory fault) is never restored and reused: its worker drops it and builds a new one while
 //! the other workers serve.
 
+use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
@@ -343,7 +344,20 @@ impl Worker {
             interrupt.kill();
         });
         let call = Instant::now();
-        let result = guest.run(&job.code, job.deadline);
+        // A panic in a host function (generated bindings panic on a resource handle they do
+        // not know) must not take the worker down: it fails this call, and the sandbox, whose
+        // host-side state it may have left half-updated, is replaced.
+        let result = panic::catch_unwind(AssertUnwindSafe(|| guest.run(&job.code, job.deadline)))
+            .unwrap_or_else(|panic| {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                Err(HyperlightError::Error(format!(
+                    "a host function panicked during the call: {what}"
+                )))
+            });
         watchdog.abort();
         let call = call.elapsed();
         self.metrics.guest_call.observe(call.as_secs_f64());
