@@ -7,7 +7,9 @@
 //! - (b) warm execution through the daemon: the client over the Unix socket;
 //! - (c) daemon throughput at concurrency 1 and 2;
 //! - (d) a fresh `node -e` process per execution, the way a subprocess runner works;
-//! - (e) daemon start to ready with a pool of N.
+//! - (e) daemon start to ready with a pool of N;
+//! - (f) Python beside JavaScript in one daemon (a pool of one each): warm executions of the
+//!   same program in each language, taken in turns, and what a Python sandbox costs to build.
 //!
 //! Prints a table and writes the figures as JSON. Run it where KVM runs Hyperlight guests:
 //! `cargo xtask bench` builds it in release mode and runs it in the nested-KVM VM if need be.
@@ -31,6 +33,9 @@ const BODY: &str = "const xs = []; for (let i = 0; i < 100; i++) xs.push(i * i);
                     JSON.stringify(xs.reduce((a, b) => a + b, 0))";
 /// What BODY evaluates to.
 const EXPECTED: &str = "328350";
+/// BODY in Python, for (f).
+const PYTHON_BODY: &str =
+    "import json\nxs = []\nfor i in range(100):\n    xs.append(i * i)\njson.dumps(sum(xs))";
 
 #[derive(Debug, Parser)]
 #[command(name = "hyperlightd-bench")]
@@ -53,6 +58,9 @@ struct Args {
     /// Daemon starts timed for (e).
     #[arg(long, default_value_t = 3)]
     starts: usize,
+    /// The compiled Python guest for (f); without it, (f) is not run and the table says so.
+    #[arg(long)]
+    python_guest: Option<PathBuf>,
     /// Extra arguments for the daemon (repeat), e.g. `--daemon-arg=--guest-heap-mib=16`.
     #[arg(long = "daemon-arg", allow_hyphen_values = true)]
     daemon_args: Vec<String>,
@@ -101,8 +109,24 @@ struct Report {
     direct_throughput_per_s: Vec<(usize, f64)>,
     node_process: Latency,
     daemon_start_to_ready: Latency,
+    /// (f), when a Python guest was given.
+    python: Option<PythonFigures>,
     pool: usize,
     ratios: Ratios,
+}
+
+/// (f): Python and JavaScript warm through one daemon, taken in turns, and Python's build cost.
+#[derive(Debug, Serialize)]
+struct PythonFigures {
+    javascript_warm: Latency,
+    python_warm: Latency,
+    /// Python warm p50 / JavaScript warm p50; target at most 2.
+    python_p50_over_javascript_p50: f64,
+    /// Building one warm Python sandbox (runtime, component, warm-up call, snapshot), from the
+    /// daemon's histogram: the startup probe's.
+    python_sandbox_create_ms: f64,
+    /// Daemon start to ready with one Python sandbox.
+    python_start_to_ready_ms: f64,
 }
 
 /// Means over (b)'s timed requests, from the daemon's histograms, in milliseconds.
@@ -118,12 +142,13 @@ struct Breakdown {
     restore_mean_ms: f64,
 }
 
-/// The sum and count of a Prometheus histogram (first series of that name).
-fn histogram_totals(metrics: &str, name: &str) -> (f64, f64) {
+/// The sum and count of a Prometheus histogram: the first series of that name whose labels
+/// start with `labels` (e.g. `{language="python"`, or empty for any).
+fn histogram_totals(metrics: &str, name: &str, labels: &str) -> (f64, f64) {
     let value = |suffix: &str| {
         metrics
             .lines()
-            .find(|l| l.starts_with(&format!("{name}_{suffix}")))
+            .find(|l| l.starts_with(&format!("{name}_{suffix}{labels}")))
             .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .unwrap_or(f64::NAN)
     };
@@ -132,8 +157,8 @@ fn histogram_totals(metrics: &str, name: &str) -> (f64, f64) {
 
 /// The mean in milliseconds of what a histogram recorded between two scrapes.
 fn mean_between_ms(before: &str, after: &str, name: &str) -> f64 {
-    let (sum0, count0) = histogram_totals(before, name);
-    let (sum1, count1) = histogram_totals(after, name);
+    let (sum0, count0) = histogram_totals(before, name, "");
+    let (sum1, count1) = histogram_totals(after, name, "");
     (sum1 - sum0) / (count1 - count0) * 1e3
 }
 
@@ -172,6 +197,13 @@ fn main() -> Result<()> {
     let node = node_processes(args.node_iterations)?;
     eprintln!("(e) daemon start to ready ...");
     let starts = runtime.block_on(start_to_ready(&args))?;
+    let python = match &args.python_guest {
+        Some(guest) => {
+            eprintln!("(f) Python beside JavaScript ...");
+            Some(runtime.block_on(python_beside_javascript(&args, guest))?)
+        }
+        None => None,
+    };
 
     let per_s = |c: usize| -> f64 {
         throughput
@@ -198,6 +230,7 @@ fn main() -> Result<()> {
         direct_throughput_per_s: direct_throughput,
         node_process: node,
         daemon_start_to_ready: starts,
+        python,
         pool: args.pool,
     };
     print_table(&report);
@@ -415,6 +448,53 @@ async fn through_daemon(args: &Args) -> Result<(Latency, Breakdown, Vec<(usize, 
     Ok((Latency::of(samples), breakdown, throughput))
 }
 
+/// (f).
+async fn python_beside_javascript(args: &Args, guest: &Path) -> Result<PythonFigures> {
+    let mut extra = vec![
+        "--pool".to_owned(),
+        "python=1".to_owned(),
+        "--python-guest".to_owned(),
+        guest.to_string_lossy().into_owned(),
+    ];
+    extra.extend(args.daemon_args.iter().cloned());
+    let (daemon, start_to_ready) = start_daemon(&args.daemon, 1, &extra).await?;
+    let js = ExecRequest::new(Language::Javascript, BODY);
+    let py = ExecRequest::new(Language::Python, PYTHON_BODY);
+    let timed = |request: &ExecRequest| {
+        let client = daemon.client.clone();
+        let request = request.clone();
+        async move {
+            let start = Instant::now();
+            exec_checked(&client, &request).await?;
+            anyhow::Ok(start.elapsed())
+        }
+    };
+    for _ in 0..10 {
+        timed(&js).await?;
+        timed(&py).await?;
+    }
+    let (mut js_samples, mut py_samples) = (Vec::new(), Vec::new());
+    for _ in 0..args.iterations {
+        js_samples.push(timed(&js).await?);
+        py_samples.push(timed(&py).await?);
+    }
+    let metrics = daemon.client.metrics().await?;
+    let (create_sum, create_count) = histogram_totals(
+        &metrics,
+        "hyperlightd_sandbox_create_seconds",
+        "{language=\"python\"",
+    );
+    let javascript_warm = Latency::of(js_samples);
+    let python_warm = Latency::of(py_samples);
+    Ok(PythonFigures {
+        python_p50_over_javascript_p50: python_warm.p50_ms / javascript_warm.p50_ms,
+        javascript_warm,
+        python_warm,
+        python_sandbox_create_ms: create_sum / create_count * 1e3,
+        python_start_to_ready_ms: start_to_ready.as_secs_f64() * 1e3,
+    })
+}
+
 /// (d): a new node process per execution.
 fn node_processes(iterations: usize) -> Result<Latency> {
     let program = BODY.replacen("JSON.stringify", "console.log(JSON.stringify", 1) + ")";
@@ -493,6 +573,18 @@ fn print_table(r: &Report) {
     for (threads, per_s) in &r.direct_throughput_per_s {
         println!("(c') hyperlight-js in-process, {threads} thread(s): {per_s:.1} calls+restores/s");
     }
+    match &r.python {
+        Some(p) => {
+            println!();
+            row("(f) JavaScript warm, beside Python", &p.javascript_warm);
+            row("(f) Python warm, beside JavaScript", &p.python_warm);
+            println!(
+                "(f) Python sandbox build (mean): {:.1} ms; daemon start to ready with javascript=1, python=1: {:.1} ms",
+                p.python_sandbox_create_ms, p.python_start_to_ready_ms
+            );
+        }
+        None => println!("\n(f) Python: NOT RUN (no --python-guest)"),
+    }
     let check = |ok: bool| if ok { "met" } else { "NOT met" };
     let ratios = &r.ratios;
     println!(
@@ -510,4 +602,11 @@ fn print_table(r: &Report) {
         ratios.node_p50_over_daemon_p50,
         check(ratios.node_p50_over_daemon_p50 >= 50.0)
     );
+    if let Some(p) = &r.python {
+        println!(
+            "(f) Python p50 / JavaScript p50 = {:.2}  (target <= 2: {})",
+            p.python_p50_over_javascript_p50,
+            check(p.python_p50_over_javascript_p50 <= 2.0)
+        );
+    }
 }

@@ -467,6 +467,7 @@ fn demo() -> Result<()> {
 }
 
 fn bench(args: &[String]) -> Result<()> {
+    let python = python_guest()?;
     step(
         "release build of the daemon and the benchmark",
         cargo().args([
@@ -489,6 +490,8 @@ fn bench(args: &[String]) -> Result<()> {
         bin.join("hyperlightd").to_string_lossy().into_owned(),
         "--json".into(),
         json.to_string_lossy().into_owned(),
+        "--python-guest".into(),
+        python.to_string_lossy().into_owned(),
     ];
     command.extend(args.iter().cloned());
     on_kvm("benchmark", &command, Duration::from_secs(1800), &[out])
