@@ -1,9 +1,9 @@
 //! The Python guest's imports, implemented deny-by-default: the WASI 0.2 interfaces CPython
 //! imports (as listed in `guest/python/wit/component/world.wit`) and hyperlightd's own `host`.
 //!
-//! What works: stdout and stderr (into the request's [`OutputCapture`]), the wall and monotonic
-//! clocks, sleeping (never past the request's deadline), random bytes from the host's entropy,
-//! an empty environment. What does not, by design: there are no preopened directories, so no
+//! What works: stdout and stderr (into the request's [`OutputCapture`]), the wall clock (the
+//! monotonic one has a defect, see the clocks section), sleeping (never past the request's
+//! deadline), random bytes from the host's entropy, an empty environment. What does not, by design: there are no preopened directories, so no
 //! path can be opened; a network capability exists but creating a socket or resolving a name is
 //! refused with `access-denied`; stdin is at its end; there is no terminal. Each of these
 //! reaches the program as an ordinary Python exception (`OSError` and kin).
