@@ -196,17 +196,21 @@ fn on_kvm(name: &str, command: &[String], limit: Duration, writable: &[PathBuf])
             };
             // A VM that outlives its limit has frozen: every test inside carries time limits
             // of its own, which would have fired. That is the emulator (QEMU TCG with nested
-            // KVM hangs now and then), so the step is run once more, and says so. A test that
-            // fails is never retried.
-            let status = match vm::run(command, &options) {
-                Err(e) if e.is::<vm::VmTimedOut>() => {
-                    eprintln!("{e:#}");
-                    eprintln!(
-                        "==> {name}: THE VM FROZE (its own time limits inside could not fire); running the step once more"
-                    );
-                    vm::run(command, &options)?
+            // KVM hangs now and then: soft lockups on the console, most often while a sandbox
+            // is being built), so the step is run again, up to FROZEN_VM_RETRIES times, and
+            // says so. A test that fails is never retried.
+            let mut attempt = 0;
+            let status = loop {
+                match vm::run(command, &options) {
+                    Err(e) if e.is::<vm::VmTimedOut>() && attempt < FROZEN_VM_RETRIES => {
+                        attempt += 1;
+                        eprintln!("{e:#}");
+                        eprintln!(
+                            "==> {name}: THE VM FROZE (its own time limits inside could not fire); running the step again ({attempt}/{FROZEN_VM_RETRIES})"
+                        );
+                    }
+                    other => break other?,
                 }
-                other => other?,
             };
             if status != 0 {
                 bail!("step '{name}' failed in the VM (exit status {status})");
@@ -408,7 +412,7 @@ fn e2e_on_kvm(binary: &Path, name: &str) -> Result<()> {
         ),
         GuestHost::Vm(_) => {
             // A few tests per VM boot: the emulator freezes now and then, and a frozen VM costs
-            // only its group's time limit (and one retry), not the whole suite's.
+            // only its group's time limit (and its retries), not the whole suite's.
             let tests = list_tests(binary)?;
             let groups: Vec<&[String]> = tests.chunks(E2E_GROUP).collect();
             for (i, group) in groups.iter().enumerate() {
@@ -426,6 +430,9 @@ fn e2e_on_kvm(binary: &Path, name: &str) -> Result<()> {
         }
     }
 }
+
+/// How many times a step whose VM froze is run again.
+const FROZEN_VM_RETRIES: u32 = 2;
 
 /// End-to-end tests per VM boot.
 const E2E_GROUP: usize = 5;
