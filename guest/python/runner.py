@@ -118,23 +118,23 @@ def _json_or_repr(value):
         return rendered, json.dumps(rendered, ensure_ascii=False)
 
 
+def _error(kind: str, message: str) -> dict:
+    return {"ok": False, "error": {"kind": kind, "message": message}}
+
+
 def _completed(value, max_bytes: int) -> dict:
     result, text = _json_or_repr(value)
     if len(text.encode("utf-8", "surrogatepass")) > max_bytes:
-        return {
-            "ok": False,
-            "error": {
-                "kind": "result_too_large",
-                "message": f"the result, as JSON, is over the limit of {max_bytes} bytes; "
-                "print large output instead, or return less",
-            },
-        }
+        return _error(
+            "result_too_large",
+            f"the result, as JSON, is over the limit of {max_bytes} bytes; "
+            "print large output instead, or return less",
+        )
     return {"ok": True, "result": result}
 
 
 def _failed(kind: str, error: BaseException) -> dict:
-    message = "".join(traceback.format_exception_only(error)).strip()
-    return {"ok": False, "error": {"kind": kind, "message": message}}
+    return _error(kind, "".join(traceback.format_exception_only(error)).strip())
 
 
 def _program_traceback(error: BaseException) -> str:
@@ -169,14 +169,8 @@ def _run(code: str, max_result_bytes: int) -> dict:
     try:
         exec(body, scope)
         value = eval(last, scope) if last is not None else None
-    except MemoryError as error:
-        return {
-            "ok": False,
-            "error": {
-                "kind": "out_of_memory",
-                "message": "the program ran out of memory (MemoryError)",
-            },
-        }
+    except MemoryError:
+        return _error("out_of_memory", "the program ran out of memory (MemoryError)")
     except SystemExit as error:
         # sys.exit() ends the program; a code other than 0 or None is a failure.
         if error.code in (None, 0):
@@ -189,13 +183,7 @@ def _run(code: str, max_result_bytes: int) -> dict:
     try:
         return _completed(value, max_result_bytes)
     except MemoryError:
-        return {
-            "ok": False,
-            "error": {
-                "kind": "out_of_memory",
-                "message": "the program ran out of memory rendering its result",
-            },
-        }
+        return _error("out_of_memory", "the program ran out of memory rendering its result")
 
 
 class WitWorld(wit_world.WitWorld):

@@ -15,6 +15,13 @@ fn py(code: &str) -> ExecRequest {
     ExecRequest::new(Language::Python, code)
 }
 
+fn py_with_timeout(code: &str, timeout_ms: u64) -> ExecRequest {
+    ExecRequest {
+        timeout_ms: Some(timeout_ms),
+        ..py(code)
+    }
+}
+
 async fn python_daemon(extra: &[&str]) -> Daemon {
     let guest = python_guest();
     let mut args = vec![
@@ -215,24 +222,14 @@ async fn state_does_not_leak_between_requests() {
 #[tokio::test]
 async fn infinite_loop_times_out_and_the_next_request_succeeds() {
     let daemon = python_daemon(&[]).await;
-    let response = run(
-        &daemon,
-        ExecRequest {
-            timeout_ms: Some(1000),
-            ..py("while True:\n    pass")
-        },
-    )
-    .await;
+    let response = run(&daemon, py_with_timeout("while True:\n    pass", 1000)).await;
     assert_eq!(response.status, ExecStatus::Timeout, "{response:?}");
     assert_eq!(response.error.unwrap().kind, ErrorKind::Timeout);
 
     // A sleep is bounded by the time limit too.
     let sleeper = run(
         &daemon,
-        ExecRequest {
-            timeout_ms: Some(1000),
-            ..py("import time\ntime.sleep(30)")
-        },
+        py_with_timeout("import time\ntime.sleep(30)", 1000),
     )
     .await;
     assert_eq!(sleeper.status, ExecStatus::Timeout, "{sleeper:?}");
@@ -242,10 +239,7 @@ async fn infinite_loop_times_out_and_the_next_request_succeeds() {
     let after = within(
         "the request after the timeouts",
         Duration::from_secs(120),
-        daemon.client().exec(&ExecRequest {
-            timeout_ms: Some(60_000),
-            ..py("6 * 7")
-        }),
+        daemon.client().exec(&py_with_timeout("6 * 7", 60_000)),
     )
     .await
     .unwrap();
@@ -270,10 +264,10 @@ async fn memory_bomb_is_contained_and_the_next_request_succeeds() {
     let daemon = python_daemon(&[]).await;
     let response = run(
         &daemon,
-        ExecRequest {
-            timeout_ms: Some(30_000),
-            ..py("hoard = []\nwhile True:\n    hoard.append(' ' * 10**6)")
-        },
+        py_with_timeout(
+            "hoard = []\nwhile True:\n    hoard.append(' ' * 10**6)",
+            30_000,
+        ),
     )
     .await;
     assert_eq!(response.status, ExecStatus::Error, "{response:?}");
@@ -281,10 +275,7 @@ async fn memory_bomb_is_contained_and_the_next_request_succeeds() {
     let after = within(
         "the request after the memory bomb",
         Duration::from_secs(120),
-        daemon.client().exec(&ExecRequest {
-            timeout_ms: Some(60_000),
-            ..py("'alive'")
-        }),
+        daemon.client().exec(&py_with_timeout("'alive'", 60_000)),
     )
     .await
     .unwrap();
