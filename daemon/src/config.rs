@@ -65,8 +65,9 @@ pub struct Config {
     pub guest_heap_mib: u64,
 
     /// Guest heap of each Python sandbox, in MiB: the interpreter, the WebAssembly runtime and
-    /// the program's objects together.
-    #[arg(long, default_value_t = 256)]
+    /// the program's objects together. A sandbox's build time and the host memory its snapshots
+    /// hold grow with it (about twice the heap; see the README).
+    #[arg(long, default_value_t = 128)]
     pub python_heap_mib: u64,
 
     /// The compiled Python guest (`python.aot`, built by `cargo xtask python-guest`). Needed

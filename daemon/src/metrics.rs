@@ -32,6 +32,8 @@ pub const GUEST_CALL_SECONDS: &str = "hyperlightd_guest_call_seconds";
 pub const SANDBOX_CREATE_SECONDS: &str = "hyperlightd_sandbox_create_seconds";
 /// Time to restore a sandbox to its warm snapshot after a request, by `language`.
 pub const SANDBOX_RESTORE_SECONDS: &str = "hyperlightd_sandbox_restore_seconds";
+/// Time a sandbox spent priming after its restore (Python), by `language`.
+pub const SANDBOX_PRIME_SECONDS: &str = "hyperlightd_sandbox_prime_seconds";
 /// Sandboxes dropped and replaced instead of restored, by `language` and `reason` (timeout,
 /// out_of_memory, guest_failure, restore_failed).
 pub const SANDBOXES_RECYCLED_TOTAL: &str = "hyperlightd_sandboxes_recycled_total";
@@ -61,6 +63,7 @@ pub struct Metrics {
     guest_call: HistogramVec,
     create: HistogramVec,
     restore: HistogramVec,
+    prime: HistogramVec,
     recycled: IntCounterVec,
 }
 
@@ -76,6 +79,8 @@ pub struct PoolMetrics {
     pub create: Histogram,
     /// Time to restore a sandbox after a request.
     pub restore: Histogram,
+    /// Time to prime a sandbox after its restore.
+    pub prime: Histogram,
     recycled: IntCounterVec,
 }
 
@@ -149,6 +154,11 @@ impl Metrics {
             "Time to restore a sandbox to its warm snapshot after a request.",
             SANDBOX_BUCKETS,
         )?;
+        let prime = histogram(
+            SANDBOX_PRIME_SECONDS,
+            "Time a sandbox spent priming after its restore, off the next request's path.",
+            SANDBOX_BUCKETS,
+        )?;
         let recycled = IntCounterVec::new(
             Opts::new(
                 SANDBOXES_RECYCLED_TOTAL,
@@ -160,6 +170,7 @@ impl Metrics {
         registry.register(Box::new(guest_call.clone()))?;
         registry.register(Box::new(create.clone()))?;
         registry.register(Box::new(restore.clone()))?;
+        registry.register(Box::new(prime.clone()))?;
         registry.register(Box::new(recycled.clone()))?;
         registry.register(Box::new(executions.clone()))?;
         registry.register(Box::new(duration.clone()))?;
@@ -179,6 +190,7 @@ impl Metrics {
             guest_call,
             create,
             restore,
+            prime,
             recycled,
         })
     }
@@ -192,6 +204,7 @@ impl Metrics {
             guest_call: self.guest_call.with_label_values(&label),
             create: self.create.with_label_values(&label),
             restore: self.restore.with_label_values(&label),
+            prime: self.prime.with_label_values(&label),
             recycled: self.recycled.clone(),
         }
     }

@@ -5,8 +5,8 @@ time and keeps the initialised interpreter (with everything imported here) in th
 a sandbox starts with it warm. The daemon then snapshots the sandbox and restores it after every
 request.
 
-Contract with the daemon (the same for every language):
-  event:  {"code": "<program text>", "max_result_bytes": N}
+Contract with the daemon (the same for every language, plus Python's "seed" and "prime"):
+  event:  {"code": "<program text>", "max_result_bytes": N, "seed": "<hex>", "prime": false}
   reply:  {"ok": true, "result": <JSON value>}
         | {"ok": false, "error": {"kind": "syntax_error" | "exception" | "result_too_large"
                                           | "out_of_memory", "message": "..."}}
@@ -15,6 +15,10 @@ Contract with the daemon (the same for every language):
 
 The program's result is the value of its last statement when that statement is an expression, as
 in a notebook cell; otherwise null. Values JSON cannot carry are rendered with repr().
+
+"seed" is entropy from the host for `random`; "prime": true runs PRIME instead of "code" (see
+below). Output is line-buffered, as on a terminal: a program stopped at its time limit loses an
+unfinished last line, nothing else.
 """
 
 import ast
@@ -61,17 +65,58 @@ import uuid  # noqa: F401
 import wit_world
 from wit_world.imports import host
 
+
+# hyperlight-component-util 0.17 registers the host's `monotonic-clock.now` and `wall-clock.now`
+# under one name, and the wall clock answers both: the interpreter's own monotonic clock reads
+# whole seconds as nanoseconds. The program's monotonic clocks are derived from the wall clock
+# instead (nanosecond resolution), which the host keeps from stepping back during a request.
+# None of the modules imported above binds them; a module a program imports binds these.
+def _monotonic_ns() -> int:
+    return time.time_ns()
+
+
+def _monotonic() -> float:
+    return time.time_ns() / 1e9
+
+
+time.monotonic_ns = time.perf_counter_ns = _monotonic_ns
+time.monotonic = time.perf_counter = _monotonic
+
 STDOUT = 1
 STDERR = 2
 PROGRAM = "<program>"
+# Buffered output goes to the host at a newline or once this many characters are pending: every
+# host call is a VM exit, and print() alone writes twice (the text, then the end).
+FLUSH_AT = 8192
+
+# What the daemon runs after every restore, before the sandbox takes its next request. A restore
+# puts back the snapshot's pages, and the first write to each page after it faults and copies
+# it, which costs far more than the work here. This program makes the interpreter write the pages
+# a typical request writes (the runner's own path, compiling, a loop, a function, printing, JSON),
+# so that a request does not pay for them. Its output is refused by the host and its result is
+# dropped. It is fixed text: what it leaves behind is the same for every request, and no request's
+# data can be in it.
+PRIME = """
+import json
+squares = []
+for i in range(100):
+    squares.append(i * i)
+def shifted(value, by=1):
+    return value + by
+text = f"{shifted(sum(squares))} {len(squares)}"
+print(text, squares[:3], {"k": text})
+json.dumps({"squares": squares[:10], "text": text, "ratio": 0.5})
+"""
 
 
 class _HostStream(io.TextIOBase):
-    """sys.stdout / sys.stderr for the program: unbuffered, straight to the host's capture."""
+    """sys.stdout / sys.stderr for the program: line-buffered into the host's capture."""
 
     def __init__(self, stream: int, name: str):
         self._stream = stream
         self._name = name
+        self._pending: list[str] = []
+        self._pending_chars = 0
 
     @property
     def name(self) -> str:
@@ -88,11 +133,19 @@ class _HostStream(io.TextIOBase):
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
         if _Output.open and text:
-            _Output.open = host.write(self._stream, text)
+            self._pending.append(text)
+            self._pending_chars += len(text)
+            if "\n" in text or self._pending_chars >= FLUSH_AT:
+                self.flush()
         return len(text)
 
     def flush(self) -> None:
-        pass
+        if self._pending:
+            text = "".join(self._pending)
+            self._pending.clear()
+            self._pending_chars = 0
+            if _Output.open:
+                _Output.open = host.write(self._stream, text)
 
     def isatty(self) -> bool:
         return False
@@ -108,32 +161,32 @@ _stdout = _HostStream(STDOUT, "<stdout>")
 _stderr = _HostStream(STDERR, "<stderr>")
 
 
-def _json_or_repr(value):
-    """The value as the reply carries it, and its JSON text."""
+def _json_or_repr(value) -> str:
+    """The value as JSON text, or its repr as a JSON string when JSON cannot carry it."""
     try:
-        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
-        return value, text
+        return json.dumps(value, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError, RecursionError):
-        rendered = repr(value)
-        return rendered, json.dumps(rendered, ensure_ascii=False)
+        return json.dumps(repr(value), ensure_ascii=False)
 
 
-def _error(kind: str, message: str) -> dict:
-    return {"ok": False, "error": {"kind": kind, "message": message}}
+# Replies are JSON text: a result is encoded once, and spliced into its reply.
+def _error(kind: str, message: str) -> str:
+    reply = {"ok": False, "error": {"kind": kind, "message": message}}
+    return json.dumps(reply, ensure_ascii=False)
 
 
-def _completed(value, max_bytes: int) -> dict:
-    result, text = _json_or_repr(value)
+def _completed(value, max_bytes: int) -> str:
+    text = _json_or_repr(value)
     if len(text.encode("utf-8", "surrogatepass")) > max_bytes:
         return _error(
             "result_too_large",
             f"the result, as JSON, is over the limit of {max_bytes} bytes; "
             "print large output instead, or return less",
         )
-    return {"ok": True, "result": result}
+    return '{"ok": true, "result": ' + text + "}"
 
 
-def _failed(kind: str, error: BaseException) -> dict:
+def _failed(kind: str, error: BaseException) -> str:
     return _error(kind, "".join(traceback.format_exception_only(error)).strip())
 
 
@@ -155,7 +208,7 @@ def _compile(code: str):
     return body, (compile(last, PROGRAM, "eval") if last is not None else None)
 
 
-def _run(code: str, max_result_bytes: int) -> dict:
+def _run(code: str, max_result_bytes: int) -> str:
     try:
         body, last = _compile(code)
     except (SyntaxError, ValueError) as error:
@@ -190,13 +243,16 @@ class WitWorld(wit_world.WitWorld):
     def run(self, event: str) -> str:
         request = json.loads(event)
         # The interpreter's state, random's included, was frozen at build time and every
-        # request starts from the same snapshot: seed from the host's entropy (os.urandom) so
-        # that requests do not share a sequence.
-        random.seed()
+        # request starts from the same snapshot: seed from the host's entropy so that requests
+        # do not share a sequence. (random.seed() would read 2.5 KB through os.urandom, in
+        # several host calls: about 6 ms a request in the nested-KVM VM.)
+        random.seed(int(request["seed"], 16))
         _Output.open = True
         sys.stdout, sys.stderr = _stdout, _stderr
+        code = PRIME if request.get("prime") else request["code"]
         try:
-            reply = _run(request["code"], int(request["max_result_bytes"]))
+            return _run(code, int(request["max_result_bytes"]))
         finally:
+            _stdout.flush()
+            _stderr.flush()
             sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
-        return json.dumps(reply, ensure_ascii=False)

@@ -63,6 +63,15 @@ async fn hello_world_and_the_last_expression_as_result() {
     assert_eq!(set.result, json!("{1, 2, 3}"), "{set:?}");
     let version = run(&daemon, py("import sys\nsys.version_info[:2] >= (3, 12)")).await;
     assert_eq!(version.result, json!(true), "{version:?}");
+
+    // Output is line-buffered in the guest; what is left without a newline arrives at the end.
+    let unfinished = run(
+        &daemon,
+        py("import sys\nprint('a', end='')\nprint('b', end='', flush=True)\nsys.stdout.write('c')\nsys.stderr.write('d')"),
+    )
+    .await;
+    assert_eq!(unfinished.stdout, "abc", "{unfinished:?}");
+    assert_eq!(unfinished.stderr, "d", "{unfinished:?}");
 }
 
 #[tokio::test]
@@ -222,8 +231,14 @@ async fn state_does_not_leak_between_requests() {
 #[tokio::test]
 async fn infinite_loop_times_out_and_the_next_request_succeeds() {
     let daemon = python_daemon(&[]).await;
-    let response = run(&daemon, py_with_timeout("while True:\n    pass", 1000)).await;
+    let response = run(
+        &daemon,
+        py_with_timeout("print('started')\nwhile True:\n    pass", 1000),
+    )
+    .await;
     assert_eq!(response.status, ExecStatus::Timeout, "{response:?}");
+    // A finished line printed before the loop reached the host.
+    assert_eq!(response.stdout, "started\n", "{response:?}");
     assert_eq!(response.error.unwrap().kind, ErrorKind::Timeout);
 
     // A sleep is bounded by the time limit too.
@@ -247,16 +262,33 @@ async fn infinite_loop_times_out_and_the_next_request_succeeds() {
 }
 
 #[tokio::test]
-async fn sleep_lasts_as_long_as_asked() {
+async fn sleep_lasts_as_long_as_asked_and_every_clock_measures_it() {
     let daemon = python_daemon(&[]).await;
+    let clocks =
+        "(time.time(), time.monotonic(), time.perf_counter(), time.perf_counter_ns() / 1e9)";
     let response = run(
         &daemon,
-        py("import time\nstart = time.time()\ntime.sleep(0.5)\ntime.time() - start"),
+        py(&format!("import time\nstart = {clocks}\ntime.sleep(0.5)\nend = {clocks}\n[b - a for a, b in zip(start, end)]")),
     )
     .await;
     assert_eq!(response.status, ExecStatus::Ok, "{response:?}");
-    let slept = response.result.as_f64().unwrap();
-    assert!((0.45..5.0).contains(&slept), "slept {slept} s");
+    let measured: Vec<f64> = serde_json::from_value(response.result.clone()).unwrap();
+    assert_eq!(measured.len(), 4, "{response:?}");
+    for (clock, slept) in ["time", "monotonic", "perf_counter", "perf_counter_ns"]
+        .iter()
+        .zip(measured)
+    {
+        assert!((0.45..5.0).contains(&slept), "{clock}: slept {slept} s");
+    }
+    // A busy loop advances the monotonic clocks too (not only whole seconds).
+    let busy = run(
+        &daemon,
+        py("import time\nstart = time.perf_counter()\nsum(range(200000))\ntime.perf_counter() - start"),
+    )
+    .await;
+    let took = busy.result.as_f64().unwrap();
+    // (With the defect, the difference was 0 or one nanosecond.)
+    assert!(took > 1e-6 && took < 30.0, "{busy:?}");
 }
 
 #[tokio::test]

@@ -25,6 +25,13 @@ pub trait Guest: Send {
     /// Returns the sandbox to its warm snapshot: nothing the last program did survives.
     fn reset(&mut self) -> Result<(), HyperlightError>;
 
+    /// After a reset, runs fixed code of the guest's own that makes the next request cheaper,
+    /// and says whether there was any. Nothing of any request may reach that code, so the state
+    /// it leaves is the same after every reset. Python primes its interpreter here.
+    fn prime(&mut self) -> Result<bool, HyperlightError> {
+        Ok(false)
+    }
+
     /// Whether the last call left the sandbox poisoned (interrupted, aborted, faulted).
     fn is_poisoned(&self) -> bool;
 }

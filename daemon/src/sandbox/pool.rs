@@ -30,6 +30,10 @@ use crate::sys::signals::block_process_signals_on_this_thread;
 /// not stop (a hypervisor fault), so that no request waits forever.
 const ANSWER_GRACE: Duration = Duration::from_secs(2);
 
+/// How long a restore, or a priming call (fixed code, milliseconds), may take before the
+/// sandbox is stopped and replaced.
+const RESET_LIMIT: Duration = Duration::from_secs(30);
+
 /// First and longest pause between failed attempts to build a replacement sandbox.
 const REBUILD_BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(10));
 
@@ -91,7 +95,7 @@ enum Recycle {
     OutOfMemory,
     /// The guest aborted or faulted.
     GuestFailure,
-    /// Restoring the snapshot failed.
+    /// Restoring the snapshot, or priming after it, failed.
     RestoreFailed,
 }
 
@@ -302,17 +306,49 @@ impl Worker {
                 return recycle;
             }
             let started = Instant::now();
-            if let Err(e) = guest.reset() {
+            if let Err(e) = self.guarded(guest, |guest| guest.reset()) {
                 warn!("restoring the sandbox failed: {e}");
                 return Some(Recycle::RestoreFailed);
             }
             self.metrics
                 .restore
                 .observe(started.elapsed().as_secs_f64());
+            // Priming moves the cost of the first writes after the restore off the next
+            // request's path, but a job already waiting would wait for all of it: that job
+            // gets the sandbox as it is.
+            if self.jobs.is_empty() {
+                let started = Instant::now();
+                match self.guarded(guest, |guest| guest.prime()) {
+                    Ok(true) => self.metrics.prime.observe(started.elapsed().as_secs_f64()),
+                    Ok(false) => {}
+                    Err(e) => {
+                        warn!("priming the sandbox failed: {e}");
+                        return Some(Recycle::RestoreFailed);
+                    }
+                }
+            }
             self.shared.idle.fetch_add(1, Ordering::Relaxed);
         }
         self.shared.idle.fetch_sub(1, Ordering::Relaxed);
         None
+    }
+
+    /// Runs a restore or a priming call with a time limit, catching a host function's panic:
+    /// priming runs guest code, as a request does.
+    fn guarded<T>(
+        &self,
+        guest: &mut dyn Guest,
+        step: impl FnOnce(&mut dyn Guest) -> Result<T, HyperlightError>,
+    ) -> Result<T, HyperlightError> {
+        let interrupt = guest.interrupt_handle();
+        let watchdog = self.runtime.spawn(async move {
+            tokio::time::sleep(RESET_LIMIT).await;
+            interrupt.kill();
+        });
+        let result = panic::catch_unwind(AssertUnwindSafe(|| step(guest)))
+            .unwrap_or_else(|panic| Err(panicked(&panic)));
+        watchdog.abort();
+        result
     }
 
     /// Whether the call left the sandbox unfit for reuse, and why.
@@ -348,16 +384,7 @@ impl Worker {
         // not know) must not take the worker down: it fails this call, and the sandbox, whose
         // host-side state it may have left half-updated, is replaced.
         let result = panic::catch_unwind(AssertUnwindSafe(|| guest.run(&job.code, job.deadline)))
-            .unwrap_or_else(|panic| {
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_owned())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_default();
-                Err(HyperlightError::Error(format!(
-                    "a host function panicked during the call: {what}"
-                )))
-            });
+            .unwrap_or_else(|panic| Err(panicked(&panic)));
         watchdog.abort();
         let call = call.elapsed();
         self.metrics.guest_call.observe(call.as_secs_f64());
@@ -408,6 +435,16 @@ impl Worker {
             }
         }
     }
+}
+
+/// The error for a call during which a host function panicked.
+fn panicked(panic: &Box<dyn std::any::Any + Send>) -> HyperlightError {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    HyperlightError::Error(format!("a host function panicked during the call: {what}"))
 }
 
 /// Builds one warm sandbox with an output capture of its own, and records how long it took.

@@ -3,7 +3,8 @@
 //!
 //! What works: stdout and stderr (into the request's [`OutputCapture`]), the wall clock (the
 //! monotonic one has a defect, see the clocks section), sleeping (never past the request's
-//! deadline), random bytes from the host's entropy, an empty environment. What does not, by design: there are no preopened directories, so no
+//! deadline), random bytes from the host's entropy, an empty environment. What does not, by
+//! design: there are no preopened directories, so no
 //! path can be opened; a network capability exists but creating a socket or resolving a name is
 //! refused with `access-denied`; stdin is at its end; there is no terminal. Each of these
 //! reaches the program as an ordinary Python exception (`OSError` and kin).
@@ -54,40 +55,68 @@ pub struct Network;
 /// The host side of one Python sandbox.
 pub struct WasiHost {
     output: Arc<OutputCapture>,
-    deadline: Deadline,
+    call: CallTime,
     /// Zero of the monotonic clock the guest sees.
     epoch: Instant,
 }
 
-/// When the current request's time is up, shared between the worker (which sets it before each
-/// call) and the host functions: a sleep ends there at the latest, so that the time limit,
-/// which can only stop the guest while it runs, also bounds a program that sleeps.
+/// The current call's time, shared between the worker (which begins it before each call) and
+/// the host functions:
+/// - its deadline: a sleep ends there at the latest, so that the time limit, which can only
+///   stop the guest while it runs, also bounds a program that sleeps;
+/// - the wall clock as it read when the call began, and the monotonic instant it did: the guest's
+///   wall clock advances from there with the monotonic one, so it never steps back during a call
+///   (the program's monotonic clocks are derived from it, see the clocks section).
 #[derive(Debug, Clone, Default)]
-pub struct Deadline(Arc<Mutex<Option<Instant>>>);
+pub struct CallTime(Arc<Mutex<Option<CallStart>>>);
 
-impl Deadline {
-    /// Sets the deadline of the call about to start.
-    pub fn set(&self, at: Instant) {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(at);
+#[derive(Debug, Clone, Copy)]
+struct CallStart {
+    deadline: Instant,
+    wall: SystemTime,
+    at: Instant,
+}
+
+impl CallTime {
+    /// Begins a call that ends at `deadline`.
+    pub fn begin(&self, deadline: Instant) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(CallStart {
+            deadline,
+            wall: SystemTime::now(),
+            at: Instant::now(),
+        });
     }
 
-    fn get(&self) -> Option<Instant> {
+    fn get(&self) -> Option<CallStart> {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        self.get().map(|call| call.deadline)
+    }
+
+    /// The wall clock, as time since the Unix epoch.
+    fn wall(&self) -> Duration {
+        let now = match self.get() {
+            Some(call) => call.wall + call.at.elapsed(),
+            None => SystemTime::now(),
+        };
+        now.duration_since(UNIX_EPOCH).unwrap_or_default()
     }
 }
 
 impl WasiHost {
-    /// Host state writing into `output`, sleeping no later than `deadline`.
-    pub fn new(output: Arc<OutputCapture>, deadline: Deadline) -> Self {
+    /// Host state writing into `output`, sleeping no later than `call`'s deadline.
+    pub fn new(output: Arc<OutputCapture>, call: CallTime) -> Self {
         WasiHost {
             output,
-            deadline,
+            call,
             epoch: Instant::now(),
         }
     }
 
     fn sleep_until(&self, at: Instant) {
-        let limit = self.deadline.get();
+        let limit = self.call.deadline();
         let at = match limit {
             Some(limit) if limit < at => limit,
             _ => at,
@@ -264,17 +293,16 @@ impl cli::TerminalStderr<N, Never> for WasiHost {
 // registration, the wall clock's, answers both. The guest reads the first eight bytes of the
 // wall clock's answer, its whole seconds, as the monotonic clock's nanoseconds. So:
 // - `time.time()` and `datetime.now()` are right;
-// - `time.monotonic()` and `time.perf_counter()` advance one nanosecond per second;
+// - the interpreter's own monotonic clock advances one nanosecond per second. The runner
+//   replaces `time.monotonic()`, `time.perf_counter()` and their `_ns` forms with readings of
+//   the wall clock, which this host keeps from stepping back during a call (see `CallTime`);
 // - sleeps still last as long as asked: a sleep until a monotonic instant is read back in the
 //   same units the guest computed it in (see `subscribe_instant`).
 // The implementations below are what each function should do; only the wall clock's run.
 
-/// The guest's reading of its monotonic clock (see above): wall-clock seconds.
-fn guest_monotonic_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs()
+/// The guest's reading of its monotonic clock (see above): whole wall-clock seconds.
+fn guest_monotonic_now(call: &CallTime) -> u64 {
+    call.wall().as_secs()
 }
 
 impl clocks::MonotonicClock<N, Pollable> for WasiHost {
@@ -287,7 +315,7 @@ impl clocks::MonotonicClock<N, Pollable> for WasiHost {
     /// `when` is the guest's monotonic reading plus a duration in nanoseconds; the duration is
     /// what counts.
     fn subscribe_instant(&mut self, when: u64) -> Pollable {
-        let wait = when.saturating_sub(guest_monotonic_now());
+        let wait = when.saturating_sub(guest_monotonic_now(&self.call));
         Pollable::At(Instant::now() + Duration::from_nanos(wait))
     }
     fn subscribe_duration(&mut self, when: u64) -> Pollable {
@@ -297,9 +325,7 @@ impl clocks::MonotonicClock<N, Pollable> for WasiHost {
 
 impl clocks::WallClock<N> for WasiHost {
     fn now(&mut self) -> clocks::wall_clock::Datetime {
-        let since = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
+        let since = self.call.wall();
         clocks::wall_clock::Datetime {
             seconds: since.as_secs(),
             nanoseconds: since.subsec_nanos(),
