@@ -28,6 +28,68 @@ mod bindings {
     hyperlight_component_macro::host_bindgen!({
         path: "../guest/python/wit/component/world.wasm",
     });
+
+    /// The host-side resource tables of the generated bindings, one field per type variable of
+    /// the world: a `VecDeque` for each resource type the host owns, `()` for the rest. The
+    /// bindings only ever append to them (they have no resource drop), so a restore, which
+    /// takes the guest back to the handles it held at the snapshot, truncates them back to
+    /// their lengths then. The list names every field of `RootResources` for this world
+    /// (`resource0` to `resource72`; a name too many fails to compile, one too few would go
+    /// unnoticed, hence the test `the_resource_table_list_matches_the_world`).
+    macro_rules! resource_tables {
+        ($($field:ident),* $(,)?) => {
+            impl<I: root::component::RootImports<::hyperlight_common::component::Negative>>
+                RootResources<I>
+            {
+                pub(crate) fn lengths(&self) -> Vec<usize> {
+                    let RootResources { $($field,)* .. } = self;
+                    vec![$(super::ResourceTable::len($field)),*]
+                }
+
+                pub(crate) fn truncate(&mut self, lengths: &[usize]) {
+                    let RootResources { $($field,)* .. } = self;
+                    let mut lengths = lengths.iter().copied();
+                    $(super::ResourceTable::truncate($field, lengths.next().unwrap_or(0));)*
+                }
+            }
+        };
+    }
+    resource_tables!(
+        resource0, resource1, resource2, resource3, resource4, resource5, resource6, resource7,
+        resource8, resource9, resource10, resource11, resource12, resource13, resource14,
+        resource15, resource16, resource17, resource18, resource19, resource20, resource21,
+        resource22, resource23, resource24, resource25, resource26, resource27, resource28,
+        resource29, resource30, resource31, resource32, resource33, resource34, resource35,
+        resource36, resource37, resource38, resource39, resource40, resource41, resource42,
+        resource43, resource44, resource45, resource46, resource47, resource48, resource49,
+        resource50, resource51, resource52, resource53, resource54, resource55, resource56,
+        resource57, resource58, resource59, resource60, resource61, resource62, resource63,
+        resource64, resource65, resource66, resource67, resource68, resource69, resource70,
+        resource71, resource72
+    );
+}
+
+/// A field of the bindings' resource tables (see `resource_tables!`).
+trait ResourceTable {
+    fn len(&self) -> usize;
+    fn truncate(&mut self, len: usize);
+}
+
+/// A resource type the host does not own: no table.
+impl ResourceTable for () {
+    fn len(&self) -> usize {
+        0
+    }
+    fn truncate(&mut self, _: usize) {}
+}
+
+impl<T> ResourceTable for std::collections::VecDeque<T> {
+    fn len(&self) -> usize {
+        std::collections::VecDeque::len(self)
+    }
+    fn truncate(&mut self, len: usize) {
+        std::collections::VecDeque::truncate(self, len);
+    }
 }
 
 /// Builds Python sandboxes from the compiled component at `component`.
@@ -70,9 +132,11 @@ impl GuestFactory for PythonFactory {
         prime(&mut sandbox, &call, &output, self.sizes.max_result_bytes)
             .map_err(|e| HyperlightError::Error(format!("the warm-up call failed: {e}")))?;
         let warm = sandbox.sb.snapshot()?;
+        let warm_tables = lock(&sandbox.rt).lengths();
         Ok(Box::new(PythonGuest {
             sandbox,
             warm,
+            warm_tables,
             interrupt,
             call,
             output,
@@ -150,6 +214,12 @@ fn prime(
     }
 }
 
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn into_hyperlight_error(e: anyhow::Error) -> HyperlightError {
     match e.downcast::<HyperlightError>() {
         Ok(e) => e,
@@ -161,6 +231,8 @@ fn into_hyperlight_error(e: anyhow::Error) -> HyperlightError {
 struct PythonGuest {
     sandbox: bindings::RootSandbox<WasiHost, LoadedWasmSandbox>,
     warm: Arc<Snapshot>,
+    /// The lengths of the host-side resource tables when `warm` was taken.
+    warm_tables: Vec<usize>,
     interrupt: Arc<dyn InterruptHandle>,
     call: CallTime,
     output: Arc<OutputCapture>,
@@ -180,7 +252,10 @@ impl Guest for PythonGuest {
     }
 
     fn reset(&mut self) -> Result<(), HyperlightError> {
-        self.sandbox.sb.restore(self.warm.clone())
+        self.sandbox.sb.restore(self.warm.clone())?;
+        // The guest holds the snapshot's handles again: forget what the last call added.
+        lock(&self.sandbox.rt).truncate(&self.warm_tables);
+        Ok(())
     }
 
     /// Runs the runner's priming program: the copy-on-write faults that the first writes after
@@ -201,5 +276,40 @@ impl Guest for PythonGuest {
             .sb
             .status()
             .map_or(true, |status| !status.is_ready())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `resource_tables!` names `resource0` to `resource72`, the fields of the resource tables
+    /// generated for this world file. Regenerating the world can change them: list them again
+    /// (a `let () = &tables.resourceN;` per candidate shows which exist and which are tables),
+    /// then update this fingerprint.
+    #[test]
+    fn the_resource_table_list_matches_the_world() {
+        let world = include_bytes!("../../../../guest/python/wit/component/world.wasm");
+        // FNV-1a, 64 bits.
+        let fingerprint = world.iter().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+            (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
+        });
+        assert_eq!(
+            (world.len(), fingerprint),
+            (9734, 2_417_251_151_237_529_688),
+            "guest/python/wit/component/world.wasm changed: check resource_tables!"
+        );
+    }
+
+    #[test]
+    fn truncating_the_resource_tables_keeps_the_first_entries() {
+        let mut table: std::collections::VecDeque<u32> = (0..5).collect();
+        ResourceTable::truncate(&mut table, 2);
+        assert_eq!(table, [0, 1]);
+        ResourceTable::truncate(&mut table, 4);
+        assert_eq!(ResourceTable::len(&table), 2);
+        let mut none = ();
+        ResourceTable::truncate(&mut none, 3);
+        assert_eq!(ResourceTable::len(&none), 0);
     }
 }
