@@ -9,7 +9,10 @@
 //! - (d) a fresh `node -e` process per execution, the way a subprocess runner works;
 //! - (e) daemon start to ready with a pool of N;
 //! - (f) Python beside JavaScript in one daemon (a pool of one each): warm executions of the
-//!   same program in each language, taken in turns, and what a Python sandbox costs to build.
+//!   same program in each language, taken in turns, each once the daemon's sandboxes are all
+//!   idle again (restored, and for Python primed); then each language back to back, where the
+//!   restore and priming are paid before the next request; and what a Python sandbox costs to
+//!   build.
 //!
 //! Prints a table and writes the figures as JSON. Run it where KVM runs Hyperlight guests:
 //! `cargo xtask bench` builds it in release mode and runs it in the nested-KVM VM if need be.
@@ -120,6 +123,13 @@ struct Report {
 struct PythonFigures {
     javascript_warm: Latency,
     python_warm: Latency,
+    /// Where the warm requests' time went inside the daemon, by language.
+    javascript_breakdown: Breakdown,
+    python_breakdown: Breakdown,
+    /// Back to back (the next request sent when the last is answered), pool of one: restore
+    /// and priming are on the way of the next request.
+    javascript_back_to_back_per_s: f64,
+    python_back_to_back_per_s: f64,
     /// Python warm p50 / JavaScript warm p50; target at most 2.
     python_p50_over_javascript_p50: f64,
     /// Building one warm Python sandbox (runtime, component, warm-up call, snapshot), from the
@@ -140,6 +150,43 @@ struct Breakdown {
     guest_call_mean_ms: f64,
     /// Restoring after the answer went out (off the request's path).
     restore_mean_ms: f64,
+    /// Priming after the restore (Python; off the next request's path).
+    prime_mean_ms: f64,
+}
+
+impl Breakdown {
+    /// The means of what the daemon recorded between two scrapes, for series whose labels start
+    /// with `labels` (empty for the first series of each name).
+    fn between(before: &str, after: &str, labels: &str) -> Breakdown {
+        let mean = |name: &str| {
+            let (sum0, count0) = histogram_totals(before, name, labels);
+            let (sum1, count1) = histogram_totals(after, name, labels);
+            if count1 == count0 {
+                return 0.0;
+            }
+            (sum1 - sum0) / (count1 - count0) * 1e3
+        };
+        Breakdown {
+            server_side_mean_ms: mean("hyperlightd_execution_duration_seconds"),
+            queue_wait_mean_ms: mean("hyperlightd_queue_wait_seconds"),
+            guest_call_mean_ms: mean("hyperlightd_guest_call_seconds"),
+            restore_mean_ms: mean("hyperlightd_sandbox_restore_seconds"),
+            prime_mean_ms: mean("hyperlightd_sandbox_prime_seconds"),
+        }
+    }
+
+    fn print(&self, label: &str) {
+        println!(
+            "    {label} inside the daemon, means: arrival to answer {:.3} ms = queue wait {:.3} + \
+             guest call {:.3} + the daemon's own {:.3}; after the answer: restore {:.3}, prime {:.3}",
+            self.server_side_mean_ms,
+            self.queue_wait_mean_ms,
+            self.guest_call_mean_ms,
+            self.server_side_mean_ms - self.queue_wait_mean_ms - self.guest_call_mean_ms,
+            self.restore_mean_ms,
+            self.prime_mean_ms,
+        );
+    }
 }
 
 /// The sum and count of a Prometheus histogram: the first series of that name whose labels
@@ -153,13 +200,6 @@ fn histogram_totals(metrics: &str, name: &str, labels: &str) -> (f64, f64) {
             .unwrap_or(f64::NAN)
     };
     (value("sum"), value("count"))
-}
-
-/// The mean in milliseconds of what a histogram recorded between two scrapes.
-fn mean_between_ms(before: &str, after: &str, name: &str) -> f64 {
-    let (sum0, count0) = histogram_totals(before, name, "");
-    let (sum1, count1) = histogram_totals(after, name, "");
-    (sum1 - sum0) / (count1 - count0) * 1e3
 }
 
 #[derive(Debug, Serialize)]
@@ -416,13 +456,7 @@ async fn through_daemon(args: &Args) -> Result<(Latency, Breakdown, Vec<(usize, 
         samples.push(start.elapsed());
     }
     let after = daemon.client.metrics().await?;
-    let mean = |name: &str| mean_between_ms(&before, &after, name);
-    let breakdown = Breakdown {
-        server_side_mean_ms: mean("hyperlightd_execution_duration_seconds"),
-        queue_wait_mean_ms: mean("hyperlightd_queue_wait_seconds"),
-        guest_call_mean_ms: mean("hyperlightd_guest_call_seconds"),
-        restore_mean_ms: mean("hyperlightd_sandbox_restore_seconds"),
-    };
+    let breakdown = Breakdown::between(&before, &after, "");
     let mut throughput = Vec::new();
     for concurrency in [1, 2] {
         let per_task = args.throughput_requests / concurrency;
@@ -458,27 +492,45 @@ async fn python_beside_javascript(args: &Args, guest: &Path) -> Result<PythonFig
     ];
     extra.extend(args.daemon_args.iter().cloned());
     let (daemon, start_to_ready) = start_daemon(&args.daemon, 1, &extra).await?;
+    let client = &daemon.client;
     let js = ExecRequest::new(Language::Javascript, BODY);
     let py = ExecRequest::new(Language::Python, PYTHON_BODY);
-    let timed = |request: &ExecRequest| {
-        let client = daemon.client.clone();
+    // Times one request sent once every sandbox is idle (restored, and primed).
+    let warm = |request: &ExecRequest| {
         let request = request.clone();
         async move {
+            wait_until_idle(client).await?;
             let start = Instant::now();
-            exec_checked(&client, &request).await?;
+            exec_checked(client, &request).await?;
             anyhow::Ok(start.elapsed())
         }
     };
     for _ in 0..10 {
-        timed(&js).await?;
-        timed(&py).await?;
+        warm(&js).await?;
+        warm(&py).await?;
     }
+    let before = client.metrics().await?;
     let (mut js_samples, mut py_samples) = (Vec::new(), Vec::new());
     for _ in 0..args.iterations {
-        js_samples.push(timed(&js).await?);
-        py_samples.push(timed(&py).await?);
+        js_samples.push(warm(&js).await?);
+        py_samples.push(warm(&py).await?);
     }
-    let metrics = daemon.client.metrics().await?;
+    let after = client.metrics().await?;
+    let back_to_back = |request: &ExecRequest| {
+        let request = request.clone();
+        async move {
+            wait_until_idle(client).await?;
+            let n = args.iterations.div_ceil(3);
+            let start = Instant::now();
+            for _ in 0..n {
+                exec_checked(client, &request).await?;
+            }
+            anyhow::Ok(n as f64 / start.elapsed().as_secs_f64())
+        }
+    };
+    let javascript_back_to_back_per_s = back_to_back(&js).await?;
+    let python_back_to_back_per_s = back_to_back(&py).await?;
+    let metrics = client.metrics().await?;
     let (create_sum, create_count) = histogram_totals(
         &metrics,
         "hyperlightd_sandbox_create_seconds",
@@ -490,9 +542,29 @@ async fn python_beside_javascript(args: &Args, guest: &Path) -> Result<PythonFig
         python_p50_over_javascript_p50: python_warm.p50_ms / javascript_warm.p50_ms,
         javascript_warm,
         python_warm,
+        javascript_breakdown: Breakdown::between(&before, &after, "{language=\"javascript\""),
+        python_breakdown: Breakdown::between(&before, &after, "{language=\"python\""),
+        javascript_back_to_back_per_s,
+        python_back_to_back_per_s,
         python_sandbox_create_ms: create_sum / create_count * 1e3,
         python_start_to_ready_ms: start_to_ready.as_secs_f64() * 1e3,
     })
+}
+
+/// Polls the daemon's health until every sandbox is idle: restored, primed, and not running
+/// anything that would share the CPUs with the request about to be timed.
+async fn wait_until_idle(client: &Client) -> Result<()> {
+    let give_up = Instant::now() + Duration::from_secs(30);
+    loop {
+        let health = client.health().await?;
+        if health.sandboxes.values().all(|c| c.ready == c.target) {
+            return Ok(());
+        }
+        if Instant::now() > give_up {
+            bail!("the daemon's sandboxes were not all idle after 30 s: {health:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
 }
 
 /// (d): a new node process per execution.
@@ -556,16 +628,7 @@ fn print_table(r: &Report) {
         &format!("(e) daemon start to ready, pool of {}", r.pool),
         &r.daemon_start_to_ready,
     );
-    let b = &r.daemon_breakdown;
-    println!(
-        "    (b) inside the daemon, means: arrival to answer {:.3} ms = queue wait {:.3} + guest \
-         call {:.3} + the daemon's own {:.3}; restore after the answer {:.3}",
-        b.server_side_mean_ms,
-        b.queue_wait_mean_ms,
-        b.guest_call_mean_ms,
-        b.server_side_mean_ms - b.queue_wait_mean_ms - b.guest_call_mean_ms,
-        b.restore_mean_ms
-    );
+    r.daemon_breakdown.print("(b)");
     println!();
     for (concurrency, per_s) in &r.throughput_per_s {
         println!("(c) daemon throughput at concurrency {concurrency}: {per_s:.1} executions/s");
@@ -578,6 +641,12 @@ fn print_table(r: &Report) {
             println!();
             row("(f) JavaScript warm, beside Python", &p.javascript_warm);
             row("(f) Python warm, beside JavaScript", &p.python_warm);
+            p.javascript_breakdown.print("(f) JavaScript");
+            p.python_breakdown.print("(f) Python");
+            println!(
+                "(f) back to back, pool of one: JavaScript {:.1} executions/s, Python {:.1} executions/s",
+                p.javascript_back_to_back_per_s, p.python_back_to_back_per_s
+            );
             println!(
                 "(f) Python sandbox build (mean): {:.1} ms; daemon start to ready with javascript=1, python=1: {:.1} ms",
                 p.python_sandbox_create_ms, p.python_start_to_ready_ms
