@@ -198,8 +198,37 @@ def _program_traceback(error: BaseException) -> str:
     return "".join(traceback.format_exception(type(error), error, tb))
 
 
+def _split(code: str):
+    """The usual program, one whose last statement is an expression starting at column 0,
+    compiled straight from its source: the statements before that line, and the expression.
+    This skips building the program's syntax tree as Python objects, which costs about as much
+    as compiling it. None when the program does not split that way; the syntax tree decides.
+
+    The split is sound when both parts compile on their own: a line at column 0 starts a new
+    top-level statement unless an open bracket, string or backslash carries the line before it
+    on, and each of those leaves the part before it unable to compile."""
+    if "\r" in code:  # line numbers below count "\n" only
+        return None
+    lines = code.split("\n")
+    for index in range(len(lines) - 1, -1, -1):
+        first = lines[index][:1]
+        if first and first not in " \t\f#":
+            break
+    else:
+        return None
+    try:
+        last = compile("\n" * index + "\n".join(lines[index:]), PROGRAM, "eval")
+        body = compile("\n".join(lines[:index]), PROGRAM, "exec")
+    except Exception:  # noqa: BLE001 - whatever it is, the syntax tree path reports it
+        return None
+    return body, last
+
+
 def _compile(code: str):
     """The program's statements, and its last expression apart when it ends with one."""
+    split = _split(code)
+    if split is not None:
+        return split
     tree = ast.parse(code, PROGRAM, "exec")
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):

@@ -64,6 +64,21 @@ async fn hello_world_and_the_last_expression_as_result() {
     let version = run(&daemon, py("import sys\nsys.version_info[:2] >= (3, 12)")).await;
     assert_eq!(version.result, json!(true), "{version:?}");
 
+    // The last statement is the result however the program is laid out (the runner compiles
+    // the usual layout straight from the source, anything else through the syntax tree).
+    for (program, expected) in [
+        ("x = (1,\n     2)\nsum(\n    x)", json!(3)),
+        ("for i in range(3):\n    pass", serde_json::Value::Null),
+        ("print('a'); 5", json!(5)),
+        ("s = '''\nx\n'''\ns", json!("\nx\n")),
+        ("x = 5\n# done\n", serde_json::Value::Null),
+        ("'only'", json!("only")),
+    ] {
+        let response = run(&daemon, py(program)).await;
+        assert_eq!(response.status, ExecStatus::Ok, "{program:?}: {response:?}");
+        assert_eq!(response.result, expected, "{program:?}: {response:?}");
+    }
+
     // Output is line-buffered in the guest; what is left without a newline arrives at the end.
     let unfinished = run(
         &daemon,
@@ -102,6 +117,15 @@ async fn exception_gives_type_message_and_traceback() {
         !response.stderr.contains("runner.py"),
         "the runner's own frames are left out: {}",
         response.stderr
+    );
+    // An exception in the last expression is reported at its own line.
+    let last_line = run(&daemon, py("x = 1\n\n[x,\n 1 / 0]")).await;
+    assert_eq!(last_line.status, ExecStatus::Error, "{last_line:?}");
+    assert!(last_line.stderr.contains("line 4"), "{}", last_line.stderr);
+    assert!(
+        last_line.stderr.contains("ZeroDivisionError"),
+        "{}",
+        last_line.stderr
     );
 
     let syntax = run(&daemon, py("def f(:\n  pass")).await;
