@@ -306,7 +306,7 @@ impl Worker {
                 return recycle;
             }
             let started = Instant::now();
-            if let Err(e) = self.guarded(guest, |guest| guest.reset()) {
+            if let Err(e) = self.guarded(guest, RESET_LIMIT, |guest| guest.reset()) {
                 warn!("restoring the sandbox failed: {e}");
                 return Some(Recycle::RestoreFailed);
             }
@@ -318,7 +318,7 @@ impl Worker {
             // gets the sandbox as it is.
             if self.jobs.is_empty() {
                 let started = Instant::now();
-                match self.guarded(guest, |guest| guest.prime()) {
+                match self.guarded(guest, RESET_LIMIT, |guest| guest.prime()) {
                     Ok(true) => self.metrics.prime.observe(started.elapsed().as_secs_f64()),
                     Ok(false) => {}
                     Err(e) => {
@@ -333,16 +333,20 @@ impl Worker {
         None
     }
 
-    /// Runs a restore or a priming call with a time limit, catching a host function's panic:
-    /// priming runs guest code, as a request does.
+    /// Runs `step` on the guest (a request, a restore, a priming call), stopping the guest with
+    /// its interrupt handle once `limit` has passed. A panic in a host function (generated
+    /// bindings panic on a resource handle they do not know) must not take the worker down: it
+    /// fails the step, and the sandbox, whose host-side state it may have left half-updated, is
+    /// replaced.
     fn guarded<T>(
         &self,
         guest: &mut dyn Guest,
+        limit: Duration,
         step: impl FnOnce(&mut dyn Guest) -> Result<T, HyperlightError>,
     ) -> Result<T, HyperlightError> {
         let interrupt = guest.interrupt_handle();
         let watchdog = self.runtime.spawn(async move {
-            tokio::time::sleep(RESET_LIMIT).await;
+            tokio::time::sleep(limit).await;
             interrupt.kill();
         });
         let result = panic::catch_unwind(AssertUnwindSafe(|| step(guest)))
@@ -374,18 +378,8 @@ impl Worker {
             return timeout_outcome(job.timeout, Captured::default());
         }
         output.begin(job.max_output_bytes);
-        let interrupt = guest.interrupt_handle();
-        let watchdog = self.runtime.spawn(async move {
-            tokio::time::sleep(budget).await;
-            interrupt.kill();
-        });
         let call = Instant::now();
-        // A panic in a host function (generated bindings panic on a resource handle they do
-        // not know) must not take the worker down: it fails this call, and the sandbox, whose
-        // host-side state it may have left half-updated, is replaced.
-        let result = panic::catch_unwind(AssertUnwindSafe(|| guest.run(&job.code, job.deadline)))
-            .unwrap_or_else(|panic| Err(panicked(&panic)));
-        watchdog.abort();
+        let result = self.guarded(guest, budget, |guest| guest.run(&job.code, job.deadline));
         let call = call.elapsed();
         self.metrics.guest_call.observe(call.as_secs_f64());
         debug!(call_ms = call.as_secs_f64() * 1e3, "guest call returned");

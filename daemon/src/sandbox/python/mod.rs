@@ -203,9 +203,7 @@ fn prime(
 ) -> Result<(), HyperlightError> {
     call.begin(Instant::now() + PRIME_LIMIT);
     output.begin(0);
-    let event = serde_json::to_string(&Event::prime(max_result_bytes))
-        .map_err(|e| HyperlightError::Error(format!("encoding the runner's event: {e}")))?;
-    let reply = sandbox.run(event).map_err(into_hyperlight_error)?;
+    let reply = call_runner(sandbox, &Event::prime(max_result_bytes))?;
     match RunnerReply::parse(&reply) {
         Ok(RunnerReply::Completed { .. }) => Ok(()),
         _ => Err(HyperlightError::Error(format!(
@@ -220,11 +218,19 @@ fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn into_hyperlight_error(e: anyhow::Error) -> HyperlightError {
-    match e.downcast::<HyperlightError>() {
-        Ok(e) => e,
-        Err(e) => HyperlightError::Error(format!("{e:#}")),
-    }
+/// Calls the runner's `run` export with `event` and returns its reply.
+fn call_runner(
+    sandbox: &mut bindings::RootSandbox<WasiHost, LoadedWasmSandbox>,
+    event: &Event<'_>,
+) -> Result<String, HyperlightError> {
+    let event = serde_json::to_string(event)
+        .map_err(|e| HyperlightError::Error(format!("encoding the runner's event: {e}")))?;
+    sandbox
+        .run(event)
+        .map_err(|e| match e.downcast::<HyperlightError>() {
+            Ok(e) => e,
+            Err(e) => HyperlightError::Error(format!("{e:#}")),
+        })
 }
 
 /// A warm Python sandbox and the snapshot it returns to after every program.
@@ -242,9 +248,10 @@ struct PythonGuest {
 impl Guest for PythonGuest {
     fn run(&mut self, code: &str, deadline: Instant) -> Result<String, HyperlightError> {
         self.call.begin(deadline);
-        let event = serde_json::to_string(&Event::program(code, self.max_result_bytes))
-            .map_err(|e| HyperlightError::Error(format!("encoding the runner's event: {e}")))?;
-        self.sandbox.run(event).map_err(into_hyperlight_error)
+        call_runner(
+            &mut self.sandbox,
+            &Event::program(code, self.max_result_bytes),
+        )
     }
 
     fn interrupt_handle(&self) -> Arc<dyn InterruptHandle> {
