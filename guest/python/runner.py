@@ -57,7 +57,7 @@ import statistics  # noqa: F401
 import string  # noqa: F401
 import struct  # noqa: F401
 import textwrap  # noqa: F401
-import time  # noqa: F401
+import time
 import typing  # noqa: F401
 import unicodedata  # noqa: F401
 import uuid  # noqa: F401

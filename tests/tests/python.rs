@@ -40,6 +40,22 @@ async fn run(daemon: &Daemon, request: ExecRequest) -> hyperlightd_client::ExecR
         .unwrap_or_else(|e| panic!("exec failed: {e}\ndaemon log:\n{}", daemon.log()))
 }
 
+/// Runs `code` right after a request that made the pool of one replace its sandbox: it waits for
+/// the new sandbox (seconds under emulation), and its time limit counts the wait.
+async fn run_after_replacement(
+    daemon: &Daemon,
+    step: &str,
+    code: &str,
+) -> hyperlightd_client::ExecResponse {
+    within(
+        step,
+        Duration::from_secs(120),
+        daemon.client().exec(&py_with_timeout(code, 60_000)),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{step}: exec failed: {e}\ndaemon log:\n{}", daemon.log()))
+}
+
 #[tokio::test]
 async fn hello_world_and_the_last_expression_as_result() {
     let daemon = python_daemon(&[]).await;
@@ -275,13 +291,7 @@ async fn infinite_loop_times_out_and_the_next_request_succeeds() {
 
     // The pool of one replaces its sandbox; the next request may wait for that (seconds under
     // emulation), and its time limit counts the wait.
-    let after = within(
-        "the request after the timeouts",
-        Duration::from_secs(120),
-        daemon.client().exec(&py_with_timeout("6 * 7", 60_000)),
-    )
-    .await
-    .unwrap();
+    let after = run_after_replacement(&daemon, "the request after the timeouts", "6 * 7").await;
     assert_eq!(after.result, json!(42), "{after:?}");
 }
 
@@ -328,13 +338,8 @@ async fn memory_bomb_is_contained_and_the_next_request_succeeds() {
     .await;
     assert_eq!(response.status, ExecStatus::Error, "{response:?}");
     assert_eq!(response.error.unwrap().kind, ErrorKind::OutOfMemory);
-    let after = within(
-        "the request after the memory bomb",
-        Duration::from_secs(120),
-        daemon.client().exec(&py_with_timeout("'alive'", 60_000)),
-    )
-    .await
-    .unwrap();
+    let after =
+        run_after_replacement(&daemon, "the request after the memory bomb", "'alive'").await;
     assert_eq!(after.result, json!("alive"), "{after:?}");
 }
 
