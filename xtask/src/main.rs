@@ -194,20 +194,27 @@ fn on_kvm(name: &str, command: &[String], limit: Duration, writable: &[PathBuf])
                 step: name.into(),
                 writable: writable.to_vec(),
             };
-            // A VM that outlives its limit has frozen: every test inside carries time limits
-            // of its own, which would have fired. That is the emulator (QEMU TCG with nested
-            // KVM hangs now and then: soft lockups on the console, most often while a sandbox
-            // is being built), so the step is run again, up to FROZEN_VM_RETRIES times, and
-            // says so. A test that fails is never retried.
+            // A VM that froze (outlived its limit, although every test inside carries time
+            // limits of its own) or whose kernel panicked broke by itself: that is the emulator
+            // (QEMU TCG with nested KVM: soft lockups on the console, most often while a sandbox
+            // is being built, and now and then a panic in the VM's scheduler). The step is run
+            // again, up to BROKEN_VM_RETRIES times, and says so. A test that fails is never
+            // retried.
             let mut attempt = 0;
             let status = loop {
                 match vm::run(command, &options) {
-                    Err(e) if e.is::<vm::VmTimedOut>() && attempt < FROZEN_VM_RETRIES => {
-                        attempt += 1;
-                        eprintln!("{e:#}");
-                        eprintln!(
-                            "==> {name}: THE VM FROZE (its own time limits inside could not fire); running the step again ({attempt}/{FROZEN_VM_RETRIES})"
-                        );
+                    Err(e) if attempt < BROKEN_VM_RETRIES => {
+                        match e.downcast_ref::<vm::VmBroke>() {
+                            Some(broke) => {
+                                attempt += 1;
+                                eprintln!("{e:#}");
+                                eprintln!(
+                                    "==> {name}: THE VM {} (the emulator, not a test); running the step again ({attempt}/{BROKEN_VM_RETRIES})",
+                                    broke.what.to_uppercase()
+                                );
+                            }
+                            None => return Err(e),
+                        }
                     }
                     other => break other?,
                 }
@@ -431,8 +438,8 @@ fn e2e_on_kvm(binary: &Path, name: &str) -> Result<()> {
     }
 }
 
-/// How many times a step whose VM froze is run again.
-const FROZEN_VM_RETRIES: u32 = 2;
+/// How many times a step whose VM broke (froze or panicked) is run again.
+const BROKEN_VM_RETRIES: u32 = 2;
 
 /// End-to-end tests per VM boot.
 const E2E_GROUP: usize = 5;

@@ -46,18 +46,27 @@ const PASSED_ENV: &[&str] = &[
     "CI",
 ];
 
-/// The VM stopped answering before its time limit: the command's own time limits could not
-/// fire, so the emulator itself froze (seen now and then under TCG with nested KVM).
+/// The VM itself broke, not the command inside it. Both kinds are seen now and then under
+/// QEMU TCG with nested KVM, whatever the command does:
+/// - it froze: it outlived its time limit, although the command's own time limits would have
+///   fired;
+/// - its kernel panicked (for example "corrupted stack end detected inside scheduler"): user
+///   space cannot cause that.
 #[derive(Debug)]
-pub struct VmTimedOut(pub String);
+pub struct VmBroke {
+    /// What happened, in a few words ("froze", "kernel panicked").
+    pub what: &'static str,
+    /// The full message, with the console's last lines.
+    pub message: String,
+}
 
-impl std::fmt::Display for VmTimedOut {
+impl std::fmt::Display for VmBroke {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.message)
     }
 }
 
-impl std::error::Error for VmTimedOut {}
+impl std::error::Error for VmBroke {}
 
 /// How the VM is sized and bounded.
 #[derive(Debug, Clone)]
@@ -310,18 +319,21 @@ pub fn run(command: &[String], options: &VmOptions) -> Result<i32> {
 
     let stage = fs::read_to_string(share.join("stage")).unwrap_or_default();
     let stage = stage.trim();
+    let console = fs::read_to_string(&console_path).unwrap_or_default();
     let console_tail = || {
-        let log = fs::read_to_string(&console_path).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
+        let lines: Vec<&str> = console.lines().collect();
         lines[lines.len().saturating_sub(30)..].join("\n")
     };
     if exited.is_none() {
-        return Err(VmTimedOut(format!(
-            "vm: step '{}' timed out after {} s while the VM was {stage}\n--- VM console (last lines) ---\n{}",
-            options.step,
-            options.timeout.as_secs(),
-            console_tail()
-        ))
+        return Err(VmBroke {
+            what: "froze",
+            message: format!(
+                "vm: step '{}' timed out after {} s while the VM was {stage}\n--- VM console (last lines) ---\n{}",
+                options.step,
+                options.timeout.as_secs(),
+                console_tail()
+            ),
+        }
         .into());
     }
     if let Ok(error) = fs::read_to_string(share.join("init-error")) {
@@ -337,6 +349,15 @@ pub fn run(command: &[String], options: &VmOptions) -> Result<i32> {
             .trim()
             .parse::<i32>()
             .with_context(|| format!("vm: bad status file {status:?}")),
+        Err(_) if kernel_panicked(&console) => Err(VmBroke {
+            what: "kernel panicked",
+            message: format!(
+                "vm: step '{}': the VM's kernel panicked while {stage}\n--- VM console (last lines) ---\n{}",
+                options.step,
+                console_tail()
+            ),
+        }
+        .into()),
         Err(_) => bail!(
             "vm: step '{}': the VM stopped without reporting an exit status while {stage}\n--- VM console (last lines) ---\n{}",
             options.step,
@@ -345,10 +366,35 @@ pub fn run(command: &[String], options: &VmOptions) -> Result<i32> {
     }
 }
 
+/// Whether the VM's console shows its own kernel panicking. The kernel runs with `panic=-1`
+/// and QEMU with `-no-reboot`, so a panic ends the VM at once, before the command can report.
+fn kernel_panicked(console: &str) -> bool {
+    console
+        .lines()
+        .any(|line| line.contains("Kernel panic - not syncing"))
+}
+
 /// The workspace's target directory.
 pub fn target_dir() -> Result<PathBuf> {
     if let Ok(dir) = std::env::var("CARGO_TARGET_DIR") {
         return Ok(PathBuf::from(dir));
     }
     Ok(crate::workspace_root()?.join("target"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kernel_panicked;
+
+    #[test]
+    fn a_kernel_panic_on_the_console_is_recognised() {
+        // The console's lines as CI printed them when the VM's kernel panicked mid-test.
+        let console = "[   17.829080] Kernel panic - not syncing: corrupted stack end detected inside scheduler\n\
+                       [   17.831255] CPU: 0 PID: 134 Comm: javascript-0 Not tainted 6.1.0-56-amd64 #1\n";
+        assert!(kernel_panicked(console));
+        // A test's own output mentioning panics is not the kernel's.
+        let console = "[    1.0] Run /init as init process\n\
+                       thread 'main' panicked at tests/tests/kvm.rs:10:5\n";
+        assert!(!kernel_panicked(console));
+    }
 }
