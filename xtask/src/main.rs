@@ -202,22 +202,22 @@ fn on_kvm(name: &str, command: &[String], limit: Duration, writable: &[PathBuf])
             // retried.
             let mut attempt = 0;
             let status = loop {
-                match vm::run(command, &options) {
-                    Err(e) if attempt < BROKEN_VM_RETRIES => {
-                        match e.downcast_ref::<vm::VmBroke>() {
-                            Some(broke) => {
-                                attempt += 1;
-                                eprintln!("{e:#}");
-                                eprintln!(
-                                    "==> {name}: THE VM {} (the emulator, not a test); running the step again ({attempt}/{BROKEN_VM_RETRIES})",
-                                    broke.what.to_uppercase()
-                                );
-                            }
-                            None => return Err(e),
-                        }
-                    }
-                    other => break other?,
+                let error = match vm::run(command, &options) {
+                    Ok(status) => break status,
+                    Err(error) => error,
+                };
+                let Some(broke) = error.downcast_ref::<vm::VmBroke>() else {
+                    return Err(error);
+                };
+                if attempt == BROKEN_VM_RETRIES {
+                    return Err(error);
                 }
+                attempt += 1;
+                eprintln!("{error:#}");
+                eprintln!(
+                    "==> {name}: THE VM {} (the emulator, not a test); running the step again ({attempt}/{BROKEN_VM_RETRIES})",
+                    broke.what.to_uppercase()
+                );
             };
             if status != 0 {
                 bail!("step '{name}' failed in the VM (exit status {status})");
