@@ -42,6 +42,9 @@ enum Cmd {
         /// Virtual CPUs.
         #[arg(long, default_value_t = 2)]
         cpus: u32,
+        /// How QEMU runs the vCPUs: one host thread for all (reliable) or one each (faster).
+        #[arg(long, value_enum, default_value_t = vm::Tcg::Single)]
+        tcg: vm::Tcg,
         /// The command and its arguments.
         #[arg(trailing_var_arg = true, required = true)]
         command: Vec<String>,
@@ -69,6 +72,7 @@ fn main() -> ExitCode {
             timeout,
             memory,
             cpus,
+            tcg,
             command,
         } => vm::run(
             &command,
@@ -78,6 +82,7 @@ fn main() -> ExitCode {
                 timeout: Duration::from_secs(timeout),
                 step: "vm".into(),
                 writable: Vec::new(),
+                tcg,
             },
         )
         .map(exit_code),
@@ -176,9 +181,15 @@ fn step(name: &str, command: &mut Command, limit: Duration) -> Result<()> {
     }
 }
 
-/// Runs `command` on real KVM as the step `name`: here, or in the VM, where only the
-/// directories in `writable` can be written to.
-fn on_kvm(name: &str, command: &[String], limit: Duration, writable: &[PathBuf]) -> Result<()> {
+/// Runs `command` on real KVM as the step `name`: here, or in the VM (its vCPUs run as `tcg`
+/// says), where only the directories in `writable` can be written to.
+fn on_kvm(
+    name: &str,
+    command: &[String],
+    limit: Duration,
+    writable: &[PathBuf],
+    tcg: vm::Tcg,
+) -> Result<()> {
     match guest_host() {
         GuestHost::Here(why) => {
             eprintln!("({name}: on this host, {why})");
@@ -193,6 +204,7 @@ fn on_kvm(name: &str, command: &[String], limit: Duration, writable: &[PathBuf])
                 timeout: limit,
                 step: name.into(),
                 writable: writable.to_vec(),
+                tcg,
             };
             // A VM that froze (outlived its limit, although every test inside carries time
             // limits of its own) or whose kernel panicked broke by itself: that is the emulator
@@ -416,6 +428,7 @@ fn e2e_on_kvm(binary: &Path, name: &str) -> Result<()> {
             &[path, "--test-threads=1".into()],
             Duration::from_secs(1800),
             &[],
+            vm::Tcg::Single,
         ),
         GuestHost::Vm(_) => {
             // A few tests per VM boot: the emulator freezes now and then, and a frozen VM costs
@@ -430,6 +443,7 @@ fn e2e_on_kvm(binary: &Path, name: &str) -> Result<()> {
                     &command,
                     Duration::from_secs(420),
                     &[],
+                    vm::Tcg::Single,
                 )?;
             }
             eprintln!("==> {name}: all {} tests passed", tests.len());
@@ -477,6 +491,7 @@ fn demo() -> Result<()> {
         ],
         Duration::from_secs(600),
         &[],
+        vm::Tcg::Single,
     )
 }
 
@@ -508,5 +523,12 @@ fn bench(args: &[String]) -> Result<()> {
         python.to_string_lossy().into_owned(),
     ];
     command.extend(args.iter().cloned());
-    on_kvm("benchmark", &command, Duration::from_secs(1800), &[out])
+    // Two host threads: the throughput row measures two requests running at once.
+    on_kvm(
+        "benchmark",
+        &command,
+        Duration::from_secs(1800),
+        &[out],
+        vm::Tcg::Multi,
+    )
 }
