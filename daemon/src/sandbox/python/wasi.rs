@@ -4,10 +4,10 @@
 //! What works: stdout and stderr (into the request's [`OutputCapture`]), the wall clock (the
 //! monotonic one has a defect, see the clocks section), sleeping (never past the request's
 //! deadline), random bytes from the host's entropy, an empty environment. What does not, by
-//! design: there are no preopened directories, so no
-//! path can be opened; a network capability exists but creating a socket or resolving a name is
-//! refused with `access-denied`; stdin is at its end; there is no terminal. Each of these
-//! reaches the program as an ordinary Python exception (`OSError` and kin).
+//! design: there are no preopened directories, so no path can be opened; a network capability
+//! exists but creating a socket or resolving a name is refused with `access-denied`; stdin is at
+//! its end; there is no terminal. Each of these reaches the program as an ordinary Python
+//! exception (`OSError` and kin).
 //!
 //! Resources the guest can never obtain (files, directories, sockets, terminals) have the
 //! uninhabited type [`Never`] as their representation, so their methods cannot be reached.
