@@ -1,0 +1,464 @@
+//! The Python guest's imports, implemented deny-by-default: the WASI 0.2 interfaces CPython
+//! imports (as listed in `guest/python/wit/component/world.wit`) and hyperlightd's own `host`.
+//!
+//! What works: stdout and stderr (into the request's [`OutputCapture`]), the wall clock (the
+//! monotonic one has a defect, see the clocks section), sleeping (never past the request's
+//! deadline), random bytes from the host's entropy, an empty environment. What does not, by
+//! design: there are no preopened directories, so no path can be opened; a network capability
+//! exists but creating a socket or resolving a name is refused with `access-denied`; stdin is at
+//! its end; there is no terminal. Each of these reaches the program as an ordinary Python
+//! exception (`OSError` and kin).
+//!
+//! Resources the guest can never obtain (files, directories, sockets, terminals) have the
+//! uninhabited type [`Never`] as their representation, so their methods cannot be reached. The
+//! filesystem and sockets, which only ever refuse, are in [`denied`].
+
+mod denied;
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use hyperlight_common::component::Negative as N;
+use hyperlight_common::resource::BorrowedResourceGuard as B;
+
+use super::bindings::hyperlightd::guest as hl;
+use super::bindings::root::component::RootImports;
+use super::bindings::wasi::{cli, clocks, io, random};
+use crate::sandbox::guest::{OutputCapture, Stream};
+
+use io::streams::StreamError;
+
+/// A value that cannot exist: the rep of every resource the guest can never obtain (files,
+/// directories, sockets, terminals).
+pub enum Never {}
+
+/// A pollable: ready now, or once the monotonic clock reaches a point.
+pub enum Pollable {
+    Ready,
+    At(Instant),
+}
+
+/// stdin: always at its end.
+pub struct Stdin;
+
+/// stdout or stderr.
+pub struct Output(Stream);
+
+/// An I/O error. Never produced: stdout and stderr do not fail, and nothing else exists.
+pub struct IoError;
+
+/// The network capability: handed out, good for nothing.
+pub struct Network;
+
+/// The host side of one Python sandbox.
+pub struct WasiHost {
+    output: Arc<OutputCapture>,
+    call: CallTime,
+    /// Zero of the monotonic clock the guest sees.
+    epoch: Instant,
+}
+
+/// The current call's time, shared between the worker (which begins it before each call) and
+/// the host functions:
+/// - its deadline: a sleep ends there at the latest, so that the time limit, which can only
+///   stop the guest while it runs, also bounds a program that sleeps;
+/// - the wall clock as it read when the call began, and the monotonic instant it did: the guest's
+///   wall clock advances from there with the monotonic one, so it never steps back during a call
+///   (the program's monotonic clocks are derived from it, see the clocks section).
+#[derive(Debug, Clone, Default)]
+pub struct CallTime(Arc<Mutex<Option<CallStart>>>);
+
+#[derive(Debug, Clone, Copy)]
+struct CallStart {
+    deadline: Instant,
+    wall: SystemTime,
+    at: Instant,
+}
+
+impl CallTime {
+    /// Begins a call that ends at `deadline`.
+    pub fn begin(&self, deadline: Instant) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(CallStart {
+            deadline,
+            wall: SystemTime::now(),
+            at: Instant::now(),
+        });
+    }
+
+    fn get(&self) -> Option<CallStart> {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        self.get().map(|call| call.deadline)
+    }
+
+    /// The wall clock, as time since the Unix epoch.
+    fn wall(&self) -> Duration {
+        let now = match self.get() {
+            Some(call) => call.wall + call.at.elapsed(),
+            None => SystemTime::now(),
+        };
+        now.duration_since(UNIX_EPOCH).unwrap_or_default()
+    }
+}
+
+impl WasiHost {
+    /// Host state writing into `output`, sleeping no later than `call`'s deadline.
+    pub fn new(output: Arc<OutputCapture>, call: CallTime) -> Self {
+        WasiHost {
+            output,
+            call,
+            epoch: Instant::now(),
+        }
+    }
+
+    fn sleep_until(&self, at: Instant) {
+        let limit = self.call.deadline();
+        let at = match limit {
+            Some(limit) if limit < at => limit,
+            _ => at,
+        };
+        let now = Instant::now();
+        if at > now {
+            std::thread::sleep(at - now);
+        }
+    }
+}
+
+/// The most random bytes one call hands out.
+const MAX_RANDOM_BYTES: u64 = 1 << 20;
+
+// --- hyperlightd:guest/host ---------------------------------------------------------------
+
+impl hl::Host<N> for WasiHost {
+    fn write(&mut self, stream: u8, text: String) -> bool {
+        self.output.write(Stream::from_number(stream), &text)
+    }
+}
+
+// --- wasi:io ------------------------------------------------------------------------------
+
+impl io::error::Error<N> for WasiHost {
+    type T = IoError;
+}
+impl io::Error<N> for WasiHost {}
+
+impl io::poll::Pollable<N> for WasiHost {
+    type T = Pollable;
+    fn block(&mut self, this: B<'_, Pollable>) {
+        if let Pollable::At(at) = *this {
+            self.sleep_until(at);
+        }
+    }
+}
+
+impl io::Poll<N> for WasiHost {
+    fn poll(&mut self, pollables: Vec<B<'_, Pollable>>) -> Vec<u32> {
+        // Ready ones now; otherwise wait for the earliest.
+        let now = Instant::now();
+        let ready: Vec<u32> = pollables
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| match ***p {
+                Pollable::Ready => true,
+                Pollable::At(at) => at <= now,
+            })
+            .map(|(i, _)| i as u32)
+            .collect();
+        if !ready.is_empty() {
+            return ready;
+        }
+        let earliest = pollables
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| match **p {
+                Pollable::At(at) => Some((at, i)),
+                Pollable::Ready => None,
+            })
+            .min();
+        match earliest {
+            Some((at, i)) => {
+                self.sleep_until(at);
+                vec![i as u32]
+            }
+            None => Vec::new(),
+        }
+    }
+}
+
+impl<E> io::streams::InputStream<N, E, Pollable> for WasiHost {
+    type T = Stdin;
+    fn read(&mut self, _this: B<'_, Stdin>, _len: u64) -> Result<Vec<u8>, StreamError<E>> {
+        Err(StreamError::Closed)
+    }
+    fn subscribe(&mut self, _this: B<'_, Stdin>) -> Pollable {
+        Pollable::Ready
+    }
+}
+
+impl<E> io::streams::OutputStream<N, E, Pollable> for WasiHost {
+    type T = Output;
+    fn check_write(&mut self, _this: B<'_, Output>) -> Result<u64, StreamError<E>> {
+        Ok(1 << 20)
+    }
+    fn write(&mut self, this: B<'_, Output>, contents: Vec<u8>) -> Result<(), StreamError<E>> {
+        self.output
+            .write(this.0, &String::from_utf8_lossy(&contents));
+        Ok(())
+    }
+    fn blocking_write_and_flush(
+        &mut self,
+        this: B<'_, Output>,
+        contents: Vec<u8>,
+    ) -> Result<(), StreamError<E>> {
+        self.output
+            .write(this.0, &String::from_utf8_lossy(&contents));
+        Ok(())
+    }
+    fn blocking_flush(&mut self, _this: B<'_, Output>) -> Result<(), StreamError<E>> {
+        Ok(())
+    }
+    fn subscribe(&mut self, _this: B<'_, Output>) -> Pollable {
+        Pollable::Ready
+    }
+}
+
+impl<E> io::Streams<N, E, Pollable> for WasiHost {}
+
+// --- wasi:cli ---------------------------------------------------------------------------
+
+impl cli::Environment<N> for WasiHost {
+    fn get_environment(&mut self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+    fn get_arguments(&mut self) -> Vec<String> {
+        vec!["python".to_owned()]
+    }
+}
+
+impl cli::Exit<N> for WasiHost {
+    /// `os._exit()`: nothing to tear down here. The guest traps right after, which fails the
+    /// call and retires the sandbox.
+    fn exit(&mut self, _status: Result<(), ()>) {}
+}
+
+impl cli::Stdin<N, Stdin> for WasiHost {
+    fn get_stdin(&mut self) -> Stdin {
+        Stdin
+    }
+}
+impl cli::Stdout<N, Output> for WasiHost {
+    fn get_stdout(&mut self) -> Output {
+        Output(Stream::Stdout)
+    }
+}
+impl cli::Stderr<N, Output> for WasiHost {
+    fn get_stderr(&mut self) -> Output {
+        Output(Stream::Stderr)
+    }
+}
+
+impl cli::terminal_input::TerminalInput<N> for WasiHost {
+    type T = Never;
+}
+impl cli::TerminalInput<N> for WasiHost {}
+impl cli::terminal_output::TerminalOutput<N> for WasiHost {
+    type T = Never;
+}
+impl cli::TerminalOutput<N> for WasiHost {}
+impl cli::TerminalStdin<N, Never> for WasiHost {
+    fn get_terminal_stdin(&mut self) -> Option<Never> {
+        None
+    }
+}
+impl cli::TerminalStdout<N, Never> for WasiHost {
+    fn get_terminal_stdout(&mut self) -> Option<Never> {
+        None
+    }
+}
+impl cli::TerminalStderr<N, Never> for WasiHost {
+    fn get_terminal_stderr(&mut self) -> Option<Never> {
+        None
+    }
+}
+
+// --- wasi:clocks ------------------------------------------------------------------------
+//
+// A defect to know about: hyperlight-component-util 0.17 names a host function after its
+// package and function only ("wasi::clocks::now"), not its interface, so `monotonic-clock.now`
+// and `wall-clock.now` (and both `resolution`s) are registered under one name, and the later
+// registration, the wall clock's, answers both. The guest reads the first eight bytes of the
+// wall clock's answer, its whole seconds, as the monotonic clock's nanoseconds. So:
+// - `time.time()` and `datetime.now()` are right;
+// - the interpreter's own monotonic clock advances one nanosecond per second. The runner
+//   replaces `time.monotonic()`, `time.perf_counter()` and their `_ns` forms with readings of
+//   the wall clock, which this host keeps from stepping back during a call (see `CallTime`);
+// - sleeps still last as long as asked: a sleep until a monotonic instant is read back in the
+//   same units the guest computed it in (see `subscribe_instant`).
+// The implementations below are what each function should do; only the wall clock's run.
+
+/// The guest's reading of its monotonic clock (see above): whole wall-clock seconds.
+fn guest_monotonic_now(call: &CallTime) -> u64 {
+    call.wall().as_secs()
+}
+
+impl clocks::MonotonicClock<N, Pollable> for WasiHost {
+    fn now(&mut self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+    fn resolution(&mut self) -> u64 {
+        1
+    }
+    /// `when` is the guest's monotonic reading plus a duration in nanoseconds; the duration is
+    /// what counts.
+    fn subscribe_instant(&mut self, when: u64) -> Pollable {
+        let wait = when.saturating_sub(guest_monotonic_now(&self.call));
+        Pollable::At(Instant::now() + Duration::from_nanos(wait))
+    }
+    fn subscribe_duration(&mut self, when: u64) -> Pollable {
+        Pollable::At(Instant::now() + Duration::from_nanos(when))
+    }
+}
+
+impl clocks::WallClock<N> for WasiHost {
+    fn now(&mut self) -> clocks::wall_clock::Datetime {
+        let since = self.call.wall();
+        clocks::wall_clock::Datetime {
+            seconds: since.as_secs(),
+            nanoseconds: since.subsec_nanos(),
+        }
+    }
+    fn resolution(&mut self) -> clocks::wall_clock::Datetime {
+        clocks::wall_clock::Datetime {
+            seconds: 0,
+            nanoseconds: 1,
+        }
+    }
+}
+
+// --- wasi:random ------------------------------------------------------------------------
+
+impl random::Random<N> for WasiHost {
+    fn get_random_bytes(&mut self, len: u64) -> Vec<u8> {
+        // CPython asks for a few bytes at a time; a cap keeps a hostile request from making the
+        // host allocate without bound.
+        let mut bytes = vec![0u8; usize::try_from(len.min(MAX_RANDOM_BYTES)).unwrap_or(0)];
+        if let Err(e) = getrandom::fill(&mut bytes) {
+            // Zeros would be a silent weakness. A short answer makes the guest trap, and the
+            // sandbox is replaced.
+            tracing::error!("the host has no entropy: {e}");
+            return Vec::new();
+        }
+        bytes
+    }
+}
+
+// --- the world ---------------------------------------------------------------------------
+
+impl RootImports<N> for WasiHost {
+    type Poll = Self;
+    fn poll(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type MonotonicClock = Self;
+    fn monotonic_clock(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type WallClock = Self;
+    fn wall_clock(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type Random = Self;
+    fn random(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type Error = Self;
+    fn error(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type Streams = Self;
+    fn streams(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type Stdout = Self;
+    fn stdout(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type Stderr = Self;
+    fn stderr(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type Stdin = Self;
+    fn stdin(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type Environment = Self;
+    fn environment(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type Exit = Self;
+    fn exit(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type TerminalInput = Self;
+    fn terminal_input(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type TerminalOutput = Self;
+    fn terminal_output(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type TerminalStdin = Self;
+    fn terminal_stdin(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type TerminalStdout = Self;
+    fn terminal_stdout(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type TerminalStderr = Self;
+    fn terminal_stderr(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type Types = Self;
+    fn types(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type Preopens = Self;
+    fn preopens(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type Network = Self;
+    fn network(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type InstanceNetwork = Self;
+    fn instance_network(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type Udp = Self;
+    fn udp(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type UdpCreateSocket = Self;
+    fn udp_create_socket(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type Tcp = Self;
+    fn tcp(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type TcpCreateSocket = Self;
+    fn tcp_create_socket(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type IpNameLookup = Self;
+    fn ip_name_lookup(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+    type Host = Self;
+    fn host(&mut self) -> impl std::borrow::BorrowMut<Self> {
+        self
+    }
+}
