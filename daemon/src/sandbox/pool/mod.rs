@@ -1,0 +1,361 @@
+//! A pool of warm sandboxes of one language: one worker thread per sandbox, fed from a bounded
+//! queue, answering through a oneshot channel.
+//!
+//! Guest calls block their thread for their whole run, so they never run on the async runtime's
+//! workers. A worker sends its answer *before* it restores its sandbox to the warm snapshot, so
+//! the restore is off the request's path. Time limits are enforced from outside the guest, with
+//! the sandbox's interrupt handle. A call that poisons its sandbox (time limit, guest abort,
+//! memory fault) is followed by a restore as well, which clears the poison; only a sandbox whose
+//! restore fails is dropped and rebuilt (see [`worker`]).
+//!
+//! A job that waits for a sandbox until its deadline is answered then, by its caller, with
+//! [`ExecError::NoSandboxAvailable`]; a worker that dequeues it afterwards drops it without
+//! touching its sandbox.
+
+mod worker;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Sender, TrySendError};
+use hyperlightd_api::{Language, SandboxCounts};
+use tokio::sync::oneshot;
+use tracing::error;
+
+use self::worker::{Worker, timeout_outcome};
+use super::guest::{Captured, Guest, GuestFactory, OutputCapture};
+use super::watchdog::Watchdog;
+use crate::executor::{ExecError, Job, Outcome};
+use crate::metrics::PoolMetrics;
+
+/// How long past a job's deadline the caller waits for the worker running it before answering
+/// "timeout" itself. A worker stops its guest at the deadline; this only bounds the wait should
+/// a guest not stop (a hypervisor fault), so that no request waits forever.
+const ANSWER_GRACE: Duration = Duration::from_secs(2);
+
+/// How long past its limit a guest step may go on before its worker counts as stuck (see
+/// [`Pool::stuck_workers`]). The watchdog interrupts a call at its limit, and an interrupted
+/// call returns within milliseconds; one that has not returned long after is held by the
+/// hypervisor, and only a restart of the daemon frees its thread.
+const STUCK_AFTER: Duration = Duration::from_secs(30);
+
+/// What a pool is built from.
+#[derive(Clone)]
+pub struct PoolConfig {
+    /// The pool's language.
+    pub language: Language,
+    /// Sandboxes (and worker threads).
+    pub size: usize,
+    /// Jobs that may wait for a sandbox.
+    pub queue_depth: usize,
+    /// The guest heap, for messages about running out of it.
+    pub heap_bytes: u64,
+    /// How long building a sandbox may take before its worker counts as stuck.
+    pub build_limit: Duration,
+    /// Builds the sandboxes.
+    pub factory: Arc<dyn GuestFactory>,
+}
+
+impl std::fmt::Debug for PoolConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolConfig")
+            .field("language", &self.language)
+            .field("size", &self.size)
+            .field("queue_depth", &self.queue_depth)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a pool could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    /// Its first sandbox could not be built.
+    #[error("building its first sandbox failed: {0}")]
+    Build(hyperlight_host::HyperlightError),
+    /// A worker thread could not be started.
+    #[error("starting a worker thread failed: {0}")]
+    Spawn(std::io::Error),
+}
+
+/// A job handed to a worker, with the channel its answer goes back on.
+struct Task {
+    job: Job,
+    queued: Instant,
+    claim: Arc<Claim>,
+    reply: oneshot::Sender<Result<Outcome, ExecError>>,
+}
+
+/// Who owns a queued task: nobody yet, the worker that took it, or its caller, who gave up
+/// waiting. Exactly one of the two wins, so a task is either run or answered unrun, never both.
+#[derive(Debug, Default)]
+struct Claim(AtomicU8);
+
+impl Claim {
+    const QUEUED: u8 = 0;
+    const TAKEN: u8 = 1;
+    const ABANDONED: u8 = 2;
+
+    /// A worker takes the task; false when its caller gave it up first.
+    fn take(&self) -> bool {
+        self.0
+            .compare_exchange(Self::QUEUED, Self::TAKEN, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// The caller gives the task up; false when a worker took it first.
+    fn abandon(&self) -> bool {
+        self.0
+            .compare_exchange(
+                Self::QUEUED,
+                Self::ABANDONED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+    }
+}
+
+/// Gives a task up when its caller stops waiting for any reason (a client that went away drops
+/// the request's future), so that no worker runs a job nobody waits for.
+struct AbandonOnDrop(Arc<Claim>);
+
+impl Drop for AbandonOnDrop {
+    fn drop(&mut self) {
+        self.0.abandon();
+    }
+}
+
+/// What a worker is doing, as health and metrics see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum SlotState {
+    /// Building a sandbox (or between sandboxes).
+    Building = 0,
+    /// Waiting for a job with a warm sandbox.
+    Idle = 1,
+    /// Running a job, or restoring after one.
+    Busy = 2,
+    /// Gone: the queue closed.
+    Exited = 3,
+}
+
+/// One worker's state, shared with the pool's handle.
+#[derive(Debug, Default)]
+struct Slot {
+    state: AtomicU8,
+    /// When the guest step in progress should have ended, in milliseconds after
+    /// [`Shared::epoch`]; 0 when no step is in progress.
+    step_ends: AtomicU64,
+}
+
+/// State shared by a pool's workers and its handle.
+#[derive(Debug)]
+struct Shared {
+    epoch: Instant,
+    slots: Box<[Slot]>,
+    /// Set once the pool has been at its size.
+    warmed: AtomicBool,
+    /// Set when the pool is dropped: workers stop building.
+    closed: AtomicBool,
+}
+
+impl Shared {
+    fn new(size: usize) -> Self {
+        Shared {
+            epoch: Instant::now(),
+            slots: (0..size).map(|_| Slot::default()).collect(),
+            warmed: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    fn set_state(&self, index: usize, state: SlotState) {
+        self.slots[index].state.store(state as u8, Ordering::Relaxed);
+        let serving = |s| matches!(s, SlotState::Idle | SlotState::Busy);
+        if state == SlotState::Idle && self.count(serving) == self.slots.len() {
+            self.warmed.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn count(&self, which: impl Fn(SlotState) -> bool) -> usize {
+        self.slots
+            .iter()
+            .filter(|slot| {
+                which(match slot.state.load(Ordering::Relaxed) {
+                    1 => SlotState::Idle,
+                    2 => SlotState::Busy,
+                    3 => SlotState::Exited,
+                    _ => SlotState::Building,
+                })
+            })
+            .count()
+    }
+
+    fn millis_since_epoch(&self, at: Instant) -> u64 {
+        // Never 0, which means "no step".
+        u64::try_from(at.saturating_duration_since(self.epoch).as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1)
+    }
+
+    /// Records that worker `index` started a guest step that should end within `limit`.
+    fn step_started(&self, index: usize, limit: Duration) {
+        let ends = self.millis_since_epoch(Instant::now() + limit);
+        self.slots[index].step_ends.store(ends, Ordering::Relaxed);
+    }
+
+    fn step_ended(&self, index: usize) {
+        self.slots[index].step_ends.store(0, Ordering::Relaxed);
+    }
+
+    /// Workers whose step has gone on [`STUCK_AFTER`] past its limit.
+    fn stuck(&self) -> usize {
+        let now = self.millis_since_epoch(Instant::now());
+        let after = u64::try_from(STUCK_AFTER.as_millis()).unwrap_or(u64::MAX);
+        self.slots
+            .iter()
+            .map(|slot| slot.step_ends.load(Ordering::Relaxed))
+            .filter(|&ends| ends != 0 && now > ends.saturating_add(after))
+            .count()
+    }
+}
+
+/// A sandbox ready to serve, with the capture its output goes to.
+type Sandbox = (Box<dyn Guest>, Arc<OutputCapture>);
+
+/// A running pool. Dropping it closes the queue; workers finish the queued jobs and exit.
+#[derive(Debug)]
+pub struct Pool {
+    language: Language,
+    size: usize,
+    queue_depth: usize,
+    queue: Sender<Task>,
+    shared: Arc<Shared>,
+}
+
+impl Pool {
+    /// Builds the pool's first sandbox here and now, so that a language whose sandboxes cannot
+    /// be built at all fails the start. The other sandboxes warm in the background;
+    /// [`Pool::counts`] shows their progress.
+    pub fn start(
+        config: PoolConfig,
+        watchdog: Watchdog,
+        metrics: PoolMetrics,
+    ) -> Result<Pool, PoolError> {
+        let first = worker::build_sandbox(config.factory.as_ref(), &metrics)
+            .map_err(PoolError::Build)?;
+        let (queue, jobs) = crossbeam_channel::bounded::<Task>(config.queue_depth);
+        let shared = Arc::new(Shared::new(config.size));
+        let mut first = Some(first);
+        for index in 0..config.size {
+            let worker = Worker {
+                language: config.language,
+                index,
+                heap_bytes: config.heap_bytes,
+                build_limit: config.build_limit,
+                factory: config.factory.clone(),
+                jobs: jobs.clone(),
+                shared: shared.clone(),
+                watchdog: watchdog.clone(),
+                metrics: metrics.clone(),
+            };
+            let warm = first.take();
+            thread::Builder::new()
+                .name(format!("{}-{index}", config.language))
+                .spawn(move || worker.run(warm))
+                .map_err(PoolError::Spawn)?;
+        }
+        Ok(Pool {
+            language: config.language,
+            size: config.size,
+            queue_depth: config.queue_depth,
+            queue,
+            shared,
+        })
+    }
+
+    /// Queues `job` and waits for its outcome. A full queue is refused at once; a job still
+    /// waiting for a sandbox at its deadline is answered then with
+    /// [`ExecError::NoSandboxAvailable`].
+    pub async fn submit(&self, job: Job) -> Result<Outcome, ExecError> {
+        let (reply, mut answer) = oneshot::channel();
+        let (deadline, timeout) = (job.deadline, job.timeout);
+        let claim = Arc::new(Claim::default());
+        let task = Task {
+            job,
+            queued: Instant::now(),
+            claim: claim.clone(),
+            reply,
+        };
+        self.queue.try_send(task).map_err(|e| match e {
+            TrySendError::Full(_) => ExecError::Overloaded {
+                language: self.language,
+                queued: self.queue_depth,
+            },
+            TrySendError::Disconnected(_) => ExecError::PoolGone(self.language),
+        })?;
+        let claim = AbandonOnDrop(claim);
+        tokio::select! {
+            answered = &mut answer => return self.answered(answered),
+            () = tokio::time::sleep_until(deadline.into()) => {}
+        }
+        if claim.0.abandon() {
+            return Err(ExecError::NoSandboxAvailable {
+                language: self.language,
+                timeout,
+            });
+        }
+        // A worker has the job, and stops its guest at the deadline; it answers right after.
+        match tokio::time::timeout_at((deadline + ANSWER_GRACE).into(), answer).await {
+            Ok(answered) => self.answered(answered),
+            Err(_) => {
+                error!(language = %self.language, "no worker answered by the deadline; the guest may be stuck");
+                Ok(timeout_outcome(timeout, Captured::default()))
+            }
+        }
+    }
+
+    fn answered(
+        &self,
+        answer: Result<Result<Outcome, ExecError>, oneshot::error::RecvError>,
+    ) -> Result<Outcome, ExecError> {
+        answer.unwrap_or_else(|_| {
+            Err(ExecError::Internal(format!(
+                "the {} worker stopped before answering",
+                self.language
+            )))
+        })
+    }
+
+    /// Sandboxes idle, in all, and the pool's size.
+    pub fn counts(&self) -> SandboxCounts {
+        SandboxCounts {
+            ready: self.shared.count(|s| s == SlotState::Idle),
+            total: self
+                .shared
+                .count(|s| matches!(s, SlotState::Idle | SlotState::Busy)),
+            target: self.size,
+        }
+    }
+
+    /// Whether the pool has ever been at its size.
+    pub fn warmed(&self) -> bool {
+        self.shared.warmed.load(Ordering::Relaxed)
+    }
+
+    /// Workers whose guest step (a call, a restore, a build) has gone on long past its limit.
+    pub fn stuck_workers(&self) -> usize {
+        self.shared.stuck()
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests;
