@@ -22,8 +22,16 @@ pub const SOCKET_ENV: &str = "HYPERLIGHTD_SOCKET";
 pub mod paths {
     /// `POST`: run a program, answer with an [`ExecResponse`](super::ExecResponse).
     pub const EXEC: &str = "/v1/exec";
-    /// `GET`: a [`HealthResponse`](super::HealthResponse).
+    /// `GET`: a [`HealthResponse`](super::HealthResponse), always 200 while the daemon answers.
     pub const HEALTH: &str = "/v1/health";
+    /// `GET`: liveness. 200 while the daemon works, 503 when it is wedged (a guest the
+    /// hypervisor does not give back): a supervisor should restart it then. Body: a
+    /// [`HealthResponse`](super::HealthResponse).
+    pub const HEALTH_LIVE: &str = "/v1/health/live";
+    /// `GET`: readiness. 200 when every pool is at its size and the daemon is not stopping,
+    /// 503 otherwise (warming, sandboxes being replaced, draining). Body: a
+    /// [`HealthResponse`](super::HealthResponse).
+    pub const HEALTH_READY: &str = "/v1/health/ready";
     /// `GET`: Prometheus text exposition format.
     pub const METRICS: &str = "/metrics";
 }
@@ -174,8 +182,11 @@ pub enum ErrorKind {
     /// The program allocated more memory than its sandbox has.
     OutOfMemory,
     /// The sandbox failed under the program (guest abort, memory fault): not the program's
-    /// value, but caused by it. The sandbox is discarded.
+    /// value, but caused by it. The sandbox is restored (or replaced) before its next use.
     SandboxFailure,
+    /// The program used up a limit the host keeps on it besides time, memory and output (the
+    /// message says which), and was stopped.
+    ResourceLimit,
 
     // Rejections of a request (status 4xx/5xx, nothing ran).
     /// The body is not a valid request (malformed JSON, missing or unknown field, bad value).
@@ -186,8 +197,13 @@ pub enum ErrorKind {
     NotFound,
     /// The path exists but not with this method.
     MethodNotAllowed,
+    /// The body did not arrive within the daemon's time limit for reading it.
+    RequestTimeout,
     /// No sandbox can take the request now; retry later.
     Overloaded,
+    /// The request waited for a sandbox for its whole time limit and none became free; nothing
+    /// ran. Retry, or allow more time.
+    NoSandboxAvailable,
     /// The daemon is shutting down.
     ShuttingDown,
     /// A fault in the daemon itself.
@@ -208,11 +224,14 @@ impl ErrorKind {
             ErrorKind::ResultTooLarge => "result_too_large",
             ErrorKind::OutOfMemory => "out_of_memory",
             ErrorKind::SandboxFailure => "sandbox_failure",
+            ErrorKind::ResourceLimit => "resource_limit",
             ErrorKind::InvalidRequest => "invalid_request",
             ErrorKind::PayloadTooLarge => "payload_too_large",
             ErrorKind::NotFound => "not_found",
             ErrorKind::MethodNotAllowed => "method_not_allowed",
+            ErrorKind::RequestTimeout => "request_timeout",
             ErrorKind::Overloaded => "overloaded",
+            ErrorKind::NoSandboxAvailable => "no_sandbox_available",
             ErrorKind::ShuttingDown => "shutting_down",
             ErrorKind::Internal => "internal",
             ErrorKind::Unknown => "unknown",
@@ -273,14 +292,19 @@ pub struct ExecResponse {
     pub duration_ms: f64,
 }
 
-/// Body of `GET /v1/health`. Answered whenever the daemon is up (liveness); `ready` says whether
-/// every pool has reached its size (readiness).
+/// Body of `GET /v1/health` and its `live` and `ready` forms.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HealthResponse {
     /// `"ok"` when every pool is at its size; `"starting"` while pools warm for the first time;
-    /// `"degraded"` when a pool has fallen below its size (sandboxes being replaced).
+    /// `"degraded"` when a pool has fallen below its size (sandboxes being replaced);
+    /// `"stopping"` while the daemon drains; `"stuck"` when a guest the hypervisor does not give
+    /// back holds a worker (see `live`).
     pub status: String,
-    /// Whether every pool is at its size.
+    /// Liveness: false when a worker is stuck in the hypervisor long past its time limit; only
+    /// restarting the daemon frees it.
+    #[serde(default = "default_true")]
+    pub live: bool,
+    /// Readiness: every pool is at its size and the daemon is not stopping.
     pub ready: bool,
     /// The hypervisor the sandboxes run on (`"kvm"`, `"mshv"`), with the kernel module when known.
     pub hypervisor: String,
@@ -288,6 +312,10 @@ pub struct HealthResponse {
     pub versions: BTreeMap<String, String>,
     /// Sandboxes per language.
     pub sandboxes: BTreeMap<Language, SandboxCounts>,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 /// Sandbox counts for one language.
@@ -347,11 +375,14 @@ mod tests {
             ErrorKind::ResultTooLarge,
             ErrorKind::OutOfMemory,
             ErrorKind::SandboxFailure,
+            ErrorKind::ResourceLimit,
             ErrorKind::InvalidRequest,
             ErrorKind::PayloadTooLarge,
             ErrorKind::NotFound,
             ErrorKind::MethodNotAllowed,
+            ErrorKind::RequestTimeout,
             ErrorKind::Overloaded,
+            ErrorKind::NoSandboxAvailable,
             ErrorKind::ShuttingDown,
             ErrorKind::Internal,
         ] {

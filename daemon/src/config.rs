@@ -8,6 +8,8 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use hyperlightd_api::Language;
 
+use crate::server::ServerConfig;
+
 /// hyperlightd: runs untrusted code in pre-warmed Hyperlight micro-VMs, served over HTTP on a
 /// Unix socket.
 #[derive(Debug, Clone, Parser)]
@@ -45,6 +47,27 @@ pub struct Config {
     #[arg(long, default_value_t = 1024 * 1024)]
     pub max_body_bytes: usize,
 
+    /// Largest request head (request line and headers) accepted, in bytes; a larger one is
+    /// answered 431.
+    #[arg(long, default_value_t = 16 * 1024)]
+    pub max_header_bytes: usize,
+
+    /// How long a request's body may take to arrive after its head, in milliseconds; past it
+    /// the request is answered 408 and its connection closed.
+    #[arg(long, default_value_t = 10_000)]
+    pub body_read_timeout_ms: u64,
+
+    /// Client connections open at once. At the cap, a new connection takes the place of the
+    /// one that has waited longest for a request (or to send its body); only when every
+    /// connection is running a request is a new one refused.
+    #[arg(long, default_value_t = 512)]
+    pub max_connections: usize,
+
+    /// How long a connection may stay open without running a request (waiting for one,
+    /// sending its head, or taking its answer), in milliseconds; then it is closed.
+    #[arg(long, default_value_t = 30_000)]
+    pub idle_timeout_ms: u64,
+
     /// Largest program accepted, in bytes (413 past it).
     #[arg(long, default_value_t = 512 * 1024)]
     pub max_code_bytes: usize,
@@ -69,6 +92,13 @@ pub struct Config {
     /// hold grow with it (about twice the heap; see the README).
     #[arg(long, default_value_t = 128)]
     pub python_heap_mib: u64,
+
+    /// Host handles a Python program may take in one run: each `time.sleep()`, poll or stream
+    /// takes one, and the host keeps them (about 32 bytes each, in tables that grow by
+    /// doubling) until the run ends. Past the limit the program is stopped with the error kind
+    /// `resource_limit`.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub python_max_host_handles: u64,
 
     /// The compiled Python guest (`python.aot`, built by `cargo xtask python-guest`). Needed
     /// only when a `python` pool is configured.
@@ -144,6 +174,23 @@ pub enum ConfigError {
          pass its path with --python-guest (or HYPERLIGHTD_PYTHON_GUEST), or configure no python pool"
     )]
     PythonGuestMissing(std::path::PathBuf),
+    /// `--max-header-bytes` is too small for any real request.
+    #[error("--max-header-bytes must be at least {MIN_HEADER_BYTES}, not {0}")]
+    HeaderLimitTooSmall(usize),
+    /// The process may not open enough files for `--max-connections`.
+    #[error(
+        "--max-connections {connections} needs about {needed} open files, and this process may \
+         open only {limit} (raise its limit: `ulimit -n`, or LimitNOFILE= in a systemd unit), \
+         or lower --max-connections"
+    )]
+    TooFewFiles {
+        /// The connection cap asked for.
+        connections: usize,
+        /// Files it needs, with the daemon's own.
+        needed: u64,
+        /// The process's limit.
+        limit: u64,
+    },
     /// The default timeout is larger than the maximum.
     #[error("--default-timeout-ms ({default}) is larger than --max-timeout-ms ({max})")]
     DefaultAboveMax {
@@ -153,6 +200,9 @@ pub enum ConfigError {
         max: u64,
     },
 }
+
+/// The smallest `--max-header-bytes`: the request line and the few headers a client sends.
+pub const MIN_HEADER_BYTES: usize = 1024;
 
 /// Per-request limits, checked once at startup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,6 +219,8 @@ pub struct Limits {
     pub max_output_bytes: usize,
     /// Largest result returned.
     pub max_result_bytes: usize,
+    /// How long a request's body may take to arrive, from the end of its head.
+    pub body_read_timeout: Duration,
 }
 
 impl Limits {
@@ -217,6 +269,10 @@ impl Config {
             ("--guest-heap-mib", self.guest_heap_mib),
             ("--queue-depth", self.queue_depth as u64),
             ("--startup-timeout-ms", self.startup_timeout_ms),
+            ("--body-read-timeout-ms", self.body_read_timeout_ms),
+            ("--max-connections", self.max_connections as u64),
+            ("--idle-timeout-ms", self.idle_timeout_ms),
+            ("--python-max-host-handles", self.python_max_host_handles),
         ] {
             if value == 0 {
                 return Err(ConfigError::Zero(name));
@@ -228,6 +284,9 @@ impl Config {
                 max: self.max_timeout_ms,
             });
         }
+        if self.max_header_bytes < MIN_HEADER_BYTES {
+            return Err(ConfigError::HeaderLimitTooSmall(self.max_header_bytes));
+        }
         Ok(Limits {
             default_timeout: Duration::from_millis(self.default_timeout_ms),
             max_timeout: Duration::from_millis(self.max_timeout_ms),
@@ -235,9 +294,35 @@ impl Config {
             max_code_bytes: self.max_code_bytes,
             max_output_bytes: self.max_output_bytes,
             max_result_bytes: self.max_result_bytes,
+            body_read_timeout: Duration::from_millis(self.body_read_timeout_ms),
         })
     }
+
+    /// How the server treats its connections. Call after [`limits`](Self::limits), which
+    /// checks the values.
+    pub fn server(&self) -> ServerConfig {
+        ServerConfig {
+            max_connections: self.max_connections,
+            max_header_bytes: self.max_header_bytes,
+            idle_timeout: Duration::from_millis(self.idle_timeout_ms),
+            drain: Duration::from_millis(self.drain_timeout_ms),
+        }
+    }
+
+    /// The open files the daemon needs: one per connection, and its own (the socket, logs,
+    /// and a handful per sandbox: the VM, its vCPU, its memory).
+    pub fn files_needed(&self) -> u64 {
+        let sandboxes: usize = self.pools.iter().map(|pool| pool.size).sum();
+        (self.max_connections as u64)
+            .saturating_add(FILES_OF_OUR_OWN)
+            .saturating_add(FILES_PER_SANDBOX.saturating_mul(sandboxes as u64))
+    }
 }
+
+/// Open files the daemon needs besides connections and sandboxes.
+const FILES_OF_OUR_OWN: u64 = 64;
+/// Open files a sandbox may hold.
+const FILES_PER_SANDBOX: u64 = 8;
 
 #[cfg(test)]
 mod tests {
@@ -256,6 +341,28 @@ mod tests {
         );
         let limits = config.limits().unwrap();
         assert_eq!(limits.max_body_bytes, 1024 * 1024);
+        assert!(config.server().max_connections > 0);
+    }
+
+    #[test]
+    fn a_header_limit_too_small_for_any_request_is_rejected() {
+        let config = parse(&["--max-header-bytes", "100"]).unwrap();
+        assert!(matches!(
+            config.limits(),
+            Err(ConfigError::HeaderLimitTooSmall(100))
+        ));
+    }
+
+    #[test]
+    fn zero_connections_or_timeouts_are_rejected() {
+        for option in [
+            "--max-connections",
+            "--idle-timeout-ms",
+            "--body-read-timeout-ms",
+        ] {
+            let err = parse(&[option, "0"]).unwrap().limits().unwrap_err();
+            assert!(err.to_string().contains(option), "{err}");
+        }
     }
 
     #[test]

@@ -57,12 +57,25 @@ pub enum ExecError {
         /// The queue's depth.
         queued: usize,
     },
+    /// The job waited for a sandbox for its whole time limit and never got one: every sandbox
+    /// was busy (or being replaced) until its deadline. Nothing ran.
+    #[error(
+        "no {language} sandbox became free within the request's time limit of {} ms (all were \
+         busy or being replaced); nothing ran. Retry, or allow more time with timeout_ms",
+        .timeout.as_millis()
+    )]
+    NoSandboxAvailable {
+        /// The language.
+        language: Language,
+        /// The request's time limit, all of it spent waiting.
+        timeout: Duration,
+    },
     /// The daemon runs no pool for the language.
     #[error("this daemon runs no {0} sandboxes (see its --pool option)")]
     LanguageNotServed(Language),
-    /// The daemon is shutting down and takes no new work.
-    #[error("the daemon is shutting down")]
-    ShuttingDown,
+    /// The language's pool has no worker left to take jobs. A bug, reported as a 500.
+    #[error("the {0} pool has no workers left (a fault in the daemon; see its log)")]
+    PoolGone(Language),
     /// The executor lost the job (a worker thread died). A bug, reported as a 500.
     #[error("internal error: {0}")]
     Internal(String),
@@ -77,6 +90,9 @@ pub struct ExecutorHealth {
     pub sandboxes: BTreeMap<Language, SandboxCounts>,
     /// Whether every pool has been at its size at least once (warm-up is over).
     pub warmed: bool,
+    /// Workers whose guest step (a call, a restore, a build) has run far past its limit: the
+    /// hypervisor is not giving the thread back, and only restarting the daemon frees it.
+    pub stuck_workers: usize,
 }
 
 /// Runs jobs. Implemented by the Hyperlight executor, and by stubs in tests.

@@ -3,12 +3,12 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
-use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use hyper::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use hyper::{Method, Request, Response, StatusCode};
 use hyperlightd_api::{
     ErrorBody, ErrorKind, ErrorResponse, ExecRequest, ExecResponse, HealthResponse, paths,
@@ -33,6 +33,8 @@ pub struct Api<E> {
     limits: Limits,
     versions: BTreeMap<String, String>,
     next_request_id: AtomicU64,
+    /// Set once the daemon stops: new requests are refused.
+    draining: AtomicBool,
 }
 
 /// A request the API refuses. Each variant maps to one status code in [`ApiError::status`].
@@ -46,6 +48,15 @@ pub enum ApiError {
     PayloadTooLarge {
         /// The limit in bytes.
         limit: usize,
+    },
+    /// The body did not arrive in time.
+    #[error(
+        "the request body did not arrive within {} ms; send it at once, after the headers",
+        .limit.as_millis()
+    )]
+    BodyTimeout {
+        /// The time limit.
+        limit: std::time::Duration,
     },
     /// The program is over the limit.
     #[error("the code is {size} bytes; the limit is {limit} bytes")]
@@ -66,6 +77,9 @@ pub enum ApiError {
         /// The path.
         path: &'static str,
     },
+    /// The daemon is stopping and takes no new requests.
+    #[error("the daemon is shutting down and takes no new requests; retry once it is back")]
+    ShuttingDown,
     /// The executor did not run the job.
     #[error(transparent)]
     Exec(#[from] ExecError),
@@ -83,6 +97,10 @@ impl ApiError {
             ApiError::PayloadTooLarge { .. } | ApiError::CodeTooLarge { .. } => {
                 (StatusCode::PAYLOAD_TOO_LARGE, ErrorKind::PayloadTooLarge)
             }
+            ApiError::BodyTimeout { .. } => {
+                (StatusCode::REQUEST_TIMEOUT, ErrorKind::RequestTimeout)
+            }
+            ApiError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, ErrorKind::ShuttingDown),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, ErrorKind::NotFound),
             ApiError::MethodNotAllowed { .. } => {
                 (StatusCode::METHOD_NOT_ALLOWED, ErrorKind::MethodNotAllowed)
@@ -90,21 +108,27 @@ impl ApiError {
             ApiError::Exec(ExecError::Overloaded { .. }) => {
                 (StatusCode::SERVICE_UNAVAILABLE, ErrorKind::Overloaded)
             }
+            ApiError::Exec(ExecError::NoSandboxAvailable { .. }) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorKind::NoSandboxAvailable,
+            ),
             ApiError::Exec(ExecError::LanguageNotServed(_)) => {
                 (StatusCode::BAD_REQUEST, ErrorKind::InvalidRequest)
             }
-            ApiError::Exec(ExecError::ShuttingDown) => {
-                (StatusCode::SERVICE_UNAVAILABLE, ErrorKind::ShuttingDown)
-            }
-            ApiError::Exec(ExecError::Internal(_)) | ApiError::Internal(_) => {
-                (StatusCode::INTERNAL_SERVER_ERROR, ErrorKind::Internal)
-            }
+            ApiError::Exec(ExecError::PoolGone(_) | ExecError::Internal(_))
+            | ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, ErrorKind::Internal),
         }
     }
 
     fn into_response(self) -> Response<Full<Bytes>> {
         let (status, kind) = self.status();
-        let retry = matches!(self, ApiError::Exec(ExecError::Overloaded { .. }));
+        let retry = matches!(
+            self,
+            ApiError::Exec(ExecError::Overloaded { .. } | ExecError::NoSandboxAvailable { .. })
+                | ApiError::ShuttingDown
+        );
+        // A body half read, or a daemon on its way out: this connection serves no more.
+        let close = matches!(self, ApiError::BodyTimeout { .. } | ApiError::ShuttingDown);
         let body = ErrorResponse {
             error: ErrorBody::new(kind, self.to_string()),
         };
@@ -113,6 +137,11 @@ impl ApiError {
             response
                 .headers_mut()
                 .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        if close {
+            response
+                .headers_mut()
+                .insert(CONNECTION, HeaderValue::from_static("close"));
         }
         response
     }
@@ -132,7 +161,23 @@ impl<E: Executor> Api<E> {
             limits,
             versions,
             next_request_id: AtomicU64::new(1),
+            draining: AtomicBool::new(false),
         }
+    }
+
+    /// The daemon's metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// From now on, refuse new requests (`503 shutting_down`); health says the daemon is
+    /// stopping and not ready.
+    pub fn drain(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+    }
+
+    fn draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
     }
 
     /// Answers one request. Never fails: every error becomes a JSON error response.
@@ -173,8 +218,10 @@ impl<E: Executor> Api<E> {
     {
         match (request.method(), request.uri().path()) {
             (&Method::POST, paths::EXEC) => self.exec(request, received, span).await,
-            (&Method::GET, paths::HEALTH) => Ok(self.health()),
-            (&Method::GET, paths::METRICS) => self.metrics(),
+            (&Method::GET, paths::HEALTH) => Ok(self.health(Probe::Full)),
+            (&Method::GET, paths::HEALTH_LIVE) => Ok(self.health(Probe::Live)),
+            (&Method::GET, paths::HEALTH_READY) => Ok(self.health(Probe::Ready)),
+            (&Method::GET, paths::METRICS) => self.render_metrics(),
             (method, path) => Err(match known_path(path) {
                 Some(path) => ApiError::MethodNotAllowed {
                     method: method.clone(),
@@ -195,6 +242,9 @@ impl<E: Executor> Api<E> {
         B: hyper::body::Body<Data = Bytes>,
         B::Error: Into<BoxError>,
     {
+        if self.draining() {
+            return Err(ApiError::ShuttingDown);
+        }
         let body = self.read_body(request).await?;
         let exec: ExecRequest =
             serde_json::from_slice(&body).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
@@ -254,34 +304,58 @@ impl<E: Executor> Api<E> {
         if declared.is_some_and(|len| len > limit as u64) {
             return Err(ApiError::PayloadTooLarge { limit });
         }
-        match Limited::new(request.into_body(), limit).collect().await {
-            Ok(collected) => Ok(collected.to_bytes()),
-            Err(e) if e.is::<LengthLimitError>() => Err(ApiError::PayloadTooLarge { limit }),
-            Err(e) => Err(ApiError::InvalidRequest(format!(
+        let timeout = self.limits.body_read_timeout;
+        let body = Limited::new(request.into_body(), limit).collect();
+        match tokio::time::timeout(timeout, body).await {
+            Err(_) => Err(ApiError::BodyTimeout { limit: timeout }),
+            Ok(Ok(collected)) => Ok(collected.to_bytes()),
+            Ok(Err(e)) if e.is::<LengthLimitError>() => Err(ApiError::PayloadTooLarge { limit }),
+            Ok(Err(e)) => Err(ApiError::InvalidRequest(format!(
                 "could not read the request body: {e}"
             ))),
         }
     }
 
-    fn health(&self) -> Response<Full<Bytes>> {
+    /// The daemon's health; `probe` decides the status code.
+    fn health(&self, probe: Probe) -> Response<Full<Bytes>> {
         let health = self.executor.health();
-        let ready = health.sandboxes.values().all(|c| c.total >= c.target);
-        let status = match (ready, health.warmed) {
-            (true, _) => "ok",
-            (false, false) => "starting",
-            (false, true) => "degraded",
+        let at_size = health.sandboxes.values().all(|c| c.total >= c.target);
+        let draining = self.draining();
+        let live = health.stuck_workers == 0;
+        let ready = at_size && !draining;
+        let status = if draining {
+            "stopping"
+        } else if !live {
+            "stuck"
+        } else if at_size {
+            "ok"
+        } else if health.warmed {
+            "degraded"
+        } else {
+            "starting"
         };
         let body = HealthResponse {
             status: status.to_owned(),
+            live,
             ready,
             hypervisor: health.hypervisor,
             versions: self.versions.clone(),
             sandboxes: health.sandboxes,
         };
-        json_response(StatusCode::OK, &body)
+        let up = match probe {
+            Probe::Full => true,
+            Probe::Live => live,
+            Probe::Ready => ready,
+        };
+        let code = if up {
+            StatusCode::OK
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE
+        };
+        json_response(code, &body)
     }
 
-    fn metrics(&self) -> Result<Response<Full<Bytes>>, ApiError> {
+    fn render_metrics(&self) -> Result<Response<Full<Bytes>>, ApiError> {
         let text = self
             .metrics
             .render(&self.executor.health())
@@ -295,11 +369,28 @@ impl<E: Executor> Api<E> {
     }
 }
 
+/// Which question a health request asks.
+#[derive(Debug, Clone, Copy)]
+enum Probe {
+    /// Everything, always 200 while the daemon answers.
+    Full,
+    /// Liveness: 503 when the daemon needs a restart.
+    Live,
+    /// Readiness: 503 when it should not get traffic.
+    Ready,
+}
+
 /// The path as a `'static` str if the API serves it with some method.
 fn known_path(path: &str) -> Option<&'static str> {
-    [paths::EXEC, paths::HEALTH, paths::METRICS]
-        .into_iter()
-        .find(|known| *known == path)
+    [
+        paths::EXEC,
+        paths::HEALTH,
+        paths::HEALTH_LIVE,
+        paths::HEALTH_READY,
+        paths::METRICS,
+    ]
+    .into_iter()
+    .find(|known| *known == path)
 }
 
 fn json_response<T: serde::Serialize>(status: StatusCode, body: &T) -> Response<Full<Bytes>> {

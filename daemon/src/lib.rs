@@ -21,14 +21,18 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tracing::info;
+use hyperlightd_api::Language;
+use tokio::runtime::Handle;
+use tokio::sync::mpsc;
+use tracing::{info, warn};
 
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, Limits};
 use crate::http::Api;
 use crate::metrics::Metrics;
 use crate::sandbox::guest::GuestSizes;
 use crate::sandbox::{HyperlightExecutor, SandboxSettings};
-use crate::sys::hypervisor::{self, HypervisorError};
+use crate::server::StopRequest;
+use crate::sys::hypervisor::{self, Hypervisor, HypervisorError};
 use crate::sys::socket::{self, SocketError};
 
 /// Why the daemon could not start (or stopped abnormally). Each maps to an exit code.
@@ -40,16 +44,26 @@ pub enum StartError {
     /// The host's hypervisor cannot be used.
     #[error(transparent)]
     Hypervisor(#[from] HypervisorError),
+    /// The hypervisor probe did not finish in time.
+    #[error(
+        "checking the hypervisor with a probe sandbox did not finish within {} s; the \
+         hypervisor may be stuck (raise --startup-timeout-ms if this host is merely slow)",
+        .0.as_secs_f64()
+    )]
+    ProbeTimedOut(Duration),
     /// The socket could not be set up.
     #[error(transparent)]
     Socket(#[from] SocketError),
-    /// Building the first sandbox did not finish in time.
+    /// A language's pool could not start (its guest, not the hypervisor, failed).
+    #[error(transparent)]
+    Pool(#[from] sandbox::StartError),
+    /// Building the pools' first sandboxes did not finish in time.
     #[error(
-        "building the first sandbox did not finish within {} s; the hypervisor may be stuck \
-         (raise --startup-timeout-ms if this host is merely slow)",
-        .0.as_secs()
+        "building the first sandbox of each pool did not finish within {} s, although the \
+         hypervisor runs guests (raise --startup-timeout-ms if this host is merely slow)",
+        .0.as_secs_f64()
     )]
-    ProbeTimedOut(Duration),
+    PoolsTimedOut(Duration),
     /// Anything else that stops startup.
     #[error("{0}")]
     Other(String),
@@ -57,14 +71,15 @@ pub enum StartError {
 
 impl StartError {
     /// Exit code, after sysexits(3): 64 bad configuration, 69 hypervisor unavailable,
-    /// 73 socket cannot be created, 75 socket in use by a live daemon, 70 anything else.
+    /// 73 socket cannot be created, 75 socket in use by a live daemon, 70 anything else
+    /// (a pool that cannot start included).
     pub fn exit_code(&self) -> u8 {
         match self {
             StartError::Config(_) => 64,
             StartError::Hypervisor(_) | StartError::ProbeTimedOut(_) => 69,
             StartError::Socket(SocketError::InUse(_)) => 75,
             StartError::Socket(_) => 73,
-            StartError::Other(_) => 70,
+            StartError::Pool(_) | StartError::PoolsTimedOut(_) | StartError::Other(_) => 70,
         }
     }
 }
@@ -83,13 +98,11 @@ fn versions() -> BTreeMap<String, String> {
     ])
 }
 
-/// Runs the daemon until `shutdown` completes: checks the hypervisor, binds the socket, builds
-/// one sandbox per language (the probe that guests really run), serves while the pools warm to
-/// their size, then drains.
-pub async fn run(
-    config: Config,
-    shutdown: impl std::future::Future<Output = ()>,
-) -> Result<(), StartError> {
+/// Runs the daemon until a stop request arrives on `stops` (see `sys::signals`): checks the
+/// hypervisor, binds the socket, probes that guests run, builds one sandbox per language,
+/// serves while the pools warm to their size, then drains. A stop request during startup ends
+/// it at once, removing the socket.
+pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Result<(), StartError> {
     let sizes = config.pool_sizes()?;
     let limits = config.limits()?;
     let metrics = Metrics::new().map_err(|e| StartError::Other(format!("metrics: {e}")))?;
@@ -97,15 +110,68 @@ pub async fn run(
     info!(%hypervisor, "hypervisor found");
     // Before any sandbox memory exists (see sys::memory for why).
     if let Err(e) = sys::memory::disable_transparent_huge_pages() {
-        tracing::warn!(
+        warn!(
             "cannot turn transparent huge pages off ({e}); every request may clear whole 2 MiB pages"
         );
     }
+    check_open_files(&config)?;
 
     // Bound before the pools warm, so that a second daemon on the same socket is refused at
     // once; connections wait in the backlog until the pools are warm and serving starts.
     let (listener, bound) = socket::bind(&config.socket, config.socket_group.as_deref())?;
+    let starting = start_executor(&config, &sizes, limits, hypervisor, &metrics);
+    let executor = tokio::select! {
+        started = starting => started?,
+        why = server::next_stop(&mut stops) => {
+            info!("{why} during startup: stopping before serving");
+            return Ok(());
+        }
+    };
+    info!(socket = %bound.path().display(), "serving while the pools warm");
+    let api = Arc::new(Api::new(Arc::new(executor), metrics, limits, versions()));
+    server::serve(listener, api, config.server(), &mut stops).await;
+    drop(bound);
+    info!("stopped");
+    Ok(())
+}
 
+/// Raises the open-file limit and checks that `--max-connections` fits in it.
+fn check_open_files(config: &Config) -> Result<(), StartError> {
+    let needed = config.files_needed();
+    match sys::files::raise_open_file_limit() {
+        Ok(limit) if limit < needed => Err(StartError::Config(ConfigError::TooFewFiles {
+            connections: config.max_connections,
+            needed,
+            limit,
+        })),
+        Ok(_) => Ok(()),
+        Err(e) => {
+            warn!("cannot read or raise the open-file limit ({e}); connections may fail");
+            Ok(())
+        }
+    }
+}
+
+/// Probes the hypervisor, then starts the pools, each step on a blocking thread and within
+/// `--startup-timeout-ms`. A failure of the probe is the hypervisor's; a failure after it is
+/// the failing language's guest.
+async fn start_executor(
+    config: &Config,
+    sizes: &BTreeMap<Language, usize>,
+    limits: Limits,
+    hypervisor: Hypervisor,
+    metrics: &Metrics,
+) -> Result<HyperlightExecutor, StartError> {
+    let limit = Duration::from_millis(config.startup_timeout_ms);
+    let started = Instant::now();
+    blocking_within(limit, sandbox::javascript::probe_hypervisor)
+        .await
+        .ok_or(StartError::ProbeTimedOut(limit))??
+        .map_err(|e| hypervisor::probe_failed(hypervisor.clone(), &e))?;
+    info!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "the hypervisor runs guests"
+    );
     let sizes_with_heap = |heap_mib: u64| GuestSizes {
         heap_bytes: heap_mib * 1024 * 1024,
         max_body_bytes: limits.max_body_bytes,
@@ -115,43 +181,38 @@ pub async fn run(
         sizes: sizes_with_heap(config.guest_heap_mib),
         python_sizes: sizes_with_heap(config.python_heap_mib),
         python_component: config.python_guest.clone(),
+        python_max_host_handles: config.python_max_host_handles,
         queue_depth: config.queue_depth,
+        build_limit: limit,
     };
-    let started = Instant::now();
-    let runtime = tokio::runtime::Handle::current();
-    let hv = hypervisor.clone();
-    let pool_metrics = metrics.clone();
-    let probe = tokio::task::spawn_blocking(move || {
-        // This thread builds the first sandboxes: keep SIGTERM and the like off it (see
-        // sys::signals). It stays in tokio's blocking pool with the mask, which is harmless.
-        if let Err(e) = sys::signals::block_process_signals_on_this_thread() {
-            tracing::warn!("cannot block signals on the startup thread: {e}");
-        }
-        HyperlightExecutor::start(hv.to_string(), &sizes, settings, runtime, &pool_metrics)
-    });
-    // A hypervisor that hangs instead of failing must not leave the daemon silently bound but
-    // never serving. The blocked thread cannot be cancelled; the process exits instead.
-    let probe_limit = Duration::from_millis(config.startup_timeout_ms);
-    let executor = tokio::time::timeout(probe_limit, probe)
-        .await
-        .map_err(|_| StartError::ProbeTimedOut(probe_limit))?
-        .map_err(|e| StartError::Other(format!("starting the pools: {e}")))?
-        .map_err(|e| hypervisor::probe_failed(hypervisor, &e))?;
+    let (runtime, sizes, metrics) = (Handle::current(), sizes.clone(), metrics.clone());
+    let hypervisor = hypervisor.to_string();
+    let executor = blocking_within(limit, move || {
+        HyperlightExecutor::start(hypervisor, &sizes, settings, runtime, &metrics)
+    })
+    .await
+    .ok_or(StartError::PoolsTimedOut(limit))???;
     info!(
         elapsed_ms = started.elapsed().as_millis() as u64,
-        socket = %bound.path().display(),
-        "guests run; serving while the pools warm"
+        "every pool has a warm sandbox"
     );
+    Ok(executor)
+}
 
-    let api = Arc::new(Api::new(Arc::new(executor), metrics, limits, versions()));
-    server::serve(
-        listener,
-        api,
-        shutdown,
-        Duration::from_millis(config.drain_timeout_ms),
-    )
-    .await;
-    drop(bound);
-    info!("stopped");
-    Ok(())
+/// Runs `work` on a blocking thread, with the process's signals blocked there (it builds
+/// sandboxes; see sys::signals), and waits for it at most `limit`: None past it. A hypervisor
+/// that hangs instead of failing must not leave the daemon bound but never serving; the stuck
+/// thread cannot be cancelled, and the process exits instead.
+async fn blocking_within<T: Send + 'static>(
+    limit: Duration,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Option<Result<T, StartError>> {
+    let task = tokio::task::spawn_blocking(move || {
+        if let Err(e) = sys::signals::block_process_signals_on_this_thread() {
+            warn!("cannot block signals on the startup thread: {e}");
+        }
+        work()
+    });
+    let joined = tokio::time::timeout(limit, task).await.ok()?;
+    Some(joined.map_err(|e| StartError::Other(format!("a startup thread failed: {e}"))))
 }

@@ -5,11 +5,25 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use hyperlightd::config::{Config, LogFormat};
-use tokio::signal::unix::{SignalKind, signal};
 use tracing_subscriber::EnvFilter;
 
+/// Exit code of a command line that does not parse: a bad configuration (sysexits' EX_USAGE,
+/// as for every other configuration error).
+const BAD_COMMAND_LINE: u8 = 64;
+
 fn main() -> ExitCode {
-    let config = Config::parse();
+    let config = match Config::try_parse() {
+        Ok(config) => config,
+        Err(e) => {
+            // --help and --version are not errors: they print to stdout and exit 0.
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(BAD_COMMAND_LINE)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
     let filter = EnvFilter::try_from_env("HYPERLIGHTD_LOG").unwrap_or_else(
         |_| // Hyperlight logs its own failures as raw VM errors; the daemon reports the ones
         // that matter itself, in terms an operator can act on.
@@ -33,7 +47,13 @@ fn main() -> ExitCode {
             return ExitCode::from(70);
         }
     };
-    let result = runtime.block_on(hyperlightd::run(config, stop_signal()));
+    let result = runtime.block_on(async {
+        // From here on SIGTERM and SIGINT are stop requests, before anything slow starts.
+        let stops = hyperlightd::sys::signals::stop_requests().map_err(|e| {
+            hyperlightd::StartError::Other(format!("cannot install signal handlers: {e}"))
+        })?;
+        hyperlightd::run(config, stops).await
+    });
     // A guest call or sandbox build stuck in the hypervisor must not keep the process alive:
     // its thread cannot be cancelled, so the runtime is not waited for past this.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
@@ -43,20 +63,5 @@ fn main() -> ExitCode {
             tracing::error!("{e}");
             ExitCode::from(e.exit_code())
         }
-    }
-}
-
-/// Completes on the first SIGTERM or SIGINT.
-async fn stop_signal() {
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers; stop the daemon with SIGKILL");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
     }
 }

@@ -19,6 +19,13 @@ pub const EXECUTION_DURATION_SECONDS: &str = "hyperlightd_execution_duration_sec
 pub const REQUESTS_REJECTED_TOTAL: &str = "hyperlightd_requests_rejected_total";
 /// Executions running or waiting for a sandbox.
 pub const EXECUTIONS_IN_FLIGHT: &str = "hyperlightd_executions_in_flight";
+/// Client connections open now.
+pub const CONNECTIONS_OPEN: &str = "hyperlightd_connections_open";
+/// Client connections the daemon closed or refused, by `reason`: `idle_timeout` (no request
+/// for `--idle-timeout-ms`), `replaced` (at `--max-connections`, the one that had waited
+/// longest made room for a new one), `refused` (at the cap with every connection running a
+/// request).
+pub const CONNECTIONS_DROPPED_TOTAL: &str = "hyperlightd_connections_dropped_total";
 /// Sandboxes per `language`, busy or idle.
 pub const POOL_SANDBOXES: &str = "hyperlightd_pool_sandboxes";
 /// Idle sandboxes per `language`, ready to take a request.
@@ -34,9 +41,16 @@ pub const SANDBOX_CREATE_SECONDS: &str = "hyperlightd_sandbox_create_seconds";
 pub const SANDBOX_RESTORE_SECONDS: &str = "hyperlightd_sandbox_restore_seconds";
 /// Time a sandbox spent priming after its restore (Python), by `language`.
 pub const SANDBOX_PRIME_SECONDS: &str = "hyperlightd_sandbox_prime_seconds";
-/// Sandboxes dropped and replaced instead of restored, by `language` and `reason` (timeout,
-/// out_of_memory, guest_failure, restore_failed).
+/// Sandboxes dropped and rebuilt from scratch, by `language` and `reason`: what left them
+/// unusable (see `sandbox::pool::Recycle`).
 pub const SANDBOXES_RECYCLED_TOTAL: &str = "hyperlightd_sandboxes_recycled_total";
+/// Sandboxes that a call poisoned and a restore to their warm snapshot put back in service, by
+/// `language` and `reason` (what poisoned them).
+pub const SANDBOXES_RESTORED_AFTER_POISON_TOTAL: &str =
+    "hyperlightd_sandboxes_restored_after_poison_total";
+/// Worker threads that panicked outside a guarded guest call and were started again, by
+/// `language`. Each is a bug in the daemon; the log has the panic's message.
+pub const WORKER_RESTARTS_TOTAL: &str = "hyperlightd_worker_restarts_total";
 
 /// Buckets from 1 ms to 60 s: warm executions take milliseconds, time limits reach a minute.
 const DURATION_BUCKETS: &[f64] = &[
@@ -57,6 +71,8 @@ pub struct Metrics {
     duration: HistogramVec,
     rejected: IntCounterVec,
     in_flight: IntGauge,
+    connections_open: IntGauge,
+    connections_dropped: IntCounterVec,
     pool_sandboxes: IntGaugeVec,
     pool_idle: IntGaugeVec,
     queue_wait: HistogramVec,
@@ -65,6 +81,8 @@ pub struct Metrics {
     restore: HistogramVec,
     prime: HistogramVec,
     recycled: IntCounterVec,
+    restored_after_poison: IntCounterVec,
+    worker_restarts: IntCounterVec,
 }
 
 /// The metrics one pool records, bound to its language.
@@ -82,13 +100,29 @@ pub struct PoolMetrics {
     /// Time to prime a sandbox after its restore.
     pub prime: Histogram,
     recycled: IntCounterVec,
+    restored_after_poison: IntCounterVec,
+    worker_restarts: IntCounterVec,
 }
 
 impl PoolMetrics {
-    /// Counts a sandbox dropped for `reason` instead of restored.
+    /// Counts a sandbox dropped and rebuilt for `reason`.
     pub fn recycled(&self, reason: &str) {
         self.recycled
             .with_label_values(&[self.language.as_str(), reason])
+            .inc();
+    }
+
+    /// Counts a sandbox poisoned for `reason` and put back in service by a restore.
+    pub fn restored_after_poison(&self, reason: &str) {
+        self.restored_after_poison
+            .with_label_values(&[self.language.as_str(), reason])
+            .inc();
+    }
+
+    /// Counts a worker thread started again after a panic.
+    pub fn worker_restarted(&self) {
+        self.worker_restarts
+            .with_label_values(&[self.language.as_str()])
             .inc();
     }
 }
@@ -119,6 +153,14 @@ impl Metrics {
         let in_flight = IntGauge::new(
             EXECUTIONS_IN_FLIGHT,
             "Executions running or waiting for a sandbox.",
+        )?;
+        let connections_open = IntGauge::new(CONNECTIONS_OPEN, "Client connections open now.")?;
+        let connections_dropped = IntCounterVec::new(
+            Opts::new(
+                CONNECTIONS_DROPPED_TOTAL,
+                "Client connections the daemon closed or refused, by reason.",
+            ),
+            &["reason"],
         )?;
         let pool_sandboxes = IntGaugeVec::new(
             Opts::new(POOL_SANDBOXES, "Sandboxes per language, busy or idle."),
@@ -162,9 +204,23 @@ impl Metrics {
         let recycled = IntCounterVec::new(
             Opts::new(
                 SANDBOXES_RECYCLED_TOTAL,
-                "Sandboxes dropped and replaced instead of restored, by reason.",
+                "Sandboxes dropped and rebuilt from scratch, by reason.",
             ),
             &["language", "reason"],
+        )?;
+        let restored_after_poison = IntCounterVec::new(
+            Opts::new(
+                SANDBOXES_RESTORED_AFTER_POISON_TOTAL,
+                "Sandboxes poisoned by a call and put back in service by a restore, by reason.",
+            ),
+            &["language", "reason"],
+        )?;
+        let worker_restarts = IntCounterVec::new(
+            Opts::new(
+                WORKER_RESTARTS_TOTAL,
+                "Worker threads started again after a panic outside a guest call.",
+            ),
+            &["language"],
         )?;
         registry.register(Box::new(queue_wait.clone()))?;
         registry.register(Box::new(guest_call.clone()))?;
@@ -172,10 +228,14 @@ impl Metrics {
         registry.register(Box::new(restore.clone()))?;
         registry.register(Box::new(prime.clone()))?;
         registry.register(Box::new(recycled.clone()))?;
+        registry.register(Box::new(restored_after_poison.clone()))?;
+        registry.register(Box::new(worker_restarts.clone()))?;
         registry.register(Box::new(executions.clone()))?;
         registry.register(Box::new(duration.clone()))?;
         registry.register(Box::new(rejected.clone()))?;
         registry.register(Box::new(in_flight.clone()))?;
+        registry.register(Box::new(connections_open.clone()))?;
+        registry.register(Box::new(connections_dropped.clone()))?;
         registry.register(Box::new(pool_sandboxes.clone()))?;
         registry.register(Box::new(pool_idle.clone()))?;
         Ok(Metrics {
@@ -184,6 +244,8 @@ impl Metrics {
             duration,
             rejected,
             in_flight,
+            connections_open,
+            connections_dropped,
             pool_sandboxes,
             pool_idle,
             queue_wait,
@@ -192,6 +254,8 @@ impl Metrics {
             restore,
             prime,
             recycled,
+            restored_after_poison,
+            worker_restarts,
         })
     }
 
@@ -206,6 +270,8 @@ impl Metrics {
             restore: self.restore.with_label_values(&label),
             prime: self.prime.with_label_values(&label),
             recycled: self.recycled.clone(),
+            restored_after_poison: self.restored_after_poison.clone(),
+            worker_restarts: self.worker_restarts.clone(),
         }
     }
 
@@ -222,6 +288,17 @@ impl Metrics {
     /// Records a request answered with an HTTP error.
     pub fn record_rejection(&self, reason: &str) {
         self.rejected.with_label_values(&[reason]).inc();
+    }
+
+    /// Sets the number of open client connections.
+    pub fn set_connections_open(&self, open: usize) {
+        self.connections_open
+            .set(i64::try_from(open).unwrap_or(i64::MAX));
+    }
+
+    /// Counts a client connection closed or refused for `reason`.
+    pub fn connection_dropped(&self, reason: &str) {
+        self.connections_dropped.with_label_values(&[reason]).inc();
     }
 
     /// Counts an execution in flight until the guard drops.
@@ -276,6 +353,7 @@ mod tests {
         let health = ExecutorHealth {
             hypervisor: "kvm".into(),
             warmed: true,
+            stuck_workers: 0,
             sandboxes: BTreeMap::from([(
                 Language::Javascript,
                 SandboxCounts {

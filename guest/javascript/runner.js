@@ -5,7 +5,7 @@
 // `export { handler }` itself: this file must not export anything.
 //
 // Contract with the daemon (the same for every language):
-//   event:  {"code": "<program text>", "max_result_bytes": N}
+//   event:  {"code": "<program text>", "max_result_bytes": N, "seed": "<32 hex digits>"}
 //   reply:  {"ok": true, "result": <JSON value>}
 //         | {"ok": false, "error": {"kind": "syntax_error" | "exception" | "result_too_large"
 //                                           | "out_of_memory", "message": "..."}}
@@ -51,9 +51,27 @@ function inspect(value) {
 // sent to the host one by one.
 let outputOpen = true;
 
+// The most UTF-16 code units one host call carries. A host call's arguments travel
+// JSON-encoded through the guest's output buffer, which holds 64 KiB beyond the result limit;
+// at worst six bytes a unit (\u00XX), 8192 units fit whatever the limits. A larger write would
+// abort the guest.
+const WRITE_CHUNK = 8192;
+
+// Sends `text` to the host in pieces, never splitting a surrogate pair, until the host says the
+// output cap is reached.
+function send(stream, text) {
+  let start = 0;
+  while (outputOpen && start < text.length) {
+    let end = Math.min(start + WRITE_CHUNK, text.length);
+    if (end < text.length && (text.charCodeAt(end - 1) & 0xfc00) === 0xd800) end--;
+    outputOpen = hl.write(stream, text.slice(start, end));
+    start = end;
+  }
+}
+
 function writer(stream) {
   return function (...args) {
-    if (outputOpen) outputOpen = hl.write(stream, args.map(inspect).join(" ") + "\n");
+    if (outputOpen) send(stream, args.map(inspect).join(" ") + "\n");
   };
 }
 
@@ -136,6 +154,17 @@ function programStack(stack) {
   return lines.slice(0, end).join("\n") + "\n";
 }
 
+// The longest error message a reply carries, in UTF-16 code units: the reply travels through
+// the guest's output buffer, and a message of megabytes would not fit. The whole text still
+// reaches stderr.
+const MAX_MESSAGE = 8192;
+
+function shortened(message) {
+  if (message.length <= MAX_MESSAGE) return message;
+  return message.slice(0, MAX_MESSAGE) + "... (" + (message.length - MAX_MESSAGE) +
+    " more characters in stderr)";
+}
+
 function failure(kind, error) {
   // QuickJS reports a failed allocation as an InternalError rather than aborting.
   if (error instanceof Error && error.name === "InternalError" && error.message === "out of memory") {
@@ -144,11 +173,12 @@ function failure(kind, error) {
   let message;
   if (error instanceof Error) {
     message = error.name + ": " + error.message;
-    if (error.stack) hl.write(STDERR, message + "\n" + programStack(error.stack));
+    if (error.stack) send(STDERR, message + "\n" + programStack(error.stack));
   } else {
     message = "Uncaught " + inspect(error);
+    if (message.length > MAX_MESSAGE) send(STDERR, message + "\n");
   }
-  return { ok: false, error: { kind: kind, message: message } };
+  return { ok: false, error: { kind: kind, message: shortened(message) } };
 }
 
 // Whether `error` means the program does not parse, as opposed to a SyntaxError the program
@@ -160,9 +190,40 @@ function isParseError(error) {
     !(typeof error.stack === "string" && error.stack.includes("at <eval> ("));
 }
 
+// Math.random for programs: xoshiro128** seeded from the host's entropy in every event. QuickJS
+// seeds its own generator once, when the runtime starts, so every request, restored from the
+// same snapshot, would draw the same numbers. Not for secrets (neither is Math.random).
+const random = (() => {
+  let s0 = 0, s1 = 0, s2 = 0, s3 = 1;
+  const rotl = (x, k) => (x << k) | (x >>> (32 - k));
+  function next() {
+    const result = Math.imul(rotl(Math.imul(s1, 5), 7), 9) >>> 0;
+    const t = s1 << 9;
+    s2 ^= s0; s3 ^= s1; s1 ^= s2; s0 ^= s3; s2 ^= t;
+    s3 = rotl(s3, 11);
+    return result;
+  }
+  return {
+    // `seed`: 32 hex digits (128 bits).
+    seed(seed) {
+      [s0, s1, s2, s3] = [0, 8, 16, 24].map((i) => parseInt(seed.slice(i, i + 8), 16) | 0);
+      if ((s0 | s1 | s2 | s3) === 0) s3 = 1;
+      // The first outputs depend on few state bits (a zero word shows): mix them away.
+      for (let i = 0; i < 8; i++) next();
+    },
+    // A double in [0, 1) with 53 random bits, as Math.random gives.
+    next() {
+      return ((next() >>> 5) * 67108864 + (next() >>> 6)) / 9007199254740992;
+    },
+  };
+})();
+Math.random = function random_() { return random.next(); };
+Object.defineProperty(Math.random, "name", { value: "random" });
+
 function handler(event) {
   const code = event.code;
   const maxResultBytes = event.max_result_bytes;
+  random.seed(event.seed);
   let value;
   try {
     value = evaluate(programConsole, programPrint, code);

@@ -88,6 +88,13 @@ PROGRAM = "<program>"
 # Buffered output goes to the host at a newline or once this many characters are pending: every
 # host call is a VM exit, and print() alone writes twice (the text, then the end).
 FLUSH_AT = 8192
+# The most characters one host call carries. A host call's arguments travel through the guest's
+# output buffer, which holds 64 KiB beyond the result limit; 8192 characters are at most 32 KiB
+# of UTF-8. One larger write would abort the guest.
+WRITE_CHUNK = 8192
+# The longest error message a reply carries: the reply travels through the same buffer. The
+# whole text still reaches stderr, in the traceback.
+MAX_MESSAGE = 8192
 
 # What the daemon runs after every restore, before the sandbox takes its next request. A restore
 # puts back the snapshot's pages, and the first write to each page after it faults and copies
@@ -144,8 +151,11 @@ class _HostStream(io.TextIOBase):
             text = "".join(self._pending)
             self._pending.clear()
             self._pending_chars = 0
-            if _Output.open:
-                _Output.open = host.write(self._stream, text)
+            # Until the host says the output cap is reached; the rest is dropped here.
+            for start in range(0, len(text), WRITE_CHUNK):
+                if not _Output.open:
+                    break
+                _Output.open = host.write(self._stream, text[start : start + WRITE_CHUNK])
 
     def isatty(self) -> bool:
         return False
@@ -187,7 +197,11 @@ def _completed(value, max_bytes: int) -> str:
 
 
 def _failed(kind: str, error: BaseException) -> str:
-    return _error(kind, "".join(traceback.format_exception_only(error)).strip())
+    message = "".join(traceback.format_exception_only(error)).strip()
+    if len(message) > MAX_MESSAGE:
+        more = len(message) - MAX_MESSAGE
+        message = f"{message[:MAX_MESSAGE]}... ({more} more characters in stderr)"
+    return _error(kind, message)
 
 
 def _program_traceback(error: BaseException) -> str:

@@ -39,6 +39,7 @@ impl Executor for StubExecutor {
         ExecutorHealth {
             hypervisor: "stub".into(),
             warmed: true,
+            stuck_workers: 0,
             sandboxes: BTreeMap::from([(
                 Language::Javascript,
                 SandboxCounts {
@@ -70,6 +71,7 @@ fn limits() -> Limits {
         max_code_bytes: 512,
         max_output_bytes: 1024,
         max_result_bytes: 1024,
+        body_read_timeout: Duration::from_millis(5_000),
     }
 }
 
@@ -271,6 +273,88 @@ impl hyper::body::Body for ChunkedBody {
     }
 }
 
+/// A body that sends nothing and never ends: a client that stopped after the headers.
+struct StalledBody;
+
+impl hyper::body::Body for StalledBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        std::task::Poll::Pending
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn body_that_does_not_arrive_in_time_is_408_and_closes_the_connection() {
+    let (api, executor) = api(echo_executor());
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri(paths::EXEC)
+        .body(StalledBody)
+        .unwrap();
+    let response = api.handle(req).await;
+    assert_eq!(response.status(), StatusCode::REQUEST_TIMEOUT);
+    assert_eq!(response.headers().get(CONNECTION).unwrap(), "close");
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(body["error"]["kind"], "request_timeout");
+    assert!(executor.seen.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn while_draining_exec_is_503_shutting_down_and_health_is_not_ready() {
+    let (api, executor) = api(echo_executor());
+    api.drain();
+    let response = api
+        .handle(request(
+            Method::POST,
+            paths::EXEC,
+            r#"{"language":"javascript","code":"1"}"#,
+        ))
+        .await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(response.headers().get(RETRY_AFTER).unwrap(), "1");
+    assert_eq!(response.headers().get(CONNECTION).unwrap(), "close");
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(body["error"]["kind"], "shutting_down");
+    assert!(executor.seen.lock().unwrap().is_empty());
+
+    let (status, health) = call(&api, request(Method::GET, paths::HEALTH_READY, "")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(health["status"], "stopping");
+    let (status, _) = call(&api, request(Method::GET, paths::HEALTH_LIVE, "")).await;
+    assert_eq!(status, StatusCode::OK, "a draining daemon is alive");
+}
+
+#[tokio::test]
+async fn no_sandbox_available_is_503_with_retry_after() {
+    let (api, _) = api(StubExecutor::new(|job| {
+        Err(ExecError::NoSandboxAvailable {
+            language: job.language,
+            timeout: job.timeout,
+        })
+    }));
+    let response = api
+        .handle(request(
+            Method::POST,
+            paths::EXEC,
+            r#"{"language":"javascript","code":"","timeout_ms":250}"#,
+        ))
+        .await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(response.headers().get(RETRY_AFTER).unwrap(), "1");
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(body["error"]["kind"], "no_sandbox_available");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("250 ms"), "{message}");
+}
+
 #[tokio::test]
 async fn overloaded_executor_is_503_with_retry_after() {
     let (api, _) = api(StubExecutor::new(|job| {
@@ -403,11 +487,12 @@ async fn output_cap_is_passed_to_the_executor_within_the_maximum() {
 /// An executor whose pools are below their size.
 struct WarmingExecutor {
     warmed: bool,
+    stuck_workers: usize,
 }
 
 impl Executor for WarmingExecutor {
     async fn exec(&self, _: Job) -> Result<Outcome, ExecError> {
-        Err(ExecError::ShuttingDown)
+        Err(ExecError::PoolGone(Language::Javascript))
     }
 
     fn health(&self) -> ExecutorHealth {
@@ -422,6 +507,7 @@ impl Executor for WarmingExecutor {
                 },
             )]),
             warmed: self.warmed,
+            stuck_workers: self.stuck_workers,
         }
     }
 }
@@ -430,7 +516,10 @@ impl Executor for WarmingExecutor {
 async fn health_is_not_ready_while_pools_are_below_their_size() {
     for (warmed, status) in [(false, "starting"), (true, "degraded")] {
         let api = Api::new(
-            Arc::new(WarmingExecutor { warmed }),
+            Arc::new(WarmingExecutor {
+                warmed,
+                stuck_workers: 0,
+            }),
             Metrics::new().unwrap(),
             limits(),
             BTreeMap::new(),
@@ -446,4 +535,38 @@ async fn health_is_not_ready_while_pools_are_below_their_size() {
         assert!(!health.ready);
         assert_eq!(health.status, status);
     }
+}
+
+#[tokio::test]
+async fn readiness_and_liveness_answer_different_questions() {
+    let probe = |warmed, stuck_workers, path| async move {
+        let api = Api::new(
+            Arc::new(WarmingExecutor {
+                warmed,
+                stuck_workers,
+            }),
+            Metrics::new().unwrap(),
+            limits(),
+            BTreeMap::new(),
+        );
+        let response = api.handle(request(Method::GET, path, "")).await;
+        let status = response.status();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let health: HealthResponse = serde_json::from_slice(&bytes).unwrap();
+        (status, health)
+    };
+    // Warming up: alive, not ready. A supervisor must not kill it.
+    let (status, health) = probe(false, 0, paths::HEALTH_LIVE).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(health.live);
+    let (status, _) = probe(false, 0, paths::HEALTH_READY).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    // A worker stuck in the hypervisor: not alive. A supervisor restarts it.
+    let (status, health) = probe(true, 1, paths::HEALTH_LIVE).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(!health.live);
+    assert_eq!(health.status, "stuck");
+    // The full health answers 200 whatever the state, for people and dashboards.
+    let (status, _) = probe(true, 1, paths::HEALTH).await;
+    assert_eq!(status, StatusCode::OK);
 }

@@ -1,5 +1,5 @@
 //! What the pool needs of a language's guest: a factory that builds a warm sandbox, and the
-//! sandbox's three operations (run a program, interrupt it, return to the warm snapshot).
+//! sandbox's operations (run a program, interrupt it, return to the warm snapshot, prime it).
 //!
 //! Every language's runner answers with the same JSON reply (see `guest/README.md`), parsed here,
 //! and writes its output into an [`OutputCapture`] through host functions.
@@ -8,32 +8,66 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use hyperlight_host::HyperlightError;
-use hyperlight_host::hypervisor::InterruptHandle;
 use hyperlightd_api::ErrorKind;
 use serde::Deserialize;
+
+use super::watchdog::Interrupt;
 
 /// A sandbox with a language runtime loaded and its runner registered, snapshotted warm.
 /// Lives on one worker thread.
 pub trait Guest: Send {
     /// Runs `code` and returns the runner's JSON reply. `deadline` is when the call will be
     /// interrupted; a guest whose host functions can block (a sleep) ends them there.
-    fn run(&mut self, code: &str, deadline: Instant) -> Result<String, HyperlightError>;
+    fn run(&mut self, code: &str, deadline: Instant) -> Result<String, GuestError>;
 
     /// A handle that stops a running call from another thread.
-    fn interrupt_handle(&self) -> Arc<dyn InterruptHandle>;
+    fn interrupt_handle(&self) -> Arc<dyn Interrupt>;
 
-    /// Returns the sandbox to its warm snapshot: nothing the last program did survives.
-    fn reset(&mut self) -> Result<(), HyperlightError>;
+    /// Returns the sandbox to its warm snapshot: nothing the last program did survives. This
+    /// also clears a poisoned sandbox (Hyperlight's restore replaces memory, mappings and vCPU
+    /// state); afterwards [`is_poisoned`](Self::is_poisoned) says whether it worked.
+    fn reset(&mut self) -> Result<(), GuestError>;
 
     /// After a reset, runs fixed code of the guest's own that makes the next request cheaper,
     /// and says whether there was any. Nothing of any request may reach that code, so the state
     /// it leaves is the same after every reset. Python primes its interpreter here.
-    fn prime(&mut self) -> Result<bool, HyperlightError> {
+    fn prime(&mut self) -> Result<bool, GuestError> {
         Ok(false)
     }
 
     /// Whether the last call left the sandbox poisoned (interrupted, aborted, faulted).
     fn is_poisoned(&self) -> bool;
+}
+
+/// Why a call into a guest failed.
+#[derive(Debug, thiserror::Error)]
+pub enum GuestError {
+    /// Hyperlight reported it: the guest was interrupted, aborted, faulted, or returned an error.
+    #[error(transparent)]
+    Hyperlight(#[from] HyperlightError),
+    /// The program used up a limit the host keeps on it (beyond time, memory and output), and
+    /// the host stopped it. The message says which limit and what uses it up.
+    #[error("{0}")]
+    ResourceLimit(String),
+    /// A host function panicked during the call. Hyperlight's own state may be left half
+    /// updated by the unwinding, so the sandbox is never reused, not even after a restore.
+    #[error("a host function panicked during the call: {0}")]
+    HostPanic(String),
+}
+
+/// A fresh seed for a program's random numbers: 128 bits of the host's entropy, in hex. Every
+/// request starts from the same snapshot, so without it every program would draw the same
+/// sequence. Should the host's entropy source fail (it does not once the system is up), the seed
+/// falls back to the clock: these generators are not for secrets.
+pub fn seed() -> String {
+    let mut bytes = [0u8; 16];
+    let value = match getrandom::fill(&mut bytes) {
+        Ok(()) => u128::from_le_bytes(bytes),
+        Err(_) => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    };
+    format!("{value:032x}")
 }
 
 /// Room for the runner protocol around a program or a result in the guest's I/O buffers.

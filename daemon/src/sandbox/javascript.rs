@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use hyperlight_host::HyperlightError;
-use hyperlight_host::hypervisor::InterruptHandle;
 use hyperlight_js::{HostPrintFn, LoadedJSSandbox, SandboxBuilder, Script, Snapshot};
 
-use super::guest::{Guest, GuestFactory, GuestSizes, OutputCapture, Stream};
+use super::guest::{Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, Stream, seed};
+use super::watchdog::{self, Interrupt};
 
 /// The runner, compiled into the daemon so that the daemon and its guest protocol always match.
 const RUNNER: &str = include_str!("../../../guest/javascript/runner.js");
@@ -17,6 +17,15 @@ const RUNNER: &str = include_str!("../../../guest/javascript/runner.js");
 const HANDLER: &str = "run";
 /// Host module the runner imports for its output.
 const HOST_MODULE: &str = "hyperlightd";
+
+/// Builds the smallest JavaScript sandbox there is and starts its runtime, which runs guest
+/// code: whether this works tells whether the hypervisor can run Hyperlight guests at all,
+/// apart from any pool's settings or guest files. The guest is hyperlight-js's own, built into
+/// the daemon.
+pub fn probe_hypervisor() -> Result<(), HyperlightError> {
+    SandboxBuilder::new().build()?.load_runtime()?;
+    Ok(())
+}
 
 /// Builds JavaScript sandboxes.
 #[derive(Debug, Clone)]
@@ -70,22 +79,24 @@ struct JavascriptGuest {
 }
 
 impl Guest for JavascriptGuest {
-    fn run(&mut self, code: &str, _deadline: Instant) -> Result<String, HyperlightError> {
+    fn run(&mut self, code: &str, _deadline: Instant) -> Result<String, GuestError> {
         let event = serde_json::json!({
             "code": code,
             "max_result_bytes": self.max_result_bytes,
+            // Every request starts from the same snapshot: Math.random is reseeded from this.
+            "seed": seed(),
         })
         .to_string();
         // No garbage collection after the call: the sandbox is restored to its snapshot anyway.
-        self.sandbox.handle_event(HANDLER, event, Some(false))
+        Ok(self.sandbox.handle_event(HANDLER, event, Some(false))?)
     }
 
-    fn interrupt_handle(&self) -> Arc<dyn InterruptHandle> {
-        self.sandbox.interrupt_handle()
+    fn interrupt_handle(&self) -> Arc<dyn Interrupt> {
+        Arc::new(watchdog::Hyperlight(self.sandbox.interrupt_handle()))
     }
 
-    fn reset(&mut self) -> Result<(), HyperlightError> {
-        self.sandbox.restore(self.warm.clone())
+    fn reset(&mut self) -> Result<(), GuestError> {
+        Ok(self.sandbox.restore(self.warm.clone())?)
     }
 
     fn is_poisoned(&self) -> bool {

@@ -3,24 +3,27 @@
 //! - [`guest`]: what a language's guest provides, the runner protocol, output capture;
 //! - [`javascript`]: the QuickJS guest from hyperlight-js;
 //! - [`python`]: CPython as a WebAssembly component, run by hyperlight-wasm;
-//! - [`pool`]: worker threads, the bounded queue, time limits, restore after each request.
+//! - [`pool`]: worker threads, the bounded queue, time limits, restore after each request;
+//! - [`watchdog`]: the timers that interrupt a guest at its limit.
 
 pub mod guest;
 pub mod javascript;
 pub mod pool;
 pub mod python;
+pub mod watchdog;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
-use hyperlight_host::HyperlightError;
 use hyperlightd_api::Language;
 
 use self::guest::{GuestFactory, GuestSizes};
 use self::javascript::JavascriptFactory;
-use self::pool::{Pool, PoolConfig};
+use self::pool::{Pool, PoolConfig, PoolError};
 use self::python::PythonFactory;
+use self::watchdog::Watchdog;
 use crate::executor::{ExecError, Executor, ExecutorHealth, Job, Outcome};
 use crate::metrics::Metrics;
 
@@ -34,8 +37,12 @@ pub struct SandboxSettings {
     pub python_sizes: GuestSizes,
     /// The compiled Python guest component.
     pub python_component: PathBuf,
+    /// Host handles a Python program may take in one run.
+    pub python_max_host_handles: u64,
     /// Jobs that may wait per language.
     pub queue_depth: usize,
+    /// How long building one sandbox may take before its worker counts as stuck.
+    pub build_limit: Duration,
 }
 
 impl SandboxSettings {
@@ -48,15 +55,27 @@ impl SandboxSettings {
     }
 
     /// The factory for `language`'s sandboxes.
-    fn factory(&self, language: Language) -> Arc<dyn GuestFactory> {
+    fn factory(&self, language: Language, watchdog: &Watchdog) -> Arc<dyn GuestFactory> {
         match language {
             Language::Javascript => Arc::new(JavascriptFactory::new(self.sizes)),
             Language::Python => Arc::new(PythonFactory::new(
                 self.python_sizes,
                 self.python_component.clone(),
+                self.python_max_host_handles,
+                watchdog.clone(),
             )),
         }
     }
+}
+
+/// A language's pool could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("starting the {language} pool: {error}")]
+pub struct StartError {
+    /// The pool's language.
+    pub language: Language,
+    /// What failed.
+    pub error: PoolError,
 }
 
 /// Runs jobs in warm Hyperlight sandboxes.
@@ -68,16 +87,16 @@ pub struct HyperlightExecutor {
 
 impl HyperlightExecutor {
     /// Starts every pool and returns once each has one warm sandbox; the rest warm in the
-    /// background. `hypervisor` is what health reports. A pool's first sandbox is the probe that
-    /// tells whether this host can run the language's guest at all: if it cannot be built, the
-    /// start fails with its error.
+    /// background. `hypervisor` is what health reports. A language whose first sandbox cannot
+    /// be built fails the start with its error.
     pub fn start(
         hypervisor: String,
         sizes: &BTreeMap<Language, usize>,
         settings: SandboxSettings,
         runtime: tokio::runtime::Handle,
         metrics: &Metrics,
-    ) -> Result<Self, HyperlightError> {
+    ) -> Result<Self, StartError> {
+        let watchdog = Watchdog::new(runtime);
         let mut pools = BTreeMap::new();
         for (&language, &size) in sizes {
             let config = PoolConfig {
@@ -85,9 +104,11 @@ impl HyperlightExecutor {
                 size,
                 queue_depth: settings.queue_depth,
                 heap_bytes: settings.sizes(language).heap_bytes,
-                factory: settings.factory(language),
+                build_limit: settings.build_limit,
+                factory: settings.factory(language, &watchdog),
             };
-            let pool = Pool::start(config, runtime.clone(), metrics.pool(language))?;
+            let pool = Pool::start(config, watchdog.clone(), metrics.pool(language))
+                .map_err(|error| StartError { language, error })?;
             pools.insert(language, pool);
         }
         Ok(HyperlightExecutor { hypervisor, pools })
@@ -112,6 +133,7 @@ impl Executor for HyperlightExecutor {
                 .map(|(&language, pool)| (language, pool.counts()))
                 .collect(),
             warmed: self.pools.values().all(Pool::warmed),
+            stuck_workers: self.pools.values().map(Pool::stuck_workers).sum(),
         }
     }
 }

@@ -1,68 +1,307 @@
-//! The accept loop: HTTP/1.1 connections on the Unix socket, each served by the [`Api`], and a
-//! graceful stop that lets in-flight requests finish.
+//! The accept loop: HTTP/1.1 connections on the Unix socket, each served by the [`Api`] within
+//! the connection limits, and a graceful stop.
+//!
+//! Limits, so that no client can hold the daemon's memory or sockets for long ([`connections`]
+//! has the rest):
+//! - a request head larger than `max_header_bytes` is answered 431 by hyper;
+//! - a connection that is not running a request (waiting for one, sending its head, or taking
+//!   its response) is closed after `idle_timeout`; the API bounds the time to send a body;
+//! - at most `max_connections` are open; at the cap a new one takes the place of the one that
+//!   has waited longest.
+//!
+//! On the first stop request the daemon drains: open connections finish the request they are
+//! running and close, and new connections are still accepted, each answered `503
+//! shutting_down`, so that clients learn why rather than find no socket. The drain ends when
+//! the connections are done, at the drain deadline, or at a second stop request.
+
+pub mod connections;
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use hyper::Request;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulConnection, GracefulShutdown};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::UnixListener;
+use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
+use self::connections::{Admission, Admitted, Connections, Phase};
 use crate::executor::Executor;
 use crate::http::Api;
 
-/// How long a client may take to send a request's headers.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// The smallest read buffer hyper accepts, and a size that reads bodies in few calls.
+const READ_BUFFER: usize = 64 * 1024;
 
-/// Serves `api` on `listener` until `shutdown` completes, then stops accepting and waits up to
-/// `drain` for open connections to finish their requests.
+/// How the server treats its connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// Connections open at once.
+    pub max_connections: usize,
+    /// Largest request head (request line and headers).
+    pub max_header_bytes: usize,
+    /// How long a connection may stay open without running a request.
+    pub idle_timeout: Duration,
+    /// How long a stop waits for open connections.
+    pub drain: Duration,
+}
+
+/// Why the daemon stops: the signal's name, for the log.
+pub type StopRequest = &'static str;
+
+/// The next stop request; never, once nobody can send one.
+pub async fn next_stop(stops: &mut mpsc::Receiver<StopRequest>) -> StopRequest {
+    match stops.recv().await {
+        Some(why) => why,
+        None => std::future::pending().await,
+    }
+}
+
+/// Serves `api` on `listener` until a stop request arrives on `stops`, then drains (see the
+/// module's documentation).
 pub async fn serve<E: Executor>(
     listener: UnixListener,
     api: Arc<Api<E>>,
-    shutdown: impl Future<Output = ()>,
-    drain: Duration,
+    config: ServerConfig,
+    stops: &mut mpsc::Receiver<StopRequest>,
 ) {
+    let server = Server {
+        connections: Connections::new(config.max_connections),
+        api,
+        config,
+    };
     let graceful = GracefulShutdown::new();
-    let mut http = http1::Builder::new();
-    http.timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
-    tokio::pin!(shutdown);
+    let why = loop {
+        tokio::select! {
+            accepted = listener.accept() => server.accepted(accepted, Some(&graceful)).await,
+            why = next_stop(stops) => break why,
+        }
+    };
+    let open = server.connections.count();
+    info!(
+        open,
+        "{why}: draining; new requests are refused while open connections finish"
+    );
+    server.api.drain();
+    let drained = graceful.shutdown();
+    tokio::pin!(drained);
+    let deadline = tokio::time::sleep(config.drain);
+    tokio::pin!(deadline);
     loop {
         tokio::select! {
-            accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _)) => stream,
-                    Err(e) => {
-                        // Out of file descriptors and the like: back off rather than spin.
-                        warn!("accepting a connection failed: {e}");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let api = api.clone();
-                let service = service_fn(move |request| {
-                    let api = api.clone();
-                    async move { Ok::<_, Infallible>(api.handle(request).await) }
-                });
-                let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
-                tokio::spawn(async move {
-                    if let Err(e) = connection.await {
-                        debug!("connection ended with an error: {e}");
-                    }
-                });
+            () = &mut drained => {
+                info!("all connections closed");
+                break;
             }
-            () = &mut shutdown => break,
+            () = &mut deadline => {
+                warn!(drain_ms = config.drain.as_millis() as u64, "drain deadline passed with connections still open");
+                break;
+            }
+            why = next_stop(stops) => {
+                warn!(open = server.connections.count(), "{why} again: stopping now, without waiting for open connections");
+                break;
+            }
+            accepted = listener.accept() => server.accepted(accepted, None).await,
         }
     }
-    drop(listener);
-    info!("stopped accepting; waiting for in-flight requests");
-    tokio::select! {
-        () = graceful.shutdown() => info!("all connections closed"),
-        () = tokio::time::sleep(drain) => warn!(drain_ms = drain.as_millis() as u64, "drain deadline passed with connections still open"),
+}
+
+struct Server<E> {
+    connections: Arc<Connections>,
+    api: Arc<Api<E>>,
+    config: ServerConfig,
+}
+
+impl<E: Executor> Server<E> {
+    /// Serves an accepted connection, watched by `graceful` unless the daemon is draining.
+    async fn accepted(
+        &self,
+        accepted: std::io::Result<(tokio::net::UnixStream, tokio::net::unix::SocketAddr)>,
+        graceful: Option<&GracefulShutdown>,
+    ) {
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of file descriptors and the like: back off rather than spin.
+                warn!("accepting a connection failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                return;
+            }
+        };
+        let metrics = self.api.metrics();
+        let admitted = match self.connections.admit() {
+            Admission::Admitted(admitted) => admitted,
+            Admission::Replaced(admitted) => {
+                metrics.connection_dropped("replaced");
+                admitted
+            }
+            Admission::Refused => {
+                debug!("every connection runs a request; refusing a new one");
+                metrics.connection_dropped("refused");
+                return;
+            }
+        };
+        metrics.set_connections_open(self.connections.count());
+        let admitted = Arc::new(admitted);
+        let mut http = builder(&self.config);
+        if graceful.is_none() {
+            http.keep_alive(false);
+        }
+        let connection = serve_connection(&http, stream, self.api.clone(), admitted.clone());
+        let idle_timeout = self.config.idle_timeout;
+        let connections = self.connections.clone();
+        let metrics = metrics.clone();
+        let done = move |closed: Closed| {
+            if closed == Closed::Idle {
+                metrics.connection_dropped("idle_timeout");
+            }
+            metrics.set_connections_open(connections.count());
+        };
+        match graceful {
+            Some(graceful) => {
+                let connection = graceful.watch(connection);
+                tokio::spawn(async move {
+                    done(guard_connection(connection, admitted, idle_timeout).await);
+                })
+            }
+            None => tokio::spawn(async move {
+                done(guard_connection(connection, admitted, idle_timeout).await);
+            }),
+        };
+    }
+}
+
+/// The HTTP/1.1 settings every connection is served with.
+fn builder(config: &ServerConfig) -> http1::Builder {
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(config.idle_timeout)
+        .max_header_size(config.max_header_bytes)
+        .max_buf_size(config.max_header_bytes.max(READ_BUFFER));
+    http
+}
+
+/// One connection served by `api`, reporting its phases to `admitted`. Generic over the byte
+/// stream, so that tests and the fuzzer can drive it in memory.
+pub(crate) fn serve_connection<E, I>(
+    http: &http1::Builder,
+    io: I,
+    api: Arc<Api<E>>,
+    admitted: Arc<Admitted>,
+) -> impl GracefulConnection<Error = hyper::Error> + Send + use<E, I>
+where
+    E: Executor,
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |request: Request<Incoming>| {
+        let api = api.clone();
+        let admitted = admitted.clone();
+        async move {
+            admitted.set(if request.body().is_end_stream() {
+                Phase::Running
+            } else {
+                Phase::Reading
+            });
+            let request = request.map(|body| Tracked {
+                body,
+                admitted: admitted.clone(),
+            });
+            let response = api.handle(request).await;
+            admitted.set(Phase::Waiting);
+            Ok::<_, Infallible>(response)
+        }
+    });
+    http.serve_connection(TokioIo::new(io), service)
+}
+
+/// How a connection ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Closed {
+    /// By the client, or after its last request.
+    Done,
+    /// It waited `idle_timeout` without running a request.
+    Idle,
+    /// A newer connection took its place.
+    Replaced,
+}
+
+/// Drives `connection` until it ends, it has waited `idle_timeout` without running a request,
+/// or a newer connection took its place. Dropping the connection closes it.
+async fn guard_connection<C>(
+    connection: C,
+    admitted: Arc<Admitted>,
+    idle_timeout: Duration,
+) -> Closed
+where
+    C: Future<Output = hyper::Result<()>>,
+{
+    let mut state = admitted.watch();
+    tokio::pin!(connection);
+    loop {
+        let now = *state.borrow_and_update();
+        if now.evicted {
+            debug!("closing a connection to make room for a new one");
+            return Closed::Replaced;
+        }
+        let idle_until = (now.phase == Phase::Waiting).then(|| now.since + idle_timeout);
+        tokio::select! {
+            ended = &mut connection => {
+                if let Err(e) = ended {
+                    debug!("connection ended with an error: {e}");
+                }
+                return Closed::Done;
+            }
+            _ = state.changed() => {}
+            () = sleep_until(idle_until) => {
+                debug!("closing a connection idle for {idle_timeout:?}");
+                return Closed::Idle;
+            }
+        }
+    }
+}
+
+/// Sleeps until `at`, or forever when there is none.
+async fn sleep_until(at: Option<std::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A request body that moves its connection to [`Phase::Running`] once it has all arrived.
+struct Tracked<B> {
+    body: B,
+    admitted: Arc<Admitted>,
+}
+
+impl<B: Body + Unpin> Body for Tracked<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let frame = Pin::new(&mut self.body).poll_frame(cx);
+        if matches!(frame, Poll::Ready(None)) || self.body.is_end_stream() {
+            self.admitted.set(Phase::Running);
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
     }
 }

@@ -1,7 +1,8 @@
 //! Platform- and privilege-specific code, kept in one place: the socket file (ownership, mode,
-//! stale files), hypervisor detection, the signal mask of threads that run guests, and the
-//! process's memory policy.
+//! stale files), hypervisor detection, signals (stop requests, and the mask of threads that run
+//! guests), the process's memory policy and its open-file limit.
 
+pub mod files;
 pub mod hypervisor;
 pub mod memory;
 pub mod signals;

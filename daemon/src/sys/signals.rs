@@ -1,4 +1,9 @@
-//! Keeping process-directed signals away from threads that run guests.
+//! Signals: stop requests, and keeping process-directed signals away from threads that run
+//! guests.
+//!
+//! SIGTERM and SIGINT are stop requests from the moment [`stop_requests`] is called, which
+//! `main` does before anything slow: the first one stops the daemon (during startup, at once;
+//! while serving, after a drain), a second one cuts the drain short.
 //!
 //! The kernel delivers a signal sent to the process (SIGTERM from systemd, SIGINT from a
 //! terminal) to any thread that does not block it. A thread inside `KVM_RUN` that takes one has
@@ -8,6 +13,29 @@
 //! Hyperlight's own interrupt signal is sent to a specific thread and is not affected.
 
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
+
+/// Turns every SIGTERM and SIGINT into a stop request (the signal's name) on the returned
+/// channel, for as long as the receiver lives. Call it inside the async runtime.
+pub fn stop_requests() -> std::io::Result<mpsc::Receiver<&'static str>> {
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let (requests, receiver) = mpsc::channel(4);
+    tokio::spawn(async move {
+        loop {
+            let name = tokio::select! {
+                Some(()) = term.recv() => "SIGTERM",
+                Some(()) = int.recv() => "SIGINT",
+                else => return,
+            };
+            if requests.send(name).await.is_err() {
+                return;
+            }
+        }
+    });
+    Ok(receiver)
+}
 
 /// Signals that only the async runtime's threads should take.
 const PROCESS_SIGNALS: &[Signal] = &[

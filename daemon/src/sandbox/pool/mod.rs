@@ -100,7 +100,12 @@ impl Claim {
     /// A worker takes the task; false when its caller gave it up first.
     fn take(&self) -> bool {
         self.0
-            .compare_exchange(Self::QUEUED, Self::TAKEN, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(
+                Self::QUEUED,
+                Self::TAKEN,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
             .is_ok()
     }
 
@@ -172,7 +177,9 @@ impl Shared {
     }
 
     fn set_state(&self, index: usize, state: SlotState) {
-        self.slots[index].state.store(state as u8, Ordering::Relaxed);
+        self.slots[index]
+            .state
+            .store(state as u8, Ordering::Relaxed);
         let serving = |s| matches!(s, SlotState::Idle | SlotState::Busy);
         if state == SlotState::Idle && self.count(serving) == self.slots.len() {
             self.warmed.store(true, Ordering::Relaxed);
@@ -244,8 +251,8 @@ impl Pool {
         watchdog: Watchdog,
         metrics: PoolMetrics,
     ) -> Result<Pool, PoolError> {
-        let first = worker::build_sandbox(config.factory.as_ref(), &metrics)
-            .map_err(PoolError::Build)?;
+        let first =
+            worker::build_sandbox(config.factory.as_ref(), &metrics).map_err(PoolError::Build)?;
         let (queue, jobs) = crossbeam_channel::bounded::<Task>(config.queue_depth);
         let shared = Arc::new(Shared::new(config.size));
         let mut first = Some(first);

@@ -14,13 +14,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hyperlight_host::HyperlightError;
-use hyperlight_host::hypervisor::InterruptHandle;
 use hyperlight_wasm::{LoadedWasmSandbox, Snapshot};
 use serde::Serialize;
 
 use self::bindings::root::component::RootExports;
-use self::wasi::{CallTime, WasiHost};
-use super::guest::{Guest, GuestFactory, GuestSizes, OutputCapture, RunnerReply};
+use self::wasi::{CallState, WasiHost};
+use super::guest::{Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, RunnerReply, seed};
+use super::watchdog::{self, Interrupt, Watchdog};
 
 #[allow(missing_debug_implementations, clippy::all)]
 mod bindings {
@@ -47,6 +47,8 @@ mod bindings {
                 }
 
                 pub(crate) fn truncate(&mut self, lengths: &[usize]) {
+                    // Tables keep their capacity when truncated: give back what a call that
+                    // took many resources left allocated.
                     let RootResources { $($field,)* .. } = self;
                     let mut lengths = lengths.iter().copied();
                     $(super::ResourceTable::truncate($field, lengths.next().unwrap_or(0));)*
@@ -89,26 +91,47 @@ impl<T> ResourceTable for std::collections::VecDeque<T> {
     }
     fn truncate(&mut self, len: usize) {
         std::collections::VecDeque::truncate(self, len);
+        if self.capacity() > 4 * len.max(KEPT_TABLE_CAPACITY) {
+            self.shrink_to(len.max(KEPT_TABLE_CAPACITY));
+        }
     }
 }
+
+/// Entries a resource table keeps room for after a restore; a table that grew far past this
+/// during a call gives the rest back.
+const KEPT_TABLE_CAPACITY: usize = 1024;
 
 /// Builds Python sandboxes from the compiled component at `component`.
 #[derive(Debug, Clone)]
 pub struct PythonFactory {
     sizes: GuestSizes,
     component: PathBuf,
+    max_host_handles: u64,
+    watchdog: Watchdog,
 }
 
 impl PythonFactory {
-    /// A factory whose sandboxes are built with `sizes` and run `component` (a `.aot` file).
-    pub fn new(sizes: GuestSizes, component: PathBuf) -> Self {
-        PythonFactory { sizes, component }
+    /// A factory whose sandboxes are built with `sizes` and run `component` (a `.aot` file),
+    /// whose programs may each take `max_host_handles` host handles. Its warm-up call runs under
+    /// `watchdog`.
+    pub fn new(
+        sizes: GuestSizes,
+        component: PathBuf,
+        max_host_handles: u64,
+        watchdog: Watchdog,
+    ) -> Self {
+        PythonFactory {
+            sizes,
+            component,
+            max_host_handles,
+            watchdog,
+        }
     }
 }
 
 impl GuestFactory for PythonFactory {
     fn create(&self, output: Arc<OutputCapture>) -> Result<Box<dyn Guest>, HyperlightError> {
-        let call = CallTime::default();
+        let call = CallState::new(self.max_host_handles);
         let mut proto = hyperlight_wasm::SandboxBuilder::new()
             .with_guest_heap_size(self.sizes.heap_bytes)
             .with_guest_scratch_size(self.sizes.scratch())
@@ -121,16 +144,27 @@ impl GuestFactory for PythonFactory {
         )
         .map_err(|e| HyperlightError::Error(format!("registering the WASI imports: {e}")))?;
         let runtime = proto.load_runtime()?;
-        let loaded = runtime.load_module(&self.component)?;
+        let loaded = runtime.load_module(&self.component).map_err(|e| {
+            HyperlightError::Error(format!(
+                "loading the Python guest {}: {e}. Is it a guest built for this hyperlightd \
+                 (`cargo xtask python-guest`)?",
+                self.component.display()
+            ))
+        })?;
         let interrupt = loaded.interrupt_handle()?;
+        call.set_interrupt(interrupt.clone());
+        let interrupt: Arc<dyn Interrupt> = Arc::new(watchdog::Hyperlight(interrupt));
         let mut sandbox = bindings::RootSandbox {
             sb: loaded,
             rt: resources,
         };
         // Instantiate the interpreter and run the runner once, so that the snapshot holds
-        // everything a request needs and no request pays for the first call.
-        prime(&mut sandbox, &call, &output, self.sizes.max_result_bytes)
-            .map_err(|e| HyperlightError::Error(format!("the warm-up call failed: {e}")))?;
+        // everything a request needs and no request pays for the first call. It is the
+        // guest's first run of Python code: a guest that hangs there is stopped.
+        let timer = self.watchdog.arm(interrupt.clone(), PRIME_LIMIT);
+        let warmed = prime(&mut sandbox, &call, &output, self.sizes.max_result_bytes);
+        drop(timer);
+        warmed.map_err(|e| HyperlightError::Error(format!("the warm-up call failed: {e}")))?;
         let warm = sandbox.sb.snapshot()?;
         let warm_tables = lock(&sandbox.rt).lengths();
         Ok(Box::new(PythonGuest {
@@ -146,7 +180,7 @@ impl GuestFactory for PythonFactory {
 }
 
 /// How long the runner's priming call may take before the sandbox is given up. It runs a few
-/// milliseconds of fixed code; the limit only stops a sandbox that hangs.
+/// milliseconds of fixed code; the limit only stops a sandbox that hangs (and ends its sleeps).
 const PRIME_LIMIT: Duration = Duration::from_secs(30);
 
 /// The runner's event (see guest/python/runner.py).
@@ -180,24 +214,10 @@ impl<'a> Event<'a> {
     }
 }
 
-/// A fresh seed for the program's `random`. Should the host's entropy source fail (it does not
-/// once the system is up), the seed falls back to the clock: `random` is not for secrets, and
-/// `os.urandom` reports its own failure to the program.
-fn seed() -> String {
-    let mut bytes = [0u8; 16];
-    let value = match getrandom::fill(&mut bytes) {
-        Ok(()) => u128::from_le_bytes(bytes),
-        Err(_) => std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    };
-    format!("{value:032x}")
-}
-
 /// Runs the runner's priming program (see `PRIME` in runner.py), with its output refused.
 fn prime(
     sandbox: &mut bindings::RootSandbox<WasiHost, LoadedWasmSandbox>,
-    call: &CallTime,
+    call: &CallState,
     output: &OutputCapture,
     max_result_bytes: usize,
 ) -> Result<(), HyperlightError> {
@@ -233,32 +253,62 @@ fn call_runner(
         })
 }
 
+/// The reply for a program that called `os._exit()`, as the runner would give for `sys.exit()`
+/// (WASI passes only whether the status meant success). The call was stopped there, so the
+/// sandbox is restored before its next use.
+fn exit_reply(success: bool) -> String {
+    if success {
+        r#"{"ok": true, "result": null}"#.to_owned()
+    } else {
+        serde_json::json!({
+            "ok": false,
+            "error": {
+                "kind": "exception",
+                "message": "SystemExit: the program called os._exit() with a failure status",
+            },
+        })
+        .to_string()
+    }
+}
+
 /// A warm Python sandbox and the snapshot it returns to after every program.
 struct PythonGuest {
     sandbox: bindings::RootSandbox<WasiHost, LoadedWasmSandbox>,
     warm: Arc<Snapshot>,
     /// The lengths of the host-side resource tables when `warm` was taken.
     warm_tables: Vec<usize>,
-    interrupt: Arc<dyn InterruptHandle>,
-    call: CallTime,
+    interrupt: Arc<dyn Interrupt>,
+    call: CallState,
     output: Arc<OutputCapture>,
     max_result_bytes: usize,
 }
 
 impl Guest for PythonGuest {
-    fn run(&mut self, code: &str, deadline: Instant) -> Result<String, HyperlightError> {
+    fn run(&mut self, code: &str, deadline: Instant) -> Result<String, GuestError> {
         self.call.begin(deadline);
-        call_runner(
+        let reply = call_runner(
             &mut self.sandbox,
             &Event::program(code, self.max_result_bytes),
-        )
+        );
+        if let Some(success) = self.call.exited() {
+            return Ok(exit_reply(success));
+        }
+        if self.call.over_limit() {
+            return Err(GuestError::ResourceLimit(format!(
+                "the program was stopped after taking {} host handles in one run (each \
+                 time.sleep(), poll or stream takes one, and the host keeps them until the run \
+                 ends): sleep or poll less often",
+                self.call.max_resources()
+            )));
+        }
+        Ok(reply?)
     }
 
-    fn interrupt_handle(&self) -> Arc<dyn InterruptHandle> {
+    fn interrupt_handle(&self) -> Arc<dyn Interrupt> {
         self.interrupt.clone()
     }
 
-    fn reset(&mut self) -> Result<(), HyperlightError> {
+    fn reset(&mut self) -> Result<(), GuestError> {
         self.sandbox.sb.restore(self.warm.clone())?;
         // The guest holds the snapshot's handles again: forget what the last call added.
         lock(&self.sandbox.rt).truncate(&self.warm_tables);
@@ -268,7 +318,7 @@ impl Guest for PythonGuest {
     /// Runs the runner's priming program: the copy-on-write faults that the first writes after
     /// a restore take are paid here, off the next request's path. The program is fixed text and
     /// its output is refused, so the state it leaves holds nothing of any request.
-    fn prime(&mut self) -> Result<bool, HyperlightError> {
+    fn prime(&mut self) -> Result<bool, GuestError> {
         prime(
             &mut self.sandbox,
             &self.call,

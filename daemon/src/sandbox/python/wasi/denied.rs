@@ -164,6 +164,7 @@ impl sockets::network::Network<N> for WasiHost {
 impl sockets::Network<N> for WasiHost {}
 impl sockets::InstanceNetwork<N, Network> for WasiHost {
     fn instance_network(&mut self) -> Network {
+        self.call.resource_given();
         Network
     }
 }

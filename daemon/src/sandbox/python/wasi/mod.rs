@@ -13,10 +13,13 @@
 //! uninhabited type [`Never`] as their representation, so their methods cannot be reached. The
 //! filesystem and sockets, which only ever refuse, are in [`denied`].
 
+mod call;
 mod denied;
 
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+pub use self::call::CallState;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use hyperlight_common::component::Negative as N;
 use hyperlight_common::resource::BorrowedResourceGuard as B;
@@ -53,59 +56,14 @@ pub struct Network;
 /// The host side of one Python sandbox.
 pub struct WasiHost {
     output: Arc<OutputCapture>,
-    call: CallTime,
+    call: CallState,
     /// Zero of the monotonic clock the guest sees.
     epoch: Instant,
 }
 
-/// The current call's time, shared between the worker (which begins it before each call) and
-/// the host functions:
-/// - its deadline: a sleep ends there at the latest, so that the time limit, which can only
-///   stop the guest while it runs, also bounds a program that sleeps;
-/// - the wall clock as it read when the call began, and the monotonic instant it did: the guest's
-///   wall clock advances from there with the monotonic one, so it never steps back during a call
-///   (the program's monotonic clocks are derived from it, see the clocks section).
-#[derive(Debug, Clone, Default)]
-pub struct CallTime(Arc<Mutex<Option<CallStart>>>);
-
-#[derive(Debug, Clone, Copy)]
-struct CallStart {
-    deadline: Instant,
-    wall: SystemTime,
-    at: Instant,
-}
-
-impl CallTime {
-    /// Begins a call that ends at `deadline`.
-    pub fn begin(&self, deadline: Instant) {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(CallStart {
-            deadline,
-            wall: SystemTime::now(),
-            at: Instant::now(),
-        });
-    }
-
-    fn get(&self) -> Option<CallStart> {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn deadline(&self) -> Option<Instant> {
-        self.get().map(|call| call.deadline)
-    }
-
-    /// The wall clock, as time since the Unix epoch.
-    fn wall(&self) -> Duration {
-        let now = match self.get() {
-            Some(call) => call.wall + call.at.elapsed(),
-            None => SystemTime::now(),
-        };
-        now.duration_since(UNIX_EPOCH).unwrap_or_default()
-    }
-}
-
 impl WasiHost {
     /// Host state writing into `output`, sleeping no later than `call`'s deadline.
-    pub fn new(output: Arc<OutputCapture>, call: CallTime) -> Self {
+    pub fn new(output: Arc<OutputCapture>, call: CallState) -> Self {
         WasiHost {
             output,
             call,
@@ -125,6 +83,9 @@ impl WasiHost {
         }
     }
 }
+
+/// The most bytes the guest may write to stdout or stderr in one host call (see `check_write`).
+const MAX_STREAM_WRITE: u64 = 32 * 1024;
 
 /// The most random bytes one call hands out.
 const MAX_RANDOM_BYTES: u64 = 1 << 20;
@@ -193,14 +154,18 @@ impl<E> io::streams::InputStream<N, E, Pollable> for WasiHost {
         Err(StreamError::Closed)
     }
     fn subscribe(&mut self, _this: B<'_, Stdin>) -> Pollable {
+        self.call.resource_given();
         Pollable::Ready
     }
 }
 
 impl<E> io::streams::OutputStream<N, E, Pollable> for WasiHost {
     type T = Output;
+    /// How much one `write` may carry. The bytes travel to the host through the guest's output
+    /// buffer, which holds 64 KiB beyond the result limit: a larger write (`os.write(1, ...)`
+    /// of megabytes, say) would abort the guest, so the guest is told to write in pieces.
     fn check_write(&mut self, _this: B<'_, Output>) -> Result<u64, StreamError<E>> {
-        Ok(1 << 20)
+        Ok(MAX_STREAM_WRITE)
     }
     fn write(&mut self, this: B<'_, Output>, contents: Vec<u8>) -> Result<(), StreamError<E>> {
         self.output
@@ -220,6 +185,7 @@ impl<E> io::streams::OutputStream<N, E, Pollable> for WasiHost {
         Ok(())
     }
     fn subscribe(&mut self, _this: B<'_, Output>) -> Pollable {
+        self.call.resource_given();
         Pollable::Ready
     }
 }
@@ -238,23 +204,28 @@ impl cli::Environment<N> for WasiHost {
 }
 
 impl cli::Exit<N> for WasiHost {
-    /// `os._exit()`: nothing to tear down here. The guest traps right after, which fails the
-    /// call and retires the sandbox.
-    fn exit(&mut self, _status: Result<(), ()>) {}
+    /// `os._exit()`: the program ends here. The call is stopped before the guest runs on (the
+    /// component would trap), and the reply says how it ended (see `PythonGuest::run`).
+    fn exit(&mut self, status: Result<(), ()>) {
+        self.call.exit(status.is_ok());
+    }
 }
 
 impl cli::Stdin<N, Stdin> for WasiHost {
     fn get_stdin(&mut self) -> Stdin {
+        self.call.resource_given();
         Stdin
     }
 }
 impl cli::Stdout<N, Output> for WasiHost {
     fn get_stdout(&mut self) -> Output {
+        self.call.resource_given();
         Output(Stream::Stdout)
     }
 }
 impl cli::Stderr<N, Output> for WasiHost {
     fn get_stderr(&mut self) -> Output {
+        self.call.resource_given();
         Output(Stream::Stderr)
     }
 }
@@ -293,13 +264,13 @@ impl cli::TerminalStderr<N, Never> for WasiHost {
 // - `time.time()` and `datetime.now()` are right;
 // - the interpreter's own monotonic clock advances one nanosecond per second. The runner
 //   replaces `time.monotonic()`, `time.perf_counter()` and their `_ns` forms with readings of
-//   the wall clock, which this host keeps from stepping back during a call (see `CallTime`);
+//   the wall clock, which this host keeps from stepping back during a call (see `CallState`);
 // - sleeps still last as long as asked: a sleep until a monotonic instant is read back in the
 //   same units the guest computed it in (see `subscribe_instant`).
 // The implementations below are what each function should do; only the wall clock's run.
 
 /// The guest's reading of its monotonic clock (see above): whole wall-clock seconds.
-fn guest_monotonic_now(call: &CallTime) -> u64 {
+fn guest_monotonic_now(call: &CallState) -> u64 {
     call.wall().as_secs()
 }
 
@@ -313,10 +284,12 @@ impl clocks::MonotonicClock<N, Pollable> for WasiHost {
     /// `when` is the guest's monotonic reading plus a duration in nanoseconds; the duration is
     /// what counts.
     fn subscribe_instant(&mut self, when: u64) -> Pollable {
+        self.call.resource_given();
         let wait = when.saturating_sub(guest_monotonic_now(&self.call));
         Pollable::At(Instant::now() + Duration::from_nanos(wait))
     }
     fn subscribe_duration(&mut self, when: u64) -> Pollable {
+        self.call.resource_given();
         Pollable::At(Instant::now() + Duration::from_nanos(when))
     }
 }

@@ -1,0 +1,364 @@
+//! The pool against fake guests: queueing, deadlines, restores after poison, rebuilds and worker
+//! restarts, with no hypervisor. A fake guest runs a tiny script named by the job's code.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
+
+use hyperlight_host::HyperlightError;
+use hyperlightd_api::{ErrorKind, ExecStatus};
+
+use super::*;
+use crate::executor::ExecutorHealth;
+use crate::metrics::Metrics;
+use crate::sandbox::guest::GuestError;
+use crate::sandbox::watchdog::Interrupt;
+
+/// What the test controls and observes, shared by every fake sandbox of a pool.
+#[derive(Default)]
+struct Control {
+    builds: AtomicUsize,
+    resets: AtomicUsize,
+    /// Upcoming resets that fail.
+    failing_resets: AtomicUsize,
+    /// Upcoming `is_poisoned` calls that panic: a bug in the worker outside any guest call.
+    panicking_checks: AtomicUsize,
+}
+
+fn take_one(counter: &AtomicUsize) -> bool {
+    counter
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+}
+
+/// Interrupts a fake call the way Hyperlight does: a flag the call waits on, cleared when a
+/// call begins.
+#[derive(Default)]
+struct FakeInterrupt {
+    killed: Mutex<bool>,
+    woken: Condvar,
+}
+
+impl Interrupt for FakeInterrupt {
+    fn interrupt(&self) {
+        *self.killed.lock().unwrap() = true;
+        self.woken.notify_all();
+    }
+}
+
+impl FakeInterrupt {
+    /// Waits until interrupted or `limit` passes; true when interrupted.
+    fn wait(&self, limit: Duration) -> bool {
+        let killed = self.killed.lock().unwrap();
+        let (killed, _) = self
+            .woken
+            .wait_timeout_while(killed, limit, |k| !*k)
+            .unwrap();
+        *killed
+    }
+}
+
+struct FakeGuest {
+    control: Arc<Control>,
+    interrupt: Arc<FakeInterrupt>,
+    poisoned: bool,
+    /// Programs run since the last reset: what a program would see of the ones before it.
+    runs_since_reset: usize,
+}
+
+impl Guest for FakeGuest {
+    /// `ok:JSON` answers JSON; `spin` runs until interrupted; `sleep:MS` takes MS milliseconds
+    /// unless interrupted; `abort` fails as a guest abort; `host-panic` panics as a host
+    /// function would; `seen` answers how many programs ran before it since the last reset.
+    fn run(&mut self, code: &str, _deadline: Instant) -> Result<String, GuestError> {
+        *self.interrupt.killed.lock().unwrap() = false;
+        self.runs_since_reset += 1;
+        let ok = |result: &str| Ok(format!(r#"{{"ok":true,"result":{result}}}"#));
+        let cancelled = || {
+            Err(GuestError::Hyperlight(
+                HyperlightError::ExecutionCanceledByHost(),
+            ))
+        };
+        match code.split_once(':').unwrap_or((code, "")) {
+            ("ok", json) => ok(json),
+            ("seen", _) => ok(&(self.runs_since_reset - 1).to_string()),
+            ("spin", _) => {
+                self.poisoned = true;
+                assert!(
+                    self.interrupt.wait(Duration::from_secs(30)),
+                    "never interrupted"
+                );
+                cancelled()
+            }
+            ("sleep", ms) => {
+                if self
+                    .interrupt
+                    .wait(Duration::from_millis(ms.parse().unwrap()))
+                {
+                    self.poisoned = true;
+                    return cancelled();
+                }
+                ok("\"slept\"")
+            }
+            ("abort", _) => {
+                self.poisoned = true;
+                Err(GuestError::Hyperlight(HyperlightError::GuestAborted(
+                    1,
+                    "boom".into(),
+                )))
+            }
+            ("host-panic", _) => panic!("a host function panicked"),
+            _ => panic!("unknown fake program {code:?}"),
+        }
+    }
+
+    fn interrupt_handle(&self) -> Arc<dyn Interrupt> {
+        self.interrupt.clone()
+    }
+
+    fn reset(&mut self) -> Result<(), GuestError> {
+        self.control.resets.fetch_add(1, Ordering::SeqCst);
+        if take_one(&self.control.failing_resets) {
+            return Err(GuestError::Hyperlight(HyperlightError::Error(
+                "restore failed".into(),
+            )));
+        }
+        self.poisoned = false;
+        self.runs_since_reset = 0;
+        Ok(())
+    }
+
+    fn is_poisoned(&self) -> bool {
+        if take_one(&self.control.panicking_checks) {
+            panic!("a bug in the worker");
+        }
+        self.poisoned
+    }
+}
+
+struct FakeFactory(Arc<Control>);
+
+impl GuestFactory for FakeFactory {
+    fn create(&self, _output: Arc<OutputCapture>) -> Result<Box<dyn Guest>, HyperlightError> {
+        self.0.builds.fetch_add(1, Ordering::SeqCst);
+        Ok(Box::new(FakeGuest {
+            control: self.0.clone(),
+            interrupt: Arc::default(),
+            poisoned: false,
+            runs_since_reset: 0,
+        }))
+    }
+}
+
+/// A pool of `size` fake sandboxes, with its control and metrics.
+fn pool(size: usize) -> (Pool, Arc<Control>, Metrics) {
+    let control = Arc::new(Control::default());
+    let metrics = Metrics::new().unwrap();
+    let config = PoolConfig {
+        language: Language::Javascript,
+        size,
+        queue_depth: 8,
+        heap_bytes: 1 << 20,
+        build_limit: Duration::from_secs(10),
+        factory: Arc::new(FakeFactory(control.clone())),
+    };
+    let watchdog = Watchdog::new(tokio::runtime::Handle::current());
+    let pool = Pool::start(config, watchdog, metrics.pool(Language::Javascript)).unwrap();
+    (pool, control, metrics)
+}
+
+fn job(code: &str, timeout_ms: u64) -> Job {
+    let timeout = Duration::from_millis(timeout_ms);
+    Job {
+        language: Language::Javascript,
+        code: code.to_owned(),
+        timeout,
+        deadline: Instant::now() + timeout,
+        max_output_bytes: 1000,
+        span: tracing::Span::none(),
+    }
+}
+
+/// The value of one series in the pool's metrics (0 when absent).
+fn metric(pool: &Pool, metrics: &Metrics, series: &str) -> f64 {
+    let health = ExecutorHealth {
+        hypervisor: "fake".into(),
+        sandboxes: BTreeMap::from([(Language::Javascript, pool.counts())]),
+        warmed: pool.warmed(),
+        stuck_workers: pool.stuck_workers(),
+    };
+    metrics
+        .render(&health)
+        .unwrap()
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Waits (bounded) until the pool has `idle` idle sandboxes: the worker has restored (and
+/// counted) after the last answer.
+async fn settle(pool: &Pool, idle: usize) {
+    for _ in 0..500 {
+        if pool.counts().ready == idle {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the pool never settled: {:?}", pool.counts());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_still_queued_at_its_deadline_is_answered_then_and_costs_no_restore() {
+    let (pool, control, _) = pool(1);
+    let pool = Arc::new(pool);
+    let busy = tokio::spawn({
+        let pool = pool.clone();
+        async move { pool.submit(job("sleep:1500", 10_000)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    let waited = pool.submit(job("ok:1", 300)).await;
+    let answered_after = started.elapsed();
+    assert!(
+        matches!(waited, Err(ExecError::NoSandboxAvailable { timeout, .. }) if timeout == Duration::from_millis(300)),
+        "{waited:?}"
+    );
+    // At its deadline, not ANSWER_GRACE (2 s) past it.
+    assert!(
+        answered_after < Duration::from_millis(300) + ANSWER_GRACE / 2,
+        "answered after {answered_after:?}"
+    );
+    assert_eq!(
+        busy.await.unwrap().unwrap().result,
+        serde_json::json!("slept")
+    );
+    settle(&pool, 1).await;
+    assert_eq!(
+        control.resets.load(Ordering::SeqCst),
+        1,
+        "only the job that ran costs a restore"
+    );
+    // The sandbox was left as it was: the next program sees nothing before it.
+    let next = pool.submit(job("seen", 5_000)).await.unwrap();
+    assert_eq!(next.result, serde_json::json!(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_poisoned_sandbox_is_restored_and_serves_again_without_a_rebuild() {
+    let (pool, control, metrics) = pool(1);
+    let looped = pool.submit(job("spin", 200)).await.unwrap();
+    assert_eq!(looped.status, ExecStatus::Timeout);
+    let aborted = pool.submit(job("abort", 5_000)).await.unwrap();
+    assert_eq!(aborted.error.unwrap().kind, ErrorKind::SandboxFailure);
+    let next = pool.submit(job("seen", 5_000)).await.unwrap();
+    assert_eq!(
+        next.result,
+        serde_json::json!(0),
+        "nothing of the poisoned calls is left"
+    );
+    assert_eq!(control.builds.load(Ordering::SeqCst), 1, "no rebuild");
+    settle(&pool, 1).await;
+    for reason in ["timeout", "guest_failure"] {
+        let series = format!(
+            r#"hyperlightd_sandboxes_restored_after_poison_total{{language="javascript",reason="{reason}"}}"#
+        );
+        assert_eq!(metric(&pool, &metrics, &series), 1.0, "{series}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sandbox_whose_restore_fails_is_rebuilt_and_counted() {
+    let (pool, control, metrics) = pool(1);
+    control.failing_resets.store(1, Ordering::SeqCst);
+    let first = pool.submit(job("spin", 100)).await.unwrap();
+    assert_eq!(first.status, ExecStatus::Timeout);
+    let next = pool.submit(job("seen", 10_000)).await.unwrap();
+    assert_eq!(next.result, serde_json::json!(0));
+    assert_eq!(control.builds.load(Ordering::SeqCst), 2);
+    settle(&pool, 1).await;
+    assert_eq!(
+        metric(
+            &pool,
+            &metrics,
+            r#"hyperlightd_sandboxes_recycled_total{language="javascript",reason="restore_failed"}"#
+        ),
+        1.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_a_host_function_panics_the_sandbox_is_rebuilt_not_restored() {
+    let (pool, control, metrics) = pool(1);
+    let failed = pool.submit(job("host-panic", 5_000)).await.unwrap();
+    assert_eq!(failed.error.unwrap().kind, ErrorKind::SandboxFailure);
+    let next = pool.submit(job("ok:2", 10_000)).await.unwrap();
+    assert_eq!(next.result, serde_json::json!(2));
+    assert_eq!(control.builds.load(Ordering::SeqCst), 2);
+    settle(&pool, 1).await;
+    assert_eq!(
+        control.resets.load(Ordering::SeqCst),
+        1,
+        "one restore, after the second job on the new sandbox; none after the panic"
+    );
+    assert_eq!(
+        metric(
+            &pool,
+            &metrics,
+            r#"hyperlightd_sandboxes_recycled_total{language="javascript",reason="host_panic"}"#
+        ),
+        1.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_that_panics_outside_a_guest_call_starts_again_and_is_counted() {
+    let (pool, control, metrics) = pool(1);
+    control.panicking_checks.store(1, Ordering::SeqCst);
+    let lost = pool.submit(job("ok:1", 5_000)).await;
+    assert!(matches!(lost, Err(ExecError::Internal(_))), "{lost:?}");
+    let next = pool.submit(job("ok:3", 10_000)).await.unwrap();
+    assert_eq!(next.result, serde_json::json!(3));
+    settle(&pool, 1).await;
+    assert_eq!(pool.counts().total, 1, "the pool is back at its size");
+    assert_eq!(control.builds.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        metric(
+            &pool,
+            &metrics,
+            r#"hyperlightd_worker_restarts_total{language="javascript"}"#
+        ),
+        1.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_with_almost_no_time_left_is_still_stopped() {
+    // The watchdog fires at once; Hyperlight forgets an interrupt that comes before the call
+    // begins, so the watchdog must repeat it.
+    let (pool, _, _) = pool(1);
+    let started = Instant::now();
+    let spun = pool.submit(job("spin", 1)).await;
+    match spun {
+        Ok(outcome) => assert_eq!(outcome.status, ExecStatus::Timeout),
+        Err(e) => assert!(matches!(e, ExecError::NoSandboxAvailable { .. }), "{e:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let next = pool.submit(job("ok:4", 10_000)).await.unwrap();
+    assert_eq!(next.result, serde_json::json!(4));
+}
+
+#[test]
+fn a_worker_whose_step_ran_far_past_its_limit_is_stuck() {
+    let mut shared = Shared::new(2);
+    shared.epoch = Instant::now()
+        .checked_sub(STUCK_AFTER * 3)
+        .expect("the clock has run long enough");
+    assert_eq!(shared.stuck(), 0);
+    shared.step_started(0, Duration::from_secs(1));
+    assert_eq!(shared.stuck(), 0, "a step within its limit");
+    // A step that should have ended just after the epoch, twice STUCK_AFTER ago.
+    shared.slots[1].step_ends.store(1, Ordering::Relaxed);
+    assert_eq!(shared.stuck(), 1);
+    shared.step_ended(1);
+    assert_eq!(shared.stuck(), 0);
+}

@@ -1,0 +1,424 @@
+//! One worker thread and the sandbox it owns: take a job, run it under its deadline, answer,
+//! restore the sandbox (and prime it when nothing waits), and go again.
+//!
+//! After every call the sandbox is restored to its warm snapshot, whatever the call did to it:
+//! a restore replaces the guest's memory, mappings and vCPU state and clears a poisoned
+//! sandbox (hyperlight-host's `MultiUseSandbox::restore`). Only a sandbox whose restore fails,
+//! or one a host function panicked in (Hyperlight's own state may be half updated then), is
+//! dropped and rebuilt. A panic anywhere else in the worker ends its sandbox, not the worker:
+//! the thread starts over with a new one, and says so.
+
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+use hyperlight_host::HyperlightError;
+use hyperlightd_api::{ErrorBody, ErrorKind, ExecStatus, Language};
+use tracing::{debug, error, info, warn};
+
+use super::{Sandbox, Shared, SlotState, Task};
+use crate::executor::{ExecError, Job, Outcome};
+use crate::metrics::PoolMetrics;
+use crate::sandbox::guest::{
+    Captured, Guest, GuestError, GuestFactory, OutputCapture, RunnerReply,
+};
+use crate::sandbox::watchdog::Watchdog;
+use crate::sys::signals::block_process_signals_on_this_thread;
+
+/// How long a restore, or a priming call (fixed code, milliseconds), may take before the
+/// sandbox is stopped and replaced.
+const RESET_LIMIT: Duration = Duration::from_secs(30);
+
+/// First and longest pause between failed attempts to build a replacement sandbox.
+const REBUILD_BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(10));
+
+/// Hyperlight's guest error code for a failed physical page allocation ("Out of physical
+/// memory"): the program dirtied more memory than the sandbox has.
+const GUEST_OUT_OF_MEMORY: u8 = 13;
+
+/// What left a sandbox poisoned or unusable: the `reason` label of the restore-after-poison and
+/// recycle metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Recycle {
+    /// Stopped at its time limit.
+    Timeout,
+    /// The program exhausted the sandbox's memory.
+    OutOfMemory,
+    /// The guest aborted, faulted, or answered with something that is not the protocol.
+    GuestFailure,
+    /// The program used up a host-side limit and was stopped.
+    ResourceLimit,
+    /// Restoring the snapshot failed.
+    RestoreFailed,
+    /// A host function panicked during a call.
+    HostPanic,
+}
+
+impl Recycle {
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            Recycle::Timeout => "timeout",
+            Recycle::OutOfMemory => "out_of_memory",
+            Recycle::GuestFailure => "guest_failure",
+            Recycle::ResourceLimit => "resource_limit",
+            Recycle::RestoreFailed => "restore_failed",
+            Recycle::HostPanic => "host_panic",
+        }
+    }
+}
+
+/// What a call left its sandbox fit for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    /// Nothing wrong: restore as after every call.
+    Sound,
+    /// Poisoned: a restore clears it, and is counted.
+    Poisoned(Recycle),
+    /// Not to be trusted even after a restore: rebuild.
+    Broken(Recycle),
+}
+
+impl Fate {
+    /// The fate of a sandbox whose step (a priming call, say) failed with `error`.
+    fn of(error: &GuestError) -> Fate {
+        match error {
+            GuestError::HostPanic(_) => Fate::Broken(Recycle::HostPanic),
+            _ => Fate::Poisoned(Recycle::GuestFailure),
+        }
+    }
+}
+
+/// One worker thread and what it needs.
+pub(super) struct Worker {
+    pub(super) language: Language,
+    pub(super) index: usize,
+    pub(super) heap_bytes: u64,
+    pub(super) build_limit: Duration,
+    pub(super) factory: Arc<dyn GuestFactory>,
+    pub(super) jobs: Receiver<Task>,
+    pub(super) shared: Arc<Shared>,
+    pub(super) watchdog: Watchdog,
+    pub(super) metrics: PoolMetrics,
+}
+
+impl Worker {
+    /// The thread's body: serves until the queue closes. A panic outside a guest call is a bug;
+    /// it costs the sandbox in hand, is logged and counted, and the worker starts over.
+    pub(super) fn run(self, warm: Option<Sandbox>) {
+        if let Err(e) = block_process_signals_on_this_thread() {
+            warn!(
+                "cannot block signals on a worker thread ({e}); a signal may interrupt a guest call"
+            );
+        }
+        let mut warm = warm;
+        while let Err(panic) =
+            panic::catch_unwind(AssertUnwindSafe(|| self.serve_until_closed(warm.take())))
+        {
+            error!(
+                language = %self.language,
+                index = self.index,
+                "the worker panicked ({}); it starts again with a new sandbox",
+                panic_message(&panic)
+            );
+            self.metrics.worker_restarted();
+            self.shared.step_ended(self.index);
+            self.shared.set_state(self.index, SlotState::Building);
+        }
+        self.shared.set_state(self.index, SlotState::Exited);
+        info!(language = %self.language, index = self.index, "queue closed; worker exits");
+    }
+
+    /// Serves with `warm` (or a sandbox of its own), replacing every sandbox that has to go,
+    /// until the queue closes or the pool does.
+    fn serve_until_closed(&self, warm: Option<Sandbox>) {
+        let mut warm = warm;
+        while let Some((mut guest, output)) = warm.take().or_else(|| self.build()) {
+            let Some(reason) = self.serve(guest.as_mut(), &output) else {
+                return;
+            };
+            info!(language = %self.language, index = self.index, reason = reason.as_str(), "dropping the sandbox; building a replacement");
+            self.metrics.recycled(reason.as_str());
+            self.shared.set_state(self.index, SlotState::Building);
+        }
+    }
+
+    /// Builds a sandbox, retrying with backoff until it succeeds or the pool closes.
+    fn build(&self) -> Option<Sandbox> {
+        let mut pause = REBUILD_BACKOFF.0;
+        loop {
+            if self
+                .shared
+                .closed
+                .load(std::sync::atomic::Ordering::Relaxed)
+            {
+                return None;
+            }
+            self.shared.step_started(self.index, self.build_limit);
+            let built = build_sandbox(self.factory.as_ref(), &self.metrics);
+            self.shared.step_ended(self.index);
+            match built {
+                Ok(built) => {
+                    debug!(language = %self.language, index = self.index, "sandbox warm");
+                    return Some(built);
+                }
+                Err(e) => {
+                    error!(language = %self.language, index = self.index, "building a sandbox failed: {e}; retrying in {pause:?}");
+                    thread::sleep(pause);
+                    pause = (pause * 2).min(REBUILD_BACKOFF.1);
+                }
+            }
+        }
+    }
+
+    /// Runs jobs on `guest` until it must be dropped (and says why), or the queue closes (None).
+    fn serve(&self, guest: &mut dyn Guest, output: &OutputCapture) -> Option<Recycle> {
+        self.shared.set_state(self.index, SlotState::Idle);
+        for task in self.jobs.iter() {
+            if !task.claim.take() || task.reply.is_closed() {
+                debug!("the caller stopped waiting while the job was queued; not running it");
+                continue;
+            }
+            self.metrics
+                .queue_wait
+                .observe(task.queued.elapsed().as_secs_f64());
+            let span = task.job.span.clone();
+            let _entered = span.enter();
+            if Instant::now() >= task.job.deadline {
+                // Its whole time limit went on waiting: nothing runs, nothing needs restoring.
+                let _ = task.reply.send(Err(ExecError::NoSandboxAvailable {
+                    language: self.language,
+                    timeout: task.job.timeout,
+                }));
+                continue;
+            }
+            self.shared.set_state(self.index, SlotState::Busy);
+            let (outcome, fate) = self.execute(guest, output, &task.job);
+            // The answer goes out first; whatever happens to the sandbox is off its path.
+            let _ = task.reply.send(Ok(outcome));
+            if let Err(reason) = self.recover(guest, fate) {
+                return Some(reason);
+            }
+            // Priming moves the cost of the first writes after the restore off the next
+            // request's path, but a job already waiting would wait for all of it: that job
+            // gets the sandbox as it is.
+            if self.jobs.is_empty()
+                && let Err(reason) = self.prime(guest)
+            {
+                return Some(reason);
+            }
+            self.shared.set_state(self.index, SlotState::Idle);
+        }
+        None
+    }
+
+    /// Restores `guest` to its warm snapshot after a call that left it `fate`. An error says the
+    /// sandbox must be dropped and rebuilt, and why.
+    fn recover(&self, guest: &mut dyn Guest, fate: Fate) -> Result<(), Recycle> {
+        let poisoned = match fate {
+            Fate::Sound => None,
+            Fate::Poisoned(reason) => Some(reason),
+            Fate::Broken(reason) => return Err(reason),
+        };
+        let started = Instant::now();
+        let restored = self.guarded(guest, RESET_LIMIT, |guest| guest.reset());
+        match restored {
+            Ok(()) if !guest.is_poisoned() => {
+                self.metrics
+                    .restore
+                    .observe(started.elapsed().as_secs_f64());
+                if let Some(reason) = poisoned {
+                    debug!(
+                        reason = reason.as_str(),
+                        "the poisoned sandbox is restored and back in service"
+                    );
+                    self.metrics.restored_after_poison(reason.as_str());
+                }
+                Ok(())
+            }
+            Ok(()) => {
+                warn!("the sandbox is still poisoned after its restore");
+                Err(Recycle::RestoreFailed)
+            }
+            Err(e) => {
+                warn!("restoring the sandbox failed: {e}");
+                Err(match Fate::of(&e) {
+                    Fate::Broken(reason) => reason,
+                    _ => Recycle::RestoreFailed,
+                })
+            }
+        }
+    }
+
+    /// Primes a freshly restored sandbox. A priming call that fails is undone by another
+    /// restore; an error says the sandbox must be rebuilt.
+    fn prime(&self, guest: &mut dyn Guest) -> Result<(), Recycle> {
+        let started = Instant::now();
+        match self.guarded(guest, RESET_LIMIT, |guest| guest.prime()) {
+            Ok(true) => {
+                self.metrics.prime.observe(started.elapsed().as_secs_f64());
+                Ok(())
+            }
+            Ok(false) => Ok(()),
+            Err(e) => {
+                warn!("priming the sandbox failed: {e}");
+                self.recover(guest, Fate::of(&e))
+            }
+        }
+    }
+
+    /// Runs `step` on the guest (a request, a restore, a priming call), stopping the guest with
+    /// its interrupt handle once `limit` has passed. A panic in a host function (generated
+    /// bindings panic on a resource handle they do not know) must not take the worker down: it
+    /// fails the step with [`GuestError::HostPanic`].
+    fn guarded<T>(
+        &self,
+        guest: &mut dyn Guest,
+        limit: Duration,
+        step: impl FnOnce(&mut dyn Guest) -> Result<T, GuestError>,
+    ) -> Result<T, GuestError> {
+        self.shared.step_started(self.index, limit);
+        let timer = self.watchdog.arm(guest.interrupt_handle(), limit);
+        let result = panic::catch_unwind(AssertUnwindSafe(|| step(guest)))
+            .unwrap_or_else(|panic| Err(GuestError::HostPanic(panic_message(&panic))));
+        drop(timer);
+        self.shared.step_ended(self.index);
+        result
+    }
+
+    /// Runs one job under its deadline and turns what happened into an outcome, and what it
+    /// did to the sandbox.
+    fn execute(&self, guest: &mut dyn Guest, output: &OutputCapture, job: &Job) -> (Outcome, Fate) {
+        let budget = job.deadline.saturating_duration_since(Instant::now());
+        output.begin(job.max_output_bytes);
+        let call = Instant::now();
+        let result = self.guarded(guest, budget, |guest| guest.run(&job.code, job.deadline));
+        let call = call.elapsed();
+        self.metrics.guest_call.observe(call.as_secs_f64());
+        debug!(call_ms = call.as_secs_f64() * 1e3, "guest call returned");
+        let captured = output.take();
+        let (outcome, fate) = match result {
+            Ok(reply) => match RunnerReply::parse(&reply) {
+                Ok(RunnerReply::Completed { result }) => (
+                    Outcome {
+                        status: ExecStatus::Ok,
+                        stdout: captured.stdout,
+                        stderr: captured.stderr,
+                        truncated: captured.truncated,
+                        result,
+                        error: None,
+                    },
+                    Fate::Sound,
+                ),
+                Ok(RunnerReply::Failed { error }) => (
+                    error_outcome(ErrorBody::new(error.kind.into(), error.message), captured),
+                    Fate::Sound,
+                ),
+                Err(message) => (
+                    error_outcome(ErrorBody::new(ErrorKind::SandboxFailure, message), captured),
+                    Fate::Poisoned(Recycle::GuestFailure),
+                ),
+            },
+            Err(e) => self.failed(e, job, captured),
+        };
+        // Hyperlight knows best whether a sandbox that answered is still sound.
+        let fate = match fate {
+            Fate::Sound if guest.is_poisoned() => Fate::Poisoned(Recycle::GuestFailure),
+            fate => fate,
+        };
+        (outcome, fate)
+    }
+
+    /// The outcome of a call that failed with `error`, and what it left the sandbox fit for.
+    fn failed(&self, error: GuestError, job: &Job, captured: Captured) -> (Outcome, Fate) {
+        let (kind, message, fate) = match error {
+            GuestError::Hyperlight(HyperlightError::ExecutionCanceledByHost()) => {
+                let outcome = timeout_outcome(job.timeout, captured);
+                return (outcome, Fate::Poisoned(Recycle::Timeout));
+            }
+            GuestError::Hyperlight(HyperlightError::GuestAborted(GUEST_OUT_OF_MEMORY, _)) => (
+                ErrorKind::OutOfMemory,
+                format!(
+                    "the program ran out of memory: its sandbox has {} MiB",
+                    self.heap_bytes / (1024 * 1024)
+                ),
+                Fate::Poisoned(Recycle::OutOfMemory),
+            ),
+            GuestError::Hyperlight(HyperlightError::GuestError(_, message)) => {
+                (ErrorKind::Exception, message, Fate::Sound)
+            }
+            GuestError::ResourceLimit(message) => (
+                ErrorKind::ResourceLimit,
+                message,
+                Fate::Poisoned(Recycle::ResourceLimit),
+            ),
+            GuestError::HostPanic(message) => {
+                error!("a host function panicked: {message}");
+                (
+                    ErrorKind::SandboxFailure,
+                    "the sandbox failed: a fault in the daemon's side of it (see its log)"
+                        .to_owned(),
+                    Fate::Broken(Recycle::HostPanic),
+                )
+            }
+            GuestError::Hyperlight(e) => {
+                warn!("the guest failed: {e}");
+                (
+                    ErrorKind::SandboxFailure,
+                    format!("the sandbox failed: {e}"),
+                    Fate::Poisoned(Recycle::GuestFailure),
+                )
+            }
+        };
+        (error_outcome(ErrorBody::new(kind, message), captured), fate)
+    }
+}
+
+/// The message of a caught panic.
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".to_owned())
+}
+
+/// Builds one warm sandbox with an output capture of its own, and records how long it took.
+pub(super) fn build_sandbox(
+    factory: &dyn GuestFactory,
+    metrics: &PoolMetrics,
+) -> Result<Sandbox, HyperlightError> {
+    let output = Arc::new(OutputCapture::new());
+    let started = Instant::now();
+    let guest = factory.create(output.clone())?;
+    metrics.create.observe(started.elapsed().as_secs_f64());
+    Ok((guest, output))
+}
+
+fn error_outcome(error: ErrorBody, captured: Captured) -> Outcome {
+    Outcome {
+        status: ExecStatus::Error,
+        stdout: captured.stdout,
+        stderr: captured.stderr,
+        truncated: captured.truncated,
+        result: serde_json::Value::Null,
+        error: Some(error),
+    }
+}
+
+pub(super) fn timeout_outcome(timeout: Duration, captured: Captured) -> Outcome {
+    Outcome {
+        status: ExecStatus::Timeout,
+        ..error_outcome(
+            ErrorBody::new(
+                ErrorKind::Timeout,
+                format!(
+                    "the program did not finish within its time limit of {} ms",
+                    timeout.as_millis()
+                ),
+            ),
+            captured,
+        )
+    }
+}
