@@ -12,10 +12,20 @@
 //!
 //! The public API speaks only in the wire types of `hyperlightd-api` (re-exported here) and
 //! [`Error`]; hyper stays an implementation detail.
+//!
+//! Every call is bounded: connecting by [`Client::with_connect_timeout`], the answer by the
+//! request's own time limit plus a margin for an execution (see [`Client::exec`]), or by
+//! [`Client::with_response_timeout`]. A failure says whether the request was never sent
+//! ([`Error::Unreachable`], safe to retry) or was sent and its answer lost
+//! ([`Error::ConnectionLost`], [`Error::TimedOut`]: the program may have run).
 
 #![forbid(unsafe_code)]
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -25,6 +35,15 @@ use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::rt::TokioExecutor;
 use hyperlocal::{UnixConnector, Uri};
 
+/// How long connecting may take by default.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long an answer may take by default: health and metrics, and an execution that names no
+/// time limit of its own (the daemon's default is 5 s, its cap 60 s, unless configured).
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(90);
+/// Added to an execution's own time limit: the daemon answers at the limit (waiting for a
+/// sandbox counts), plus the time to send the answer.
+const EXEC_MARGIN: Duration = Duration::from_secs(15);
+
 pub use hyperlightd_api::{
     DEFAULT_SOCKET, ErrorBody, ErrorKind, ExecRequest, ExecResponse, ExecStatus, HealthResponse,
     Language, SOCKET_ENV, SandboxCounts,
@@ -33,7 +52,8 @@ pub use hyperlightd_api::{
 /// What can go wrong talking to the daemon.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Nothing answers on the socket: the daemon is not running, or the path is wrong.
+    /// No connection could be made: the daemon is not running, the path is wrong, or it did
+    /// not accept in time. The request was never sent; retrying is safe.
     #[error(
         "cannot reach hyperlightd at {socket}: {reason}. Is the daemon running? Start it, or point \
          --socket / {env} at its socket",
@@ -44,6 +64,29 @@ pub enum Error {
         socket: PathBuf,
         /// Why the connection failed.
         reason: String,
+    },
+    /// The connection broke after the request was sent, before the whole answer arrived. The
+    /// daemon may have run the program: retry only what is safe to run twice.
+    #[error(
+        "the connection to hyperlightd at {socket} was lost before its answer arrived ({reason}); \
+         the request may have run"
+    )]
+    ConnectionLost {
+        /// The socket.
+        socket: PathBuf,
+        /// What broke.
+        reason: String,
+    },
+    /// The request was sent and no answer came in time. The program may have run.
+    #[error(
+        "hyperlightd at {socket} did not answer within {} ms; the request may have run",
+        .after.as_millis()
+    )]
+    TimedOut {
+        /// The socket.
+        socket: PathBuf,
+        /// How long the client waited.
+        after: Duration,
     },
     /// The daemon refused the request (4xx/5xx) and said why.
     #[error("hyperlightd refused the request ({status}, {}): {}", .error.kind, .error.message)]
@@ -66,13 +109,18 @@ pub enum Error {
 }
 
 impl Error {
-    /// Whether retrying the same request later may succeed (overload, shutdown).
+    /// Whether the same request may simply be sent again: it never ran (the daemon was
+    /// unreachable, overloaded, stopping, or had no free sandbox in time). A lost connection or
+    /// a timeout is not retryable this way: the program may have run.
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            Error::Rejected { error, .. }
-                if matches!(error.kind, ErrorKind::Overloaded | ErrorKind::ShuttingDown)
-        )
+        match self {
+            Error::Unreachable { .. } => true,
+            Error::Rejected { error, .. } => matches!(
+                error.kind,
+                ErrorKind::Overloaded | ErrorKind::ShuttingDown | ErrorKind::NoSandboxAvailable
+            ),
+            Error::ConnectionLost { .. } | Error::TimedOut { .. } | Error::Protocol { .. } => false,
+        }
     }
 }
 
@@ -80,7 +128,8 @@ impl Error {
 #[derive(Debug, Clone)]
 pub struct Client {
     socket: PathBuf,
-    http: HyperClient<UnixConnector, Full<Bytes>>,
+    http: HyperClient<TimedConnector, Full<Bytes>>,
+    response_timeout: Option<Duration>,
 }
 
 impl Client {
@@ -88,7 +137,27 @@ impl Client {
     pub fn connect(socket: impl AsRef<Path>) -> Client {
         Client {
             socket: socket.as_ref().to_owned(),
-            http: HyperClient::builder(TokioExecutor::new()).build(UnixConnector),
+            http: http_client(DEFAULT_CONNECT_TIMEOUT),
+            response_timeout: None,
+        }
+    }
+
+    /// The same client, giving up on connecting after `limit` ([`DEFAULT_CONNECT_TIMEOUT`]
+    /// unless set).
+    pub fn with_connect_timeout(self, limit: Duration) -> Client {
+        Client {
+            http: http_client(limit),
+            ..self
+        }
+    }
+
+    /// The same client, waiting at most `limit` for any answer, executions included. Unless
+    /// set, an execution waits for its own time limit plus a margin, and anything else for
+    /// [`DEFAULT_RESPONSE_TIMEOUT`].
+    pub fn with_response_timeout(self, limit: Duration) -> Client {
+        Client {
+            response_timeout: Some(limit),
+            ..self
         }
     }
 
@@ -106,16 +175,22 @@ impl Client {
     }
 
     /// Runs a program. A program that fails or times out is still `Ok`: see the response's
-    /// `status`. `Err` means the request itself did not run.
+    /// `status`. `Err` means the request did not run, or its answer was lost (see [`Error`]).
+    /// The answer is awaited for the request's `timeout_ms` plus a margin, or
+    /// [`DEFAULT_RESPONSE_TIMEOUT`] when it names none.
     pub async fn exec(&self, request: &ExecRequest) -> Result<ExecResponse, Error> {
         let body = serde_json::to_vec(request).map_err(|e| Error::Protocol {
             status: 0,
             message: format!("encoding the request: {e}"),
         })?;
+        let wait = request.timeout_ms.map_or(DEFAULT_RESPONSE_TIMEOUT, |ms| {
+            Duration::from_millis(ms).saturating_add(EXEC_MARGIN)
+        });
         self.call(
             Method::POST,
             hyperlightd_api::paths::EXEC,
             Bytes::from(body),
+            wait,
         )
         .await
         .and_then(|(status, bytes)| decode(status, &bytes))
@@ -123,15 +198,17 @@ impl Client {
 
     /// The daemon's health.
     pub async fn health(&self) -> Result<HealthResponse, Error> {
-        self.call(Method::GET, hyperlightd_api::paths::HEALTH, Bytes::new())
+        let path = hyperlightd_api::paths::HEALTH;
+        self.call(Method::GET, path, Bytes::new(), DEFAULT_RESPONSE_TIMEOUT)
             .await
             .and_then(|(status, bytes)| decode(status, &bytes))
     }
 
     /// The daemon's metrics, in the Prometheus text format.
     pub async fn metrics(&self) -> Result<String, Error> {
+        let path = hyperlightd_api::paths::METRICS;
         let (status, bytes) = self
-            .call(Method::GET, hyperlightd_api::paths::METRICS, Bytes::new())
+            .call(Method::GET, path, Bytes::new(), DEFAULT_RESPONSE_TIMEOUT)
             .await?;
         String::from_utf8(bytes.to_vec()).map_err(|e| Error::Protocol {
             status: status.as_u16(),
@@ -139,30 +216,22 @@ impl Client {
         })
     }
 
-    /// Sends a request with a raw body and returns the raw answer, rejections included: for
-    /// tests and tools that need to see exactly what the daemon says.
-    pub async fn raw(
-        &self,
-        method: &str,
-        path: &str,
-        body: Vec<u8>,
-    ) -> Result<(u16, Vec<u8>), Error> {
-        let method = Method::from_bytes(method.as_bytes()).map_err(|e| Error::Protocol {
-            status: 0,
-            message: format!("bad method: {e}"),
-        })?;
-        let answer = self.send(method, path, Bytes::from(body)).await?;
-        Ok((answer.status.as_u16(), answer.body.to_vec()))
-    }
-
-    /// Sends a request and turns any 4xx/5xx into [`Error::Rejected`].
+    /// Sends a request, waits at most `wait` (unless the client sets its own limit) for the
+    /// whole answer, and turns any 4xx/5xx into [`Error::Rejected`].
     async fn call(
         &self,
         method: Method,
         path: &str,
         body: Bytes,
+        wait: Duration,
     ) -> Result<(StatusCode, Bytes), Error> {
-        let answer = self.send(method, path, body).await?;
+        let wait = self.response_timeout.unwrap_or(wait);
+        let answer = tokio::time::timeout(wait, self.send(method, path, body))
+            .await
+            .map_err(|_| Error::TimedOut {
+                socket: self.socket.clone(),
+                after: wait,
+            })??;
         if answer.status.is_success() {
             return Ok((answer.status, answer.body));
         }
@@ -183,15 +252,14 @@ impl Client {
             .headers_mut()
             .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         let response = self.http.request(request).await.map_err(|e| {
-            let mut reason = e.to_string();
-            let mut source = std::error::Error::source(&e);
-            while let Some(s) = source {
-                reason = s.to_string();
-                source = s.source();
-            }
-            Error::Unreachable {
-                socket: self.socket.clone(),
-                reason,
+            let reason = innermost(&e);
+            let socket = self.socket.clone();
+            // hyper-util sends nothing on a connection it could not make; a request on a
+            // pooled connection the daemon had closed is retried by hyper-util itself.
+            if e.is_connect() {
+                Error::Unreachable { socket, reason }
+            } else {
+                Error::ConnectionLost { socket, reason }
             }
         })?;
         let status = response.status();
@@ -204,15 +272,61 @@ impl Client {
             .into_body()
             .collect()
             .await
-            .map_err(|e| Error::Protocol {
-                status: status.as_u16(),
-                message: format!("reading the response body: {e}"),
+            .map_err(|e| Error::ConnectionLost {
+                socket: self.socket.clone(),
+                reason: format!("reading the answer ({status}): {}", innermost(&e)),
             })?
             .to_bytes();
         Ok(Answer {
             status,
             retry_after,
             body: bytes,
+        })
+    }
+}
+
+/// The innermost cause of an error: the one that says what actually happened.
+fn innermost(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut inner = error;
+    while let Some(source) = inner.source() {
+        inner = source;
+    }
+    inner.to_string()
+}
+
+/// A hyper client over Unix sockets whose connections are made within `limit`.
+fn http_client(limit: Duration) -> HyperClient<TimedConnector, Full<Bytes>> {
+    HyperClient::builder(TokioExecutor::new()).build(TimedConnector { limit })
+}
+
+/// hyperlocal's connector, bounded in time: a daemon that does not accept (its backlog full,
+/// say) must not hold the caller forever.
+#[derive(Debug, Clone, Copy)]
+struct TimedConnector {
+    limit: Duration,
+}
+
+impl tower_service::Service<hyper::Uri> for TimedConnector {
+    type Response = hyperlocal::UnixStream;
+    type Error = std::io::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: hyper::Uri) -> Self::Future {
+        let connecting = UnixConnector.call(uri);
+        let limit = self.limit;
+        Box::pin(async move {
+            tokio::time::timeout(limit, connecting)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("not accepted within {} ms", limit.as_millis()),
+                    ))
+                })
         })
     }
 }
@@ -243,5 +357,74 @@ fn rejection(answer: Answer) -> Error {
             status,
             message: String::from_utf8_lossy(&answer.body).into_owned(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use tokio::io::AsyncReadExt;
+    use tokio::net::UnixListener;
+
+    use super::*;
+
+    /// A daemon stand-in that takes each connection, reads what arrives for a moment, and then
+    /// either hangs up (`answer: false`) or never answers at all (`hang: true`).
+    fn stand_in(socket: &Path, hang: bool) {
+        let listener = UnixListener::bind(socket).unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                tokio::spawn(async move {
+                    let mut request = vec![0u8; 4096];
+                    let _ = stream.read(&mut request).await;
+                    if hang {
+                        tokio::time::sleep(Duration::from_secs(3600)).await;
+                    }
+                    drop(stream);
+                });
+            }
+        });
+    }
+
+    fn program() -> ExecRequest {
+        ExecRequest::new(Language::Javascript, "1")
+    }
+
+    #[tokio::test]
+    async fn nothing_listening_is_unreachable_and_safe_to_retry() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = Client::connect(dir.path().join("none.sock"))
+            .exec(&program())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::Unreachable { .. }), "{err}");
+        assert!(err.is_retryable());
+    }
+
+    #[tokio::test]
+    async fn a_connection_dropped_after_the_request_was_sent_is_lost_not_unreachable() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("d.sock");
+        stand_in(&socket, false);
+        let err = Client::connect(&socket).exec(&program()).await.unwrap_err();
+        assert!(matches!(err, Error::ConnectionLost { .. }), "{err}");
+        assert!(!err.is_retryable(), "the program may have run");
+        assert!(err.to_string().contains("may have run"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn no_answer_in_time_is_a_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("d.sock");
+        stand_in(&socket, true);
+        let client = Client::connect(&socket).with_response_timeout(Duration::from_millis(200));
+        let err = client.health().await.unwrap_err();
+        assert!(
+            matches!(err, Error::TimedOut { after, .. } if after == Duration::from_millis(200)),
+            "{err}"
+        );
+        assert!(!err.is_retryable());
     }
 }

@@ -105,6 +105,7 @@ fn versions() -> BTreeMap<String, String> {
 pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Result<(), StartError> {
     let sizes = config.pool_sizes()?;
     let limits = config.limits()?;
+    check_open_files(&config)?;
     let metrics = Metrics::new().map_err(|e| StartError::Other(format!("metrics: {e}")))?;
     let hypervisor = hypervisor::detect()?;
     info!(%hypervisor, "hypervisor found");
@@ -114,7 +115,6 @@ pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Resu
             "cannot turn transparent huge pages off ({e}); every request may clear whole 2 MiB pages"
         );
     }
-    check_open_files(&config)?;
 
     // Bound before the pools warm, so that a second daemon on the same socket is refused at
     // once; connections wait in the backlog until the pools are warm and serving starts.

@@ -1,8 +1,10 @@
 //! `hlctl`: command-line client for hyperlightd.
 //!
 //! Exit status: 0 the program ran to completion; 1 the program failed (exception, syntax error,
-//! sandbox failure), or for `health`, the daemon is not ready; 2 bad usage or unreadable input;
-//! 3 the program timed out; 4 the daemon refused the request; 5 the daemon could not be reached.
+//! sandbox failure), or for `health`, the daemon is not ready (not live, with `--live`); 2 bad
+//! usage or unreadable input; 3 the program timed out; 4 the daemon refused the request; 5 the
+//! daemon could not be reached (nothing was sent); 6 the request was sent but its answer was
+//! lost or late (the program may have run).
 
 #![forbid(unsafe_code)]
 
@@ -23,6 +25,7 @@ mod exit {
     pub const TIMEOUT: u8 = 3;
     pub const REJECTED: u8 = 4;
     pub const UNREACHABLE: u8 = 5;
+    pub const LOST: u8 = 6;
 }
 
 #[derive(Debug, Parser)]
@@ -65,7 +68,12 @@ enum Command {
     },
     /// Print the daemon's health as JSON; exit 0 when it is ready (every pool at its size),
     /// 1 when it answers but is not.
-    Health,
+    Health {
+        /// Ask whether the daemon is alive instead: exit 0 while it works, warming or not; 1
+        /// when a guest is stuck in the hypervisor and it needs a restart.
+        #[arg(long)]
+        live: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -97,7 +105,7 @@ fn main() -> ExitCode {
                 };
                 exec(&client, lang, code, file, limits, json).await
             }
-            Command::Health => health(&client).await,
+            Command::Health { live } => health(&client, live).await,
         }
     });
     ExitCode::from(code)
@@ -203,12 +211,12 @@ fn print_outcome(response: &ExecResponse) {
     }
 }
 
-async fn health(client: &Client) -> u8 {
+async fn health(client: &Client, live: bool) -> u8 {
     match client.health().await {
         Ok(health) => match serde_json::to_string_pretty(&health) {
             Ok(text) => {
                 println!("{text}");
-                if health.ready {
+                if (live && health.live) || (!live && health.ready) {
                     exit::OK
                 } else {
                     exit::NOT_READY
@@ -227,6 +235,7 @@ fn report(error: &Error) -> u8 {
     eprintln!("hlctl: {error}");
     match error {
         Error::Unreachable { .. } => exit::UNREACHABLE,
+        Error::ConnectionLost { .. } | Error::TimedOut { .. } => exit::LOST,
         Error::Rejected { .. } | Error::Protocol { .. } => exit::REJECTED,
     }
 }

@@ -185,6 +185,51 @@ impl Daemon {
     }
 }
 
+/// Sends `request` (raw bytes: a request line, headers and body) on a new connection to
+/// `socket` and returns the status code and body of the answer, read to the end of the
+/// connection: for requests the client library would never send. Bounded by [`STEP_LIMIT`].
+pub async fn raw_request(socket: &Path, request: &[u8]) -> (u16, Vec<u8>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    within("raw request", STEP_LIMIT, async {
+        let mut stream = tokio::net::UnixStream::connect(socket)
+            .await
+            .expect("connecting to the daemon");
+        // The daemon may answer before it has read everything (413, 431) and close.
+        let _ = stream.write_all(request).await;
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer).await;
+        let split = answer
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .map_or(answer.len(), |at| at + 4);
+        let head = String::from_utf8_lossy(&answer[..split]).into_owned();
+        let status = head
+            .split(' ')
+            .nth(1)
+            .and_then(|code| code.parse().ok())
+            .unwrap_or_else(|| panic!("not an HTTP answer: {head:?}"));
+        (status, answer[split..].to_vec())
+    })
+    .await
+}
+
+/// A raw `POST /v1/exec` with `body`, closing the connection after the answer.
+pub fn exec_request(body: &[u8]) -> Vec<u8> {
+    let mut request = format!(
+        "POST /v1/exec HTTP/1.1\r\nHost: hyperlightd\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    request.extend_from_slice(body);
+    request
+}
+
+/// A raw `GET path`, closing the connection after the answer.
+pub fn get_request(path: &str) -> Vec<u8> {
+    format!("GET {path} HTTP/1.1\r\nHost: hyperlightd\r\nConnection: close\r\n\r\n").into_bytes()
+}
+
 /// Runs `hlctl --socket SOCKET ARGS...` with `stdin` and returns its output.
 pub fn run_hlctl(socket: &Path, args: &[String], stdin: &str) -> Output {
     use std::io::Write;

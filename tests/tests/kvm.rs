@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use hyperlightd_client::{Error, ErrorKind, ExecRequest, ExecStatus, Language};
-use hyperlightd_e2e::{Daemon, STEP_LIMIT, within};
+use hyperlightd_e2e::{Daemon, STEP_LIMIT, exec_request, get_request, raw_request, within};
 use nix::sys::signal::Signal;
 use serde_json::json;
 
@@ -207,12 +207,50 @@ async fn state_does_not_leak_between_requests() {
         second.result,
         json!(["undefined", "undefined", true, "undefined"])
     );
+
+    // Every request starts from the same snapshot, yet draws its own random numbers, and reads
+    // the host's clock.
+    let draw = js("[Math.random(), Math.random(), Math.random(), Date.now()]");
+    let mut draws = Vec::new();
+    for _ in 0..3 {
+        let before = now_ms();
+        let response = run(&daemon, draw.clone()).await;
+        let after = now_ms();
+        let values: Vec<f64> = serde_json::from_value(response.result.clone()).unwrap();
+        assert!(
+            values[..3].iter().all(|x| (0.0..1.0).contains(x)),
+            "{values:?}"
+        );
+        assert!(
+            (before..=after).contains(&values[3]),
+            "Date.now() {} is not the host's time ({before}..{after})",
+            values[3]
+        );
+        draws.push(values[..3].to_vec());
+    }
+    assert_ne!(draws[0], draws[1]);
+    assert_ne!(draws[1], draws[2]);
+}
+
+/// The host's clock in milliseconds since the Unix epoch.
+fn now_ms() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as f64
 }
 
 #[tokio::test]
 async fn malformed_request_gets_4xx_and_the_next_one_succeeds() {
-    let daemon = Daemon::start(&["--pool", "javascript=1"]).await;
-    let client = daemon.client();
+    let daemon = Daemon::start(&[
+        "--pool",
+        "javascript=1",
+        "--body-read-timeout-ms",
+        "1000",
+        "--max-header-bytes",
+        "16384",
+    ])
+    .await;
     for (body, kind) in [
         (
             "{\"language\": \"javascript\", \"code\": ",
@@ -224,29 +262,52 @@ async fn malformed_request_gets_4xx_and_the_next_one_succeeds() {
             "invalid_request",
         ),
     ] {
-        let (status, bytes) = within(
-            "raw request",
-            STEP_LIMIT,
-            client.raw("POST", "/v1/exec", body.as_bytes().to_vec()),
-        )
-        .await
-        .unwrap();
+        let (status, bytes) = raw_request(daemon.socket(), &exec_request(body.as_bytes())).await;
         assert_eq!(status, 400, "{}", String::from_utf8_lossy(&bytes));
         let error: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(error["error"]["kind"], kind);
     }
     let big = vec![b'x'; 2 * 1024 * 1024];
-    let (status, _) = within(
-        "oversized request",
-        STEP_LIMIT,
-        client.raw("POST", "/v1/exec", big),
-    )
-    .await
-    .unwrap();
+    let (status, _) = raw_request(daemon.socket(), &exec_request(&big)).await;
     assert_eq!(status, 413);
+
+    // A 300 KB header is refused with 431.
+    let mut huge_head = b"GET /v1/health HTTP/1.1\r\nHost: d\r\nX-Big: ".to_vec();
+    huge_head.resize(huge_head.len() + 300_000, b'a');
+    huge_head.extend_from_slice(b"\r\nConnection: close\r\n\r\n");
+    let (status, _) = raw_request(daemon.socket(), &huge_head).await;
+    assert_eq!(status, 431);
+
+    // A body that stops coming is answered 408 after --body-read-timeout-ms.
+    let started = Instant::now();
+    let stalled = b"POST /v1/exec HTTP/1.1\r\nHost: d\r\nContent-Length: 100\r\n\r\n{\"language\"";
+    let (status, bytes) = within(
+        "stalled body",
+        STEP_LIMIT,
+        raw_request_keeping_open(daemon.socket(), stalled),
+    )
+    .await;
+    assert_eq!(status, 408, "{}", String::from_utf8_lossy(&bytes));
+    let error: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(error["error"]["kind"], "request_timeout");
+    assert!(started.elapsed() >= Duration::from_millis(1000));
 
     let good = run(&daemon, js("'still serving'")).await;
     assert_eq!(good.result, json!("still serving"));
+}
+
+/// Sends `request` and waits for the answer without closing the sending side: a client whose
+/// body stalls. The status code and the body of the answer.
+async fn raw_request_keeping_open(socket: &std::path::Path, request: &[u8]) -> (u16, Vec<u8>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::UnixStream::connect(socket).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.unwrap();
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let status = text.split(' ').nth(1).unwrap().parse().unwrap();
+    let body = text.split_once("\r\n\r\n").unwrap().1.as_bytes().to_vec();
+    (status, body)
 }
 
 #[tokio::test]
@@ -280,6 +341,13 @@ async fn health_and_metrics_describe_the_daemon() {
     );
     assert_eq!(health.sandboxes[&Language::Javascript].total, 2);
     assert!(health.versions.contains_key("hyperlightd"));
+    assert!(health.live && health.ready);
+    for path in ["/v1/health/live", "/v1/health/ready"] {
+        let (status, body) = raw_request(daemon.socket(), &get_request(path)).await;
+        assert_eq!(status, 200, "{path}: {}", String::from_utf8_lossy(&body));
+    }
+    let live = daemon.hlctl(&["health", "--live"], "").await;
+    assert_eq!(live.status.code(), Some(0), "{live:?}");
 
     run(&daemon, js("1")).await;
     run(&daemon, js("throw new Error('x')")).await;
@@ -401,6 +469,21 @@ async fn sigterm_lets_in_flight_requests_finish_then_exits_zero() {
     // Let the first two reach their sandboxes before the signal.
     tokio::time::sleep(Duration::from_millis(300)).await;
     daemon.signal(Signal::SIGTERM);
+    // A request arriving while the daemon drains is told so.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    match within(
+        "request during the drain",
+        STEP_LIMIT,
+        daemon.client().exec(&js("1")),
+    )
+    .await
+    {
+        Err(Error::Rejected { status, error, .. }) => {
+            assert_eq!(status, 503);
+            assert_eq!(error.kind, ErrorKind::ShuttingDown);
+        }
+        other => panic!("expected 503 shutting_down, got {other:?}"),
+    }
     for handle in in_flight {
         let response = within("in-flight request during shutdown", STEP_LIMIT, handle)
             .await
@@ -423,6 +506,50 @@ async fn sigterm_lets_in_flight_requests_finish_then_exits_zero() {
         client.health().await,
         Err(Error::Unreachable { .. })
     ));
+}
+
+#[tokio::test]
+async fn a_second_signal_ends_the_drain_at_once() {
+    let mut daemon =
+        Daemon::start(&["--pool", "javascript=1", "--drain-timeout-ms", "60000"]).await;
+    let client = daemon.client();
+    let long = tokio::spawn(async move {
+        client
+            .exec(&js_with_timeout(
+                "const end = Date.now() + 30000; while (Date.now() < end) {}",
+                40_000,
+            ))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    daemon.signal(Signal::SIGTERM);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let signalled = Instant::now();
+    daemon.signal(Signal::SIGINT);
+    assert_eq!(
+        daemon.wait_exit(STEP_LIMIT).await,
+        Some(0),
+        "{}",
+        daemon.log()
+    );
+    assert!(
+        signalled.elapsed() < Duration::from_secs(10),
+        "exited {:?} after the second signal, with 30 s of work in flight",
+        signalled.elapsed()
+    );
+    assert!(
+        daemon.log().contains("again: stopping now"),
+        "{}",
+        daemon.log()
+    );
+    assert!(!daemon.socket().exists());
+    let lost = within("the request cut off", STEP_LIMIT, long)
+        .await
+        .unwrap();
+    assert!(
+        matches!(lost, Err(Error::ConnectionLost { .. })),
+        "{lost:?}"
+    );
 }
 
 #[tokio::test]
@@ -556,27 +683,52 @@ async fn output_flood_is_truncated_at_the_requested_cap() {
     );
     assert!(response.stdout.starts_with("flood 0\nflood 1\n"));
     assert_eq!(response.result, json!("done"));
-}
 
-#[tokio::test]
-async fn deep_recursion_fails_cleanly_and_the_next_request_succeeds() {
-    let daemon = Daemon::start(&["--pool", "javascript=1"]).await;
-    // Running out takes seconds in a debug guest under emulation: what ends it is the point.
-    let request = js_with_timeout(
-        "function down(n) { return down(n + 1) + 1; } down(0)",
-        60_000,
-    );
-    let response = run(&daemon, request).await;
-    assert_eq!(response.status, ExecStatus::Error, "{response:?}");
-    let kind = response.error.as_ref().unwrap().kind;
+    // One 3 MB write, through every way a program can write, is cut at the cap; the program
+    // runs on to its end and the sandbox survives.
+    for (program, to_stderr) in [
+        ("console.log('y'.repeat(3000000)); 'after'", false),
+        ("console.error('e'.repeat(3000000)); 'after'", true),
+        ("print('p'.repeat(3000000)); 'after'", false),
+        (
+            "globalThis.console.log('g'.repeat(3000000)); 'after'",
+            false,
+        ),
+    ] {
+        let mut request = js_with_timeout(program, 30_000);
+        request.max_output_bytes = Some(100_000);
+        let response = run(&daemon, request).await;
+        assert_eq!(
+            response.status,
+            ExecStatus::Ok,
+            "{program}: {:?}",
+            response.error
+        );
+        assert_eq!(response.result, json!("after"), "{program}");
+        assert!(response.truncated, "{program}");
+        let written = if to_stderr {
+            &response.stderr
+        } else {
+            &response.stdout
+        };
+        assert_eq!(written.len(), 100_000, "{program}");
+    }
+    let huge_error = run(
+        &daemon,
+        js_with_timeout("throw new Error('x'.repeat(3000000))", 30_000),
+    )
+    .await;
+    assert_eq!(huge_error.status, ExecStatus::Error, "{huge_error:?}");
+    let error = huge_error.error.unwrap();
+    assert_eq!(error.kind, ErrorKind::Exception);
     assert!(
-        matches!(kind, ErrorKind::Exception | ErrorKind::OutOfMemory),
-        "{response:?}"
+        error.message.starts_with("Error: xxx"),
+        "{}",
+        &error.message[..50]
     );
-    // The aborted sandbox is replaced, not reused: with a pool of one, the next request waits
-    // for the new sandbox, which takes seconds under emulation.
-    let next = run(&daemon, js_with_timeout("'next'", 60_000)).await;
-    assert_eq!(next.result, json!("next"), "{next:?}");
+    assert!(error.message.len() < 9_000, "{}", error.message.len());
+    assert!(huge_error.truncated);
+    assert_eq!(run(&daemon, js("'intact'")).await.result, json!("intact"));
 }
 
 #[tokio::test]
@@ -699,41 +851,115 @@ async fn full_queue_answers_503_with_retry_after() {
         ),
         1.0
     );
+
+    // A request that waits its whole limit for the busy sandbox is answered at its deadline,
+    // with a kind of its own, not as a program that ran too long.
+    let busy = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .exec(&js(
+                    "const end = Date.now() + 3000; while (Date.now() < end) {} 'busy'",
+                ))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let asked = Instant::now();
+    let waited = within(
+        "request waiting for a busy sandbox",
+        STEP_LIMIT,
+        client.exec(&js_with_timeout("'never ran'", 1000)),
+    )
+    .await;
+    let answered = asked.elapsed();
+    match waited {
+        Err(Error::Rejected { status, error, .. }) => {
+            assert_eq!(status, 503);
+            assert_eq!(
+                error.kind,
+                ErrorKind::NoSandboxAvailable,
+                "{}",
+                error.message
+            );
+        }
+        other => panic!("expected 503 no_sandbox_available, got {other:?}"),
+    }
+    assert!(
+        answered < Duration::from_millis(1000 + 1500),
+        "answered {answered:?} after arrival, for a limit of 1000 ms"
+    );
+    let busy = within("busy request", STEP_LIMIT, busy)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(busy.result, json!("busy"));
 }
 
 #[tokio::test]
-async fn poisoned_sandbox_is_replaced_and_the_pool_returns_to_full_size() {
-    let daemon = Daemon::start(&["--pool", "javascript=2"]).await;
-    let spin = js_with_timeout("while (true) {}", 200);
-    assert_eq!(run(&daemon, spin).await.status, ExecStatus::Timeout);
-    let health = wait_until_ready(&daemon).await;
-    assert_eq!(health.sandboxes[&Language::Javascript].total, 2);
+async fn a_poisoned_sandbox_is_restored_in_place_and_leaks_nothing() {
+    // One sandbox: every request after a poisoned one runs in the very same micro-VM.
+    let daemon = Daemon::start(&["--pool", "javascript=1", "--guest-heap-mib", "32"]).await;
+    let plant = "globalThis.planted = 'leaked'; Object.prototype.polluted = true; ";
+    let check = js("[typeof planted, ({}).polluted === undefined]");
+    // A time limit; a memory bomb (the guest aborts, out of physical memory); unbounded
+    // recursion (its stack grows into the same memory). Each poisons the sandbox.
+    for (hostile, limit_ms, kinds) in [
+        ("while (true) {}", 500, &[ErrorKind::Timeout][..]),
+        (
+            "const hoard = []; while (true) hoard.push(new Uint8Array(1 << 20).fill(7));",
+            60_000,
+            &[ErrorKind::OutOfMemory][..],
+        ),
+        (
+            "function down(n) { return down(n + 1) + 1; } down(0)",
+            60_000,
+            &[ErrorKind::OutOfMemory, ErrorKind::Exception][..],
+        ),
+    ] {
+        let response = run(
+            &daemon,
+            js_with_timeout(&format!("{plant}{hostile}"), limit_ms),
+        )
+        .await;
+        let kind = response.error.as_ref().map(|e| e.kind);
+        assert!(
+            kinds.iter().any(|k| Some(*k) == kind),
+            "{hostile}: {response:?}"
+        );
+        // No rebuild to wait for: the next request is served at once, by the restored sandbox.
+        let after = run(&daemon, check.clone()).await;
+        assert_eq!(
+            after.result,
+            json!(["undefined", true]),
+            "after {hostile}: {after:?}"
+        );
+    }
     let metrics = within("metrics", STEP_LIMIT, daemon.client().metrics())
         .await
         .unwrap();
-    assert_eq!(
+    let restored = |reason: &str| {
         metric(
             &metrics,
-            r#"hyperlightd_sandboxes_recycled_total{language="javascript",reason="timeout"}"#
-        ),
-        1.0,
-        "{metrics}"
-    );
-    // Three sandboxes built in all: two at start, one replacement. Restores are counted only
-    // for sandboxes that were reused.
+            &format!(
+                r#"hyperlightd_sandboxes_restored_after_poison_total{{language="javascript",reason="{reason}"}}"#
+            ),
+        )
+    };
+    assert_eq!(restored("timeout"), 1.0, "{metrics}");
+    assert!(restored("out_of_memory") >= 1.0, "{metrics}");
     assert_eq!(
         metric(
             &metrics,
             r#"hyperlightd_sandbox_create_seconds_count{language="javascript"}"#
         ),
-        3.0
+        1.0,
+        "nothing rebuilt: {metrics}"
     );
-    for n in 0..4 {
-        assert_eq!(
-            run(&daemon, js(&format!("{n} + 1"))).await.result,
-            json!(n + 1)
-        );
-    }
+    assert!(
+        !metrics.contains("hyperlightd_sandboxes_recycled_total{"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]

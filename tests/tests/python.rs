@@ -40,22 +40,6 @@ async fn run(daemon: &Daemon, request: ExecRequest) -> hyperlightd_client::ExecR
         .unwrap_or_else(|e| panic!("exec failed: {e}\ndaemon log:\n{}", daemon.log()))
 }
 
-/// Runs `code` right after a request that made the pool of one replace its sandbox: it waits for
-/// the new sandbox (seconds under emulation), and its time limit counts the wait.
-async fn run_after_replacement(
-    daemon: &Daemon,
-    step: &str,
-    code: &str,
-) -> hyperlightd_client::ExecResponse {
-    within(
-        step,
-        Duration::from_secs(120),
-        daemon.client().exec(&py_with_timeout(code, 60_000)),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{step}: exec failed: {e}\ndaemon log:\n{}", daemon.log()))
-}
-
 #[tokio::test]
 async fn hello_world_and_the_last_expression_as_result() {
     let daemon = python_daemon(&[]).await;
@@ -270,10 +254,13 @@ async fn state_does_not_leak_between_requests() {
 
 #[tokio::test]
 async fn infinite_loop_times_out_and_the_next_request_succeeds() {
-    let daemon = python_daemon(&[]).await;
+    let daemon = python_daemon(&["--python-max-host-handles", "2000"]).await;
     let response = run(
         &daemon,
-        py_with_timeout("print('started')\nwhile True:\n    pass", 1000),
+        py_with_timeout(
+            "import builtins\nbuiltins.planted = 1\nprint('started')\nwhile True:\n    pass",
+            1000,
+        ),
     )
     .await;
     assert_eq!(response.status, ExecStatus::Timeout, "{response:?}");
@@ -289,10 +276,30 @@ async fn infinite_loop_times_out_and_the_next_request_succeeds() {
     .await;
     assert_eq!(sleeper.status, ExecStatus::Timeout, "{sleeper:?}");
 
-    // The pool of one replaces its sandbox; the next request may wait for that (seconds under
-    // emulation), and its time limit counts the wait.
-    let after = run_after_replacement(&daemon, "the request after the timeouts", "6 * 7").await;
-    assert_eq!(after.result, json!(42), "{after:?}");
+    // A loop of sleeps takes a host handle each time, and is stopped at the limit.
+    let sleeps = run(
+        &daemon,
+        py_with_timeout("import time\nwhile True:\n    time.sleep(0)", 30_000),
+    )
+    .await;
+    assert_eq!(sleeps.status, ExecStatus::Error, "{sleeps:?}");
+    let error = sleeps.error.unwrap();
+    assert_eq!(error.kind, ErrorKind::ResourceLimit, "{}", error.message);
+    assert!(
+        error.message.contains("2000 host handles"),
+        "{}",
+        error.message
+    );
+
+    // The sandbox was restored after each, not rebuilt: the next request is served at once,
+    // and nothing of the earlier programs is left.
+    let after = run(
+        &daemon,
+        py("import builtins\n(getattr(builtins, 'planted', None), 6 * 7)"),
+    )
+    .await;
+    assert_eq!(after.result, json!([null, 42]), "{after:?}");
+    assert_eq!(sandboxes_built(&daemon).await, 1.0);
 }
 
 #[tokio::test]
@@ -326,21 +333,188 @@ async fn sleep_lasts_as_long_as_asked_and_every_clock_measures_it() {
 }
 
 #[tokio::test]
-async fn memory_bomb_is_contained_and_the_next_request_succeeds() {
+async fn a_poisoned_sandbox_is_restored_in_place_and_leaks_nothing() {
     let daemon = python_daemon(&[]).await;
-    let response = run(
-        &daemon,
-        py_with_timeout(
+    let plant = "import builtins, json\nbuiltins.planted = 1\njson.planted = 1\n";
+    let check = py(
+        "import builtins, json\n[getattr(builtins, 'planted', None), getattr(json, 'planted', None)]",
+    );
+    // A memory bomb and unbounded recursion exhaust the guest's memory (it aborts); os._exit()
+    // ends the program from inside. Each leaves the sandbox poisoned.
+    for (hostile, status, kind) in [
+        (
             "hoard = []\nwhile True:\n    hoard.append(' ' * 10**6)",
-            30_000,
+            ExecStatus::Error,
+            Some(ErrorKind::OutOfMemory),
         ),
-    )
+        (
+            "import sys\nsys.setrecursionlimit(10**7)\ndef down(n):\n    return down(n + 1) + 1\ndown(0)",
+            ExecStatus::Error,
+            Some(ErrorKind::OutOfMemory),
+        ),
+        (
+            "import os\nprint('bye')\nos._exit(3)",
+            ExecStatus::Error,
+            Some(ErrorKind::Exception),
+        ),
+        ("import os\nos._exit(0)", ExecStatus::Ok, None),
+    ] {
+        let response = run(
+            &daemon,
+            py_with_timeout(&format!("{plant}{hostile}"), 30_000),
+        )
+        .await;
+        assert_eq!(response.status, status, "{hostile}: {response:?}");
+        assert_eq!(
+            response.error.as_ref().map(|e| e.kind),
+            kind,
+            "{hostile}: {response:?}"
+        );
+        let after = run(&daemon, check.clone()).await;
+        assert_eq!(
+            after.result,
+            json!([null, null]),
+            "after {hostile}: {after:?}"
+        );
+    }
+    assert_eq!(sandboxes_built(&daemon).await, 1.0, "nothing rebuilt");
+}
+
+#[tokio::test]
+async fn output_is_capped_however_it_is_written() {
+    let daemon = python_daemon(&[]).await;
+    let cap = 100_000;
+    for (program, to_stderr) in [
+        ("import sys\nsys.stdout.write('z' * 3_000_000)", false),
+        ("import sys\nsys.stderr.write('e' * 3_000_000)", true),
+        (
+            "for _ in range(100_000):\n    print('x' * 40, end='')",
+            false,
+        ),
+        ("for i in range(100_000):\n    print('line', i)", false),
+        (
+            "import sys\nprint('q' * 3_000_000, file=sys.__stdout__)",
+            false,
+        ),
+        ("import sys\nsys.__stderr__.write('r' * 3_000_000)", true),
+        // os.write may write less than asked (it says how much), as POSIX allows.
+        (
+            "import os\ndata = b'w' * 3_000_000\nwhile data:\n    data = data[os.write(1, data):]",
+            false,
+        ),
+        (
+            "import os\ndata = b'v' * 3_000_000\nwhile data:\n    data = data[os.write(2, data):]",
+            true,
+        ),
+    ] {
+        let mut request = py_with_timeout(&format!("{program}\n'after'"), 30_000);
+        request.max_output_bytes = Some(cap);
+        let response = run(&daemon, request).await;
+        assert_eq!(
+            response.status,
+            ExecStatus::Ok,
+            "{program}: {:?}",
+            response.error
+        );
+        assert_eq!(response.result, json!("after"), "{program}");
+        assert!(response.truncated, "{program}");
+        let (written, other) = if to_stderr {
+            (&response.stderr, &response.stdout)
+        } else {
+            (&response.stdout, &response.stderr)
+        };
+        assert_eq!(written.len() + other.len(), cap, "{program}");
+        assert!(written.len() > cap / 2, "{program}");
+    }
+    let huge_error = run(&daemon, py("raise ValueError('v' * 3_000_000)")).await;
+    assert_eq!(huge_error.status, ExecStatus::Error, "{huge_error:?}");
+    let error = huge_error.error.unwrap();
+    assert_eq!(error.kind, ErrorKind::Exception);
+    assert!(
+        error.message.starts_with("ValueError: vvv"),
+        "{}",
+        &error.message[..40]
+    );
+    assert!(error.message.len() < 9_000, "{}", error.message.len());
+    assert_eq!(sandboxes_built(&daemon).await, 1.0, "no sandbox failed");
+}
+
+#[tokio::test]
+async fn sigterm_during_startup_stops_at_once_and_removes_the_socket() {
+    let guest = python_guest();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("d.sock");
+    let mut daemon = tokio::process::Command::new(hyperlightd_e2e::binary("hyperlightd"))
+        .arg("--socket")
+        .arg(&socket)
+        .args(["--pool", "python=1", "--python-guest"])
+        .arg(&guest)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The socket is bound first; building the Python sandbox takes seconds after that.
+    within("the socket appearing", STEP_LIMIT, async {
+        while !socket.exists() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
     .await;
-    assert_eq!(response.status, ExecStatus::Error, "{response:?}");
-    assert_eq!(response.error.unwrap().kind, ErrorKind::OutOfMemory);
-    let after =
-        run_after_replacement(&daemon, "the request after the memory bomb", "'alive'").await;
-    assert_eq!(after.result, json!("alive"), "{after:?}");
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(daemon.id().unwrap()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = within(
+        "the daemon stopping",
+        Duration::from_secs(20),
+        daemon.wait(),
+    )
+    .await
+    .unwrap();
+    let mut log = String::new();
+    tokio::io::AsyncReadExt::read_to_string(daemon.stderr.as_mut().unwrap(), &mut log)
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert!(log.contains("SIGTERM during startup"), "{log}");
+    assert!(!socket.exists(), "the socket is removed");
+}
+
+#[tokio::test]
+async fn a_python_guest_that_cannot_be_loaded_is_blamed_not_the_hypervisor() {
+    let dir = tempfile::tempdir().unwrap();
+    let corrupt = dir.path().join("python.aot");
+    std::fs::write(&corrupt, vec![0x5a; 64 * 1024]).unwrap();
+    let out = within("a daemon with a corrupt guest", STEP_LIMIT, async {
+        tokio::process::Command::new(hyperlightd_e2e::binary("hyperlightd"))
+            .arg("--socket")
+            .arg(dir.path().join("d.sock"))
+            .args(["--pool", "python=1", "--python-guest"])
+            .arg(&corrupt)
+            .output()
+            .await
+            .unwrap()
+    })
+    .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(70), "{stderr}");
+    assert!(stderr.contains("starting the python pool"), "{stderr}");
+    assert!(stderr.contains("loading the Python guest"), "{stderr}");
+    assert!(!stderr.contains("cannot run Hyperlight guests"), "{stderr}");
+    assert!(!dir.path().join("d.sock").exists());
+}
+
+/// How many Python sandboxes the daemon has built so far.
+async fn sandboxes_built(daemon: &Daemon) -> f64 {
+    let metrics = within("metrics", STEP_LIMIT, daemon.client().metrics())
+        .await
+        .unwrap();
+    metrics
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix(r#"hyperlightd_sandbox_create_seconds_count{language="python"}"#)?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no Python sandbox count in:\n{metrics}"))
 }
 
 #[tokio::test]

@@ -1,0 +1,69 @@
+//! The daemon's command line and configuration errors, run as the real binary: none of this
+//! reaches the hypervisor, so it runs on any host.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Command;
+
+fn hyperlightd(args: &[&str]) -> (Option<i32>, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_hyperlightd"))
+        .arg("--socket")
+        .arg(dir.path().join("d.sock"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        !dir.path().join("d.sock").exists(),
+        "no socket for a daemon that did not start"
+    );
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_command_line_that_does_not_parse_exits_64() {
+    for args in [
+        &["--no-such-option"][..],
+        &["--pool", "cobol=1"],
+        &["--max-connections", "many"],
+    ] {
+        let (code, _, stderr) = hyperlightd(args);
+        assert_eq!(code, Some(64), "{args:?}: {stderr}");
+        assert!(stderr.contains("error:"), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn help_and_version_are_not_errors() {
+    let (code, stdout, _) = hyperlightd(&["--help"]);
+    assert_eq!(code, Some(0));
+    for option in [
+        "--max-connections",
+        "--idle-timeout-ms",
+        "--body-read-timeout-ms",
+        "--max-header-bytes",
+        "--python-max-host-handles",
+    ] {
+        assert!(stdout.contains(option), "--help names {option}");
+    }
+    let (code, stdout, _) = hyperlightd(&["--version"]);
+    assert_eq!(code, Some(0));
+    assert!(stdout.starts_with("hyperlightd "), "{stdout}");
+}
+
+#[test]
+fn inconsistent_limits_exit_64_naming_the_option() {
+    for (args, names) in [
+        (&["--max-header-bytes", "100"][..], "--max-header-bytes"),
+        (&["--idle-timeout-ms", "0"], "--idle-timeout-ms"),
+        (&["--max-connections", "100000000"], "--max-connections"),
+    ] {
+        let (code, _, stderr) = hyperlightd(args);
+        assert_eq!(code, Some(64), "{args:?}: {stderr}");
+        assert!(stderr.contains(names), "{args:?}: {stderr}");
+    }
+}
