@@ -390,8 +390,10 @@ fn test() -> Result<()> {
     build_daemon_and_hlctl()?;
     python_guest()?;
     step(
-        "unit tests (host)",
-        cargo().args(["test", "--workspace", "--exclude", "hyperlightd-e2e"]),
+        "unit tests (host), with a short fuzzing pass of the HTTP layer",
+        cargo()
+            .args(["test", "--workspace", "--exclude", "hyperlightd-e2e"])
+            .env("PROPTEST_CASES", FUZZ_CASES),
         Duration::from_secs(1800),
     )?;
     let binaries = e2e_test_binaries()?;
@@ -451,6 +453,10 @@ fn e2e_on_kvm(binary: &Path, name: &str) -> Result<()> {
         }
     }
 }
+
+/// Inputs per property in the fuzz test (daemon/tests/http_fuzz.rs) that `test` runs: a few
+/// seconds. Its header says how to run a long pass.
+const FUZZ_CASES: &str = "2000";
 
 /// How many times a step whose VM broke (froze or panicked) is run again.
 const BROKEN_VM_RETRIES: u32 = 2;

@@ -189,9 +189,24 @@ fn builder(config: &ServerConfig) -> http1::Builder {
     http
 }
 
-/// One connection served by `api`, reporting its phases to `admitted`. Generic over the byte
-/// stream, so that tests and the fuzzer can drive it in memory.
-pub(crate) fn serve_connection<E, I>(
+/// Serves one connection over any byte stream exactly as the daemon serves a client (the same
+/// HTTP settings, the API, the phases a connection goes through), until it ends: for tests and
+/// the fuzzer, which drive it in memory. The idle timeout and the connection cap are the accept
+/// loop's and are not applied here.
+pub async fn serve_one<E, I>(io: I, api: Arc<Api<E>>, config: &ServerConfig) -> hyper::Result<()>
+where
+    E: Executor,
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let admitted = match Connections::new(1).admit() {
+        Admission::Admitted(admitted) | Admission::Replaced(admitted) => Arc::new(admitted),
+        Admission::Refused => unreachable!("an empty tracker admits"),
+    };
+    serve_connection(&builder(config), io, api, admitted).await
+}
+
+/// One connection served by `api`, reporting its phases to `admitted`.
+fn serve_connection<E, I>(
     http: &http1::Builder,
     io: I,
     api: Arc<Api<E>>,
