@@ -160,6 +160,11 @@ class _HostStream(io.TextIOBase):
     def isatty(self) -> bool:
         return False
 
+    def fileno(self) -> int:
+        # For libraries that ask (faulthandler, say); writing to the descriptor itself goes
+        # through WASI, where a write may be partial (os.write says how much, as POSIX allows).
+        return self._stream
+
 
 class _Output:
     # Set to False once the host says the output cap is reached: further writes are dropped
@@ -169,6 +174,11 @@ class _Output:
 
 _stdout = _HostStream(STDOUT, "<stdout>")
 _stderr = _HostStream(STDERR, "<stderr>")
+# The interpreter's own streams are text wrappers straight over unbuffered WASI descriptors,
+# which take at most 32 KiB a write: the wrapper reports a larger write as done and silently
+# drops the rest. So sys.__stdout__ and sys.__stderr__ are the runner's streams as well, and
+# every way a program writes through Python is capped (and flagged) the same way.
+sys.__stdout__, sys.__stderr__ = _stdout, _stderr
 
 
 def _json_or_repr(value) -> str:
@@ -298,4 +308,3 @@ class WitWorld(wit_world.WitWorld):
         finally:
             _stdout.flush()
             _stderr.flush()
-            sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
