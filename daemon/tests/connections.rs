@@ -9,45 +9,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hyperlightd::config::Limits;
-use hyperlightd::executor::{ExecError, Executor, ExecutorHealth, Job, Outcome};
+use hyperlightd::executor::Executor;
 use hyperlightd::http::Api;
 use hyperlightd::metrics::Metrics;
 use hyperlightd::server::{self, ServerConfig};
-use hyperlightd_api::{ExecStatus, Language, SandboxCounts};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
-/// Answers every program at once.
-struct Instant0;
-
-impl Executor for Instant0 {
-    async fn exec(&self, job: Job) -> Result<Outcome, ExecError> {
-        Ok(Outcome {
-            status: ExecStatus::Ok,
-            stdout: String::new(),
-            stderr: String::new(),
-            truncated: false,
-            result: serde_json::json!(job.code.len()),
-            error: None,
-        })
-    }
-
-    fn health(&self) -> ExecutorHealth {
-        ExecutorHealth {
-            hypervisor: "stub".into(),
-            sandboxes: BTreeMap::from([(
-                Language::Javascript,
-                SandboxCounts {
-                    ready: 1,
-                    total: 1,
-                    target: 1,
-                },
-            )]),
-            warmed: true,
-            stuck_workers: 0,
-        }
-    }
-}
+mod common;
+use common::Stub;
 
 const MAX_CONNECTIONS: usize = 200;
 const STALLED: usize = 3000;
@@ -128,7 +98,7 @@ async fn thousands_of_stalled_connections_are_bounded_and_dropped_while_requests
     };
     let metrics = Metrics::new().unwrap();
     let api = Arc::new(Api::new(
-        Arc::new(Instant0),
+        Arc::new(Stub),
         metrics.clone(),
         limits,
         BTreeMap::new(),
@@ -221,7 +191,7 @@ async fn thousands_of_stalled_connections_are_bounded_and_dropped_while_requests
 
 /// The value of `series` in the daemon's metrics; it must be there.
 fn metric(metrics: &Metrics, series: &str) -> f64 {
-    let text = metrics.render(&Instant0.health()).unwrap();
+    let text = metrics.render(&Stub.health()).unwrap();
     text.lines()
         .find_map(|line| {
             let rest = line.strip_prefix(series)?;

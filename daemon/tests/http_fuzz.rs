@@ -19,16 +19,16 @@ use std::time::Duration;
 
 use cap::Cap;
 use hyperlightd::config::Limits;
-use hyperlightd::executor::{ExecError, Executor, ExecutorHealth, Job, Outcome};
 use hyperlightd::http::Api;
 use hyperlightd::metrics::Metrics;
 use hyperlightd::sandbox::guest::RunnerReply;
 use hyperlightd::server::{self, ServerConfig};
-use hyperlightd_api::{
-    ErrorResponse, ExecRequest, ExecResponse, ExecStatus, HealthResponse, Language, SandboxCounts,
-};
+use hyperlightd_api::{ErrorResponse, ExecRequest, ExecResponse, HealthResponse};
 use proptest::prelude::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+mod common;
+use common::Stub;
 
 #[global_allocator]
 static ALLOCATOR: Cap<System> = Cap::new(System, usize::MAX);
@@ -51,44 +51,6 @@ fn within_budget<T>(work: impl FnOnce() -> T) -> T {
     let result = work();
     ALLOCATOR.set_limit(usize::MAX).unwrap();
     result
-}
-
-/// Answers every job at once, echoing the code's length.
-struct Stub;
-
-impl Executor for Stub {
-    async fn exec(&self, job: Job) -> Result<Outcome, ExecError> {
-        if job.code == "overload" {
-            return Err(ExecError::Overloaded {
-                language: job.language,
-                queued: 1,
-            });
-        }
-        Ok(Outcome {
-            status: ExecStatus::Ok,
-            stdout: job.code.chars().take(100).collect(),
-            stderr: String::new(),
-            truncated: false,
-            result: serde_json::json!(job.code.len()),
-            error: None,
-        })
-    }
-
-    fn health(&self) -> ExecutorHealth {
-        ExecutorHealth {
-            hypervisor: "stub".into(),
-            sandboxes: BTreeMap::from([(
-                Language::Javascript,
-                SandboxCounts {
-                    ready: 1,
-                    total: 1,
-                    target: 1,
-                },
-            )]),
-            warmed: true,
-            stuck_workers: 0,
-        }
-    }
 }
 
 fn api() -> Arc<Api<Stub>> {

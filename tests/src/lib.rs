@@ -230,6 +230,33 @@ pub fn get_request(path: &str) -> Vec<u8> {
     format!("GET {path} HTTP/1.1\r\nHost: hyperlightd\r\nConnection: close\r\n\r\n").into_bytes()
 }
 
+/// Checks the answer to `program`, which wrote far more than `cap` bytes (mostly to stderr
+/// when `to_stderr`) and then ended with the value `"after"`: it ran to its end, and its
+/// output was cut at exactly the cap and flagged.
+pub fn assert_capped_and_finished(
+    response: &hyperlightd_client::ExecResponse,
+    program: &str,
+    to_stderr: bool,
+    cap: usize,
+) {
+    use hyperlightd_client::ExecStatus;
+    assert_eq!(
+        response.status,
+        ExecStatus::Ok,
+        "{program}: {:?}",
+        response.error
+    );
+    assert_eq!(response.result, serde_json::json!("after"), "{program}");
+    assert!(response.truncated, "{program}");
+    let (written, other) = if to_stderr {
+        (&response.stderr, &response.stdout)
+    } else {
+        (&response.stdout, &response.stderr)
+    };
+    assert_eq!(written.len() + other.len(), cap, "{program}");
+    assert!(written.len() > cap / 2, "{program}");
+}
+
 /// Runs `hlctl --socket SOCKET ARGS...` with `stdin` and returns its output.
 pub fn run_hlctl(socket: &Path, args: &[String], stdin: &str) -> Output {
     use std::io::Write;

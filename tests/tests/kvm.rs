@@ -8,7 +8,9 @@
 use std::time::{Duration, Instant};
 
 use hyperlightd_client::{Error, ErrorKind, ExecRequest, ExecStatus, Language};
-use hyperlightd_e2e::{Daemon, STEP_LIMIT, exec_request, get_request, raw_request, within};
+use hyperlightd_e2e::{
+    Daemon, STEP_LIMIT, assert_capped_and_finished, exec_request, get_request, raw_request, within,
+};
 use nix::sys::signal::Signal;
 use serde_json::json;
 
@@ -698,20 +700,7 @@ async fn output_flood_is_truncated_at_the_requested_cap() {
         let mut request = js_with_timeout(program, 30_000);
         request.max_output_bytes = Some(100_000);
         let response = run(&daemon, request).await;
-        assert_eq!(
-            response.status,
-            ExecStatus::Ok,
-            "{program}: {:?}",
-            response.error
-        );
-        assert_eq!(response.result, json!("after"), "{program}");
-        assert!(response.truncated, "{program}");
-        let written = if to_stderr {
-            &response.stderr
-        } else {
-            &response.stdout
-        };
-        assert_eq!(written.len(), 100_000, "{program}");
+        assert_capped_and_finished(&response, program, to_stderr, 100_000);
     }
     let huge_error = run(
         &daemon,

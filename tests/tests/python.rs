@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use hyperlightd_client::{ErrorKind, ExecRequest, ExecStatus, Language};
-use hyperlightd_e2e::{Daemon, STEP_LIMIT, python_guest, within};
+use hyperlightd_e2e::{Daemon, STEP_LIMIT, assert_capped_and_finished, python_guest, within};
 use serde_json::json;
 
 fn py(code: &str) -> ExecRequest {
@@ -412,21 +412,7 @@ async fn output_is_capped_however_it_is_written() {
         let mut request = py_with_timeout(&format!("{program}\n'after'"), 60_000);
         request.max_output_bytes = Some(cap);
         let response = run(&daemon, request).await;
-        assert_eq!(
-            response.status,
-            ExecStatus::Ok,
-            "{program}: {:?}",
-            response.error
-        );
-        assert_eq!(response.result, json!("after"), "{program}");
-        assert!(response.truncated, "{program}");
-        let (written, other) = if to_stderr {
-            (&response.stderr, &response.stdout)
-        } else {
-            (&response.stdout, &response.stderr)
-        };
-        assert_eq!(written.len() + other.len(), cap, "{program}");
-        assert!(written.len() > cap / 2, "{program}");
+        assert_capped_and_finished(&response, program, to_stderr, cap);
     }
     let huge_error = run(&daemon, py("raise ValueError('v' * 3_000_000)")).await;
     assert_eq!(huge_error.status, ExecStatus::Error, "{huge_error:?}");
