@@ -109,6 +109,12 @@ pub struct Config {
     )]
     pub python_guest: std::path::PathBuf,
 
+    /// The Python guest's library (`python-lib.tar`, built with the guest): the standard
+    /// library and packages it imports at run time, served read-only from memory. By default
+    /// the file of that name beside `--python-guest`.
+    #[arg(long, env = "HYPERLIGHTD_PYTHON_LIB")]
+    pub python_lib: Option<std::path::PathBuf>,
+
     /// How long building the first sandbox of each language (the startup probe) may take, in
     /// milliseconds, before the daemon gives up and exits.
     #[arg(long, default_value_t = 120_000)]
@@ -174,6 +180,12 @@ pub enum ConfigError {
          pass its path with --python-guest (or HYPERLIGHTD_PYTHON_GUEST), or configure no python pool"
     )]
     PythonGuestMissing(std::path::PathBuf),
+    /// A `python` pool is configured but the guest's library is missing.
+    #[error(
+        "the Python guest's library {0:?} does not exist: `cargo xtask python-guest` builds it \
+         beside python.aot; pass its path with --python-lib (or HYPERLIGHTD_PYTHON_LIB)"
+    )]
+    PythonLibraryMissing(std::path::PathBuf),
     /// `--max-header-bytes` is too small for any real request.
     #[error("--max-header-bytes must be at least {MIN_HEADER_BYTES}, not {0}")]
     HeaderLimitTooSmall(usize),
@@ -243,6 +255,13 @@ impl Limits {
 }
 
 impl Config {
+    /// The Python guest's library: `--python-lib`, or `python-lib.tar` beside the guest.
+    pub fn python_library(&self) -> std::path::PathBuf {
+        self.python_lib
+            .clone()
+            .unwrap_or_else(|| self.python_guest.with_file_name("python-lib.tar"))
+    }
+
     /// Pool sizes by language, rejecting duplicates.
     pub fn pool_sizes(&self) -> Result<BTreeMap<Language, usize>, ConfigError> {
         let mut sizes = BTreeMap::new();
@@ -251,8 +270,13 @@ impl Config {
                 return Err(ConfigError::DuplicatePool(spec.language));
             }
         }
-        if sizes.contains_key(&Language::Python) && !self.python_guest.is_file() {
-            return Err(ConfigError::PythonGuestMissing(self.python_guest.clone()));
+        if sizes.contains_key(&Language::Python) {
+            if !self.python_guest.is_file() {
+                return Err(ConfigError::PythonGuestMissing(self.python_guest.clone()));
+            }
+            if !self.python_library().is_file() {
+                return Err(ConfigError::PythonLibraryMissing(self.python_library()));
+            }
         }
         Ok(sizes)
     }

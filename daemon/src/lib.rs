@@ -57,6 +57,9 @@ pub enum StartError {
     /// A language's pool could not start (its guest, not the hypervisor, failed).
     #[error(transparent)]
     Pool(#[from] sandbox::StartError),
+    /// The Python guest's library could not be loaded.
+    #[error(transparent)]
+    PythonLibrary(#[from] sandbox::python::LibraryError),
     /// Building the pools' first sandboxes did not finish in time.
     #[error(
         "building the first sandbox of each pool did not finish within {} s, although the \
@@ -79,7 +82,10 @@ impl StartError {
             StartError::Hypervisor(_) | StartError::ProbeTimedOut(_) => 69,
             StartError::Socket(SocketError::InUse(_)) => 75,
             StartError::Socket(_) => 73,
-            StartError::Pool(_) | StartError::PoolsTimedOut(_) | StartError::Other(_) => 70,
+            StartError::Pool(_)
+            | StartError::PythonLibrary(_)
+            | StartError::PoolsTimedOut(_)
+            | StartError::Other(_) => 70,
         }
     }
 }
@@ -152,6 +158,18 @@ fn check_open_files(config: &Config) -> Result<(), StartError> {
     }
 }
 
+/// Loads the Python guest's library, once for every sandbox.
+async fn load_python_library(
+    path: std::path::PathBuf,
+) -> Result<Arc<sandbox::python::Library>, StartError> {
+    let library = tokio::task::spawn_blocking(move || sandbox::python::Library::load(&path))
+        .await
+        .map_err(|e| StartError::Other(format!("loading the Python library: {e}")))??;
+    let (files, bytes) = library.size();
+    info!(files, bytes, "loaded the Python guest's library");
+    Ok(Arc::new(library))
+}
+
 /// Probes the hypervisor, then starts the pools, each step on a blocking thread and within
 /// `--startup-timeout-ms`. A failure of the probe is the hypervisor's; a failure after it is
 /// the failing language's guest.
@@ -177,10 +195,15 @@ async fn start_executor(
         max_body_bytes: limits.max_body_bytes,
         max_result_bytes: limits.max_result_bytes,
     };
+    let python_library = match sizes.contains_key(&Language::Python) {
+        true => Some(load_python_library(config.python_library()).await?),
+        false => None,
+    };
     let settings = SandboxSettings {
         sizes: sizes_with_heap(config.guest_heap_mib),
         python_sizes: sizes_with_heap(config.python_heap_mib),
         python_component: config.python_guest.clone(),
+        python_library,
         python_max_host_handles: config.python_max_host_handles,
         queue_depth: config.queue_depth,
         build_limit: limit,

@@ -28,8 +28,9 @@ import sys
 import traceback
 
 # The standard library a program may use without paying for its import: imported here, at build
-# time, so it is part of the warm interpreter. A program can import any other pure-Python module
-# that componentize-py bundled; those are imported (and paid for) per request.
+# time, so it is part of the warm interpreter. Any other module of the standard library, and any
+# package built into the guest, is imported (and paid for) per request, read from the library the
+# daemon serves read-only (python-lib.tar; see guest/README.md).
 import array  # noqa: F401
 import base64  # noqa: F401
 import bisect  # noqa: F401
@@ -62,8 +63,34 @@ import typing  # noqa: F401
 import unicodedata  # noqa: F401
 import uuid  # noqa: F401
 
+import asyncio
+
 import wit_world
 from wit_world.imports import host
+
+
+class _EventLoop(asyncio.SelectorEventLoop):
+    # asyncio's loop wakes itself from other threads and signal handlers through a socket pair.
+    # The guest has neither threads nor sockets (creating one is refused), so the loop does
+    # without: asyncio.run() and everything that runs coroutines on one thread work.
+    def _make_self_pipe(self) -> None:
+        self._ssock = self._csock = None
+
+    def _close_self_pipe(self) -> None:
+        pass
+
+
+asyncio.unix_events._UnixDefaultEventLoopPolicy._loop_factory = _EventLoop
+
+
+def _keep_import_caches() -> None:
+    # Each directory on sys.path has a finder that lists the directory once and keeps the list
+    # while the directory's modification time stays the same. The lists made here, at build
+    # time, hold for the library the daemon serves (it is these very directories), which
+    # reports every time as 0: say so, so that a request does not list /python again.
+    for finder in sys.path_importer_cache.values():
+        if hasattr(finder, "_path_mtime"):
+            finder._path_mtime = 0
 
 
 # hyperlight-component-util 0.17 registers the host's `monotonic-clock.now` and `wall-clock.now`
@@ -290,6 +317,9 @@ def _run(code: str, max_result_bytes: int) -> str:
         return _completed(value, max_result_bytes)
     except MemoryError:
         return _error("out_of_memory", "the program ran out of memory rendering its result")
+
+
+_keep_import_caches()
 
 
 class WitWorld(wit_world.WitWorld):

@@ -64,8 +64,14 @@ enum Cmd {
     },
     /// Say whether this host's KVM can run Hyperlight guests directly.
     Kvm,
-    /// Build the Python guest, target/python-guest/python.aot.
-    PythonGuest,
+    /// Build the Python guest, target/python-guest/python.aot, and its library,
+    /// target/python-guest/python-lib.tar.
+    PythonGuest {
+        /// More packages for the guest, in pip's requirements format: pure-Python wheels from
+        /// PyPI, with what they depend on (guest/python/requirements.txt is always installed).
+        #[arg(long)]
+        requirements: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -92,7 +98,7 @@ fn main() -> ExitCode {
         Cmd::Test => test().map(|()| ExitCode::SUCCESS),
         Cmd::Demo => demo().map(|()| ExitCode::SUCCESS),
         Cmd::Bench { args } => bench(&args).map(|()| ExitCode::SUCCESS),
-        Cmd::PythonGuest => python_guest().map(|path| {
+        Cmd::PythonGuest { requirements } => python_guest(requirements.as_deref()).map(|path| {
             println!("{}", path.display());
             ExitCode::SUCCESS
         }),
@@ -311,7 +317,7 @@ fn build_daemon_and_hlctl() -> Result<()> {
 
 fn test() -> Result<()> {
     build_daemon_and_hlctl()?;
-    python_guest()?;
+    python_guest(None)?;
     step(
         "unit tests (host), with a short fuzzing pass of the HTTP layer",
         cargo()
@@ -425,7 +431,7 @@ fn demo() -> Result<()> {
 }
 
 fn bench(args: &[String]) -> Result<()> {
-    let python = python_guest()?;
+    let python = python_guest(None)?;
     step(
         "release build of the daemon and the benchmark",
         cargo().args([

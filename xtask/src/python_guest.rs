@@ -1,11 +1,11 @@
 //! `cargo xtask python-guest`: the Python guest, built from PyPI's componentize-py and
 //! crates.io's hyperlight-wasm-aot.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result, bail};
 
 use crate::{cargo, step, vm, workspace_root};
 
@@ -15,8 +15,9 @@ const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
 /// must match its runtime's Wasmtime).
 const HYPERLIGHT_WASM_AOT_VERSION: &str = "0.15.0";
 
-/// Builds the Python guest and returns the path of its compiled component.
-pub fn python_guest() -> Result<PathBuf> {
+/// Builds the Python guest and returns the path of its compiled component, with the packages
+/// of guest/python/requirements.txt and of `extra_requirements` (pip's requirements format).
+pub fn python_guest(extra_requirements: Option<&Path>) -> Result<PathBuf> {
     let root = workspace_root()?;
     let out = vm::target_dir()?.join("python-guest");
     std::fs::create_dir_all(&out)?;
@@ -59,11 +60,18 @@ pub fn python_guest() -> Result<PathBuf> {
     }
 
     // componentize-py imports the runner to build the component, leaving bytecode beside it:
-    // build from a copy under target/, so that the source tree stays as it is.
+    // build from a copy under target/, so that the source tree stays as it is. The packages go
+    // beside it, in the directory the guest sees as /0.
     let app = out.join("app");
+    if app.exists() {
+        std::fs::remove_dir_all(&app)?;
+    }
     std::fs::create_dir_all(&app)?;
     let guest_dir = root.join("guest/python");
     std::fs::copy(guest_dir.join("runner.py"), app.join("runner.py"))?;
+    let mut requirements = vec![guest_dir.join("requirements.txt")];
+    requirements.extend(extra_requirements.map(Path::to_path_buf));
+    install_packages(&venv.join("bin/pip"), &requirements, &app)?;
     let component = out.join("python.wasm");
     step(
         "python guest: componentize-py (CPython + runner.py)",
@@ -86,5 +94,152 @@ pub fn python_guest() -> Result<PathBuf> {
             .arg(&compiled),
         Duration::from_secs(900),
     )?;
+    library(&componentize, &guest_dir, &app, &out.join("python-lib.tar"))?;
     Ok(compiled)
+}
+
+/// The CPython componentize-py builds the guest with: packages are resolved for it.
+const GUEST_PYTHON_VERSION: &str = "3.14";
+
+/// Installs the packages `requirements` name, with what they depend on, into `app`: from PyPI,
+/// as wheels of pure Python only. pip refuses a package that has no such wheel, naming it; a
+/// file of native code found afterwards (which no pure wheel should hold) is refused too.
+fn install_packages(pip: &Path, requirements: &[PathBuf], app: &Path) -> Result<()> {
+    let mut command = Command::new(pip);
+    command
+        .args([
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-compile",
+        ])
+        .args([
+            "--only-binary=:all:",
+            "--platform",
+            "any",
+            "--implementation",
+            "py",
+        ])
+        .args([
+            "--abi",
+            "none",
+            "--python-version",
+            GUEST_PYTHON_VERSION,
+            "--target",
+        ])
+        .arg(app);
+    for file in requirements {
+        command.arg("-r").arg(file);
+    }
+    step(
+        "python guest: packages (pure Python wheels from PyPI)",
+        &mut command,
+        Duration::from_secs(900),
+    )
+    .context(
+        "a package could not be installed: the guest takes only packages published as pure \
+         Python wheels (py3-none-any); pip's message above names the one it could not find",
+    )?;
+    if let Some(native) = find_native_code(app)? {
+        bail!(
+            "{}: native code; the Python guest can only take pure-Python packages",
+            native.display()
+        );
+    }
+    Ok(())
+}
+
+/// The first file of native code under `dir`, if any.
+fn find_native_code(dir: &Path) -> Result<Option<PathBuf>> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            if let Some(found) = find_native_code(&path)? {
+                return Ok(Some(found));
+            }
+        } else if path
+            .extension()
+            .is_some_and(|e| ["so", "pyd", "dylib", "dll"].contains(&e.to_str().unwrap_or("")))
+        {
+            return Ok(Some(path));
+        }
+    }
+    Ok(None)
+}
+
+/// Builds the guest's library, `lib` (see daemon/src/sandbox/python/library.rs): a throwaway
+/// component whose app, `library_export.py`, copies the standard library and `app` out while
+/// componentize-py pre-initialises it, compiling each module with the guest's own interpreter.
+/// Then packs the copy into a tar file with fixed times and owners, in name order.
+fn library(componentize: &Path, guest_dir: &Path, app: &Path, lib: &Path) -> Result<()> {
+    let export = lib.with_file_name("export");
+    if export.exists() {
+        std::fs::remove_dir_all(&export)?;
+    }
+    std::fs::create_dir_all(&export)?;
+    std::fs::copy(
+        guest_dir.join("library_export.py"),
+        export.join("library_export.py"),
+    )?;
+    step(
+        "python guest: export the library (standard library and packages, compiled)",
+        Command::new(componentize)
+            .current_dir(&export)
+            .arg("-d")
+            .arg(guest_dir.join("wit/hyperlightd.wit"))
+            .args(["-w", "python", "componentize", "library_export", "-p"])
+            .arg(&export)
+            .arg("-p")
+            .arg(app)
+            .arg("-o")
+            .arg(export.join("throwaway.wasm")),
+        Duration::from_secs(900),
+    )?;
+    let failures = std::fs::read_to_string(export.join("image-failures.txt"))?;
+    if !failures.trim().is_empty() {
+        eprintln!(
+            "==> python guest: these modules do not compile and will not import:\n{failures}"
+        );
+    }
+    let partial = lib.with_extension("tar.partial");
+    let mut archive = tar::Builder::new(std::fs::File::create(&partial)?);
+    append_tree(&mut archive, &export.join("image"), Path::new(""))?;
+    archive.into_inner()?.sync_all()?;
+    std::fs::rename(&partial, lib)?;
+    std::fs::remove_dir_all(&export)?;
+    Ok(())
+}
+
+/// Appends the files under `dir` to `archive` as `prefix/...`, in name order, with fixed
+/// times, modes and owners: the same tree gives the same archive.
+fn append_tree(archive: &mut tar::Builder<std::fs::File>, dir: &Path, prefix: &Path) -> Result<()> {
+    let mut entries = std::fs::read_dir(dir)?.collect::<Result<Vec<_>, _>>()?;
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let name = prefix.join(entry.file_name());
+        let kind = entry.file_type()?;
+        let mut header = tar::Header::new_gnu();
+        header.set_mtime(0);
+        header.set_uid(0);
+        header.set_gid(0);
+        if kind.is_dir() {
+            header.set_entry_type(tar::EntryType::Directory);
+            header.set_mode(0o755);
+            header.set_size(0);
+            archive.append_data(&mut header, &name, std::io::empty())?;
+            append_tree(archive, &entry.path(), &name)?;
+        } else if kind.is_file() {
+            let file = std::fs::File::open(entry.path())?;
+            header.set_entry_type(tar::EntryType::Regular);
+            header.set_mode(0o644);
+            header.set_size(file.metadata()?.len());
+            archive.append_data(&mut header, &name, file)?;
+        } else {
+            bail!(
+                "{}: only files and directories may be in the library",
+                entry.path().display()
+            );
+        }
+    }
+    Ok(())
 }

@@ -37,6 +37,8 @@ pub struct SandboxSettings {
     pub python_sizes: GuestSizes,
     /// The compiled Python guest component.
     pub python_component: PathBuf,
+    /// The Python guest's library, shared by every Python sandbox (None without a Python pool).
+    pub python_library: Option<Arc<python::Library>>,
     /// Host handles a Python program may take in one run.
     pub python_max_host_handles: u64,
     /// Jobs that may wait per language.
@@ -61,6 +63,7 @@ impl SandboxSettings {
             Language::Python => Arc::new(PythonFactory::new(
                 self.python_sizes,
                 self.python_component.clone(),
+                self.python_library.clone(),
                 self.python_max_host_handles,
                 watchdog.clone(),
             )),

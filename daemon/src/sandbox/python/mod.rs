@@ -7,7 +7,10 @@
 //! A sandbox is built once: runtime loaded, component loaded (the file is mapped copy-on-write,
 //! not copied), one warm-up call so that the interpreter is instantiated, then snapshotted.
 
+mod library;
 mod wasi;
+
+pub use self::library::{Library, LibraryError};
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -106,23 +109,26 @@ const KEPT_TABLE_CAPACITY: usize = 1024;
 pub struct PythonFactory {
     sizes: GuestSizes,
     component: PathBuf,
+    library: Option<Arc<Library>>,
     max_host_handles: u64,
     watchdog: Watchdog,
 }
 
 impl PythonFactory {
     /// A factory whose sandboxes are built with `sizes` and run `component` (a `.aot` file),
-    /// whose programs may each take `max_host_handles` host handles. Its warm-up call runs under
-    /// `watchdog`.
+    /// reading `library`, whose programs may each take `max_host_handles` host handles. Its
+    /// warm-up call runs under `watchdog`.
     pub fn new(
         sizes: GuestSizes,
         component: PathBuf,
+        library: Option<Arc<Library>>,
         max_host_handles: u64,
         watchdog: Watchdog,
     ) -> Self {
         PythonFactory {
             sizes,
             component,
+            library,
             max_host_handles,
             watchdog,
         }
@@ -140,7 +146,7 @@ impl GuestFactory for PythonFactory {
             .build()?;
         let resources = bindings::register_host_functions(
             &mut proto,
-            WasiHost::new(output.clone(), call.clone()),
+            WasiHost::new(output.clone(), call.clone(), self.library.clone()),
         )
         .map_err(|e| HyperlightError::Error(format!("registering the WASI imports: {e}")))?;
         let runtime = proto.load_runtime()?;

@@ -3,18 +3,19 @@
 //!
 //! What works: stdout and stderr (into the request's [`OutputCapture`]), the wall clock (the
 //! monotonic one has a defect, see the clocks section), sleeping (never past the request's
-//! deadline), random bytes from the host's entropy, an empty environment. What does not, by
-//! design: there are no preopened directories, so no path can be opened; a network capability
-//! exists but creating a socket or resolving a name is refused with `access-denied`; stdin is at
-//! its end; there is no terminal. Each of these reaches the program as an ordinary Python
-//! exception (`OSError` and kin).
+//! deadline), random bytes from the host's entropy, an empty environment, and reading the
+//! guest's library, the modules it imports at run time ([`files`]). What does not, by design:
+//! nothing can be written to a file; a network capability exists but creating a socket or
+//! resolving a name is refused with `access-denied`; stdin is at its end; there is no terminal.
+//! Each of these reaches the program as an ordinary Python exception (`OSError` and kin).
 //!
-//! Resources the guest can never obtain (files, directories, sockets, terminals) have the
-//! uninhabited type [`Never`] as their representation, so their methods cannot be reached. The
-//! filesystem and sockets, which only ever refuse, are in [`denied`].
+//! Resources the guest can never obtain (sockets, terminals) have the uninhabited type [`Never`]
+//! as their representation, so their methods cannot be reached. Sockets, which only ever
+//! refuse, are in [`denied`].
 
 mod call;
 mod denied;
+mod files;
 
 pub use self::call::CallState;
 
@@ -24,15 +25,17 @@ use std::time::{Duration, Instant};
 use hyperlight_common::component::Negative as N;
 use hyperlight_common::resource::BorrowedResourceGuard as B;
 
+use self::files::FileStream;
 use super::bindings::hyperlightd::guest as hl;
 use super::bindings::root::component::RootImports;
 use super::bindings::wasi::{cli, clocks, io, random};
+use super::library::Library;
 use crate::sandbox::guest::{OutputCapture, Stream};
 
 use io::streams::StreamError;
 
-/// A value that cannot exist: the rep of every resource the guest can never obtain (files,
-/// directories, sockets, terminals).
+/// A value that cannot exist: the rep of every resource the guest can never obtain (sockets,
+/// terminals).
 pub enum Never {}
 
 /// A pollable: ready now, or once the monotonic clock reaches a point.
@@ -41,8 +44,11 @@ pub enum Pollable {
     At(Instant),
 }
 
-/// stdin: always at its end.
-pub struct Stdin;
+/// An input stream: stdin, always at its end, or a file of the library being read.
+pub enum Input {
+    Stdin,
+    File(FileStream),
+}
 
 /// stdout or stderr.
 pub struct Output(Stream);
@@ -57,16 +63,20 @@ pub struct Network;
 pub struct WasiHost {
     output: Arc<OutputCapture>,
     call: CallState,
+    /// What the guest can read through wasi:filesystem; None: no preopened directories.
+    library: Option<Arc<Library>>,
     /// Zero of the monotonic clock the guest sees.
     epoch: Instant,
 }
 
 impl WasiHost {
-    /// Host state writing into `output`, sleeping no later than `call`'s deadline.
-    pub fn new(output: Arc<OutputCapture>, call: CallState) -> Self {
+    /// Host state writing into `output`, sleeping no later than `call`'s deadline, serving
+    /// `library` to read.
+    pub fn new(output: Arc<OutputCapture>, call: CallState, library: Option<Arc<Library>>) -> Self {
         WasiHost {
             output,
             call,
+            library,
             epoch: Instant::now(),
         }
     }
@@ -149,11 +159,16 @@ impl io::Poll<N> for WasiHost {
 }
 
 impl<E> io::streams::InputStream<N, E, Pollable> for WasiHost {
-    type T = Stdin;
-    fn read(&mut self, _this: B<'_, Stdin>, _len: u64) -> Result<Vec<u8>, StreamError<E>> {
-        Err(StreamError::Closed)
+    type T = Input;
+    fn read(&mut self, this: B<'_, Input>, len: u64) -> Result<Vec<u8>, StreamError<E>> {
+        match (&*this, &self.library) {
+            (Input::File(file), Some(library)) => {
+                file.read(library, len).ok_or(StreamError::Closed)
+            }
+            _ => Err(StreamError::Closed),
+        }
     }
-    fn subscribe(&mut self, _this: B<'_, Stdin>) -> Pollable {
+    fn subscribe(&mut self, _this: B<'_, Input>) -> Pollable {
         self.call.resource_given();
         Pollable::Ready
     }
@@ -211,10 +226,10 @@ impl cli::Exit<N> for WasiHost {
     }
 }
 
-impl cli::Stdin<N, Stdin> for WasiHost {
-    fn get_stdin(&mut self) -> Stdin {
+impl cli::Stdin<N, Input> for WasiHost {
+    fn get_stdin(&mut self) -> Input {
         self.call.resource_given();
-        Stdin
+        Input::Stdin
     }
 }
 impl cli::Stdout<N, Output> for WasiHost {

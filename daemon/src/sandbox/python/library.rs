@@ -1,0 +1,326 @@
+//! The Python guest's library: the modules it imports at run time, served read-only from memory.
+//!
+//! componentize-py keeps in the component only what the runner imported while the interpreter
+//! was pre-initialised; any other module is looked up at run time in the directories it was
+//! built with, `/python` (the standard library) and `/0` (the runner's directory and any
+//! packages). `cargo xtask python-guest` exports both, each module compiled to bytecode, into
+//! one tar file (`python-lib.tar`, beside `python.aot`). The daemon loads it once, into one
+//! [`Library`] that every Python sandbox shares, and the guest sees its top-level directories as
+//! preopened directories (see `wasi/files.rs`). Nothing can write to it.
+
+use std::io::Read;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+/// A node: a directory or a file.
+#[derive(Debug)]
+pub enum Node {
+    /// Entries sorted by name, each with its node's index.
+    Dir(Vec<(String, usize)>),
+    /// The file's bytes, a range of [`Library::data`].
+    File(Range<usize>),
+}
+
+/// The library: a tree of directories and files, the top level of which are the preopened
+/// directories.
+#[derive(Debug)]
+pub struct Library {
+    /// Node 0 is the root, whose entries are the preopened directories.
+    nodes: Vec<Node>,
+    /// Each node's parent (the root is its own).
+    parents: Vec<usize>,
+    data: Vec<u8>,
+}
+
+/// Why a path names nothing the guest may use (each maps to a WASI error code).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// No such entry.
+    NotFound,
+    /// A component before the last is a file, or a trailing `/` follows a file.
+    NotDirectory,
+    /// An absolute path, or `..` above the directory the lookup starts from.
+    Escapes,
+}
+
+/// The library file cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("the Python library {path:?} cannot be loaded: {why}")]
+pub struct LibraryError {
+    path: PathBuf,
+    why: String,
+}
+
+const ROOT: usize = 0;
+
+impl Library {
+    /// Loads the library from the tar file at `path`.
+    pub fn load(path: &Path) -> Result<Library, LibraryError> {
+        let error = |why: String| LibraryError {
+            path: path.to_owned(),
+            why,
+        };
+        let file = std::fs::File::open(path).map_err(|e| error(e.to_string()))?;
+        Library::from_tar(std::io::BufReader::new(file)).map_err(error)
+    }
+
+    /// Reads a tar archive of directories and regular files with relative paths.
+    pub fn from_tar(reader: impl Read) -> Result<Library, String> {
+        let mut builder = Builder::default();
+        let mut archive = tar::Archive::new(reader);
+        for entry in archive.entries().map_err(|e| e.to_string())? {
+            let mut entry = entry.map_err(|e| e.to_string())?;
+            let path = entry.path().map_err(|e| e.to_string())?.into_owned();
+            let names = components(&path)?;
+            match entry.header().entry_type() {
+                tar::EntryType::Directory => {
+                    builder.dir(&names);
+                }
+                tar::EntryType::Regular => {
+                    let mut bytes = Vec::new();
+                    entry
+                        .read_to_end(&mut bytes)
+                        .map_err(|e| format!("{}: {e}", path.display()))?;
+                    builder.file(&names, bytes)?;
+                }
+                other => {
+                    return Err(format!(
+                        "{}: only directories and regular files may be in it, not {other:?}",
+                        path.display()
+                    ));
+                }
+            }
+        }
+        Ok(builder.finish())
+    }
+
+    /// The preopened directories: the root's entries.
+    pub fn preopens(&self) -> &[(String, usize)] {
+        match &self.nodes[ROOT] {
+            Node::Dir(entries) => entries,
+            Node::File(_) => &[],
+        }
+    }
+
+    /// The node at `index`.
+    pub fn node(&self, index: usize) -> &Node {
+        &self.nodes[index]
+    }
+
+    /// The bytes of the file at `index`, or None for a directory.
+    pub fn file(&self, index: usize) -> Option<&[u8]> {
+        match &self.nodes[index] {
+            Node::File(range) => Some(&self.data[range.clone()]),
+            Node::Dir(_) => None,
+        }
+    }
+
+    /// Files, and their bytes in all.
+    pub fn size(&self) -> (usize, usize) {
+        let files = self
+            .nodes
+            .iter()
+            .filter(|n| matches!(n, Node::File(_)))
+            .count();
+        (files, self.data.len())
+    }
+
+    /// The node `path` names, relative to the directory `from`. As in WASI: `.` and empty
+    /// components are skipped, `..` may not climb above `from`, and no path is absolute.
+    pub fn lookup(&self, from: usize, path: &str) -> Result<usize, Lookup> {
+        if path.starts_with('/') {
+            return Err(Lookup::Escapes);
+        }
+        let mut at = from;
+        let mut depth = 0usize;
+        for name in path.split('/') {
+            let Node::Dir(entries) = &self.nodes[at] else {
+                return Err(Lookup::NotDirectory);
+            };
+            match name {
+                "" | "." => {}
+                ".." => {
+                    depth = depth.checked_sub(1).ok_or(Lookup::Escapes)?;
+                    at = self.parents[at];
+                }
+                name => {
+                    let found = entries
+                        .binary_search_by(|(entry, _)| entry.as_str().cmp(name))
+                        .map_err(|_| Lookup::NotFound)?;
+                    at = entries[found].1;
+                    depth += 1;
+                }
+            }
+        }
+        if path.ends_with('/') && matches!(self.nodes[at], Node::File(_)) {
+            return Err(Lookup::NotDirectory);
+        }
+        Ok(at)
+    }
+}
+
+/// The names along a relative path with no `..` (a path in the archive).
+fn components(path: &Path) -> Result<Vec<String>, String> {
+    use std::path::Component;
+    path.components()
+        .filter(|c| !matches!(c, Component::CurDir))
+        .map(|c| match c {
+            Component::Normal(name) => name
+                .to_str()
+                .map(str::to_owned)
+                .ok_or_else(|| format!("{}: a name that is not UTF-8", path.display())),
+            _ => Err(format!(
+                "{}: paths in it must be relative, without `..`",
+                path.display()
+            )),
+        })
+        .collect()
+}
+
+/// Builds a [`Library`] entry by entry, creating directories as paths need them.
+#[derive(Default)]
+struct Builder {
+    /// Each directory's entries by name, and each file's bytes.
+    dirs: Vec<std::collections::BTreeMap<String, usize>>,
+    kinds: Vec<Option<Range<usize>>>,
+    parents: Vec<usize>,
+    data: Vec<u8>,
+}
+
+impl Builder {
+    fn ensure_root(&mut self) {
+        if self.kinds.is_empty() {
+            self.dirs.push(Default::default());
+            self.kinds.push(None);
+            self.parents.push(ROOT);
+        }
+    }
+
+    /// The directory at `names`, created with its parents if need be.
+    fn dir(&mut self, names: &[String]) -> usize {
+        self.ensure_root();
+        let mut at = ROOT;
+        for name in names {
+            at = match self.dirs[at].get(name) {
+                Some(&child) => child,
+                None => {
+                    let child = self.kinds.len();
+                    self.dirs.push(Default::default());
+                    self.kinds.push(None);
+                    self.parents.push(at);
+                    self.dirs[at].insert(name.clone(), child);
+                    child
+                }
+            };
+        }
+        at
+    }
+
+    fn file(&mut self, names: &[String], bytes: Vec<u8>) -> Result<(), String> {
+        let Some((name, parent)) = names.split_last() else {
+            return Err("a file with an empty name".into());
+        };
+        let parent = self.dir(parent);
+        if self.kinds[parent].is_some() || self.dirs[parent].contains_key(name) {
+            return Err(format!("{} is in it twice", names.join("/")));
+        }
+        let index = self.kinds.len();
+        let start = self.data.len();
+        self.data.extend_from_slice(&bytes);
+        self.dirs.push(Default::default());
+        self.kinds.push(Some(start..self.data.len()));
+        self.parents.push(parent);
+        self.dirs[parent].insert(name.clone(), index);
+        Ok(())
+    }
+
+    fn finish(mut self) -> Library {
+        self.ensure_root();
+        let nodes = self
+            .dirs
+            .into_iter()
+            .zip(self.kinds)
+            .map(|(entries, kind)| match kind {
+                Some(range) => Node::File(range),
+                None => Node::Dir(entries.into_iter().collect()),
+            })
+            .collect();
+        let mut data = self.data;
+        data.shrink_to_fit();
+        Library {
+            nodes,
+            parents: self.parents,
+            data,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn library(files: &[(&str, &str)]) -> Library {
+        let mut archive = tar::Builder::new(Vec::new());
+        for (path, text) in files {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(text.len() as u64);
+            header.set_mode(0o644);
+            header.set_cksum();
+            archive
+                .append_data(&mut header, path, text.as_bytes())
+                .unwrap();
+        }
+        Library::from_tar(&archive.into_inner().unwrap()[..]).unwrap()
+    }
+
+    #[test]
+    fn paths_resolve_within_the_directory_they_start_from() {
+        let lib = library(&[
+            ("python/os.py", "import sys"),
+            ("python/json/__init__.py", "x = 1"),
+            ("0/runner.py", "run"),
+        ]);
+        let names: Vec<&str> = lib.preopens().iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["0", "python"]);
+        let python = lib.preopens()[1].1;
+        let os = lib.lookup(python, "os.py").unwrap();
+        assert_eq!(lib.file(os), Some(&b"import sys"[..]));
+        let init = lib.lookup(python, "./json//__init__.py").unwrap();
+        assert_eq!(lib.lookup(python, "json/../json/__init__.py"), Ok(init));
+        let json = lib.lookup(python, "json").unwrap();
+        assert_eq!(lib.lookup(json, "../os.py"), Err(Lookup::Escapes));
+        assert_eq!(lib.lookup(python, "../0/runner.py"), Err(Lookup::Escapes));
+        assert_eq!(lib.lookup(python, "/python/os.py"), Err(Lookup::Escapes));
+        assert_eq!(lib.lookup(python, "nope.py"), Err(Lookup::NotFound));
+        assert_eq!(lib.lookup(python, "os.py/x"), Err(Lookup::NotDirectory));
+        assert_eq!(lib.lookup(python, "os.py/"), Err(Lookup::NotDirectory));
+        assert_eq!(lib.lookup(python, ""), Ok(python));
+        assert_eq!(lib.size(), (3, "import sysx = 1run".len()));
+    }
+
+    #[test]
+    fn an_archive_with_links_or_escaping_paths_is_refused() {
+        let mut archive = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Symlink);
+        header.set_size(0);
+        header.set_cksum();
+        archive
+            .append_link(&mut header, "python/evil", "/etc/passwd")
+            .unwrap();
+        let err = Library::from_tar(&archive.into_inner().unwrap()[..]).unwrap_err();
+        assert!(err.contains("python/evil"), "{err}");
+
+        // A path with `..` cannot even be written by the tar crate's builder; write the name
+        // into the header by hand.
+        let mut header = tar::Header::new_old();
+        header.as_old_mut().name[..9].copy_from_slice(b"../escape");
+        header.set_size(0);
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_cksum();
+        let mut bytes = header.as_bytes().to_vec();
+        bytes.extend_from_slice(&[0u8; 1024]);
+        let err = Library::from_tar(&bytes[..]).unwrap_err();
+        assert!(err.contains("without `..`"), "{err}");
+    }
+}
