@@ -419,6 +419,32 @@ mod tests {
     }
 
     #[test]
+    fn python_pool_without_its_library_is_a_configuration_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let guest = dir.path().join("python.aot");
+        std::fs::write(&guest, b"").unwrap();
+        let guest = guest.to_str().unwrap();
+        let config = parse(&["--pool", "python=1", "--python-guest", guest]).unwrap();
+        assert_eq!(config.python_library(), dir.path().join("python-lib.tar"));
+        let err = config.pool_sizes().unwrap_err();
+        assert!(matches!(err, ConfigError::PythonLibraryMissing(_)), "{err}");
+        assert!(err.to_string().contains("--python-lib"), "{err}");
+
+        let lib = dir.path().join("other.tar");
+        std::fs::write(&lib, b"").unwrap();
+        let lib = lib.to_str().unwrap();
+        let config = parse(&[
+            "--pool",
+            "python=1",
+            "--python-guest",
+            guest,
+            "--python-lib",
+            lib,
+        ]);
+        assert!(config.unwrap().pool_sizes().is_ok());
+    }
+
+    #[test]
     fn duplicate_pool_is_rejected() {
         let config = parse(&["--pool", "javascript=1", "--pool", "js=2"]).unwrap();
         assert!(matches!(

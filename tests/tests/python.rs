@@ -721,6 +721,8 @@ async fn a_python_guest_that_cannot_be_loaded_is_blamed_not_the_hypervisor() {
             .arg(dir.path().join("d.sock"))
             .args(["--pool", "python=1", "--python-guest"])
             .arg(&corrupt)
+            .arg("--python-lib")
+            .arg(python_guest().with_file_name("python-lib.tar"))
             .output()
             .await
             .unwrap()
