@@ -312,6 +312,11 @@ pub struct HealthResponse {
     pub versions: BTreeMap<String, String>,
     /// Sandboxes per language.
     pub sandboxes: BTreeMap<Language, SandboxCounts>,
+    /// Packages each language's guest offers beyond its standard library, name to version
+    /// (Python: what `import` finds besides the standard library). A language with none is
+    /// absent.
+    #[serde(default)]
+    pub packages: BTreeMap<Language, BTreeMap<String, String>>,
 }
 
 fn default_true() -> bool {

@@ -93,6 +93,8 @@ pub struct ExecutorHealth {
     /// Workers whose guest step (a call, a restore, a build) has run far past its limit: the
     /// hypervisor is not giving the thread back, and only restarting the daemon frees it.
     pub stuck_workers: usize,
+    /// Packages each language's guest offers beyond its standard library, name to version.
+    pub packages: BTreeMap<Language, BTreeMap<String, String>>,
 }
 
 /// Runs jobs. Implemented by the Hyperlight executor, and by stubs in tests.

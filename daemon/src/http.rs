@@ -341,6 +341,7 @@ impl<E: Executor> Api<E> {
             hypervisor: health.hypervisor,
             versions: self.versions.clone(),
             sandboxes: health.sandboxes,
+            packages: health.packages,
         };
         let up = match probe {
             Probe::Full => true,

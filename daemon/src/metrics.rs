@@ -354,6 +354,7 @@ mod tests {
             hypervisor: "kvm".into(),
             warmed: true,
             stuck_workers: 0,
+            packages: BTreeMap::new(),
             sandboxes: BTreeMap::from([(
                 Language::Javascript,
                 SandboxCounts {

@@ -45,16 +45,26 @@ pub fn binary(name: &str) -> PathBuf {
 /// The compiled Python guest, which `cargo xtask python-guest` builds (`cargo xtask test`
 /// does it first).
 pub fn python_guest() -> PathBuf {
+    built_python_guest("python-guest")
+}
+
+/// The Python guest with the packages of tests/python-packages.txt, which `cargo xtask test`
+/// builds in target/python-guest-packages.
+pub fn python_guest_with_packages() -> PathBuf {
+    built_python_guest("python-guest-packages")
+}
+
+fn built_python_guest(dir: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("the test knows its own path");
-    // target/<profile>/deps/<test>-<hash> → target/python-guest/python.aot
+    // target/<profile>/deps/<test>-<hash> → target/<dir>/python.aot
     let target = exe
         .ancestors()
         .nth(3)
         .expect("the test executable lives in target/<profile>/deps");
-    let path = target.join("python-guest/python.aot");
+    let path = target.join(dir).join("python.aot");
     assert!(
         path.is_file(),
-        "{} not found: build it with `cargo xtask python-guest` (`cargo xtask test` does)",
+        "{} not found: `cargo xtask test` builds it first",
         path.display()
     );
     path

@@ -16,7 +16,7 @@
 mod python_guest;
 mod vm;
 
-use self::python_guest::python_guest;
+use self::python_guest::{python_guest, python_guest_for_package_tests};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -318,6 +318,7 @@ fn build_daemon_and_hlctl() -> Result<()> {
 fn test() -> Result<()> {
     build_daemon_and_hlctl()?;
     python_guest(None)?;
+    python_guest_for_package_tests()?;
     step(
         "unit tests (host), with a short fuzzing pass of the HTTP layer",
         cargo()
@@ -343,6 +344,7 @@ fn test() -> Result<()> {
     for (target, what) in [
         ("kvm", "daemon, client and hlctl"),
         ("python", "the Python guest"),
+        ("python_library", "the Python guest's library and packages"),
     ] {
         let binary = find_binary(&binaries, target)?;
         e2e_on_kvm(&binary, &format!("end-to-end: {what} on real KVM"))?;

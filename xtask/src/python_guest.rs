@@ -15,14 +15,30 @@ const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
 /// must match its runtime's Wasmtime).
 const HYPERLIGHT_WASM_AOT_VERSION: &str = "0.15.0";
 
-/// Builds the Python guest and returns the path of its compiled component, with the packages
-/// of guest/python/requirements.txt and of `extra_requirements` (pip's requirements format).
+/// Builds the Python guest in target/python-guest and returns the path of its compiled
+/// component, with the packages of guest/python/requirements.txt and of `extra_requirements`
+/// (pip's requirements format).
 pub fn python_guest(extra_requirements: Option<&Path>) -> Result<PathBuf> {
+    python_guest_in("python-guest", extra_requirements)
+}
+
+/// The packages the end-to-end tests build a second guest with (in target/python-guest-packages),
+/// to try `--requirements` with widely used pure-Python packages.
+const TEST_REQUIREMENTS: &str = "tests/python-packages.txt";
+
+/// Builds the guest the package tests use (target/python-guest-packages/python.aot).
+pub fn python_guest_for_package_tests() -> Result<PathBuf> {
+    let requirements = workspace_root()?.join(TEST_REQUIREMENTS);
+    python_guest_in("python-guest-packages", Some(&requirements))
+}
+
+/// Builds a guest in target/`name`. The build's tools stay in target/python-guest.
+fn python_guest_in(name: &str, extra_requirements: Option<&Path>) -> Result<PathBuf> {
     let root = workspace_root()?;
-    let out = vm::target_dir()?.join("python-guest");
+    let out = vm::target_dir()?.join(name);
     std::fs::create_dir_all(&out)?;
 
-    let venv = out.join("venv");
+    let venv = vm::target_dir()?.join("python-guest/venv");
     let componentize = venv.join("bin/componentize-py");
     if !componentize.exists() {
         step(
@@ -69,12 +85,22 @@ pub fn python_guest(extra_requirements: Option<&Path>) -> Result<PathBuf> {
     std::fs::create_dir_all(&app)?;
     let guest_dir = root.join("guest/python");
     std::fs::copy(guest_dir.join("runner.py"), app.join("runner.py"))?;
+    // Modules in place of C modules CPython's WASI build lacks, which packages import.
+    for stub in std::fs::read_dir(guest_dir.join("stubs"))? {
+        let stub = stub?;
+        std::fs::copy(stub.path(), app.join(stub.file_name()))?;
+    }
     let mut requirements = vec![guest_dir.join("requirements.txt")];
-    requirements.extend(extra_requirements.map(Path::to_path_buf));
+    if let Some(extra) = extra_requirements {
+        if !extra.is_file() {
+            bail!("{}: no such requirements file", extra.display());
+        }
+        requirements.push(std::path::absolute(extra)?);
+    }
     install_packages(&venv.join("bin/pip"), &requirements, &app)?;
     let component = out.join("python.wasm");
     step(
-        "python guest: componentize-py (CPython + runner.py)",
+        &format!("python guest: componentize-py (CPython + runner.py) into target/{name}"),
         Command::new(&componentize)
             .current_dir(&app)
             .arg("-d")
@@ -201,6 +227,13 @@ fn library(componentize: &Path, guest_dir: &Path, app: &Path, lib: &Path) -> Res
             "==> python guest: these modules do not compile and will not import:\n{failures}"
         );
     }
+    let broken = std::fs::read_to_string(export.join("import-failures.txt"))?;
+    if !broken.trim().is_empty() {
+        bail!(
+            "these packages do not import in the guest (the guest's CPython is built for WASI, \
+             without ctypes, sockets, processes or threads), and are refused:\n{broken}"
+        );
+    }
     let partial = lib.with_extension("tar.partial");
     let mut archive = tar::Builder::new(std::fs::File::create(&partial)?);
     append_tree(&mut archive, &export.join("image"), Path::new(""))?;
@@ -242,4 +275,21 @@ fn append_tree(archive: &mut tar::Builder<std::fs::File>, dir: &Path, prefix: &P
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn native_code_anywhere_in_the_tree_is_found_and_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let package = dir.path().join("fastjson/_speedups");
+        std::fs::create_dir_all(&package).unwrap();
+        std::fs::write(dir.path().join("fastjson/__init__.py"), "").unwrap();
+        assert_eq!(find_native_code(dir.path()).unwrap(), None);
+        let native = package.join("_core.cpython-314-x86_64-linux-gnu.so");
+        std::fs::write(&native, b"\x7fELF").unwrap();
+        assert_eq!(find_native_code(dir.path()).unwrap(), Some(native));
+    }
 }

@@ -40,6 +40,10 @@ impl Executor for StubExecutor {
             hypervisor: "stub".into(),
             warmed: true,
             stuck_workers: 0,
+            packages: BTreeMap::from([(
+                Language::Python,
+                BTreeMap::from([("sympy".to_owned(), "1.14.0".to_owned())]),
+            )]),
             sandboxes: BTreeMap::from([(
                 Language::Javascript,
                 SandboxCounts {
@@ -414,6 +418,7 @@ async fn health_reports_executor_state_and_versions() {
     assert_eq!(health.hypervisor, "stub");
     assert_eq!(health.sandboxes[&Language::Javascript].total, 2);
     assert_eq!(health.versions["hyperlightd"], "test");
+    assert_eq!(health.packages[&Language::Python]["sympy"], "1.14.0");
 }
 
 #[tokio::test]
@@ -508,6 +513,7 @@ impl Executor for WarmingExecutor {
             )]),
             warmed: self.warmed,
             stuck_workers: self.stuck_workers,
+            packages: BTreeMap::new(),
         }
     }
 }

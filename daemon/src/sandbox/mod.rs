@@ -86,6 +86,8 @@ pub struct StartError {
 pub struct HyperlightExecutor {
     hypervisor: String,
     pools: BTreeMap<Language, Pool>,
+    /// What health reports of each guest's packages (read once, at start).
+    packages: BTreeMap<Language, BTreeMap<String, String>>,
 }
 
 impl HyperlightExecutor {
@@ -114,7 +116,19 @@ impl HyperlightExecutor {
                 .map_err(|error| StartError { language, error })?;
             pools.insert(language, pool);
         }
-        Ok(HyperlightExecutor { hypervisor, pools })
+        let packages = settings
+            .python_library
+            .as_ref()
+            .map(|library| library.packages())
+            .filter(|packages| !packages.is_empty())
+            .map(|packages| (Language::Python, packages))
+            .into_iter()
+            .collect();
+        Ok(HyperlightExecutor {
+            hypervisor,
+            pools,
+            packages,
+        })
     }
 }
 
@@ -137,6 +151,7 @@ impl Executor for HyperlightExecutor {
                 .collect(),
             warmed: self.pools.values().all(Pool::warmed),
             stuck_workers: self.pools.values().map(Pool::stuck_workers).sum(),
+            packages: self.packages.clone(),
         }
     }
 }

@@ -40,6 +40,7 @@ impl Executor for Stub {
             )]),
             warmed: true,
             stuck_workers: 0,
+            packages: BTreeMap::new(),
         }
     }
 }

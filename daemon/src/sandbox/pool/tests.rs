@@ -186,6 +186,7 @@ fn metric(pool: &Pool, metrics: &Metrics, series: &str) -> f64 {
         sandboxes: BTreeMap::from([(Language::Javascript, pool.counts())]),
         warmed: pool.warmed(),
         stuck_workers: pool.stuck_workers(),
+        packages: BTreeMap::new(),
     };
     metrics
         .render(&health)

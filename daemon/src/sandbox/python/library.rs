@@ -8,6 +8,7 @@
 //! [`Library`] that every Python sandbox shares, and the guest sees its top-level directories as
 //! preopened directories (see `wasi/files.rs`). Nothing can write to it.
 
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -125,6 +126,28 @@ impl Library {
         (files, self.data.len())
     }
 
+    /// The packages installed beside the runner (each preopened directory's `*.dist-info`), by
+    /// name as published, with their versions: what `/v1/health` tells a model it may import.
+    pub fn packages(&self) -> BTreeMap<String, String> {
+        let mut packages = BTreeMap::new();
+        for &(_, dir) in self.preopens() {
+            let Node::Dir(entries) = &self.nodes[dir] else {
+                continue;
+            };
+            for (name, index) in entries {
+                if !name.ends_with(".dist-info") {
+                    continue;
+                }
+                let metadata = self.lookup(*index, "METADATA").ok();
+                let text = metadata.and_then(|m| self.file(m)).unwrap_or_default();
+                if let Some((name, version)) = name_and_version(&String::from_utf8_lossy(text)) {
+                    packages.insert(name, version);
+                }
+            }
+        }
+        packages
+    }
+
     /// The node `path` names, relative to the directory `from`. As in WASI: `.` and empty
     /// components are skipped, `..` may not climb above `from`, and no path is absolute.
     pub fn lookup(&self, from: usize, path: &str) -> Result<usize, Lookup> {
@@ -157,6 +180,19 @@ impl Library {
         }
         Ok(at)
     }
+}
+
+/// A package's `Name` and `Version` from its core metadata (email-style headers, which end at
+/// the first empty line).
+fn name_and_version(metadata: &str) -> Option<(String, String)> {
+    let header = |key: &str| {
+        metadata
+            .lines()
+            .take_while(|line| !line.is_empty())
+            .find_map(|line| line.strip_prefix(key)?.strip_prefix(':'))
+            .map(|value| value.trim().to_owned())
+    };
+    Some((header("Name")?, header("Version")?))
 }
 
 /// The names along a relative path with no `..` (a path in the archive).
@@ -296,6 +332,25 @@ mod tests {
         assert_eq!(lib.lookup(python, "os.py/"), Err(Lookup::NotDirectory));
         assert_eq!(lib.lookup(python, ""), Ok(python));
         assert_eq!(lib.size(), (3, "import sysx = 1run".len()));
+    }
+
+    #[test]
+    fn packages_are_read_from_their_metadata() {
+        let lib = library(&[
+            ("python/os.py", "import sys"),
+            (
+                "0/python_dateutil-2.9.0.post0.dist-info/METADATA",
+                "Metadata-Version: 2.1\nName: python-dateutil\nVersion: 2.9.0.post0\n\nName: not this\n",
+            ),
+            ("0/dateutil/__init__.py", ""),
+            ("0/broken-1.0.dist-info/METADATA", "Name: broken\n"),
+            ("0/runner.py", "run"),
+        ]);
+        let packages = lib.packages();
+        assert_eq!(
+            packages.into_iter().collect::<Vec<_>>(),
+            [("python-dateutil".to_owned(), "2.9.0.post0".to_owned())]
+        );
     }
 
     #[test]
