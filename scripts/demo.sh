@@ -1,14 +1,17 @@
 #!/bin/sh
 # Starts hyperlightd on a temporary socket, runs sample programs through hlctl, and stops it.
-# Usage: scripts/demo.sh BIN_DIR   (`./x demo` runs it on real KVM, in the VM if need be)
+# Usage: scripts/demo.sh BIN_DIR PYTHON_GUEST   (`./x demo` runs it on real KVM, in the VM if
+# need be)
 set -eu
 bin=$1
+python_guest=$2
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=$(mktemp -d)
 sock=$dir/hyperlightd.sock
 export HYPERLIGHTD_SOCKET=$sock
 
-"$bin/hyperlightd" --pool javascript=2 2>"$dir/daemon.log" &
+"$bin/hyperlightd" --pool javascript=2 --pool python=1 --python-guest "$python_guest" \
+    2>"$dir/daemon.log" &
 pid=$!
 trap 'kill "$pid" 2>/dev/null || true' EXIT
 
@@ -40,6 +43,15 @@ echo 'console.log("from stdin"); [1, 2, 3].map(x => x * 2)' | "$bin/hlctl" exec 
 run "$bin/hlctl" exec --lang js -e 'function f() { throw new TypeError("no such thing") } f()'
 run "$bin/hlctl" exec --lang js --timeout-ms 200 -e 'while (true) {}'
 run "$bin/hlctl" exec --json --lang js -e '"warm start"'
+
+# Python: CPython 3.14 with its standard library (the guest's library, read-only).
+run "$bin/hlctl" exec --lang py -e 'import sys; print(sys.version.split()[0]); sum(range(10))'
+# zoneinfo reads its time-zone data from the guest's library: slow under emulation.
+run "$bin/hlctl" exec --timeout-ms 30000 "$root/examples/report.py"
+run "$bin/hlctl" exec --lang py -e 'from pathlib import PurePath; import secrets, logging
+logging.basicConfig(level=logging.INFO); logging.info("token length %d", len(secrets.token_hex(8)))
+PurePath("/data/report.csv").suffix'
+run "$bin/hlctl" exec --lang py -e 'import json; json.loads("{broken")'
 
 echo
 echo "\$ kill -TERM hyperlightd"

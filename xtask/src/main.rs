@@ -417,6 +417,7 @@ fn list_tests(binary: &Path) -> Result<Vec<String>> {
 
 fn demo() -> Result<()> {
     build_daemon_and_hlctl()?;
+    let python = python_guest(None)?;
     let root = workspace_root()?;
     let bin = vm::target_dir()?.join("debug");
     on_kvm(
@@ -425,6 +426,7 @@ fn demo() -> Result<()> {
             "sh".into(),
             root.join("scripts/demo.sh").to_string_lossy().into_owned(),
             bin.to_string_lossy().into_owned(),
+            python.to_string_lossy().into_owned(),
         ],
         Duration::from_secs(600),
         &[],
