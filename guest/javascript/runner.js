@@ -13,8 +13,11 @@
 //           stream 1 = stdout, 2 = stderr.
 //
 // The program's result is the value of its last expression statement, as with `eval` (and as in a
-// notebook cell). Values JSON cannot carry (undefined, functions, symbols, BigInt, cycles) are
-// rendered as strings; undefined becomes null.
+// notebook cell); a promise is awaited. A program may use `await` at its top level: it then runs
+// as the body of an async function whose result is its last statement, if that is an
+// expression. After the program, its timers run (web.js) until none is left. Values JSON
+// cannot carry (undefined, functions, symbols, BigInt, cycles) are rendered as strings;
+// undefined becomes null.
 
 import * as hl from "hyperlightd";
 
@@ -220,21 +223,80 @@ const random = (() => {
 Math.random = function random_() { return random.next(); };
 Object.defineProperty(Math.random, "name", { value: "random" });
 
+// `code`, which has `await` at its top level, as the body of an async arrow function whose
+// result is the last statement, if that is an expression: the text to evaluate, or null if
+// the program does not parse even so. The arrow function starts on the program's first line,
+// so that line numbers stay the program's.
+function asyncProgram(code) {
+  let ast;
+  try {
+    ast = vendor.parse(code, { ecmaVersion: "latest", sourceType: "script", allowAwaitOutsideFunction: true });
+  } catch (_) {
+    return null;
+  }
+  const last = ast.body[ast.body.length - 1];
+  let body = code;
+  if (last !== undefined && last.type === "ExpressionStatement") {
+    const expression = code.slice(last.expression.start, last.expression.end);
+    body = code.slice(0, last.start) + "return (" + expression + ");" + code.slice(last.end);
+  }
+  return "(async () => {" + body + "\n})()";
+}
+
+// Evaluates the program: its value, or throws what it throws.
+function evaluateProgram(code) {
+  try {
+    return evaluate(programConsole, programPrint, code);
+  } catch (e) {
+    // Only a program that does not parse as a script may have top-level await.
+    const rewritten = isParseError(e) && /\bawait\b/.test(code) ? asyncProgram(code) : null;
+    if (rewritten === null) throw e;
+    return evaluate(programConsole, programPrint, rewritten);
+  }
+}
+
+function isThenable(value) {
+  return value !== null && (typeof value === "object" || typeof value === "function") &&
+    typeof value.then === "function";
+}
+
+// Awaits the program's value while its timers run, then replies. The loop ends early if the
+// program's promise rejects, as an unhandled rejection ends a Node process.
+async function settle(value, maxResultBytes) {
+  const state = { settled: !isThenable(value), failed: false, value: value };
+  if (!state.settled) {
+    Promise.resolve(value).then(
+      (v) => Object.assign(state, { settled: true, value: v }),
+      (e) => Object.assign(state, { settled: true, failed: true, value: e }),
+    );
+  }
+  try {
+    await runEventLoop(() => state.failed);
+  } catch (e) {
+    return failure("exception", e);
+  }
+  if (state.failed) return failure("exception", state.value);
+  if (!state.settled) {
+    return {
+      ok: false,
+      error: {
+        kind: "exception",
+        message: "the program's result is a promise that never settled: no timer or other " +
+          "work was left that could settle it",
+      },
+    };
+  }
+  return completed(state.value, maxResultBytes);
+}
+
 function handler(event) {
-  const code = event.code;
-  const maxResultBytes = event.max_result_bytes;
   random.seed(event.seed);
+  startClock();
   let value;
   try {
-    value = evaluate(programConsole, programPrint, code);
+    value = evaluateProgram(event.code);
   } catch (e) {
     return failure(isParseError(e) ? "syntax_error" : "exception", e);
   }
-  if (value !== null && typeof value === "object" && typeof value.then === "function") {
-    return Promise.resolve(value).then(
-      (v) => completed(v, maxResultBytes),
-      (e) => failure("exception", e),
-    );
-  }
-  return completed(value, maxResultBytes);
+  return settle(value, event.max_result_bytes);
 }

@@ -9,13 +9,17 @@
 //! - `python-guest`: build the Python guest (`target/python-guest/python.aot`): componentize-py
 //!   (from PyPI, in a virtualenv under `target/`) makes a WebAssembly component of CPython and
 //!   `guest/python/runner.py`, and hyperlight-wasm-aot (from crates.io) compiles it ahead of time;
+//! - `js-vendor`: rebuild the JavaScript guest's web APIs (`guest/javascript/web-apis.js`)
+//!   from npm with esbuild;
 //! - `kvm`: say whether this host's KVM can run Hyperlight guests directly.
 //!
 //! Every step runs under a time limit and a timeout names the step.
 
+mod js_vendor;
 mod python_guest;
 mod vm;
 
+use self::js_vendor::{check_js_vendor, js_vendor};
 use self::python_guest::{python_guest, python_guest_for_package_tests};
 
 use std::path::{Path, PathBuf};
@@ -64,6 +68,8 @@ enum Cmd {
     },
     /// Say whether this host's KVM can run Hyperlight guests directly.
     Kvm,
+    /// Rebuild guest/javascript/web-apis.js from the npm packages guest/javascript/vendor/ pins.
+    JsVendor,
     /// Build the Python guest, target/python-guest/python.aot, and its library,
     /// target/python-guest/python-lib.tar.
     PythonGuest {
@@ -102,6 +108,7 @@ fn main() -> ExitCode {
             println!("{}", path.display());
             ExitCode::SUCCESS
         }),
+        Cmd::JsVendor => js_vendor().map(|()| ExitCode::SUCCESS),
         Cmd::Kvm => {
             let where_ = guest_host();
             println!("{}", where_.describe());
@@ -316,6 +323,7 @@ fn build_daemon_and_hlctl() -> Result<()> {
 }
 
 fn test() -> Result<()> {
+    check_js_vendor()?;
     build_daemon_and_hlctl()?;
     python_guest(None)?;
     python_guest_for_package_tests()?;
@@ -343,6 +351,7 @@ fn test() -> Result<()> {
 
     for (target, what) in [
         ("kvm", "daemon, client and hlctl"),
+        ("javascript_apis", "the JavaScript guest's everyday APIs"),
         ("python", "the Python guest"),
         ("python_library", "the Python guest's library and packages"),
     ] {

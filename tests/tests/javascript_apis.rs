@@ -1,0 +1,244 @@
+//! End-to-end tests of the JavaScript guest's everyday APIs on a KVM that runs Hyperlight guests
+//! (the nested-KVM VM here): top-level `await`, timers and the event loop, `TextEncoder` and
+//! `TextDecoder`, `URL` and `URLSearchParams`, `structuredClone`, `crypto`, `performance`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use hyperlightd_client::{ErrorKind, ExecRequest, ExecResponse, ExecStatus, Language};
+use hyperlightd_e2e::{Daemon, STEP_LIMIT, within};
+use serde_json::{Value, json};
+
+fn js(code: &str) -> ExecRequest {
+    ExecRequest {
+        timeout_ms: Some(20_000),
+        ..ExecRequest::new(Language::Javascript, code)
+    }
+}
+
+async fn daemon() -> Daemon {
+    Daemon::start(&["--pool", "javascript=1"]).await
+}
+
+async fn run(daemon: &Daemon, request: ExecRequest) -> ExecResponse {
+    within("exec", STEP_LIMIT, daemon.client().exec(&request))
+        .await
+        .unwrap_or_else(|e| panic!("exec failed: {e}\ndaemon log:\n{}", daemon.log()))
+}
+
+/// Runs `code` and returns its result, failing unless it succeeded.
+async fn value(daemon: &Daemon, code: &str) -> Value {
+    let response = run(daemon, js(code)).await;
+    assert_eq!(response.status, ExecStatus::Ok, "{code}: {response:?}");
+    response.result
+}
+
+/// Runs `code` and returns its error's kind and message, failing if it succeeded.
+async fn error(daemon: &Daemon, code: &str) -> (ErrorKind, String) {
+    let response = run(daemon, js(code)).await;
+    assert_eq!(response.status, ExecStatus::Error, "{code}: {response:?}");
+    let error = response.error.unwrap();
+    (error.kind, error.message)
+}
+
+#[tokio::test]
+async fn top_level_await_awaits_and_its_last_expression_is_the_result() {
+    let daemon = daemon().await;
+    let code =
+        "const x = await new Promise((resolve) => setTimeout(() => resolve(41), 20));\nx + 1";
+    assert_eq!(value(&daemon, code).await, json!(42));
+    // Declarations, loops and a last statement that is not an expression.
+    let code = "let sum = 0;\nfor (const n of [1, 2, 3]) sum += await Promise.resolve(n);\nfunction twice(v) { return 2 * v }\nif (sum) { twice(sum) }";
+    assert_eq!(value(&daemon, code).await, Value::Null);
+    assert_eq!(
+        value(
+            &daemon,
+            "const [a, b] = await Promise.all([1, Promise.resolve(2)]);\n({ a, b })"
+        )
+        .await,
+        json!({ "a": 1, "b": 2 })
+    );
+
+    let (kind, message) = error(&daemon, "await Promise.reject(new RangeError('nope'))").await;
+    assert_eq!(
+        (kind, message.as_str()),
+        (ErrorKind::Exception, "RangeError: nope")
+    );
+    let response = run(&daemon, js("await null;\n\nthrow new Error('on line 3')")).await;
+    assert!(response.stderr.contains("<input>:3"), "{response:?}");
+    let (kind, _) = error(&daemon, "await (;").await;
+    assert_eq!(kind, ErrorKind::SyntaxError);
+    let (kind, message) = error(&daemon, "await new Promise(() => {})").await;
+    assert_eq!(kind, ErrorKind::Exception);
+    assert!(message.contains("never settled"), "{message}");
+    // `await` as a name still works in a script that does not use it as an operator.
+    assert_eq!(value(&daemon, "var await = 5; await * 2").await, json!(10));
+}
+
+#[tokio::test]
+async fn timers_run_in_order_after_promise_reactions_until_none_is_left() {
+    let daemon = daemon().await;
+    let code = r#"
+const order = [];
+setTimeout(() => order.push("timeout 20"), 20);
+setTimeout(() => order.push("timeout 0"), 0);
+queueMicrotask(() => order.push("microtask"));
+Promise.resolve().then(() => order.push("promise"));
+order.push("sync");
+await new Promise((resolve) => setTimeout(resolve, 40));
+order
+"#;
+    assert_eq!(
+        value(&daemon, code).await,
+        json!(["sync", "microtask", "promise", "timeout 0", "timeout 20"])
+    );
+
+    // An interval runs until cleared; each wait lasts as long as asked.
+    let code = r#"
+const start = performance.now();
+let ticks = 0;
+const id = setInterval(() => { ticks += 1; if (ticks === 3) clearInterval(id); }, 50);
+const cancelled = setTimeout(() => { ticks = -100 }, 10);
+clearTimeout(cancelled);
+await new Promise((resolve) => setTimeout(resolve, 300));
+({ ticks, waited: performance.now() - start >= 300 })
+"#;
+    assert_eq!(
+        value(&daemon, code).await,
+        json!({ "ticks": 3, "waited": true })
+    );
+
+    // Timers set by a program that returns at once still run, and print, before the reply.
+    let response = run(
+        &daemon,
+        js("setTimeout(() => console.log('later', 2), 30);\n'now'"),
+    )
+    .await;
+    assert_eq!(response.result, json!("now"), "{response:?}");
+    assert_eq!(response.stdout, "later 2\n");
+    let response = run(
+        &daemon,
+        js("queueMicrotask(() => console.log('micro'));\n1"),
+    )
+    .await;
+    assert_eq!(response.stdout, "micro\n", "{response:?}");
+
+    // A timer that throws fails the program, as an uncaught exception.
+    let (kind, message) = error(
+        &daemon,
+        "setTimeout(() => { throw new TypeError('in a timer') }, 5)",
+    )
+    .await;
+    assert_eq!(
+        (kind, message.as_str()),
+        (ErrorKind::Exception, "TypeError: in a timer")
+    );
+    let (kind, message) = error(&daemon, "setTimeout('code as a string', 5)").await;
+    assert_eq!(kind, ErrorKind::Exception);
+    assert!(
+        message.starts_with("TypeError: The callback must be a function"),
+        "{message}"
+    );
+
+    // An interval never cleared runs until the time limit; the next program starts clean.
+    let forever = ExecRequest {
+        timeout_ms: Some(1_000),
+        ..js("setInterval(() => console.log('tick'), 100)")
+    };
+    let response = run(&daemon, forever).await;
+    assert_eq!(response.status, ExecStatus::Timeout, "{response:?}");
+    assert!(response.stdout.starts_with("tick\n"), "{response:?}");
+    let response = run(
+        &daemon,
+        js("await new Promise((r) => setTimeout(r, 300));\n'clean'"),
+    )
+    .await;
+    assert_eq!(response.result, json!("clean"), "{response:?}");
+    assert_eq!(response.stdout, "", "no timer of the last program ran");
+}
+
+#[tokio::test]
+async fn text_url_clone_crypto_and_performance_work() {
+    let daemon = daemon().await;
+    let code = r#"
+const bytes = new TextEncoder().encode("héllo €");
+const url = new URL("../c/d?x=1&y=a%20b#top", "https://user@example.com:8443/a/b/");
+const params = new URLSearchParams({ q: "a b&c", n: "1" });
+params.append("n", "2");
+const original = { when: new Date(0), map: new Map([[1, { list: [1, 2] }]]), set: new Set(["s"]) };
+original.self = original;
+const copy = structuredClone(original);
+let cloneError;
+try { structuredClone(() => 1) } catch (e) { cloneError = e.name }
+({
+  encoded: Array.from(bytes),
+  decoded: new TextDecoder().decode(bytes),
+  url: [url.href, url.host, url.pathname, url.searchParams.get("y"), url.hash],
+  badUrl: (() => { try { new URL("not a url") } catch (e) { return e.name } })(),
+  params: [params.toString(), params.getAll("n")],
+  clone: [copy !== original, copy.self === copy, copy.when.getTime(), copy.map.get(1).list, [...copy.set]],
+  cloneError,
+  base64: [btoa("hi!"), atob("aGkh")],
+})
+"#;
+    assert_eq!(
+        value(&daemon, code).await,
+        json!({
+            "encoded": [104, 195, 169, 108, 108, 111, 32, 226, 130, 172],
+            "decoded": "héllo €",
+            "url": ["https://user@example.com:8443/a/c/d?x=1&y=a%20b#top", "example.com:8443", "/a/c/d", "a b", "#top"],
+            "badUrl": "TypeError",
+            "params": ["q=a+b%26c&n=1&n=2", ["1", "2"]],
+            "clone": [true, true, 0, [1, 2], ["s"]],
+            "cloneError": "DataCloneError",
+            "base64": ["aGkh", "hi!"],
+        })
+    );
+
+    let code = r#"
+const a = crypto.getRandomValues(new Uint8Array(64));
+const b = crypto.getRandomValues(new Uint32Array(16));
+const errors = [new Uint8Array(65537), new Float64Array(2)].map((array) => {
+  try { crypto.getRandomValues(array); return null } catch (e) { return e.name }
+});
+const t0 = performance.now();
+[
+  a.some((x) => x !== 0) && b.some((x) => x !== 0),
+  crypto.randomUUID(),
+  errors,
+  t0 >= 0 && performance.now() >= t0,
+  Math.abs(performance.timeOrigin + t0 - Date.now()) < 1000,
+]
+"#;
+    let first = value(&daemon, code).await;
+    let second = value(&daemon, code).await;
+    let uuid = |v: &Value| v[1].as_str().unwrap().to_owned();
+    for result in [&first, &second] {
+        assert_eq!(result[0], json!(true));
+        let id = uuid(result);
+        let shape: Vec<usize> = id.split('-').map(str::len).collect();
+        assert_eq!(shape, [8, 4, 4, 4, 12], "{id}");
+        assert_eq!(&id[14..15], "4", "version 4: {id}");
+        assert!("89ab".contains(&id[19..20]), "variant: {id}");
+        assert_eq!(
+            result[2],
+            json!(["QuotaExceededError", "TypeMismatchError"])
+        );
+        assert_eq!(result[3], json!(true));
+        assert_eq!(result[4], json!(true));
+    }
+    // Every request starts from the same snapshot, and still draws fresh entropy.
+    assert_ne!(uuid(&first), uuid(&second));
+}
+
+#[tokio::test]
+async fn the_everyday_apis_are_there_and_intl_is_not() {
+    let daemon = daemon().await;
+    let code = r#"
+const names = ["console", "JSON", "Math", "Promise", "Map", "Set", "Date", "RegExp", "Proxy",
+  "setTimeout", "setInterval", "clearTimeout", "clearInterval", "queueMicrotask", "TextEncoder",
+  "TextDecoder", "URL", "URLSearchParams", "structuredClone", "crypto", "performance", "atob",
+  "btoa", "DOMException", "Intl"];
+names.filter((name) => typeof globalThis[name] === "undefined")
+"#;
+    assert_eq!(value(&daemon, code).await, json!(["Intl"]));
+}
