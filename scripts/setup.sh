@@ -5,6 +5,7 @@
 #  - clang, for the QuickJS guest that hyperlight-js builds and the WebAssembly runtime guest
 #    that hyperlight-wasm builds;
 #  - python3 with venv, for componentize-py (from PyPI), which builds the Python guest;
+#  - node and npm, for the JavaScript guest's web APIs (npm packages bundled by esbuild);
 #  - qemu-system-x86, linux-image-amd64, busybox-static, cpio: the nested-KVM VM that
 #    `cargo xtask vm` boots where the host's own KVM cannot run Hyperlight guests.
 # Idempotent and quick when everything is already there.
@@ -22,6 +23,11 @@ done
 # componentize-py runs in a virtualenv under target/; Debian splits venv out of python3.
 if ! command -v python3 >/dev/null || ! python3 -m venv --help >/dev/null 2>&1; then
     missing+=(python3 python3-venv)
+fi
+# npm rebuilds the JavaScript guest's web APIs from their pinned packages (`cargo xtask test`
+# checks the bundle in guest/javascript/ is up to date).
+if ! command -v npm >/dev/null; then
+    missing+=(nodejs npm)
 fi
 if [ "${#missing[@]}" -gt 0 ]; then
     echo "setup: installing Debian packages: ${missing[*]}"
