@@ -12,12 +12,17 @@
 //!   same program in each language, taken in turns, each once the daemon's sandboxes are all
 //!   idle again (restored, and for Python primed); then each language back to back, where the
 //!   restore and priming are paid before the next request; and what a Python sandbox costs to
-//!   build.
+//!   build;
+//! - (g) the Python guest's library and packages: the same guest with an empty library (as
+//!   before the library), with the standard library, and a guest with packages; warm requests,
+//!   imports, sandbox build and host memory per sandbox (see python_library.rs).
 //!
 //! Prints a table and writes the figures as JSON. Run it where KVM runs Hyperlight guests:
 //! `cargo xtask bench` builds it in release mode and runs it in the nested-KVM VM if need be.
 
 #![forbid(unsafe_code)]
+
+mod python_library;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -61,9 +66,14 @@ struct Args {
     /// Daemon starts timed for (e).
     #[arg(long, default_value_t = 3)]
     starts: usize,
-    /// The compiled Python guest for (f); without it, (f) is not run and the table says so.
+    /// The compiled Python guest for (f) and (g); without it, neither is run and the table
+    /// says so.
     #[arg(long)]
     python_guest: Option<PathBuf>,
+    /// The Python guest built with sympy, networkx and python-dateutil, for (g); without it,
+    /// (g) is not run and the table says so.
+    #[arg(long)]
+    python_packages_guest: Option<PathBuf>,
     /// Extra arguments for the daemon (repeat), e.g. `--daemon-arg=--guest-heap-mib=16`.
     #[arg(long = "daemon-arg", allow_hyphen_values = true)]
     daemon_args: Vec<String>,
@@ -114,6 +124,8 @@ struct Report {
     daemon_start_to_ready: Latency,
     /// (f), when a Python guest was given.
     python: Option<PythonFigures>,
+    /// (g), when both Python guests were given.
+    python_library: Option<Vec<python_library::LibraryFigures>>,
     pool: usize,
     ratios: Ratios,
 }
@@ -244,6 +256,12 @@ fn main() -> Result<()> {
         }
         None => None,
     };
+    let python_library = match (&args.python_guest, &args.python_packages_guest) {
+        (Some(guest), Some(packages)) => {
+            Some(runtime.block_on(python_library::library_costs(&args, guest, packages))?)
+        }
+        _ => None,
+    };
 
     let per_s = |c: usize| -> f64 {
         throughput
@@ -271,6 +289,7 @@ fn main() -> Result<()> {
         node_process: node,
         daemon_start_to_ready: starts,
         python,
+        python_library,
         pool: args.pool,
     };
     print_table(&report);
@@ -350,14 +369,26 @@ fn direct_threads(threads: usize, requests: usize) -> Result<f64> {
 fn direct_runner(iterations: usize) -> Result<(Latency, Latency)> {
     let mut proto = SandboxBuilder::new().build()?;
     proto.register("hyperlightd", "write", |_stream: u8, _text: String| true)?;
+    let started = Instant::now();
+    proto.register("hyperlightd", "now", move |_: u8| {
+        started.elapsed().as_secs_f64() * 1e3
+    })?;
+    proto.register("hyperlightd", "sleep", |ms: f64| {
+        std::thread::sleep(Duration::from_secs_f64(ms.clamp(0.0, 100.0) / 1e3));
+    })?;
+    proto.register("hyperlightd", "random", |bytes: usize| {
+        "00".repeat(bytes.min(4096))
+    })?;
     let mut runtime = proto.load_runtime()?;
-    runtime.add_handler(
-        "run",
-        Script::from_content(include_str!("../../guest/javascript/runner.js")),
-    )?;
+    runtime.add_handler("run", Script::from_content(hyperlightd::JAVASCRIPT_RUNNER))?;
     let mut sandbox = runtime.get_loaded_sandbox()?;
     let snapshot = sandbox.snapshot()?;
-    let event = serde_json::json!({ "code": BODY, "max_result_bytes": 1 << 20 }).to_string();
+    let event = serde_json::json!({
+        "code": BODY,
+        "max_result_bytes": 1 << 20,
+        "seed": "0123456789abcdef0123456789abcdef",
+    })
+    .to_string();
     let mut calls = Vec::new();
     let mut restores = Vec::new();
     for i in 0..iterations + 20 {
@@ -653,6 +684,12 @@ fn print_table(r: &Report) {
             );
         }
         None => println!("\n(f) Python: NOT RUN (no --python-guest)"),
+    }
+    match &r.python_library {
+        Some(figures) => python_library::print(figures, row),
+        None => println!(
+            "\n(g) Python library: NOT RUN (needs --python-guest and --python-packages-guest)"
+        ),
     }
     let check = |ok: bool| if ok { "met" } else { "NOT met" };
     let ratios = &r.ratios;

@@ -9,6 +9,9 @@
 // The Python guest's generated bindings (sandbox::python) name `::alloc`.
 extern crate alloc;
 
+/// The JavaScript runner the daemon's sandboxes load (for the benchmark's direct runs).
+pub use self::sandbox::javascript::RUNNER as JAVASCRIPT_RUNNER;
+
 pub mod config;
 pub mod executor;
 pub mod http;

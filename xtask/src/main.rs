@@ -445,6 +445,7 @@ fn demo() -> Result<()> {
 
 fn bench(args: &[String]) -> Result<()> {
     let python = python_guest(None)?;
+    let packages = python_guest_for_package_tests()?;
     step(
         "release build of the daemon and the benchmark",
         cargo().args([
@@ -469,6 +470,8 @@ fn bench(args: &[String]) -> Result<()> {
         json.to_string_lossy().into_owned(),
         "--python-guest".into(),
         python.to_string_lossy().into_owned(),
+        "--python-packages-guest".into(),
+        packages.to_string_lossy().into_owned(),
     ];
     command.extend(args.iter().cloned());
     // Two host threads: the throughput row measures two requests running at once.

@@ -15,7 +15,7 @@ use super::watchdog::{self, Interrupt};
 /// the web APIs bundled from npm (`cargo xtask js-vendor`), those built on the host functions
 /// below (timers and the event loop, `crypto`, `performance`), then the runner itself, as one
 /// module.
-const RUNNER: &str = concat!(
+pub const RUNNER: &str = concat!(
     include_str!("../../../guest/javascript/web-apis.js"),
     "\n",
     include_str!("../../../guest/javascript/web.js"),
