@@ -367,7 +367,12 @@ fn direct_threads(threads: usize, requests: usize) -> Result<f64> {
 /// (a'): hyperlightd's runner in a sandbox with hyperlight-js's default sizes, called directly
 /// with the program: the runner's own cost, without the daemon.
 fn direct_runner(iterations: usize) -> Result<(Latency, Latency)> {
-    let mut proto = SandboxBuilder::new().build()?;
+    // The input buffer carries the runner when it is registered.
+    let input_buffer =
+        (2 * hyperlightd::JAVASCRIPT_RUNNER.len() + (64 << 10)).next_multiple_of(4096);
+    let mut proto = SandboxBuilder::new()
+        .with_guest_input_buffer_size(input_buffer)
+        .build()?;
     proto.register("hyperlightd", "write", |_stream: u8, _text: String| true)?;
     let started = Instant::now();
     proto.register("hyperlightd", "now", move |_: u8| {

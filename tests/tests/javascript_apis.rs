@@ -15,8 +15,10 @@ fn js(code: &str) -> ExecRequest {
     }
 }
 
+/// A daemon with one JavaScript sandbox and small requests (8 KiB bodies: the sandbox's input
+/// buffer must still hold the runner, 50 times larger, when it is registered).
 async fn daemon() -> Daemon {
-    Daemon::start(&["--pool", "javascript=1"]).await
+    Daemon::start(&["--pool", "javascript=1", "--max-body-bytes", "8192"]).await
 }
 
 async fn run(daemon: &Daemon, request: ExecRequest) -> ExecResponse {

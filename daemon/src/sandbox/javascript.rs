@@ -36,6 +36,16 @@ pub fn probe_hypervisor() -> Result<(), HyperlightError> {
     Ok(())
 }
 
+/// `sizes` with an input buffer that also carries the runner, once, when it is registered (at
+/// most twice its size, JSON-encoded), whatever the request limits: the input buffer holds six
+/// times the largest body.
+fn with_room_for_the_runner(sizes: GuestSizes) -> GuestSizes {
+    GuestSizes {
+        max_body_bytes: sizes.max_body_bytes.max((2 * RUNNER.len()).div_ceil(6)),
+        ..sizes
+    }
+}
+
 /// Builds JavaScript sandboxes.
 #[derive(Debug, Clone)]
 pub struct JavascriptFactory {
@@ -43,9 +53,12 @@ pub struct JavascriptFactory {
 }
 
 impl JavascriptFactory {
-    /// A factory whose sandboxes are built with `sizes`.
+    /// A factory whose sandboxes are built with `sizes`, their input buffer large enough for
+    /// the runner too.
     pub fn new(sizes: GuestSizes) -> Self {
-        JavascriptFactory { sizes }
+        JavascriptFactory {
+            sizes: with_room_for_the_runner(sizes),
+        }
     }
 }
 
@@ -199,6 +212,21 @@ mod tests {
         clock.sleep(f64::INFINITY);
         assert!(started.elapsed() < MAX_SLEEP * 2, "{:?}", started.elapsed());
         assert!(clock.elapsed_ms() >= 0.0);
+    }
+
+    #[test]
+    fn the_input_buffer_holds_the_runner_whatever_the_largest_body() {
+        let small = GuestSizes {
+            heap_bytes: 1 << 20,
+            max_body_bytes: 1,
+            max_result_bytes: 1,
+        };
+        assert!(with_room_for_the_runner(small).input_buffer() >= 2 * RUNNER.len());
+        let large = GuestSizes {
+            max_body_bytes: 64 << 20,
+            ..small
+        };
+        assert_eq!(with_room_for_the_runner(large), large);
     }
 
     #[test]
