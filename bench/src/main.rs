@@ -364,14 +364,18 @@ fn direct_threads(threads: usize, requests: usize) -> Result<f64> {
     Ok((per_thread * threads) as f64 / start.elapsed().as_secs_f64())
 }
 
-/// (a'): hyperlightd's runner in a sandbox with hyperlight-js's default sizes, called directly
+/// (a'): hyperlightd's runner in a sandbox with the daemon's default sizes, called directly
 /// with the program: the runner's own cost, without the daemon.
 fn direct_runner(iterations: usize) -> Result<(Latency, Latency)> {
-    // The input buffer carries the runner when it is registered.
+    // The daemon's default sizes: a 64 MiB heap, an input buffer that carries the runner when
+    // it is registered, and scratch for both and the runtime's own memory.
+    let heap: usize = 64 << 20;
     let input_buffer =
         (2 * hyperlightd::JAVASCRIPT_RUNNER.len() + (64 << 10)).next_multiple_of(4096);
     let mut proto = SandboxBuilder::new()
+        .with_guest_heap_size(heap as u64)
         .with_guest_input_buffer_size(input_buffer)
+        .with_guest_scratch_size(heap + input_buffer + (2 << 20) + (16 << 20))
         .build()?;
     proto.register("hyperlightd", "write", |_stream: u8, _text: String| true)?;
     let started = Instant::now();
