@@ -291,12 +291,12 @@ async function settle(value, maxResultBytes) {
 
 function handler(event) {
   random.seed(event.seed);
-  startClock();
   let value;
   try {
     value = evaluateProgram(event.code);
   } catch (e) {
     return failure(isParseError(e) ? "syntax_error" : "exception", e);
   }
+  if (!isThenable(value) && !hasPendingWork()) return completed(value, event.max_result_bytes);
   return settle(value, event.max_result_bytes);
 }
