@@ -159,7 +159,7 @@ async fn files_network_and_processes_are_python_exceptions() {
         ("import subprocess\nsubprocess.run(['ls'])", "OSError"),
         (
             "import bz2\nbz2.compress(b'x')",
-            "Bzip2Unavailable: bzip2 is not available in this guest",
+            "_bz2.Bzip2Unavailable: bzip2 is not available in this guest",
         ),
         (
             "import threading\nthreading.Thread(target=print).start()",
