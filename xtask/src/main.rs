@@ -383,7 +383,9 @@ fn e2e_on_kvm(binary: &Path, name: &str) -> Result<()> {
                 on_kvm(
                     &format!("{name} ({}/{})", i + 1, groups.len()),
                     &command,
-                    Duration::from_secs(420),
+                    // Five tests; the longest (importing sympy and networkx in a debug
+                    // daemon under emulation) takes over two minutes.
+                    Duration::from_secs(600),
                     &[],
                     vm::Tcg::Single,
                 )?;
