@@ -7,12 +7,12 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
-use hyperlightd_client::{Client, ExecRequest, ExecStatus, Language};
+use anyhow::{Context, Result};
+use hyperlightd_client::{Client, ExecRequest, Language};
 use serde::Serialize;
 
 use crate::{
-    Args, EXPECTED, Latency, PYTHON_BODY, histogram_totals, start_daemon, wait_until_idle,
+    Args, Latency, PYTHON_BODY, exec_checked, histogram_totals, start_daemon, wait_until_idle,
 };
 
 /// One guest and library to measure.
@@ -150,19 +150,10 @@ async fn timed(client: &Client, request: &ExecRequest, n: usize) -> Result<Laten
     for _ in 0..n {
         wait_until_idle(client).await?;
         let start = Instant::now();
-        exec_checked_python(client, request).await?;
+        exec_checked(client, request).await?;
         samples.push(start.elapsed());
     }
     Ok(Latency::of(samples))
-}
-
-/// Runs `request`, whose program ends with the value every benchmark program gives.
-async fn exec_checked_python(client: &Client, request: &ExecRequest) -> Result<()> {
-    let response = client.exec(request).await?;
-    if response.status != ExecStatus::Ok || response.result != serde_json::json!(EXPECTED) {
-        bail!("the daemon answered {response:?}");
-    }
-    Ok(())
 }
 
 /// A process's resident memory, in MiB.

@@ -101,14 +101,7 @@ fn python_guest_in(name: &str, extra_requirements: Option<&Path>) -> Result<Path
     let component = out.join("python.wasm");
     step(
         &format!("python guest: componentize-py (CPython + runner.py) into target/{name}"),
-        Command::new(&componentize)
-            .current_dir(&app)
-            .arg("-d")
-            .arg(guest_dir.join("wit/hyperlightd.wit"))
-            .args(["-w", "python", "componentize", "runner", "-p"])
-            .arg(&app)
-            .arg("-o")
-            .arg(&component),
+        &mut componentize_py(&componentize, &guest_dir, "runner", &[&app], &component),
         Duration::from_secs(600),
     )?;
     let compiled = out.join("python.aot");
@@ -122,6 +115,29 @@ fn python_guest_in(name: &str, extra_requirements: Option<&Path>) -> Result<Path
     )?;
     library(&componentize, &guest_dir, &app, &out.join("python-lib.tar"))?;
     Ok(compiled)
+}
+
+/// componentize-py building a component of the guest's WIT world whose app is `module`, found
+/// in `paths[0]` (where it runs), with `paths` as the interpreter's search path (the guest sees
+/// them as /0, /1, ...), into `output`.
+fn componentize_py(
+    componentize: &Path,
+    guest_dir: &Path,
+    module: &str,
+    paths: &[&Path],
+    output: &Path,
+) -> Command {
+    let mut command = Command::new(componentize);
+    command
+        .current_dir(paths[0])
+        .arg("-d")
+        .arg(guest_dir.join("wit/hyperlightd.wit"))
+        .args(["-w", "python", "componentize", module]);
+    for path in paths {
+        command.arg("-p").arg(path);
+    }
+    command.arg("-o").arg(output);
+    command
 }
 
 /// The CPython componentize-py builds the guest with: packages are resolved for it.
@@ -209,16 +225,13 @@ fn library(componentize: &Path, guest_dir: &Path, app: &Path, lib: &Path) -> Res
     )?;
     step(
         "python guest: export the library (standard library and packages, compiled)",
-        Command::new(componentize)
-            .current_dir(&export)
-            .arg("-d")
-            .arg(guest_dir.join("wit/hyperlightd.wit"))
-            .args(["-w", "python", "componentize", "library_export", "-p"])
-            .arg(&export)
-            .arg("-p")
-            .arg(app)
-            .arg("-o")
-            .arg(export.join("throwaway.wasm")),
+        &mut componentize_py(
+            componentize,
+            guest_dir,
+            "library_export",
+            &[&export, app],
+            &export.join("throwaway.wasm"),
+        ),
         Duration::from_secs(900),
     )?;
     let failures = std::fs::read_to_string(export.join("image-failures.txt"))?;
