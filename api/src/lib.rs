@@ -10,7 +10,10 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+pub mod openapi;
 
 /// Where the daemon listens unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/hyperlightd/hyperlightd.sock";
@@ -112,8 +115,25 @@ impl TryFrom<String> for Language {
     }
 }
 
+/// The canonical names only: the daemon also accepts the aliases `"js"` and `"py"`, which a
+/// generated client has no need of.
+impl JsonSchema for Language {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Language".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let names: Vec<&str> = Language::ALL.iter().map(|l| l.as_str()).collect();
+        schemars::json_schema!({
+            "description": "A guest language.",
+            "type": "string",
+            "enum": names,
+        })
+    }
+}
+
 /// Body of `POST /v1/exec`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExecRequest {
     /// Which guest runs the program.
@@ -143,7 +163,7 @@ impl ExecRequest {
 }
 
 /// How an execution ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ExecStatus {
     /// The program ran to completion.
@@ -167,7 +187,7 @@ impl ExecStatus {
 
 /// What kind of failure an [`ErrorBody`] reports. Agents can branch on it; the message is for
 /// people. Kinds the client does not know yet deserialize as [`ErrorKind::Unknown`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorKind {
     // Outcomes of a program (status 200, `status` "error" or "timeout").
@@ -209,12 +229,33 @@ pub enum ErrorKind {
     /// A fault in the daemon itself.
     Internal,
 
-    /// A kind this client version does not know.
+    /// A kind this client version does not know. The daemon never sends it.
     #[serde(other)]
+    #[schemars(skip)]
     Unknown,
 }
 
 impl ErrorKind {
+    /// Every kind the daemon sends (all but [`ErrorKind::Unknown`]).
+    pub const ALL: &'static [ErrorKind] = &[
+        ErrorKind::SyntaxError,
+        ErrorKind::Exception,
+        ErrorKind::Timeout,
+        ErrorKind::ResultTooLarge,
+        ErrorKind::OutOfMemory,
+        ErrorKind::SandboxFailure,
+        ErrorKind::ResourceLimit,
+        ErrorKind::InvalidRequest,
+        ErrorKind::PayloadTooLarge,
+        ErrorKind::NotFound,
+        ErrorKind::MethodNotAllowed,
+        ErrorKind::RequestTimeout,
+        ErrorKind::Overloaded,
+        ErrorKind::NoSandboxAvailable,
+        ErrorKind::ShuttingDown,
+        ErrorKind::Internal,
+    ];
+
     /// The name used on the wire.
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -246,7 +287,7 @@ impl fmt::Display for ErrorKind {
 }
 
 /// A failure: what kind, and a message that says what happened.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ErrorBody {
     /// Machine-readable kind.
     pub kind: ErrorKind,
@@ -265,14 +306,14 @@ impl ErrorBody {
 }
 
 /// Body of every 4xx/5xx answer: `{"error": {"kind": ..., "message": ...}}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ErrorResponse {
     /// What went wrong.
     pub error: ErrorBody,
 }
 
 /// Body of a 200 answer to `POST /v1/exec`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ExecResponse {
     /// How the execution ended.
     pub status: ExecStatus,
@@ -293,7 +334,7 @@ pub struct ExecResponse {
 }
 
 /// Body of `GET /v1/health` and its `live` and `ready` forms.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct HealthResponse {
     /// `"ok"` when every pool is at its size; `"starting"` while pools warm for the first time;
     /// `"degraded"` when a pool has fallen below its size (sandboxes being replaced);
@@ -317,6 +358,26 @@ pub struct HealthResponse {
     /// absent.
     #[serde(default)]
     pub packages: BTreeMap<Language, BTreeMap<String, String>>,
+    /// The limits every execution runs under, so that a client (an agent's tool description,
+    /// say) can state them.
+    pub limits: ExecLimits,
+}
+
+/// The limits every execution runs under.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ExecLimits {
+    /// Time limit of a request that names none, in milliseconds.
+    pub default_timeout_ms: u64,
+    /// Highest time limit a request may ask for, in milliseconds; higher ones are capped.
+    pub max_timeout_ms: u64,
+    /// Largest program, in bytes.
+    pub max_code_bytes: usize,
+    /// Cap on stdout and stderr together, in bytes; output past it is cut.
+    pub max_output_bytes: usize,
+    /// Largest result (the last expression's value, as JSON), in bytes.
+    pub max_result_bytes: usize,
+    /// Memory a program can allocate in each language's sandbox, in MiB.
+    pub memory_mib: BTreeMap<Language, u64>,
 }
 
 fn default_true() -> bool {
@@ -324,7 +385,7 @@ fn default_true() -> bool {
 }
 
 /// Sandbox counts for one language.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct SandboxCounts {
     /// Idle and ready to take a request.
     pub ready: usize,
@@ -373,24 +434,7 @@ mod tests {
 
     #[test]
     fn error_kind_wire_names_match_as_str() {
-        for kind in [
-            ErrorKind::SyntaxError,
-            ErrorKind::Exception,
-            ErrorKind::Timeout,
-            ErrorKind::ResultTooLarge,
-            ErrorKind::OutOfMemory,
-            ErrorKind::SandboxFailure,
-            ErrorKind::ResourceLimit,
-            ErrorKind::InvalidRequest,
-            ErrorKind::PayloadTooLarge,
-            ErrorKind::NotFound,
-            ErrorKind::MethodNotAllowed,
-            ErrorKind::RequestTimeout,
-            ErrorKind::Overloaded,
-            ErrorKind::NoSandboxAvailable,
-            ErrorKind::ShuttingDown,
-            ErrorKind::Internal,
-        ] {
+        for &kind in ErrorKind::ALL {
             let wire = serde_json::to_string(&kind).unwrap();
             assert_eq!(wire, format!("\"{}\"", kind.as_str()));
         }

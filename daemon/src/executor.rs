@@ -95,6 +95,8 @@ pub struct ExecutorHealth {
     pub stuck_workers: usize,
     /// Packages each language's guest offers beyond its standard library, name to version.
     pub packages: BTreeMap<Language, BTreeMap<String, String>>,
+    /// Memory a program can allocate in each served language's sandbox, in MiB.
+    pub memory_mib: BTreeMap<Language, u64>,
 }
 
 /// Runs jobs. Implemented by the Hyperlight executor, and by stubs in tests.

@@ -11,7 +11,8 @@ use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use hyper::{Method, Request, Response, StatusCode};
 use hyperlightd_api::{
-    ErrorBody, ErrorKind, ErrorResponse, ExecRequest, ExecResponse, HealthResponse, paths,
+    ErrorBody, ErrorKind, ErrorResponse, ExecLimits, ExecRequest, ExecResponse, HealthResponse,
+    paths,
 };
 use tracing::{Instrument, info, info_span, warn};
 
@@ -342,6 +343,14 @@ impl<E: Executor> Api<E> {
             versions: self.versions.clone(),
             sandboxes: health.sandboxes,
             packages: health.packages,
+            limits: ExecLimits {
+                default_timeout_ms: millis(self.limits.default_timeout),
+                max_timeout_ms: millis(self.limits.max_timeout),
+                max_code_bytes: self.limits.max_code_bytes,
+                max_output_bytes: self.limits.max_output_bytes,
+                max_result_bytes: self.limits.max_result_bytes,
+                memory_mib: health.memory_mib,
+            },
         };
         let up = match probe {
             Probe::Full => true,
@@ -392,6 +401,10 @@ fn known_path(path: &str) -> Option<&'static str> {
     ]
     .into_iter()
     .find(|known| *known == path)
+}
+
+fn millis(duration: std::time::Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn json_response<T: serde::Serialize>(status: StatusCode, body: &T) -> Response<Full<Bytes>> {

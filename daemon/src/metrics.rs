@@ -355,6 +355,7 @@ mod tests {
             warmed: true,
             stuck_workers: 0,
             packages: BTreeMap::new(),
+            memory_mib: BTreeMap::new(),
             sandboxes: BTreeMap::from([(
                 Language::Javascript,
                 SandboxCounts {

@@ -52,6 +52,7 @@ impl Executor for StubExecutor {
                     target: 2,
                 },
             )]),
+            memory_mib: BTreeMap::from([(Language::Javascript, 64)]),
         }
     }
 }
@@ -419,6 +420,16 @@ async fn health_reports_executor_state_and_versions() {
     assert_eq!(health.sandboxes[&Language::Javascript].total, 2);
     assert_eq!(health.versions["hyperlightd"], "test");
     assert_eq!(health.packages[&Language::Python]["sympy"], "1.14.0");
+    let limits = health.limits;
+    assert_eq!(
+        (limits.default_timeout_ms, limits.max_timeout_ms),
+        (5_000, 10_000)
+    );
+    assert_eq!(
+        (limits.max_code_bytes, limits.max_output_bytes),
+        (512, 1024)
+    );
+    assert_eq!(limits.memory_mib[&Language::Javascript], 64);
 }
 
 #[tokio::test]
@@ -514,6 +525,7 @@ impl Executor for WarmingExecutor {
             warmed: self.warmed,
             stuck_workers: self.stuck_workers,
             packages: BTreeMap::new(),
+            memory_mib: BTreeMap::new(),
         }
     }
 }
@@ -575,4 +587,48 @@ async fn readiness_and_liveness_answer_different_questions() {
     // The full health answers 200 whatever the state, for people and dashboards.
     let (status, _) = probe(true, 1, paths::HEALTH).await;
     assert_eq!(status, StatusCode::OK);
+}
+
+/// The OpenAPI document (api/openapi.json) lists, for `POST /v1/exec` and for any path, which
+/// status carries which error kinds; every refusal the daemon can make must be there.
+#[test]
+fn every_refusal_is_where_the_openapi_document_says() {
+    use hyperlightd_api::openapi::{ANY_PATH_REJECTIONS, EXEC_REJECTIONS};
+    let every = [
+        ApiError::InvalidRequest("x".into()),
+        ApiError::PayloadTooLarge { limit: 1 },
+        ApiError::BodyTimeout {
+            limit: Duration::from_secs(1),
+        },
+        ApiError::CodeTooLarge { size: 2, limit: 1 },
+        ApiError::NotFound("/x".into()),
+        ApiError::MethodNotAllowed {
+            method: Method::PUT,
+            path: paths::EXEC,
+        },
+        ApiError::ShuttingDown,
+        ApiError::Exec(ExecError::Overloaded {
+            language: Language::Python,
+            queued: 1,
+        }),
+        ApiError::Exec(ExecError::NoSandboxAvailable {
+            language: Language::Python,
+            timeout: Duration::from_secs(1),
+        }),
+        ApiError::Exec(ExecError::LanguageNotServed(Language::Python)),
+        ApiError::Exec(ExecError::PoolGone(Language::Python)),
+        ApiError::Exec(ExecError::Internal("x".into())),
+        ApiError::Internal("x".into()),
+    ];
+    for error in every {
+        let (status, kind) = error.status();
+        let documented = EXEC_REJECTIONS
+            .iter()
+            .chain(ANY_PATH_REJECTIONS)
+            .any(|r| r.status == status.as_u16() && r.kinds.contains(&kind));
+        assert!(
+            documented,
+            "{error:?} answers {status} {kind}, which api/src/openapi.rs does not list"
+        );
+    }
 }

@@ -88,6 +88,8 @@ pub struct HyperlightExecutor {
     pools: BTreeMap<Language, Pool>,
     /// What health reports of each guest's packages (read once, at start).
     packages: BTreeMap<Language, BTreeMap<String, String>>,
+    /// Each pool's guest heap, in MiB.
+    memory_mib: BTreeMap<Language, u64>,
 }
 
 impl HyperlightExecutor {
@@ -103,7 +105,9 @@ impl HyperlightExecutor {
     ) -> Result<Self, StartError> {
         let watchdog = Watchdog::new(runtime);
         let mut pools = BTreeMap::new();
+        let mut memory_mib = BTreeMap::new();
         for (&language, &size) in sizes {
+            memory_mib.insert(language, settings.sizes(language).heap_bytes >> 20);
             let config = PoolConfig {
                 language,
                 size,
@@ -128,6 +132,7 @@ impl HyperlightExecutor {
             hypervisor,
             pools,
             packages,
+            memory_mib,
         })
     }
 }
@@ -152,6 +157,7 @@ impl Executor for HyperlightExecutor {
             warmed: self.pools.values().all(Pool::warmed),
             stuck_workers: self.pools.values().map(Pool::stuck_workers).sum(),
             packages: self.packages.clone(),
+            memory_mib: self.memory_mib.clone(),
         }
     }
 }

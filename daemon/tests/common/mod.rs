@@ -41,6 +41,7 @@ impl Executor for Stub {
             warmed: true,
             stuck_workers: 0,
             packages: BTreeMap::new(),
+            memory_mib: BTreeMap::new(),
         }
     }
 }

@@ -187,6 +187,7 @@ fn metric(pool: &Pool, metrics: &Metrics, series: &str) -> f64 {
         warmed: pool.warmed(),
         stuck_workers: pool.stuck_workers(),
         packages: BTreeMap::new(),
+        memory_mib: BTreeMap::new(),
     };
     metrics
         .render(&health)

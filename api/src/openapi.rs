@@ -1,0 +1,361 @@
+//! The API's contract as an OpenAPI 3.1 document, generated from the wire types of this crate.
+//!
+//! The schemas come from the types themselves (`schemars`, whose JSON Schema 2020-12 is
+//! OpenAPI 3.1's dialect): a field added to a wire type changes [`document`], and the unit test
+//! below fails until `api/openapi.json` is regenerated (`cargo xtask openapi`). What the types
+//! cannot say (paths, methods, status codes, which error kinds each status carries) is written
+//! here, in one table per path, and checked against the daemon's error-to-status mapping by the
+//! daemon's own tests and against its real answers by the end-to-end suite.
+
+use schemars::generate::{SchemaGenerator, SchemaSettings};
+use serde_json::{Map, Value, json};
+
+use crate::{ErrorKind, ErrorResponse, ExecRequest, ExecResponse, HealthResponse, paths};
+
+/// Where the document lives, relative to the workspace root.
+pub const DOCUMENT_PATH: &str = "api/openapi.json";
+
+/// The kinds an [`ExecResponse`]'s `error` carries in a 200 answer: what became of a program
+/// that ran.
+pub const OUTCOME_KINDS: &[ErrorKind] = &[
+    ErrorKind::SyntaxError,
+    ErrorKind::Exception,
+    ErrorKind::Timeout,
+    ErrorKind::ResultTooLarge,
+    ErrorKind::OutOfMemory,
+    ErrorKind::SandboxFailure,
+    ErrorKind::ResourceLimit,
+];
+
+/// The refusals of `POST /v1/exec`: each status with the error kinds it carries and when.
+pub const EXEC_REJECTIONS: &[Rejection] = &[
+    Rejection {
+        status: 400,
+        kinds: &[ErrorKind::InvalidRequest],
+        when: "Malformed JSON, a missing or unknown field, an unknown language, or a language this \
+               daemon has no pool for. Nothing ran.",
+    },
+    Rejection {
+        status: 408,
+        kinds: &[ErrorKind::RequestTimeout],
+        when: "The body did not arrive within the daemon's limit; the connection is closed.",
+    },
+    Rejection {
+        status: 413,
+        kinds: &[ErrorKind::PayloadTooLarge],
+        when: "The body, or the code in it, is larger than the daemon accepts.",
+    },
+    Rejection {
+        status: 500,
+        kinds: &[ErrorKind::Internal],
+        when: "A fault in the daemon.",
+    },
+    Rejection {
+        status: 503,
+        kinds: &[
+            ErrorKind::Overloaded,
+            ErrorKind::NoSandboxAvailable,
+            ErrorKind::ShuttingDown,
+        ],
+        when: "Nothing ran: every sandbox busy and the queue full (overloaded), no sandbox became \
+               free within the request's time limit (no_sandbox_available), or the daemon is \
+               draining (shutting_down). Retry after the Retry-After header's seconds.",
+    },
+];
+
+/// Refusals any path can answer, whatever its operations.
+pub const ANY_PATH_REJECTIONS: &[Rejection] = &[
+    Rejection {
+        status: 404,
+        kinds: &[ErrorKind::NotFound],
+        when: "No such path.",
+    },
+    Rejection {
+        status: 405,
+        kinds: &[ErrorKind::MethodNotAllowed],
+        when: "The path exists, not with this method.",
+    },
+];
+
+/// A status code the daemon refuses a request with, and the error kinds its body carries.
+#[derive(Debug, Clone, Copy)]
+pub struct Rejection {
+    /// The HTTP status code.
+    pub status: u16,
+    /// The `error.kind`s an answer with this status carries.
+    pub kinds: &'static [ErrorKind],
+    /// When the daemon answers so.
+    pub when: &'static str,
+}
+
+/// The OpenAPI 3.1 document of the API.
+pub fn document() -> Value {
+    let mut schemas = Map::new();
+    // A request is read by the daemon, a response written: each is described as that side
+    // sees it (a field with a default is optional to send, always present when received).
+    let mut requests = generator(SchemaSettings::draft2020_12().for_deserialize());
+    requests.subschema_for::<ExecRequest>();
+    schemas.extend(requests.take_definitions(true));
+    let mut responses = generator(SchemaSettings::draft2020_12().for_serialize());
+    responses.subschema_for::<ExecResponse>();
+    responses.subschema_for::<HealthResponse>();
+    responses.subschema_for::<ErrorResponse>();
+    schemas.extend(responses.take_definitions(true));
+
+    json!({
+        "openapi": "3.1.0",
+        "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
+        "info": info(),
+        "servers": [{
+            "url": "http://localhost",
+            "description": "HTTP/1.1 over the daemon's Unix socket (by default \
+                /run/hyperlightd/hyperlightd.sock, or HYPERLIGHTD_SOCKET); the host name is not \
+                used."
+        }],
+        "paths": {
+            paths::EXEC: { "post": exec_operation() },
+            paths::HEALTH: { "get": health_operation(
+                "health", "The daemon's health. Always 200 while the daemon answers.", false) },
+            paths::HEALTH_LIVE: { "get": health_operation(
+                "healthLive",
+                "Liveness: 200 while the daemon works, warming or not; 503 when a guest the \
+                 hypervisor does not give back holds a worker (only a restart frees it).",
+                true) },
+            paths::HEALTH_READY: { "get": health_operation(
+                "healthReady",
+                "Readiness: 200 when every pool is at its size and the daemon is not stopping; \
+                 503 while warming, replacing sandboxes, or draining.",
+                true) },
+            paths::METRICS: { "get": metrics_operation() },
+        },
+        "components": {
+            "schemas": schemas,
+            "headers": {
+                "RequestId": {
+                    "description": "The request's id, as in the daemon's logs.",
+                    "schema": { "type": "integer", "minimum": 1 }
+                },
+                "RetryAfter": {
+                    "description": "Seconds to wait before sending the same request again.",
+                    "schema": { "type": "integer", "minimum": 0 }
+                }
+            },
+            "responses": ANY_PATH_REJECTIONS.iter()
+                .map(|r| (response_name(r.status).to_owned(), rejection_response(r)))
+                .collect::<Map<_, _>>(),
+        }
+    })
+}
+
+fn generator(settings: SchemaSettings) -> SchemaGenerator {
+    settings
+        .with(|s| {
+            s.definitions_path = "/components/schemas".into();
+            s.meta_schema = None;
+        })
+        .into_generator()
+}
+
+fn info() -> Value {
+    json!({
+        "title": "hyperlightd",
+        "version": env!("CARGO_PKG_VERSION"),
+        "license": { "name": "Apache-2.0", "identifier": "Apache-2.0" },
+        "summary": "Run untrusted JavaScript and Python in warm Hyperlight micro-VMs.",
+        "description": "Every answer carries an x-request-id header. A request the daemon \
+            refuses is answered 4xx/5xx with an ErrorResponse body whose error.kind says why; \
+            any path can answer 404 (components.responses.NotFound) and 405 \
+            (components.responses.MethodNotAllowed). A request head over the daemon's header \
+            limit is answered 431 with no body, by the HTTP layer. A program that ran is \
+            answered 200 whatever became of it: its status and error say."
+    })
+}
+
+fn exec_operation() -> Value {
+    let mut responses = Map::new();
+    responses.insert(
+        "200".into(),
+        json!({
+            "description": "The program ran; `status` says how it ended, and `error.kind` \
+                (when not ok) is one of the outcome kinds.",
+            "headers": { "x-request-id": { "$ref": "#/components/headers/RequestId" } },
+            "content": { "application/json": { "schema": {
+                "allOf": [
+                    { "$ref": "#/components/schemas/ExecResponse" },
+                    { "properties": { "error": { "anyOf": [
+                        { "type": "null" },
+                        { "properties": { "kind": { "enum": names(OUTCOME_KINDS) } } }
+                    ] } } }
+                ]
+            } } }
+        }),
+    );
+    for rejection in EXEC_REJECTIONS {
+        responses.insert(rejection.status.to_string(), rejection_response(rejection));
+    }
+    json!({
+        "operationId": "exec",
+        "summary": "Run a program",
+        "description": "Runs the program in a warm sandbox of its language, which is restored \
+            to a clean snapshot before its next use. The result convention: the value of the \
+            program's last expression statement is `result`, as JSON.",
+        "requestBody": {
+            "required": true,
+            "content": { "application/json": {
+                "schema": { "$ref": "#/components/schemas/ExecRequest" }
+            } }
+        },
+        "responses": responses,
+    })
+}
+
+fn health_operation(id: &str, description: &str, unavailable: bool) -> Value {
+    let body = json!({
+        "headers": { "x-request-id": { "$ref": "#/components/headers/RequestId" } },
+        "content": { "application/json": {
+            "schema": { "$ref": "#/components/schemas/HealthResponse" }
+        } }
+    });
+    let with = |description: &str| {
+        let mut response = body.clone();
+        response["description"] = description.into();
+        response
+    };
+    let mut responses = Map::new();
+    responses.insert("200".into(), with("Up."));
+    if unavailable {
+        responses.insert("503".into(), with("Down; the body says why."));
+    }
+    json!({
+        "operationId": id,
+        "summary": description.split(':').next().unwrap_or(description),
+        "description": description,
+        "responses": responses,
+    })
+}
+
+fn metrics_operation() -> Value {
+    json!({
+        "operationId": "metrics",
+        "summary": "Prometheus metrics",
+        "description": "The daemon's metrics in the Prometheus text exposition format 0.0.4.",
+        "responses": { "200": {
+            "description": "The metrics.",
+            "headers": { "x-request-id": { "$ref": "#/components/headers/RequestId" } },
+            "content": { "text/plain": { "schema": { "type": "string" } } }
+        } }
+    })
+}
+
+fn rejection_response(rejection: &Rejection) -> Value {
+    let mut headers = json!({ "x-request-id": { "$ref": "#/components/headers/RequestId" } });
+    if rejection.status == 503 {
+        headers["Retry-After"] = json!({ "$ref": "#/components/headers/RetryAfter" });
+    }
+    json!({
+        "description": rejection.when,
+        "headers": headers,
+        "content": { "application/json": { "schema": {
+            "allOf": [
+                { "$ref": "#/components/schemas/ErrorResponse" },
+                { "properties": { "error": { "properties": {
+                    "kind": { "enum": names(rejection.kinds) }
+                } } } }
+            ]
+        } } }
+    })
+}
+
+fn response_name(status: u16) -> &'static str {
+    match status {
+        404 => "NotFound",
+        405 => "MethodNotAllowed",
+        _ => "Rejected",
+    }
+}
+
+fn names(kinds: &[ErrorKind]) -> Vec<&'static str> {
+    kinds.iter().map(|k| k.as_str()).collect()
+}
+
+/// The schema an answer to `method path` with `status` must match, and whether it is JSON, as
+/// the document says; `None` when the document does not list that answer.
+pub fn response_schema(document: &Value, method: &str, path: &str, status: u16) -> Option<Value> {
+    let any_path = ANY_PATH_REJECTIONS.iter().find(|r| r.status == status);
+    let response = match any_path {
+        Some(r) => &document["components"]["responses"][response_name(r.status)],
+        None => &document["paths"][path][method.to_ascii_lowercase()]["responses"]
+            [status.to_string()],
+    };
+    let content = response.get("content")?.as_object()?;
+    content.values().next().map(|media| media["schema"].clone())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn the_checked_in_document_is_the_one_the_wire_types_generate() {
+        let checked_in: Value = serde_json::from_str(include_str!("../openapi.json"))
+            .expect("api/openapi.json is JSON");
+        assert!(
+            checked_in == document(),
+            "{DOCUMENT_PATH} does not describe the wire types as they are (a field added, \
+             removed or changed?): regenerate it with `cargo xtask openapi` and commit it"
+        );
+    }
+
+    #[test]
+    fn every_error_kind_is_in_the_document_and_each_has_a_status() {
+        let doc = document();
+        let schema = &doc["components"]["schemas"]["ErrorKind"];
+        let documented: Vec<&str> = schema["oneOf"]
+            .as_array()
+            .expect("ErrorKind is a oneOf of documented constants")
+            .iter()
+            .map(|variant| variant["const"].as_str().expect("a constant"))
+            .collect();
+        let mut placed: Vec<&str> = names(OUTCOME_KINDS);
+        for r in EXEC_REJECTIONS.iter().chain(ANY_PATH_REJECTIONS) {
+            placed.extend(names(r.kinds));
+        }
+        placed.sort_unstable();
+        let mut sorted = documented.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, placed, "every kind has exactly one place");
+        assert_eq!(ErrorKind::ALL.len(), documented.len());
+    }
+
+    #[test]
+    fn wire_types_gaining_a_field_changes_the_document() {
+        // The schema of a response lists its fields as required: a client generated from the
+        // document relies on them.
+        let doc = document();
+        let exec = &doc["components"]["schemas"]["ExecResponse"];
+        let required: Vec<&str> = exec["required"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        for field in ["status", "stdout", "stderr", "truncated", "result", "error"] {
+            assert!(required.contains(&field), "{field} in {required:?}");
+        }
+        let request = &doc["components"]["schemas"]["ExecRequest"];
+        assert_eq!(request["additionalProperties"], json!(false));
+        assert_eq!(request["required"], json!(["language", "code"]));
+    }
+
+    #[test]
+    fn response_schema_finds_operations_and_any_path_refusals() {
+        let doc = document();
+        assert!(response_schema(&doc, "POST", paths::EXEC, 200).is_some());
+        assert!(response_schema(&doc, "POST", paths::EXEC, 503).is_some());
+        assert!(response_schema(&doc, "GET", "/nowhere", 404).is_some());
+        assert!(response_schema(&doc, "GET", paths::HEALTH, 503).is_none());
+        assert!(response_schema(&doc, "POST", paths::EXEC, 418).is_none());
+    }
+}
