@@ -21,6 +21,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod tool;
+
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -45,8 +47,8 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(90);
 const EXEC_MARGIN: Duration = Duration::from_secs(15);
 
 pub use hyperlightd_api::{
-    DEFAULT_SOCKET, ErrorBody, ErrorKind, ExecRequest, ExecResponse, ExecStatus, HealthResponse,
-    Language, SOCKET_ENV, SandboxCounts,
+    DEFAULT_SOCKET, ErrorBody, ErrorKind, ExecLimits, ExecRequest, ExecResponse, ExecStatus,
+    HealthResponse, Language, SOCKET_ENV, SandboxCounts,
 };
 
 /// What can go wrong talking to the daemon.

@@ -8,6 +8,8 @@
 
 #![forbid(unsafe_code)]
 
+mod mcp;
+
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -74,6 +76,14 @@ enum Command {
         #[arg(long)]
         live: bool,
     },
+    /// Serve the run_code tool over the Model Context Protocol on stdin/stdout, for MCP hosts
+    /// (agent frameworks, IDEs). Runs until the host closes stdin.
+    Mcp {
+        /// Characters of output (stdout, stderr and result together) a tool result keeps; the
+        /// middle of longer output is cut, its start and end kept.
+        #[arg(long, value_name = "CHARS", default_value_t = hyperlightd_client::tool::DEFAULT_OUTPUT_BUDGET)]
+        output_budget: usize,
+    },
 }
 
 fn main() -> ExitCode {
@@ -106,6 +116,13 @@ fn main() -> ExitCode {
                 exec(&client, lang, code, file, limits, json).await
             }
             Command::Health { live } => health(&client, live).await,
+            Command::Mcp { output_budget } => match mcp::serve(client, output_budget).await {
+                Ok(()) => exit::OK,
+                Err(message) => {
+                    eprintln!("hlctl mcp: {message}");
+                    exit::USAGE
+                }
+            },
         }
     });
     ExitCode::from(code)

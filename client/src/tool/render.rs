@@ -1,0 +1,305 @@
+//! What the model reads: the tool's description, the rendering of a result, output cut to a
+//! character budget, and advice for every kind of failure.
+
+use std::fmt::Write as _;
+
+use hyperlightd_api::{ErrorKind, Language};
+use serde_json::Value;
+
+use super::{DaemonFacts, ToolOutput, ToolStatus};
+
+/// Advice when the daemon cannot be reached.
+pub(super) const UNREACHABLE: &str = "Nothing ran: the code execution service is not reachable \
+    right now. Try the same call again in a little while; if it keeps failing, tell the user that \
+    code execution is unavailable.";
+
+/// Advice when the request was sent and its answer lost.
+pub(super) const ANSWER_LOST: &str = "The answer was lost on the way back; the program may or \
+    may not have run. Run it again only if running it twice does no harm.";
+
+/// What the rendering of one result needs besides the result.
+#[derive(Debug)]
+pub(super) struct Context<'a> {
+    pub facts: &'a DaemonFacts,
+    /// The language the program was in, when it ran.
+    pub language: Option<Language>,
+    /// The time limit it ran under, when known.
+    pub timeout_ms: Option<u64>,
+}
+
+/// The tool's description for a model.
+pub(super) fn description(facts: &DaemonFacts) -> String {
+    let mut text = String::from(
+        "Run a program in a fresh, isolated micro-VM and get back what it printed and the \
+         value of its last expression. Like a notebook cell: the value of the program's last \
+         expression statement comes back as `result` (as JSON); print() / console.log() go to \
+         stdout; an uncaught exception comes back as an error with its traceback in stderr. \
+         Every call starts from a clean interpreter: nothing carries over from earlier calls, \
+         so include every import and definition the program needs. There is no network and \
+         no host filesystem (files cannot be read or written), and no processes or threads.",
+    );
+    for language in &facts.languages {
+        text.push(' ');
+        text.push_str(&language_note(*language, facts));
+    }
+    if let Some(limits) = &facts.limits {
+        let memory: Vec<String> = facts
+            .languages
+            .iter()
+            .filter_map(|l| Some(format!("{} MiB ({l})", limits.memory_mib.get(l)?)))
+            .collect();
+        let _ = write!(
+            text,
+            " Limits: {} s per run unless timeout_ms asks for more (at most {} s); memory {}; \
+             output {} KiB (past it, output is cut); result {} KiB; code {} KiB.",
+            seconds(limits.default_timeout_ms),
+            seconds(limits.max_timeout_ms),
+            if memory.is_empty() { "bounded".to_owned() } else { memory.join(", ") },
+            limits.max_output_bytes / 1024,
+            limits.max_result_bytes / 1024,
+            limits.max_code_bytes / 1024,
+        );
+    }
+    text
+}
+
+fn language_note(language: Language, facts: &DaemonFacts) -> String {
+    match language {
+        Language::Python => {
+            let mut note = String::from(
+                "python: CPython 3.14 with its standard library (json, re, math, statistics, \
+                 datetime, collections, itertools, decimal, csv and the rest; absent: ctypes, \
+                 ssl, lzma, starting processes or threads)",
+            );
+            match facts.packages.get(&Language::Python) {
+                Some(packages) if !packages.is_empty() => {
+                    let list: Vec<String> =
+                        packages.iter().map(|(n, v)| format!("{n} {v}")).collect();
+                    let _ = write!(note, "; packages: {}", list.join(", "));
+                }
+                _ => note.push_str("; no third-party packages (no numpy, no pandas)"),
+            }
+            note.push('.');
+            note
+        }
+        Language::Javascript => "javascript: QuickJS (modern ECMAScript, top-level await) with \
+            console, setTimeout/setInterval, Promise, URL, TextEncoder/TextDecoder, \
+            structuredClone, atob/btoa and crypto.getRandomValues; no Node.js modules \
+            (no require, no fs), no fetch, no Intl."
+            .to_owned(),
+    }
+}
+
+fn seconds(ms: u64) -> String {
+    let s = ms as f64 / 1000.0;
+    if s.fract() == 0.0 {
+        format!("{s:.0}")
+    } else {
+        format!("{s}")
+    }
+}
+
+/// What to do about a failure of `kind`.
+pub(super) fn advice(kind: ErrorKind, context: &Context<'_>) -> String {
+    let limits = context.facts.limits.as_ref();
+    match kind {
+        ErrorKind::SyntaxError => "The program does not parse. Fix the syntax at the place the \
+            message names and run it again."
+            .to_owned(),
+        ErrorKind::Exception => "The program raised an exception. Read the message and the \
+            traceback in stderr, fix the code, and run it again."
+            .to_owned(),
+        ErrorKind::Timeout => {
+            let ran = context
+                .timeout_ms
+                .map_or(String::new(), |ms| format!(" of {ms} ms"));
+            let max = limits.map_or(String::new(), |l| {
+                format!(" (at most {} ms)", l.max_timeout_ms)
+            });
+            format!(
+                "The program ran past its time limit{ran} and was stopped; output printed before \
+                 that is kept. Make it faster (less work, smaller inputs, no endless loop), or \
+                 pass a larger timeout_ms{max} if the work really takes that long."
+            )
+        }
+        ErrorKind::OutOfMemory => {
+            let memory = context
+                .language
+                .and_then(|l| limits?.memory_mib.get(&l).copied())
+                .map_or(String::new(), |mib| format!(" ({mib} MiB)"));
+            format!(
+                "The program used more memory than its sandbox has{memory} (deep recursion \
+                 counts too). Use less: process data in pieces, avoid building huge lists or \
+                 strings, recurse less deeply."
+            )
+        }
+        ErrorKind::ResultTooLarge => "The last expression's value is too large to return. \
+            End the program with a smaller value (a summary, a count, the first items) or print \
+            what matters."
+            .to_owned(),
+        ErrorKind::SandboxFailure => "The micro-VM failed under the program (a guest crash). \
+            The next run gets a fresh one; simplify what the program does if it happens again."
+            .to_owned(),
+        ErrorKind::ResourceLimit => "The program used up a limit of the host (the message says \
+            which) and was stopped. Do the same work with fewer of that resource."
+            .to_owned(),
+        ErrorKind::InvalidRequest => "The service refused the request as invalid (the message \
+            says why); nothing ran. Fix the arguments and call again."
+            .to_owned(),
+        ErrorKind::PayloadTooLarge => {
+            let max = limits.map_or(String::new(), |l| {
+                format!(" (at most {} bytes)", l.max_code_bytes)
+            });
+            format!("The code is too large{max}; nothing ran. Send a shorter program.")
+        }
+        ErrorKind::Overloaded | ErrorKind::NoSandboxAvailable | ErrorKind::ShuttingDown => {
+            "The service is busy; nothing ran. Make the same call again in a few seconds."
+                .to_owned()
+        }
+        ErrorKind::RequestTimeout => {
+            "The request reached the service too slowly; nothing ran. Call again.".to_owned()
+        }
+        ErrorKind::NotFound
+        | ErrorKind::MethodNotAllowed
+        | ErrorKind::Internal
+        | ErrorKind::Unknown => "The code execution service failed; this is not the program's \
+            fault. Try once more; if it fails again, tell the user."
+            .to_owned(),
+    }
+}
+
+/// Output and result cut to a budget.
+#[derive(Debug)]
+pub(super) struct Cut {
+    pub stdout: String,
+    pub stderr: String,
+    pub result: Value,
+    /// Whether anything was cut.
+    pub cut: bool,
+}
+
+/// Cuts stdout, stderr and the result (as JSON text) so that together they keep at most
+/// `budget` characters: each gets an equal share, and what a short one leaves goes to the
+/// others. A part over its share keeps its head and its tail around a marker.
+pub(super) fn cut_to_budget(stdout: &str, stderr: &str, result: &Value, budget: usize) -> Cut {
+    let result_text = if result.is_null() {
+        String::new()
+    } else {
+        result.to_string()
+    };
+    let parts = [stdout, stderr, result_text.as_str()];
+    let lengths = parts.map(|p| p.chars().count());
+    let shares = shares(&lengths, budget);
+    let cut = lengths.iter().zip(&shares).any(|(len, share)| len > share);
+    let result = if lengths[2] > shares[2] {
+        Value::String(cut_middle(&result_text, shares[2]))
+    } else {
+        result.clone()
+    };
+    Cut {
+        stdout: cut_middle(stdout, shares[0]),
+        stderr: cut_middle(stderr, shares[1]),
+        result,
+        cut,
+    }
+}
+
+/// Splits `budget` among parts of `lengths`: equal shares, a part needing less than its share
+/// giving the rest to the others.
+fn shares<const N: usize>(lengths: &[usize; N], budget: usize) -> [usize; N] {
+    let mut shares = [0; N];
+    let mut left = budget;
+    let mut open: Vec<usize> = (0..N).filter(|&i| lengths[i] > 0).collect();
+    while !open.is_empty() {
+        let each = left / open.len();
+        let (fits, over): (Vec<usize>, Vec<usize>) =
+            open.iter().partition(|&&i| lengths[i] <= each);
+        if fits.is_empty() {
+            for i in over {
+                shares[i] = each;
+            }
+            break;
+        }
+        for i in fits {
+            shares[i] = lengths[i];
+            left -= lengths[i];
+        }
+        open = over;
+    }
+    shares
+}
+
+/// `text` if it has at most `keep` characters; else its first and last characters, at most
+/// `keep` in all, around a marker saying how many were cut. Each side ends at a line break when
+/// one is near, so that no line is shown half.
+fn cut_middle(text: &str, keep: usize) -> String {
+    let length = text.chars().count();
+    if length <= keep {
+        return text.to_owned();
+    }
+    let head_chars = keep / 2;
+    let tail_chars = keep - head_chars;
+    let head_end = text.char_indices().nth(head_chars).map_or(text.len(), |(i, _)| i);
+    let tail_start = text
+        .char_indices()
+        .nth(length - tail_chars)
+        .map_or(text.len(), |(i, _)| i);
+    let mut head = &text[..head_end];
+    let mut tail = &text[tail_start..];
+    // A line break in the last quarter of the head, or the first quarter of the tail.
+    if let Some(i) = head.rfind('\n').filter(|&i| i >= head.len() * 3 / 4) {
+        head = &head[..=i];
+    }
+    if let Some(i) = tail.find('\n').filter(|&i| i < tail.len() / 4) {
+        tail = &tail[i + 1..];
+    }
+    let kept = head.chars().count() + tail.chars().count();
+    let head = head.strip_suffix('\n').unwrap_or(head);
+    format!(
+        "{head}\n[... {} characters cut here: output over the budget keeps its start and its end ...]\n{tail}",
+        length - kept
+    )
+}
+
+/// The rendering a model reads.
+pub(super) fn text(output: &ToolOutput, context: &Context<'_>) -> String {
+    let mut text = String::new();
+    let status = match output.status {
+        ToolStatus::Ok => "ok",
+        ToolStatus::Error => "error",
+        ToolStatus::Timeout => "timeout",
+        ToolStatus::InvalidArguments => "invalid arguments (nothing ran)",
+        ToolStatus::Rejected => "refused (nothing ran)",
+        ToolStatus::Unavailable => "unavailable",
+    };
+    let _ = write!(text, "status: {status}");
+    if let (Some(language), Some(ms)) = (context.language, output.duration_ms) {
+        let _ = write!(text, " ({language}, {ms:.1} ms)");
+    }
+    text.push('\n');
+    if !output.result.is_null() {
+        let _ = writeln!(text, "result: {}", output.result);
+    }
+    for (name, stream) in [("stdout", &output.stdout), ("stderr", &output.stderr)] {
+        if !stream.is_empty() {
+            let _ = writeln!(text, "{name}:\n{}", stream.trim_end_matches('\n'));
+        }
+    }
+    if let Some(error) = &output.error {
+        let _ = writeln!(text, "error ({}): {}", error.kind, error.message);
+        let _ = writeln!(text, "what to do: {}", error.advice);
+    }
+    if output.truncated {
+        text.push_str(
+            "note: the program printed more than the output cap; output past it was cut and \
+             the program ran on. Print less: a summary, counts, the first rows.\n",
+        );
+    }
+    if output.cut_to_budget {
+        text.push_str(
+            "note: output was long and its middle was cut for this answer. Print less, or \
+             print only what you need to see.\n",
+        );
+    }
+    text
+}

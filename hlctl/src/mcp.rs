@@ -1,0 +1,134 @@
+//! `hlctl mcp`: the agent tool served over the Model Context Protocol on stdio, with the
+//! official Rust SDK (`rmcp`) speaking the protocol.
+//!
+//! This is a transport and nothing more: the tool's definition, the checking of arguments, the
+//! call and its rendering are the client crate's [`CodeTool`], the same one an agent embedding
+//! the client uses. The daemon is asked what it serves at every `tools/list` and `tools/call`,
+//! so a daemon started (or restarted with other pools) after the server is seen; a daemon that
+//! cannot be reached makes a tool result saying so, never a crashed server.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use hyperlightd_client::Client;
+use hyperlightd_client::tool::{CodeTool, TOOL_NAME, ToolResult};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
+};
+use rmcp::service::{MaybeSendFuture, RequestContext};
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+
+/// Told to an MCP host when it connects.
+const INSTRUCTIONS: &str = "hyperlightd runs JavaScript and Python in isolated micro-VMs. Use \
+    the run_code tool to compute, parse, transform data or check an answer by running code; the \
+    value of the program's last expression comes back as its result.";
+
+/// The MCP server: one tool, backed by one daemon.
+#[derive(Debug, Clone)]
+struct McpServer {
+    client: Client,
+    budget: usize,
+}
+
+impl McpServer {
+    /// The tool as the daemon describes itself now.
+    async fn tool(&self) -> CodeTool {
+        CodeTool::discover(self.client.clone())
+            .await
+            .with_output_budget(self.budget)
+    }
+}
+
+/// Serves MCP on stdin/stdout until the host closes it. Returns an error only when the
+/// protocol cannot start (stdin closed before the handshake, say).
+pub async fn serve(client: Client, budget: usize) -> Result<(), String> {
+    let server = McpServer { client, budget };
+    let running = server
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| format!("starting the MCP session: {e}"))?;
+    running
+        .waiting()
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("serving MCP: {e}"))
+}
+
+/// The MCP form of the tool's definition.
+fn definition(tool: &CodeTool) -> Tool {
+    let schema = match tool.input_schema() {
+        serde_json::Value::Object(object) => object,
+        _ => serde_json::Map::new(),
+    };
+    let mut definition = Tool::new(TOOL_NAME, tool.description(), Arc::new(schema));
+    definition.annotations = Some(
+        ToolAnnotations::with_title("Run code in a micro-VM")
+            .read_only(true)
+            .destructive(false)
+            .idempotent(false)
+            .open_world(false),
+    );
+    definition
+}
+
+/// The MCP form of a call's result: the rendering as text, the structured output, `isError`
+/// for a failed program or a call that did not run.
+fn call_result(result: ToolResult) -> CallToolResult {
+    let content = vec![ContentBlock::text(result.text)];
+    let mut call = if result.is_error {
+        CallToolResult::error(content)
+    } else {
+        CallToolResult::success(content)
+    };
+    call.structured_content = serde_json::to_value(&result.output).ok();
+    call
+}
+
+impl ServerHandler for McpServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("hyperlightd", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<ListToolsResult, ErrorData>> + MaybeSendFuture + '_ {
+        async move {
+            let tool = self.tool().await;
+            Ok(ListToolsResult::with_all_items(vec![definition(&tool)]))
+        }
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        // Asked without a daemon at hand: the definition with what is known offline.
+        (name == TOOL_NAME).then(|| {
+            definition(&CodeTool::new(
+                self.client.clone(),
+                hyperlightd_client::tool::DaemonFacts::unknown(),
+            ))
+        })
+    }
+
+    fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<CallToolResponse, ErrorData>> + MaybeSendFuture + '_ {
+        async move {
+            if request.name != TOOL_NAME {
+                return Err(ErrorData::invalid_params(
+                    format!("no tool named {:?}; this server has {TOOL_NAME}", request.name),
+                    None,
+                ));
+            }
+            let arguments = serde_json::Value::Object(request.arguments.unwrap_or_default());
+            let result = self.tool().await.call_json(&arguments).await;
+            Ok(call_result(result).into())
+        }
+    }
+}
