@@ -284,8 +284,9 @@ pub fn response_schema(document: &Value, method: &str, path: &str, status: u16) 
     let any_path = ANY_PATH_REJECTIONS.iter().find(|r| r.status == status);
     let response = match any_path {
         Some(r) => &document["components"]["responses"][response_name(r.status)],
-        None => &document["paths"][path][method.to_ascii_lowercase()]["responses"]
-            [status.to_string()],
+        None => {
+            &document["paths"][path][method.to_ascii_lowercase()]["responses"][status.to_string()]
+        }
     };
     let content = response.get("content")?.as_object()?;
     content.values().next().map(|media| media["schema"].clone())

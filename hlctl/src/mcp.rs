@@ -89,7 +89,10 @@ fn call_result(result: ToolResult) -> CallToolResult {
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("hyperlightd", env!("CARGO_PKG_VERSION")))
+            .with_server_info(Implementation::new(
+                "hyperlightd",
+                env!("CARGO_PKG_VERSION"),
+            ))
             .with_instructions(INSTRUCTIONS)
     }
 
@@ -122,7 +125,10 @@ impl ServerHandler for McpServer {
         async move {
             if request.name != TOOL_NAME {
                 return Err(ErrorData::invalid_params(
-                    format!("no tool named {:?}; this server has {TOOL_NAME}", request.name),
+                    format!(
+                        "no tool named {:?}; this server has {TOOL_NAME}",
+                        request.name
+                    ),
                     None,
                 ));
             }

@@ -54,6 +54,23 @@ pub fn python_guest_with_packages() -> PathBuf {
     built_python_guest("python-guest-packages")
 }
 
+/// The Python of the virtual environment holding the MCP client SDK (tests/mcp/requirements.txt),
+/// which `cargo xtask test` builds in target/mcp-client.
+pub fn mcp_client_python() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test knows its own path");
+    let target = exe
+        .ancestors()
+        .nth(3)
+        .expect("the test executable lives in target/<profile>/deps");
+    let path = target.join("mcp-client").join("bin").join("python");
+    assert!(
+        path.is_file(),
+        "{} not found: `cargo xtask test` builds it first",
+        path.display()
+    );
+    path
+}
+
 fn built_python_guest(dir: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("the test knows its own path");
     // target/<profile>/deps/<test>-<hash> → target/<dir>/python.aot

@@ -326,13 +326,53 @@ fn find_binary(binaries: &[(String, PathBuf)], name: &str) -> Result<PathBuf> {
         .with_context(|| format!("no test target named {name} in hyperlightd-e2e"))
 }
 
-/// The debug binaries the end-to-end tests and the demo run.
+/// The debug binaries the end-to-end tests and the demo run, and the client's agent-loop
+/// example, which the end-to-end tests run too.
 fn build_daemon_and_hlctl() -> Result<()> {
     step(
-        "build the daemon and hlctl",
-        cargo().args(["build", "--bins", "-p", "hyperlightd", "-p", "hlctl"]),
+        "build the daemon, hlctl and the agent-loop example",
+        cargo().args([
+            "build",
+            "--bins",
+            "--example",
+            "agent_loop",
+            "-p",
+            "hyperlightd",
+            "-p",
+            "hlctl",
+            "-p",
+            "hyperlightd-client",
+        ]),
         Duration::from_secs(1800),
     )
+}
+
+/// The virtual environment with the MCP client SDK that the end-to-end tests drive `hlctl mcp`
+/// with (tests/mcp/requirements.txt), in target/mcp-client; rebuilt when the pins change.
+fn mcp_client() -> Result<()> {
+    let requirements = workspace_root()?.join("tests/mcp/requirements.txt");
+    let venv = vm::target_dir()?.join("mcp-client");
+    let stamp = venv.join("requirements.installed");
+    let wanted = std::fs::read_to_string(&requirements)
+        .with_context(|| format!("reading {}", requirements.display()))?;
+    if std::fs::read_to_string(&stamp).is_ok_and(|installed| installed == wanted) {
+        return Ok(());
+    }
+    step(
+        "MCP client: virtualenv",
+        Command::new("python3")
+            .args(["-m", "venv", "--clear"])
+            .arg(&venv),
+        Duration::from_secs(300),
+    )?;
+    step(
+        "MCP client: pip install (tests/mcp/requirements.txt)",
+        Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet", "--disable-pip-version-check", "-r"])
+            .arg(&requirements),
+        Duration::from_secs(600),
+    )?;
+    std::fs::write(&stamp, wanted).with_context(|| format!("writing {}", stamp.display()))
 }
 
 fn test() -> Result<()> {
@@ -340,6 +380,7 @@ fn test() -> Result<()> {
     build_daemon_and_hlctl()?;
     python_guest(None)?;
     python_guest_for_package_tests()?;
+    mcp_client()?;
     step(
         "unit tests (host), with a short fuzzing pass of the HTTP layer",
         cargo()
@@ -367,6 +408,7 @@ fn test() -> Result<()> {
         ("javascript_apis", "the JavaScript guest's everyday APIs"),
         ("python", "the Python guest"),
         ("python_library", "the Python guest's library and packages"),
+        ("agents", "MCP, the agent tool and the OpenAPI contract"),
     ] {
         let binary = find_binary(&binaries, target)?;
         e2e_on_kvm(&binary, &format!("end-to-end: {what} on real KVM"))?;

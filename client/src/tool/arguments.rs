@@ -64,8 +64,8 @@ pub fn parse_arguments(raw: &str, facts: &DaemonFacts) -> Result<Arguments, Stri
     if raw.trim().is_empty() {
         return Err("the arguments are empty; expected a JSON object".to_owned());
     }
-    let value: Value = serde_json::from_str(raw)
-        .map_err(|e| format!("the arguments are not valid JSON ({e})"))?;
+    let value: Value =
+        serde_json::from_str(raw).map_err(|e| format!("the arguments are not valid JSON ({e})"))?;
     match value {
         Value::String(inner) if inner.trim_start().starts_with('{') => {
             let value: Value = serde_json::from_str(&inner)

@@ -257,7 +257,12 @@ impl CodeTool {
         )
     }
 
-    fn ran(&self, response: ExecResponse, language: Language, timeout_ms: Option<u64>) -> ToolResult {
+    fn ran(
+        &self,
+        response: ExecResponse,
+        language: Language,
+        timeout_ms: Option<u64>,
+    ) -> ToolResult {
         let status = match response.status {
             ExecStatus::Ok => ToolStatus::Ok,
             ExecStatus::Error => ToolStatus::Error,

@@ -54,7 +54,11 @@ pub(super) fn description(facts: &DaemonFacts) -> String {
              output {} KiB (past it, output is cut); result {} KiB; code {} KiB.",
             seconds(limits.default_timeout_ms),
             seconds(limits.max_timeout_ms),
-            if memory.is_empty() { "bounded".to_owned() } else { memory.join(", ") },
+            if memory.is_empty() {
+                "bounded".to_owned()
+            } else {
+                memory.join(", ")
+            },
             limits.max_output_bytes / 1024,
             limits.max_result_bytes / 1024,
             limits.max_code_bytes / 1024,
@@ -239,7 +243,10 @@ fn cut_middle(text: &str, keep: usize) -> String {
     }
     let head_chars = keep / 2;
     let tail_chars = keep - head_chars;
-    let head_end = text.char_indices().nth(head_chars).map_or(text.len(), |(i, _)| i);
+    let head_end = text
+        .char_indices()
+        .nth(head_chars)
+        .map_or(text.len(), |(i, _)| i);
     let tail_start = text
         .char_indices()
         .nth(length - tail_chars)

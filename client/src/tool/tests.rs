@@ -44,7 +44,11 @@ fn response(status: ExecStatus, kind: Option<ErrorKind>, stdout: &str) -> ExecRe
 }
 
 fn rendered(status: ExecStatus, kind: Option<ErrorKind>) -> ToolResult {
-    tool().ran(response(status, kind, "partial\n"), Language::Python, Some(5_000))
+    tool().ran(
+        response(status, kind, "partial\n"),
+        Language::Python,
+        Some(5_000),
+    )
 }
 
 // The published shapes, as the providers' API references define them: OpenAI's
@@ -175,7 +179,10 @@ fn valid_arguments_parse() {
         }
     );
     // Aliases, a whole number written as a float, null for "left out", encoded twice.
-    let lenient = parse_arguments(r#"{"language":"JS","code":"1","timeout_ms":5000.0}"#, &facts);
+    let lenient = parse_arguments(
+        r#"{"language":"JS","code":"1","timeout_ms":5000.0}"#,
+        &facts,
+    );
     assert_eq!(lenient.unwrap().timeout_ms, Some(5000));
     let null = parse_arguments(r#"{"language":"py","code":"1","timeout_ms":null}"#, &facts);
     assert_eq!(null.unwrap().timeout_ms, None);
@@ -193,21 +200,48 @@ fn invalid_arguments_say_what_is_wrong() {
         ("", "empty"),
         ("{\"language\": \"javascript\", ", "not valid JSON"),
         ("[1, 2]", "an array, not a JSON object"),
-        (r#"{"code":"1"}"#, "`language` is missing; it is one of javascript"),
+        (
+            r#"{"code":"1"}"#,
+            "`language` is missing; it is one of javascript",
+        ),
         (r#"{"language":3,"code":"1"}"#, "`language` is a number"),
         (r#"{"language":"cobol","code":"1"}"#, "\"cobol\" is not one"),
         (r#"{"language":"python","code":"1"}"#, "runs no python"),
         (r#"{"language":"javascript"}"#, "`code` is missing"),
-        (r#"{"language":"javascript","code":"  \n"}"#, "`code` is empty"),
-        (r#"{"language":"javascript","code":["x"]}"#, "`code` is an array"),
-        (r#"{"language":"javascript","code":"1","timeout_ms":0}"#, "`timeout_ms` is 0"),
-        (r#"{"language":"javascript","code":"1","timeout_ms":-5}"#, "`timeout_ms` is -5"),
-        (r#"{"language":"javascript","code":"1","timeout_ms":"9"}"#, "`timeout_ms` is a string"),
-        (r#"{"language":"javascript","code":"1","timeout_ms":1.5}"#, "`timeout_ms` is 1.5"),
-        (r#"{"language":"javascript","code":"1","session":"s"}"#, "unknown argument `session`"),
+        (
+            r#"{"language":"javascript","code":"  \n"}"#,
+            "`code` is empty",
+        ),
+        (
+            r#"{"language":"javascript","code":["x"]}"#,
+            "`code` is an array",
+        ),
+        (
+            r#"{"language":"javascript","code":"1","timeout_ms":0}"#,
+            "`timeout_ms` is 0",
+        ),
+        (
+            r#"{"language":"javascript","code":"1","timeout_ms":-5}"#,
+            "`timeout_ms` is -5",
+        ),
+        (
+            r#"{"language":"javascript","code":"1","timeout_ms":"9"}"#,
+            "`timeout_ms` is a string",
+        ),
+        (
+            r#"{"language":"javascript","code":"1","timeout_ms":1.5}"#,
+            "`timeout_ms` is 1.5",
+        ),
+        (
+            r#"{"language":"javascript","code":"1","session":"s"}"#,
+            "unknown argument `session`",
+        ),
     ] {
         let error = parse_arguments(raw, &facts).unwrap_err();
-        assert!(error.contains(expected), "{raw:?}: {error:?} lacks {expected:?}");
+        assert!(
+            error.contains(expected),
+            "{raw:?}: {error:?} lacks {expected:?}"
+        );
     }
 }
 
@@ -219,7 +253,13 @@ async fn a_malformed_call_is_a_tool_result_not_an_error() {
     let error = result.output.error.as_ref().unwrap();
     assert_eq!(error.kind, "invalid_arguments");
     assert!(result.text.contains("`code` is missing"), "{}", result.text);
-    assert!(result.text.contains("what to do: Nothing ran. Call run_code again with a JSON object such as {\"code\""), "{}", result.text);
+    assert!(
+        result.text.contains(
+            "what to do: Nothing ran. Call run_code again with a JSON object such as {\"code\""
+        ),
+        "{}",
+        result.text
+    );
     let from_json = tool().call_json(&json!("not an object")).await;
     assert_eq!(from_json.output.status, ToolStatus::InvalidArguments);
 }
@@ -231,34 +271,86 @@ async fn a_daemon_that_is_not_there_is_a_tool_result_saying_so() {
     assert_eq!(result.output.status, ToolStatus::Unavailable);
     assert_eq!(result.output.error.as_ref().unwrap().kind, "unreachable");
     assert!(result.text.contains("not reachable"), "{}", result.text);
-    assert!(result.text.contains("Try the same call again"), "{}", result.text);
+    assert!(
+        result.text.contains("Try the same call again"),
+        "{}",
+        result.text
+    );
 }
 
 #[test]
 fn every_status_renders_with_what_to_do() {
     let ok = rendered(ExecStatus::Ok, None);
     assert!(!ok.is_error);
-    assert!(ok.text.starts_with("status: ok (python, 12.5 ms)\n"), "{}", ok.text);
+    assert!(
+        ok.text.starts_with("status: ok (python, 12.5 ms)\n"),
+        "{}",
+        ok.text
+    );
     assert!(ok.text.contains("stdout:\npartial\n"), "{}", ok.text);
     assert!(!ok.text.contains("what to do"), "{}", ok.text);
 
     for (status, kind, advice) in [
         (ExecStatus::Error, ErrorKind::SyntaxError, "Fix the syntax"),
-        (ExecStatus::Error, ErrorKind::Exception, "traceback in stderr"),
-        (ExecStatus::Timeout, ErrorKind::Timeout, "time limit of 5000 ms"),
-        (ExecStatus::Timeout, ErrorKind::Timeout, "larger timeout_ms (at most 60000 ms)"),
+        (
+            ExecStatus::Error,
+            ErrorKind::Exception,
+            "traceback in stderr",
+        ),
+        (
+            ExecStatus::Timeout,
+            ErrorKind::Timeout,
+            "time limit of 5000 ms",
+        ),
+        (
+            ExecStatus::Timeout,
+            ErrorKind::Timeout,
+            "larger timeout_ms (at most 60000 ms)",
+        ),
         (ExecStatus::Error, ErrorKind::OutOfMemory, "(128 MiB)"),
-        (ExecStatus::Error, ErrorKind::ResultTooLarge, "smaller value"),
+        (
+            ExecStatus::Error,
+            ErrorKind::ResultTooLarge,
+            "smaller value",
+        ),
         (ExecStatus::Error, ErrorKind::SandboxFailure, "fresh one"),
-        (ExecStatus::Error, ErrorKind::ResourceLimit, "fewer of that resource"),
+        (
+            ExecStatus::Error,
+            ErrorKind::ResourceLimit,
+            "fewer of that resource",
+        ),
     ] {
         let result = rendered(status, Some(kind));
         assert!(result.is_error, "{kind}");
-        let expected_status = if status == ExecStatus::Timeout { "timeout" } else { "error" };
-        assert!(result.text.starts_with(&format!("status: {expected_status} ")), "{}", result.text);
-        assert!(result.text.contains(&format!("error ({kind}): {kind} happened")), "{}", result.text);
-        assert!(result.text.contains(advice), "{kind}: {advice:?} not in {}", result.text);
-        assert!(result.text.contains("stdout:\npartial"), "output kept: {}", result.text);
+        let expected_status = if status == ExecStatus::Timeout {
+            "timeout"
+        } else {
+            "error"
+        };
+        assert!(
+            result
+                .text
+                .starts_with(&format!("status: {expected_status} ")),
+            "{}",
+            result.text
+        );
+        assert!(
+            result
+                .text
+                .contains(&format!("error ({kind}): {kind} happened")),
+            "{}",
+            result.text
+        );
+        assert!(
+            result.text.contains(advice),
+            "{kind}: {advice:?} not in {}",
+            result.text
+        );
+        assert!(
+            result.text.contains("stdout:\npartial"),
+            "output kept: {}",
+            result.text
+        );
     }
 }
 
@@ -279,7 +371,11 @@ fn refusals_say_whether_to_retry() {
             retry_after: Some(1),
         });
         assert_eq!(result.output.status, ToolStatus::Rejected);
-        assert!(result.text.starts_with("status: refused (nothing ran)"), "{}", result.text);
+        assert!(
+            result.text.starts_with("status: refused (nothing ran)"),
+            "{}",
+            result.text
+        );
         assert!(result.text.contains(advice), "{kind}: {}", result.text);
     }
     let lost = tool.failed(&Error::TimedOut {
@@ -287,7 +383,11 @@ fn refusals_say_whether_to_retry() {
         after: Duration::from_secs(1),
     });
     assert_eq!(lost.output.error.unwrap().kind, "answer_lost");
-    assert!(lost.text.contains("may or may not have run"), "{}", lost.text);
+    assert!(
+        lost.text.contains("may or may not have run"),
+        "{}",
+        lost.text
+    );
 }
 
 #[test]
@@ -302,12 +402,18 @@ fn long_output_keeps_its_head_and_tail_within_the_budget() {
     assert!(out.cut_to_budget);
     assert_eq!(out.stderr, "short warning\n", "a short part is kept whole");
     assert_eq!(out.result, json!(42));
-    assert!(out.stdout.starts_with("line 00000\nline 00001\n"), "head kept");
+    assert!(
+        out.stdout.starts_with("line 00000\nline 00001\n"),
+        "head kept"
+    );
     assert!(out.stdout.ends_with("line 19999\n"), "tail kept");
     assert!(out.stdout.contains("characters cut here"), "marker");
     let kept = out.stdout.chars().count() - marker_length(&out.stdout);
     let share = 1_000 - "short warning\n".len() - "42".len();
-    assert!(kept <= share && kept > share - 20, "{kept} of {share}: cut at whole lines");
+    assert!(
+        kept <= share && kept > share - 20,
+        "{kept} of {share}: cut at whole lines"
+    );
     // Whole lines on both sides of the marker: each is "line " and five digits.
     let (head, rest) = out.stdout.split_once("\n[... ").unwrap();
     let (_, tail) = rest.split_once("...]\n").unwrap();
@@ -316,7 +422,11 @@ fn long_output_keeps_its_head_and_tail_within_the_budget() {
     for line in [last_of_head, first_of_tail] {
         assert_eq!(line.len(), "line 00000".len(), "{line:?} is a whole line");
     }
-    assert!(result.text.contains("its middle was cut"), "{}", result.text);
+    assert!(
+        result.text.contains("its middle was cut"),
+        "{}",
+        result.text
+    );
     // The daemon's own answer is not cut.
     assert_eq!(result.response.unwrap().stdout, long);
 }
@@ -346,7 +456,11 @@ fn the_daemons_cap_is_reported() {
     response.truncated = true;
     let result = tool().ran(response, Language::Javascript, None);
     assert!(result.output.truncated);
-    assert!(result.text.contains("more than the output cap"), "{}", result.text);
+    assert!(
+        result.text.contains("more than the output cap"),
+        "{}",
+        result.text
+    );
 }
 
 #[test]
@@ -355,7 +469,11 @@ fn the_structured_output_serializes_as_documented() {
     let value = serde_json::to_value(&result.output).unwrap();
     assert_eq!(value["status"], "timeout");
     assert_eq!(value["error"]["kind"], "timeout");
-    assert!(value["error"]["advice"].as_str().unwrap().contains("timeout_ms"));
+    assert!(
+        value["error"]["advice"]
+            .as_str()
+            .unwrap()
+            .contains("timeout_ms")
+    );
     assert_eq!(value["stdout"], "partial\n");
 }
-

@@ -1,0 +1,319 @@
+//! End-to-end tests of what agents use: `hlctl mcp` driven by the official MCP Python SDK, the
+//! client crate's agent tool in a complete tool loop (the `agent_loop` example), and the
+//! daemon's real answers checked against the OpenAPI document (api/openapi.json).
+//!
+//! Needs a KVM that runs Hyperlight guests (`cargo xtask test` runs them in the nested-KVM VM),
+//! the Python guest, and the MCP SDK's virtual environment (both built by `cargo xtask test`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Command;
+use std::time::Duration;
+
+use hyperlightd_e2e::{
+    Daemon, STEP_LIMIT, binary, exec_request, get_request, mcp_client_python, python_guest,
+    raw_request, within,
+};
+use serde_json::{Value, json};
+
+/// Runs tests/mcp/client.py (the MCP SDK as a host) against `hlctl --socket SOCKET mcp`, with
+/// `calls` as the arguments of one `run_code` call each, and returns its report.
+async fn mcp_report(socket: &std::path::Path, calls: &Value) -> Value {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/client.py");
+    let mut command = Command::new(mcp_client_python());
+    command
+        .arg(script)
+        .arg(binary("hlctl"))
+        .arg(socket)
+        .arg(calls.to_string());
+    let run = tokio::task::spawn_blocking(move || command.output());
+    let output = within("the MCP client", Duration::from_secs(300), run)
+        .await
+        .expect("the client thread")
+        .expect("the MCP client starts");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the MCP client failed: {stderr}");
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("the MCP client's report is not JSON ({e}): {stderr}"))
+}
+
+fn text_of(call: &Value) -> &str {
+    call["text"][0].as_str().expect("a text content block")
+}
+
+async fn both_languages() -> Daemon {
+    let guest = python_guest();
+    Daemon::start(&[
+        "--pool",
+        "javascript=1",
+        "--pool",
+        "python=1",
+        "--python-guest",
+        guest.to_str().unwrap(),
+    ])
+    .await
+}
+
+#[tokio::test]
+async fn the_mcp_python_sdk_runs_code_through_hlctl_mcp() {
+    let daemon = both_languages().await;
+    let calls = json!([
+        { "language": "javascript", "code": "console.log('from js'); 6 * 7" },
+        { "language": "python", "code": "import statistics\nprint('from python')\nstatistics.median([3, 1, 2])" },
+        { "language": "python", "code": "def f():\n    raise ValueError('bad input')\nf()" },
+        { "language": "javascript", "code": "for (;;) {}", "timeout_ms": 1000 },
+        { "language": "python" },
+    ]);
+    let report = mcp_report(daemon.socket(), &calls).await;
+    assert_eq!(report["server"]["name"], "hyperlightd");
+    let tools = report["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 1, "{tools:?}");
+    assert_eq!(tools[0]["name"], "run_code");
+    assert_eq!(
+        tools[0]["input_schema"]["properties"]["language"]["enum"],
+        json!(["javascript", "python"]),
+        "the languages the daemon serves"
+    );
+    let description = tools[0]["description"].as_str().unwrap();
+    assert!(description.contains("Limits: 5 s per run"), "{description}");
+
+    let calls = report["calls"].as_array().unwrap();
+    let [js, py, raised, endless, invalid] = calls.as_slice() else {
+        panic!("five results: {calls:?}");
+    };
+    assert_eq!(js["is_error"], false, "{js}");
+    assert!(text_of(js).starts_with("status: ok (javascript"), "{js}");
+    assert!(text_of(js).contains("result: 42\nstdout:\nfrom js"), "{js}");
+    assert_eq!(js["structured"]["result"], 42);
+
+    assert_eq!(py["is_error"], false, "{py}");
+    assert_eq!(py["structured"]["result"], 2);
+    assert_eq!(py["structured"]["stdout"], "from python\n");
+
+    assert_eq!(raised["is_error"], true, "{raised}");
+    assert_eq!(raised["structured"]["status"], "error");
+    assert_eq!(raised["structured"]["error"]["kind"], "exception");
+    assert!(
+        text_of(raised).contains("ValueError: bad input"),
+        "{raised}"
+    );
+    assert!(
+        text_of(raised).contains("what to do: The program raised an exception"),
+        "{raised}"
+    );
+
+    assert_eq!(endless["is_error"], true, "{endless}");
+    assert_eq!(endless["structured"]["status"], "timeout");
+    assert!(
+        text_of(endless).contains("time limit of 1000 ms"),
+        "{endless}"
+    );
+    assert!(
+        text_of(endless).contains("timeout_ms (at most 60000 ms)"),
+        "{endless}"
+    );
+
+    assert_eq!(invalid["is_error"], true, "{invalid}");
+    assert_eq!(invalid["structured"]["status"], "invalid_arguments");
+    assert!(text_of(invalid).contains("`code` is missing"), "{invalid}");
+
+    let unknown = report["unknown_tool_error"].as_str().unwrap_or_default();
+    assert!(unknown.contains("no tool named"), "{report}");
+    println!("MCP client: mcp {} (PyPI)", report["sdk_version"]);
+}
+
+#[tokio::test]
+async fn hlctl_mcp_without_a_daemon_answers_with_tool_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("nobody-listens.sock");
+    let calls = json!([{ "language": "python", "code": "1 + 1" }]);
+    let report = mcp_report(&socket, &calls).await;
+    assert_eq!(report["tools"][0]["name"], "run_code", "tools are listed");
+    let call = &report["calls"][0];
+    assert_eq!(call["is_error"], true, "{call}");
+    assert_eq!(call["structured"]["error"]["kind"], "unreachable");
+    assert!(text_of(call).contains("not reachable"), "{call}");
+}
+
+#[tokio::test]
+async fn the_agent_loop_example_recovers_from_an_error_and_answers() {
+    let guest = python_guest();
+    let daemon = Daemon::start(&[
+        "--pool",
+        "python=1",
+        "--python-guest",
+        guest.to_str().unwrap(),
+    ])
+    .await;
+    let mut command = Command::new(binary("examples/agent_loop"));
+    command.env("HYPERLIGHTD_SOCKET", daemon.socket());
+    let run = tokio::task::spawn_blocking(move || command.output());
+    let output = within("the agent loop", STEP_LIMIT, run)
+        .await
+        .unwrap()
+        .expect("the example starts");
+    let transcript = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{transcript}\n{}", daemon.log());
+    let messages: Vec<Value> = transcript
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let tool_answers: Vec<&str> = messages
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(tool_answers.len(), 2, "{transcript}");
+    assert!(tool_answers[0].contains("NameError"), "{}", tool_answers[0]);
+    assert!(
+        tool_answers[0].contains("what to do:"),
+        "{}",
+        tool_answers[0]
+    );
+    assert!(
+        tool_answers[1].contains("result: 3.5"),
+        "{}",
+        tool_answers[1]
+    );
+    assert_eq!(
+        messages.last().unwrap()["content"],
+        "The median is 3.5.",
+        "{transcript}"
+    );
+}
+
+/// Checks an answer against the schema the document gives for it.
+fn assert_documented(document: &Value, method: &str, path: &str, status: u16, body: &[u8]) {
+    let schema = hyperlightd_api::openapi::response_schema(document, method, path, status)
+        .unwrap_or_else(|| panic!("{method} {path} answered {status}, which the document lacks"));
+    let body: Value = if schema["type"] == "string" {
+        Value::String(String::from_utf8(body.to_vec()).unwrap())
+    } else {
+        serde_json::from_slice(body).unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    };
+    // The schema's references point into the document: validate from a root that holds them.
+    let root = json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "components": document["components"],
+        "allOf": [schema],
+    });
+    let validator = jsonschema::validator_for(&root).expect("the document's schemas compile");
+    let errors: Vec<String> = validator
+        .iter_errors(&body)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{method} {path} {status} does not match the document: {errors:?}\n{body:#}"
+    );
+}
+
+#[tokio::test]
+async fn real_answers_match_the_openapi_document() {
+    let document: Value =
+        serde_json::from_str(include_str!("../../api/openapi.json")).expect("the document");
+    let daemon = Daemon::start(&[
+        "--pool",
+        "javascript=1",
+        "--max-body-bytes",
+        "2048",
+        "--max-code-bytes",
+        "1024",
+        "--body-read-timeout-ms",
+        "500",
+    ])
+    .await;
+    let socket = daemon.socket();
+    let exec = |body: Value| exec_request(body.to_string().as_bytes());
+    let cases: Vec<(&str, &str, Vec<u8>, u16)> = vec![
+        (
+            "POST",
+            "/v1/exec",
+            exec(json!({"language": "javascript", "code": "console.log(1); ({a: [1, 'x']})"})),
+            200,
+        ),
+        (
+            "POST",
+            "/v1/exec",
+            exec(json!({"language": "javascript", "code": "throw new TypeError('t')"})),
+            200,
+        ),
+        (
+            "POST",
+            "/v1/exec",
+            exec(json!({"language": "javascript", "code": "let x = ;"})),
+            200,
+        ),
+        (
+            "POST",
+            "/v1/exec",
+            exec(json!({"language": "javascript", "code": "for(;;){}", "timeout_ms": 300})),
+            200,
+        ),
+        (
+            "POST",
+            "/v1/exec",
+            exec(json!({"language": "python", "code": "1"})),
+            400,
+        ),
+        ("POST", "/v1/exec", exec_request(b"{not json"), 400),
+        (
+            "POST",
+            "/v1/exec",
+            exec(json!({"language": "javascript", "code": "1".repeat(1500)})),
+            413,
+        ),
+        (
+            "POST",
+            "/v1/exec",
+            exec(json!({"language": "javascript", "code": "1".repeat(3000)})),
+            413,
+        ),
+        (
+            "POST",
+            "/v1/exec",
+            {
+                // A body that never finishes arriving.
+                let mut r = exec_request(&[b' '; 100]);
+                r.truncate(r.len() - 90);
+                r
+            },
+            408,
+        ),
+        ("GET", "/v1/exec", get_request("/v1/exec"), 405),
+        ("GET", "/v1/nothing", get_request("/v1/nothing"), 404),
+        ("GET", "/v1/health", get_request("/v1/health"), 200),
+        (
+            "GET",
+            "/v1/health/live",
+            get_request("/v1/health/live"),
+            200,
+        ),
+        (
+            "GET",
+            "/v1/health/ready",
+            get_request("/v1/health/ready"),
+            200,
+        ),
+        ("GET", "/metrics", get_request("/metrics"), 200),
+    ];
+    for (method, path, request, expected) in cases {
+        let (status, body) = raw_request(socket, &request).await;
+        assert_eq!(
+            status,
+            expected,
+            "{method} {path}: {}",
+            String::from_utf8_lossy(&body)
+        );
+        assert_documented(&document, method, path, status, &body);
+    }
+    // The limits health reports are the ones the daemon was started with.
+    let health = within("health", STEP_LIMIT, daemon.client().health())
+        .await
+        .unwrap();
+    assert_eq!(health.limits.max_code_bytes, 1024);
+    assert_eq!(
+        health.limits.memory_mib[&hyperlightd_api::Language::Javascript],
+        64
+    );
+}
