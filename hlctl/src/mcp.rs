@@ -7,7 +7,6 @@
 //! so a daemon started (or restarted with other pools) after the server is seen; a daemon that
 //! cannot be reached makes a tool result saying so, never a crashed server.
 
-use std::future::Future;
 use std::sync::Arc;
 
 use hyperlightd_client::Client;
@@ -17,7 +16,7 @@ use rmcp::model::{
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
     ToolAnnotations,
 };
-use rmcp::service::{MaybeSendFuture, RequestContext};
+use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 
 /// Told to an MCP host when it connects.
@@ -96,15 +95,13 @@ impl ServerHandler for McpServer {
             .with_instructions(INSTRUCTIONS)
     }
 
-    fn list_tools(
+    async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
-    ) -> impl Future<Output = Result<ListToolsResult, ErrorData>> + MaybeSendFuture + '_ {
-        async move {
-            let tool = self.tool().await;
-            Ok(ListToolsResult::with_all_items(vec![definition(&tool)]))
-        }
+    ) -> Result<ListToolsResult, ErrorData> {
+        let tool = self.tool().await;
+        Ok(ListToolsResult::with_all_items(vec![definition(&tool)]))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
@@ -117,24 +114,20 @@ impl ServerHandler for McpServer {
         })
     }
 
-    fn call_tool(
+    async fn call_tool(
         &self,
         request: CallToolRequestParams,
         _context: RequestContext<RoleServer>,
-    ) -> impl Future<Output = Result<CallToolResponse, ErrorData>> + MaybeSendFuture + '_ {
-        async move {
-            if request.name != TOOL_NAME {
-                return Err(ErrorData::invalid_params(
-                    format!(
-                        "no tool named {:?}; this server has {TOOL_NAME}",
-                        request.name
-                    ),
-                    None,
-                ));
-            }
-            let arguments = serde_json::Value::Object(request.arguments.unwrap_or_default());
-            let result = self.tool().await.call_json(&arguments).await;
-            Ok(call_result(result).into())
+    ) -> Result<CallToolResponse, ErrorData> {
+        if request.name != TOOL_NAME {
+            let message = format!(
+                "no tool named {:?}; this server has {TOOL_NAME}",
+                request.name
+            );
+            return Err(ErrorData::invalid_params(message, None));
         }
+        let arguments = serde_json::Value::Object(request.arguments.unwrap_or_default());
+        let result = self.tool().await.call_json(&arguments).await;
+        Ok(call_result(result).into())
     }
 }
