@@ -79,19 +79,21 @@ async fn top_level_await_awaits_and_its_last_expression_is_the_result() {
 #[tokio::test]
 async fn timers_run_in_order_after_promise_reactions_until_none_is_left() {
     let daemon = daemon().await;
+    // Timers run by due time, so the two delays are far apart: under emulation, more than 20 ms
+    // once passed between two statements, and a 20 ms timer set first was rightly due first.
     let code = r#"
 const order = [];
-setTimeout(() => order.push("timeout 20"), 20);
+setTimeout(() => order.push("timeout 500"), 500);
 setTimeout(() => order.push("timeout 0"), 0);
 queueMicrotask(() => order.push("microtask"));
 Promise.resolve().then(() => order.push("promise"));
 order.push("sync");
-await new Promise((resolve) => setTimeout(resolve, 40));
+await new Promise((resolve) => setTimeout(resolve, 600));
 order
 "#;
     assert_eq!(
         value(&daemon, code).await,
-        json!(["sync", "microtask", "promise", "timeout 0", "timeout 20"])
+        json!(["sync", "microtask", "promise", "timeout 0", "timeout 500"])
     );
 
     // An interval runs until cleared; each wait lasts as long as asked.
