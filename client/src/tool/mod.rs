@@ -298,38 +298,34 @@ impl CodeTool {
     }
 
     fn failed(&self, error: &Error) -> ToolResult {
-        let context = render::Context {
-            facts: &self.facts,
-            language: None,
-            timeout_ms: None,
-        };
-        let (status, kind, advice) = match error {
+        let context = render::Context::nothing_ran(&self.facts);
+        let (status, kind, message, advice) = match error {
             Error::Rejected { error: body, .. } => (
                 ToolStatus::Rejected,
-                body.kind.as_str().to_owned(),
+                body.kind.as_str(),
+                body.message.clone(),
                 render::advice(body.kind, &context),
             ),
             Error::Unreachable { .. } => (
                 ToolStatus::Unavailable,
-                "unreachable".to_owned(),
+                "unreachable",
+                error.to_string(),
                 render::UNREACHABLE.to_owned(),
             ),
             Error::ConnectionLost { .. } | Error::TimedOut { .. } => (
                 ToolStatus::Unavailable,
-                "answer_lost".to_owned(),
+                "answer_lost",
+                error.to_string(),
                 render::ANSWER_LOST.to_owned(),
             ),
             Error::Protocol { .. } => (
                 ToolStatus::Unavailable,
-                "protocol".to_owned(),
+                "protocol",
+                error.to_string(),
                 render::advice(ErrorKind::Internal, &context),
             ),
         };
-        let message = match error {
-            Error::Rejected { error: body, .. } => body.message.clone(),
-            other => other.to_string(),
-        };
-        let output = ToolOutput::nothing_ran(status, kind, message, advice);
+        let output = ToolOutput::nothing_ran(status, kind.to_owned(), message, advice);
         self.finish(output, &context, None)
     }
 
@@ -341,12 +337,7 @@ impl CodeTool {
             message,
             advice,
         );
-        let context = render::Context {
-            facts: &self.facts,
-            language: None,
-            timeout_ms: None,
-        };
-        self.finish(output, &context, None)
+        self.finish(output, &render::Context::nothing_ran(&self.facts), None)
     }
 
     fn finish(

@@ -27,6 +27,17 @@ pub(super) struct Context<'a> {
     pub timeout_ms: Option<u64>,
 }
 
+impl<'a> Context<'a> {
+    /// The context of a call that ran nothing: no language, no time limit.
+    pub fn nothing_ran(facts: &'a DaemonFacts) -> Self {
+        Context {
+            facts,
+            language: None,
+            timeout_ms: None,
+        }
+    }
+}
+
 /// The tool's description for a model.
 pub(super) fn description(facts: &DaemonFacts) -> String {
     let mut text = String::from(
