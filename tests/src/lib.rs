@@ -45,40 +45,30 @@ pub fn binary(name: &str) -> PathBuf {
 /// The compiled Python guest, which `cargo xtask python-guest` builds (`cargo xtask test`
 /// does it first).
 pub fn python_guest() -> PathBuf {
-    built_python_guest("python-guest")
+    built_by_xtask("python-guest/python.aot")
 }
 
 /// The Python guest with the packages of tests/python-packages.txt, which `cargo xtask test`
 /// builds in target/python-guest-packages.
 pub fn python_guest_with_packages() -> PathBuf {
-    built_python_guest("python-guest-packages")
+    built_by_xtask("python-guest-packages/python.aot")
 }
 
 /// The Python of the virtual environment holding the MCP client SDK (tests/mcp/requirements.txt),
 /// which `cargo xtask test` builds in target/mcp-client.
 pub fn mcp_client_python() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test knows its own path");
-    let target = exe
-        .ancestors()
-        .nth(3)
-        .expect("the test executable lives in target/<profile>/deps");
-    let path = target.join("mcp-client").join("bin").join("python");
-    assert!(
-        path.is_file(),
-        "{} not found: `cargo xtask test` builds it first",
-        path.display()
-    );
-    path
+    built_by_xtask("mcp-client/bin/python")
 }
 
-fn built_python_guest(dir: &str) -> PathBuf {
+/// `target/<relative>`, which `cargo xtask test` builds before running the tests.
+fn built_by_xtask(relative: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("the test knows its own path");
-    // target/<profile>/deps/<test>-<hash> → target/<dir>/python.aot
+    // target/<profile>/deps/<test>-<hash> → target/<relative>
     let target = exe
         .ancestors()
         .nth(3)
         .expect("the test executable lives in target/<profile>/deps");
-    let path = target.join(dir).join("python.aot");
+    let path = target.join(relative);
     assert!(
         path.is_file(),
         "{} not found: `cargo xtask test` builds it first",
@@ -127,6 +117,16 @@ impl Daemon {
         };
         daemon.wait_ready().await;
         daemon
+    }
+
+    /// Starts `hyperlightd` with the Python guest, a `--pool` for each of `pools`
+    /// (`"python=1"`, `"javascript=1"`), and `extra` arguments, and waits until it is ready.
+    pub async fn start_with_python(pools: &[&str], extra: &[&str]) -> Daemon {
+        let guest = python_guest();
+        let mut args: Vec<&str> = pools.iter().flat_map(|pool| ["--pool", pool]).collect();
+        args.extend(["--python-guest", guest.to_str().expect("a UTF-8 path")]);
+        args.extend_from_slice(extra);
+        Daemon::start(&args).await
     }
 
     async fn wait_ready(&mut self) {

@@ -11,8 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use hyperlightd_e2e::{
-    Daemon, STEP_LIMIT, binary, exec_request, get_request, mcp_client_python, python_guest,
-    raw_request, within,
+    Daemon, STEP_LIMIT, binary, exec_request, get_request, mcp_client_python, raw_request, within,
 };
 use serde_json::{Value, json};
 
@@ -42,16 +41,7 @@ fn text_of(call: &Value) -> &str {
 }
 
 async fn both_languages() -> Daemon {
-    let guest = python_guest();
-    Daemon::start(&[
-        "--pool",
-        "javascript=1",
-        "--pool",
-        "python=1",
-        "--python-guest",
-        guest.to_str().unwrap(),
-    ])
-    .await
+    Daemon::start_with_python(&["javascript=1", "python=1"], &[]).await
 }
 
 #[tokio::test]
@@ -137,14 +127,7 @@ async fn hlctl_mcp_without_a_daemon_answers_with_tool_errors() {
 
 #[tokio::test]
 async fn the_agent_loop_example_recovers_from_an_error_and_answers() {
-    let guest = python_guest();
-    let daemon = Daemon::start(&[
-        "--pool",
-        "python=1",
-        "--python-guest",
-        guest.to_str().unwrap(),
-    ])
-    .await;
+    let daemon = Daemon::start_with_python(&["python=1"], &[]).await;
     let mut command = Command::new(binary("examples/agent_loop"));
     command.env("HYPERLIGHTD_SOCKET", daemon.socket());
     let run = tokio::task::spawn_blocking(move || command.output());

@@ -23,15 +23,7 @@ fn py_with_timeout(code: &str, timeout_ms: u64) -> ExecRequest {
 }
 
 async fn python_daemon(extra: &[&str]) -> Daemon {
-    let guest = python_guest();
-    let mut args = vec![
-        "--pool",
-        "python=1",
-        "--python-guest",
-        guest.to_str().unwrap(),
-    ];
-    args.extend_from_slice(extra);
-    Daemon::start(&args).await
+    Daemon::start_with_python(&["python=1"], extra).await
 }
 
 async fn run(daemon: &Daemon, request: ExecRequest) -> hyperlightd_client::ExecResponse {
@@ -454,16 +446,7 @@ async fn sandboxes_built(daemon: &Daemon) -> f64 {
 
 #[tokio::test]
 async fn javascript_and_python_requests_mixed_concurrently() {
-    let guest = python_guest();
-    let daemon = Daemon::start(&[
-        "--pool",
-        "python=1",
-        "--pool",
-        "javascript=1",
-        "--python-guest",
-        guest.to_str().unwrap(),
-    ])
-    .await;
+    let daemon = Daemon::start_with_python(&["python=1", "javascript=1"], &[]).await;
     let client = daemon.client();
     let mut tasks = Vec::new();
     for n in 0..8u64 {
