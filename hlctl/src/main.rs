@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use hyperlightd_client::{Client, Error, ExecRequest, ExecResponse, ExecStatus, Language};
+use hyperlightd_client::{Client, Error, ExecRequest, ExecResponse, ExecStatus, Language, tool};
 
 /// Exit codes, documented in the README.
 mod exit {
@@ -80,8 +80,14 @@ enum Command {
     /// (agent frameworks, IDEs). Runs until the host closes stdin.
     Mcp {
         /// Characters of output (stdout, stderr and result together) a tool result keeps; the
-        /// middle of longer output is cut, its start and end kept.
-        #[arg(long, value_name = "CHARS", default_value_t = hyperlightd_client::tool::DEFAULT_OUTPUT_BUDGET)]
+        /// middle of longer output is cut, its start and end kept. At least 200.
+        #[arg(
+            long,
+            value_name = "CHARS",
+            default_value_t = tool::DEFAULT_OUTPUT_BUDGET,
+            value_parser = clap::builder::RangedU64ValueParser::<usize>::new()
+                .range(tool::MIN_OUTPUT_BUDGET as u64..)
+        )]
         output_budget: usize,
     },
 }
@@ -254,5 +260,27 @@ fn report(error: &Error) -> u8 {
         Error::Unreachable { .. } => exit::UNREACHABLE,
         Error::ConnectionLost { .. } | Error::TimedOut { .. } => exit::LOST,
         Error::Rejected { .. } | Error::Protocol { .. } => exit::REJECTED,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use clap::Parser;
+
+    use super::*;
+
+    #[test]
+    fn an_output_budget_below_the_minimum_is_refused() {
+        let err = Cli::try_parse_from(["hlctl", "mcp", "--output-budget", "199"]).unwrap_err();
+        assert!(err.to_string().contains("200"), "{err}");
+        let cli = Cli::try_parse_from(["hlctl", "mcp", "--output-budget", "200"]).unwrap();
+        assert!(matches!(cli.command, Command::Mcp { output_budget: 200 }));
+        let default = Cli::try_parse_from(["hlctl", "mcp"]).unwrap();
+        assert!(matches!(
+            default.command,
+            Command::Mcp { output_budget } if output_budget == tool::DEFAULT_OUTPUT_BUDGET
+        ));
     }
 }

@@ -42,6 +42,9 @@ pub const TOOL_NAME: &str = "run_code";
 /// to flood a context window.
 pub const DEFAULT_OUTPUT_BUDGET: usize = 10_000;
 
+/// The smallest output budget: room for a traceback's last lines and the marker.
+pub const MIN_OUTPUT_BUDGET: usize = 200;
+
 /// How long [`CodeTool::discover`] waits for the daemon's health.
 const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -170,10 +173,11 @@ impl CodeTool {
         }
     }
 
-    /// The same tool, keeping at most `characters` of output in a rendering (at least 200).
+    /// The same tool, keeping at most `characters` of output in a rendering; below
+    /// [`MIN_OUTPUT_BUDGET`], that minimum.
     pub fn with_output_budget(self, characters: usize) -> CodeTool {
         CodeTool {
-            budget: characters.max(200),
+            budget: characters.max(MIN_OUTPUT_BUDGET),
             ..self
         }
     }

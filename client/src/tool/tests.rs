@@ -443,6 +443,13 @@ fn marker_length(text: &str) -> usize {
 }
 
 #[test]
+fn a_budget_below_the_minimum_is_the_minimum() {
+    assert_eq!(tool().with_output_budget(10).budget, MIN_OUTPUT_BUDGET);
+    assert_eq!(tool().with_output_budget(5_000).budget, 5_000);
+    assert_eq!(tool().budget, DEFAULT_OUTPUT_BUDGET);
+}
+
+#[test]
 fn cutting_respects_characters_and_a_large_result() {
     let wide = "é".repeat(5_000);
     let cut = render::cut_to_budget(&wide, "", &json!("x".repeat(5_000)), 1_000);
