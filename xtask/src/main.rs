@@ -358,21 +358,28 @@ fn mcp_client() -> Result<()> {
     if std::fs::read_to_string(&stamp).is_ok_and(|installed| installed == wanted) {
         return Ok(());
     }
+    let requirements = requirements.to_string_lossy();
+    virtualenv("MCP client", &venv, &["-r", &requirements])?;
+    std::fs::write(&stamp, wanted).with_context(|| format!("writing {}", stamp.display()))
+}
+
+/// A fresh Python virtual environment at `venv`, with `pip install PIP_ARGS` run in it; `what`
+/// names the steps.
+pub fn virtualenv(what: &str, venv: &Path, pip_args: &[&str]) -> Result<()> {
     step(
-        "MCP client: virtualenv",
+        &format!("{what}: virtualenv"),
         Command::new("python3")
             .args(["-m", "venv", "--clear"])
-            .arg(&venv),
+            .arg(venv),
         Duration::from_secs(300),
     )?;
     step(
-        "MCP client: pip install (tests/mcp/requirements.txt)",
+        &format!("{what}: pip install {}", pip_args.join(" ")),
         Command::new(venv.join("bin/pip"))
-            .args(["install", "--quiet", "--disable-pip-version-check", "-r"])
-            .arg(&requirements),
+            .args(["install", "--quiet", "--disable-pip-version-check"])
+            .args(pip_args),
         Duration::from_secs(600),
-    )?;
-    std::fs::write(&stamp, wanted).with_context(|| format!("writing {}", stamp.display()))
+    )
 }
 
 fn test() -> Result<()> {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use crate::{cargo, step, vm, workspace_root};
+use crate::{cargo, step, virtualenv, vm, workspace_root};
 
 /// componentize-py, pinned: the Python guest's CPython and standard library come from it.
 const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
@@ -41,21 +41,7 @@ fn python_guest_in(name: &str, extra_requirements: Option<&Path>) -> Result<Path
     let venv = vm::target_dir()?.join("python-guest/venv");
     let componentize = venv.join("bin/componentize-py");
     if !componentize.exists() {
-        step(
-            "python guest: virtualenv",
-            Command::new("python3").args(["-m", "venv"]).arg(&venv),
-            Duration::from_secs(300),
-        )?;
-        step(
-            &format!("python guest: pip install {COMPONENTIZE_PY}"),
-            Command::new(venv.join("bin/pip")).args([
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                COMPONENTIZE_PY,
-            ]),
-            Duration::from_secs(600),
-        )?;
+        virtualenv("python guest", &venv, &[COMPONENTIZE_PY])?;
     }
 
     let tools = vm::target_dir()?.join("tools");
