@@ -14,6 +14,12 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub mod openapi;
+mod session;
+
+pub use self::session::{
+    CreateSessionRequest, ExecSession, SessionCounts, SessionExecRequest, SessionInfo,
+    SessionLimits, SessionList,
+};
 
 /// Where the daemon listens unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/hyperlightd/hyperlightd.sock";
@@ -37,6 +43,32 @@ pub mod paths {
     pub const HEALTH_READY: &str = "/v1/health/ready";
     /// `GET`: Prometheus text exposition format.
     pub const METRICS: &str = "/metrics";
+    /// `POST`: create a session ([`CreateSessionRequest`](super::CreateSessionRequest), 201
+    /// [`SessionInfo`](super::SessionInfo)). `GET`: list them
+    /// ([`SessionList`](super::SessionList)).
+    pub const SESSIONS: &str = "/v1/sessions";
+    /// What follows a session's id in the path of its exec (`POST`,
+    /// [`SessionExecRequest`](super::SessionExecRequest), answered with an
+    /// [`ExecResponse`](super::ExecResponse)).
+    pub const SESSION_EXEC: &str = "exec";
+    /// What follows a session's id in the path of its fork (`POST`, 201
+    /// [`SessionInfo`](super::SessionInfo)).
+    pub const SESSION_FORK: &str = "fork";
+
+    /// `GET`: the session ([`SessionInfo`](super::SessionInfo)); `DELETE`: delete it (204).
+    pub fn session(id: &str) -> String {
+        format!("{SESSIONS}/{id}")
+    }
+
+    /// `POST`: run a program in the session.
+    pub fn session_exec(id: &str) -> String {
+        format!("{SESSIONS}/{id}/{SESSION_EXEC}")
+    }
+
+    /// `POST`: fork the session.
+    pub fn session_fork(id: &str) -> String {
+        format!("{SESSIONS}/{id}/{SESSION_FORK}")
+    }
 }
 
 /// A guest language.
@@ -226,6 +258,14 @@ pub enum ErrorKind {
     NoSandboxAvailable,
     /// The daemon is shutting down.
     ShuttingDown,
+    /// No session has this id: it never existed, was deleted, or expired.
+    SessionNotFound,
+    /// The daemon holds as many sessions, or as much session state, as it is allowed (the
+    /// message says which); delete sessions no longer needed.
+    TooManySessions,
+    /// The session's earlier execs ran for the request's whole time limit; nothing ran. Retry,
+    /// or allow more time.
+    SessionBusy,
     /// A fault in the daemon itself.
     Internal,
 
@@ -253,6 +293,9 @@ impl ErrorKind {
         ErrorKind::Overloaded,
         ErrorKind::NoSandboxAvailable,
         ErrorKind::ShuttingDown,
+        ErrorKind::SessionNotFound,
+        ErrorKind::TooManySessions,
+        ErrorKind::SessionBusy,
         ErrorKind::Internal,
     ];
 
@@ -274,6 +317,9 @@ impl ErrorKind {
             ErrorKind::Overloaded => "overloaded",
             ErrorKind::NoSandboxAvailable => "no_sandbox_available",
             ErrorKind::ShuttingDown => "shutting_down",
+            ErrorKind::SessionNotFound => "session_not_found",
+            ErrorKind::TooManySessions => "too_many_sessions",
+            ErrorKind::SessionBusy => "session_busy",
             ErrorKind::Internal => "internal",
             ErrorKind::Unknown => "unknown",
         }
@@ -331,6 +377,9 @@ pub struct ExecResponse {
     pub error: Option<ErrorBody>,
     /// Time from the request's arrival to the end of the execution, in milliseconds.
     pub duration_ms: f64,
+    /// For an exec in a session: the session, and whether its state was rolled back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<ExecSession>,
 }
 
 /// Body of `GET /v1/health` and its `live` and `ready` forms.
@@ -361,6 +410,12 @@ pub struct HealthResponse {
     /// The limits every execution runs under, so that a client (an agent's tool description,
     /// say) can state them.
     pub limits: ExecLimits,
+    /// Live sessions and the memory their state holds, per served language.
+    #[serde(default)]
+    pub sessions: BTreeMap<Language, SessionCounts>,
+    /// The limits sessions live under (absent from daemons without sessions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_limits: Option<SessionLimits>,
 }
 
 /// The limits every execution runs under.

@@ -9,6 +9,7 @@ use clap::{Parser, ValueEnum};
 use hyperlightd_api::Language;
 
 use crate::server::ServerConfig;
+use crate::session::SessionSettings;
 
 /// hyperlightd: runs untrusted code in pre-warmed Hyperlight micro-VMs, served over HTTP on a
 /// Unix socket.
@@ -124,6 +125,29 @@ pub struct Config {
     #[arg(long, default_value_t = 30_000)]
     pub drain_timeout_ms: u64,
 
+    /// Most live sessions, all languages together; past it, creating or forking a session is
+    /// refused with `too_many_sessions`.
+    #[arg(long, default_value_t = 1000)]
+    pub max_sessions: usize,
+
+    /// Seconds a session may stay idle (no exec) before it is deleted, when it names no
+    /// `idle_timeout_s`.
+    #[arg(long, default_value_t = 600)]
+    pub session_idle_timeout_s: u64,
+
+    /// Highest idle timeout a session may ask for, in seconds; higher ones are capped.
+    #[arg(long, default_value_t = 86_400)]
+    pub max_session_idle_timeout_s: u64,
+
+    /// Longest a session lives, however busy, in seconds.
+    #[arg(long, default_value_t = 86_400)]
+    pub max_session_lifetime_s: u64,
+
+    /// Host memory all sessions' saved state may hold, in MiB; past it, creating or forking a
+    /// session is refused with `too_many_sessions` (execs in existing sessions still run).
+    #[arg(long, default_value_t = 4096)]
+    pub session_memory_mib: u64,
+
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -202,6 +226,16 @@ pub enum ConfigError {
         needed: u64,
         /// The process's limit.
         limit: u64,
+    },
+    /// The default idle timeout of sessions is larger than the maximum.
+    #[error(
+        "--session-idle-timeout-s ({default}) is larger than --max-session-idle-timeout-s ({max})"
+    )]
+    SessionIdleAboveMax {
+        /// The default.
+        default: u64,
+        /// The maximum.
+        max: u64,
     },
     /// The default timeout is larger than the maximum.
     #[error("--default-timeout-ms ({default}) is larger than --max-timeout-ms ({max})")]
@@ -319,6 +353,37 @@ impl Config {
             max_output_bytes: self.max_output_bytes,
             max_result_bytes: self.max_result_bytes,
             body_read_timeout: Duration::from_millis(self.body_read_timeout_ms),
+        })
+    }
+
+    /// The limits of sessions, checked.
+    pub fn sessions(&self) -> Result<SessionSettings, ConfigError> {
+        for (name, value) in [
+            ("--max-sessions", self.max_sessions as u64),
+            ("--session-idle-timeout-s", self.session_idle_timeout_s),
+            (
+                "--max-session-idle-timeout-s",
+                self.max_session_idle_timeout_s,
+            ),
+            ("--max-session-lifetime-s", self.max_session_lifetime_s),
+            ("--session-memory-mib", self.session_memory_mib),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::Zero(name));
+            }
+        }
+        if self.session_idle_timeout_s > self.max_session_idle_timeout_s {
+            return Err(ConfigError::SessionIdleAboveMax {
+                default: self.session_idle_timeout_s,
+                max: self.max_session_idle_timeout_s,
+            });
+        }
+        Ok(SessionSettings {
+            max_sessions: self.max_sessions,
+            default_idle: Duration::from_secs(self.session_idle_timeout_s),
+            max_idle: Duration::from_secs(self.max_session_idle_timeout_s),
+            max_lifetime: Duration::from_secs(self.max_session_lifetime_s),
+            memory_budget: self.session_memory_mib.saturating_mul(1 << 20),
         })
     }
 
@@ -473,6 +538,31 @@ mod tests {
         assert_eq!(limits.output_for(None), 1000);
         assert_eq!(limits.output_for(Some(10)), 10);
         assert_eq!(limits.output_for(Some(5000)), 1000);
+    }
+
+    #[test]
+    fn session_limits_are_checked() {
+        let defaults = parse(&[]).unwrap().sessions().unwrap();
+        assert!(defaults.default_idle <= defaults.max_idle);
+        assert_eq!(defaults.memory_budget, 4096 << 20);
+        assert!(matches!(
+            parse(&["--max-sessions", "0"]).unwrap().sessions(),
+            Err(ConfigError::Zero("--max-sessions"))
+        ));
+        assert!(matches!(
+            parse(&[
+                "--session-idle-timeout-s",
+                "100",
+                "--max-session-idle-timeout-s",
+                "10"
+            ])
+            .unwrap()
+            .sessions(),
+            Err(ConfigError::SessionIdleAboveMax {
+                default: 100,
+                max: 10
+            })
+        ));
     }
 
     #[test]

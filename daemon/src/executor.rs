@@ -7,9 +7,12 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hyperlightd_api::{ErrorBody, ExecStatus, Language, SandboxCounts};
+use hyperlightd_api::{ErrorBody, ExecSession, ExecStatus, Language, SandboxCounts, SessionCounts};
+
+use crate::session::Sessions;
 
 /// One program to run.
 #[derive(Debug)]
@@ -27,6 +30,8 @@ pub struct Job {
     pub max_output_bytes: usize,
     /// The request's tracing span, entered by whichever thread runs the job.
     pub span: tracing::Span,
+    /// The session to run it in (its language is `language`); None: a fresh interpreter.
+    pub session: Option<String>,
 }
 
 /// How a program's run ended. Produced for every job the executor accepts.
@@ -44,6 +49,8 @@ pub struct Outcome {
     pub result: serde_json::Value,
     /// Set when `status` is not `Ok`.
     pub error: Option<ErrorBody>,
+    /// For a session's exec: the session, and whether its state was rolled back.
+    pub session: Option<ExecSession>,
 }
 
 /// Why the executor did not run a job. Nothing ran; the caller may retry where it says so.
@@ -73,6 +80,43 @@ pub enum ExecError {
     /// The daemon runs no pool for the language.
     #[error("this daemon runs no {0} sandboxes (see its --pool option)")]
     LanguageNotServed(Language),
+    /// No session has this id (never did, deleted, or expired).
+    #[error(
+        "no session {0}: it never existed, was deleted, or expired after its idle timeout or \
+         lifetime. Create a new one with POST /v1/sessions"
+    )]
+    SessionNotFound(String),
+    /// The daemon holds as many sessions as it may.
+    #[error(
+        "the daemon holds {limit} sessions, its limit (--max-sessions); delete sessions no \
+         longer needed, or wait for idle ones to expire"
+    )]
+    TooManySessions {
+        /// The limit.
+        limit: usize,
+    },
+    /// Session state holds the daemon's whole memory budget for it.
+    #[error(
+        "session state holds {} MiB, the daemon's budget of {} MiB (--session-memory-mib); \
+         delete sessions no longer needed, or wait for idle ones to expire",
+        .held >> 20, .budget >> 20
+    )]
+    SessionMemoryFull {
+        /// Bytes held.
+        held: u64,
+        /// The budget.
+        budget: u64,
+    },
+    /// The session's earlier execs (or forks) kept it busy for the request's whole time limit.
+    #[error(
+        "the session was busy with earlier execs for the request's whole time limit of {} ms; \
+         nothing ran. Retry, or allow more time with timeout_ms",
+        .timeout.as_millis()
+    )]
+    SessionBusy {
+        /// The time limit, all of it spent waiting.
+        timeout: Duration,
+    },
     /// The language's pool has no worker left to take jobs. A bug, reported as a 500.
     #[error("the {0} pool has no workers left (a fault in the daemon; see its log)")]
     PoolGone(Language),
@@ -97,13 +141,20 @@ pub struct ExecutorHealth {
     pub packages: BTreeMap<Language, BTreeMap<String, String>>,
     /// Memory a program can allocate in each served language's sandbox, in MiB.
     pub memory_mib: BTreeMap<Language, u64>,
+    /// Live sessions and their memory, per served language.
+    pub sessions: BTreeMap<Language, SessionCounts>,
 }
 
 /// Runs jobs. Implemented by the Hyperlight executor, and by stubs in tests.
 pub trait Executor: Send + Sync + 'static {
-    /// Runs `job` and returns its outcome, or says why it did not run it.
+    /// Runs `job` (in its session, if it names one) and returns its outcome, or says why it
+    /// did not run it.
     fn exec(&self, job: Job) -> impl Future<Output = Result<Outcome, ExecError>> + Send;
 
     /// Current state, for health and metrics.
     fn health(&self) -> ExecutorHealth;
+
+    /// The sessions: create, fork, read, list and delete them (their execs go through
+    /// [`exec`](Self::exec)).
+    fn sessions(&self) -> &Arc<Sessions>;
 }

@@ -18,6 +18,7 @@ pub mod http;
 pub mod metrics;
 pub mod sandbox;
 pub mod server;
+pub mod session;
 pub mod sys;
 
 use std::collections::BTreeMap;
@@ -114,6 +115,7 @@ fn versions() -> BTreeMap<String, String> {
 pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Result<(), StartError> {
     let sizes = config.pool_sizes()?;
     let limits = config.limits()?;
+    config.sessions()?;
     check_open_files(&config)?;
     let metrics = Metrics::new().map_err(|e| StartError::Other(format!("metrics: {e}")))?;
     let hypervisor = hypervisor::detect()?;
@@ -210,6 +212,7 @@ async fn start_executor(
         python_max_host_handles: config.python_max_host_handles,
         queue_depth: config.queue_depth,
         build_limit: limit,
+        sessions: config.sessions()?,
     };
     let (runtime, sizes, metrics) = (Handle::current(), sizes.clone(), metrics.clone());
     let hypervisor = hypervisor.to_string();

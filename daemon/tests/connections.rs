@@ -98,7 +98,7 @@ async fn thousands_of_stalled_connections_are_bounded_and_dropped_while_requests
     };
     let metrics = Metrics::new().unwrap();
     let api = Arc::new(Api::new(
-        Arc::new(Stub),
+        Arc::new(Stub::new()),
         metrics.clone(),
         limits,
         BTreeMap::new(),
@@ -191,7 +191,7 @@ async fn thousands_of_stalled_connections_are_bounded_and_dropped_while_requests
 
 /// The value of `series` in the daemon's metrics; it must be there.
 fn metric(metrics: &Metrics, series: &str) -> f64 {
-    let text = metrics.render(&Stub.health()).unwrap();
+    let text = metrics.render(&Stub::new().health()).unwrap();
     text.lines()
         .find_map(|line| {
             let rest = line.strip_prefix(series)?;

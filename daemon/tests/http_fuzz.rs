@@ -64,7 +64,7 @@ fn api() -> Arc<Api<Stub>> {
         body_read_timeout: Duration::from_secs(1),
     };
     Arc::new(Api::new(
-        Arc::new(Stub),
+        Arc::new(Stub::new()),
         Metrics::new().unwrap(),
         limits,
         BTreeMap::new(),

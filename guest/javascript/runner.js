@@ -5,7 +5,8 @@
 // `export { handler }` itself: this file must not export anything.
 //
 // Contract with the daemon (the same for every language):
-//   event:  {"code": "<program text>", "max_result_bytes": N, "seed": "<32 hex digits>"}
+//   event:  {"code": "<program text>", "max_result_bytes": N, "seed": "<32 hex digits>",
+//            "session": <bool: run in the session's scope, which lives on in its saved state>}
 //   reply:  {"ok": true, "result": <JSON value>}
 //         | {"ok": false, "error": {"kind": "syntax_error" | "exception" | "result_too_large"
 //                                           | "out_of_memory", "message": "..."}}
@@ -147,13 +148,14 @@ function completed(value, maxBytes) {
   return { ok: true, result: result };
 }
 
-// The program's frames only: the stack ends where the runner's begin (the Function wrapper that
-// evaluates the program, then the handler in run.js).
+// The program's frames only: the stack ends where the runner's begin (the function made by a
+// constructor that evaluates the program, then the handler in run.js). The program's own
+// frames are in `<eval>`.
 function programStack(stack) {
   const lines = stack.split("\n");
-  let end = lines.findIndex((line) => line.includes("run.js:"));
+  const end = lines.findIndex((line) =>
+    line.includes("run.js:") || line.trim().startsWith("at anonymous (<input>"));
   if (end < 0) return stack;
-  if (end > 0 && lines[end - 1].trim().startsWith("at anonymous (<input>")) end--;
   return lines.slice(0, end).join("\n") + "\n";
 }
 
@@ -223,35 +225,141 @@ const random = (() => {
 Math.random = function random_() { return random.next(); };
 Object.defineProperty(Math.random, "name", { value: "random" });
 
-// `code`, which has `await` at its top level, as the body of an async arrow function whose
-// result is the last statement, if that is an expression: the text to evaluate, or null if
-// the program does not parse even so. The arrow function starts on the program's first line,
-// so that line numbers stay the program's.
-function asyncProgram(code) {
-  let ast;
+function parse(code) {
   try {
-    ast = vendor.parse(code, { ecmaVersion: "latest", sourceType: "script", allowAwaitOutsideFunction: true });
+    return vendor.parse(code, { ecmaVersion: "latest", sourceType: "script", allowAwaitOutsideFunction: true });
   } catch (_) {
     return null;
   }
-  const last = ast.body[ast.body.length - 1];
-  let body = code;
-  if (last !== undefined && last.type === "ExpressionStatement") {
-    const expression = code.slice(last.expression.start, last.expression.end);
-    body = code.slice(0, last.start) + "return (" + expression + ");" + code.slice(last.end);
-  }
-  return "(async () => {" + body + "\n})()";
 }
 
-// Evaluates the program: its value, or throws what it throws.
-function evaluateProgram(code) {
+// `code` with `edits` ([start, end, replacement], in order, not overlapping) applied.
+function edited(code, edits) {
+  let text = "", at = 0;
+  for (const [start, end, replacement] of edits) {
+    text += code.slice(at, start) + replacement;
+    at = end;
+  }
+  return text + code.slice(at);
+}
+
+// The names a declaration's pattern binds.
+function boundNames(pattern, names) {
+  switch (pattern.type) {
+    case "Identifier": names.push(pattern.name); break;
+    case "ObjectPattern":
+      for (const p of pattern.properties) boundNames(p.type === "RestElement" ? p.argument : p.value, names);
+      break;
+    case "ArrayPattern": for (const e of pattern.elements) if (e !== null) boundNames(e, names); break;
+    case "RestElement": boundNames(pattern.argument, names); break;
+    case "AssignmentPattern": boundNames(pattern.left, names); break;
+  }
+  return names;
+}
+
+// Where a statement's text ends before its semicolon, if it has one.
+function beforeSemicolon(code, node) {
+  return code[node.end - 1] === ";" ? node.end - 1 : node.end;
+}
+
+// Edits that turn the top-level declarations of a program run as the body of an async function
+// (see asyncProgram) into assignments to the names, which the session's scope declares: the
+// declarations outlive the function. Returns the names too.
+function hoistedDeclarations(code, ast) {
+  const edits = [], names = [];
+  for (const node of ast.body) {
+    if (node.type === "VariableDeclaration") {
+      edits.push([node.start, node.start + node.kind.length, "void ("]);
+      for (const d of node.declarations) {
+        boundNames(d.id, names);
+        if (d.init === null && node.kind !== "var") edits.push([d.id.end, d.id.end, " = undefined"]);
+      }
+      edits.push([beforeSemicolon(code, node), beforeSemicolon(code, node), ")"]);
+    } else if ((node.type === "FunctionDeclaration" || node.type === "ClassDeclaration") && node.id) {
+      names.push(node.id.name);
+      edits.push([node.start, node.start, node.id.name + " = "], [node.end, node.end, ";"]);
+    }
+  }
+  return { edits, names };
+}
+
+// `code`, which has `await` at its top level, as the body of an async arrow function whose
+// result is the last statement, if that is an expression: the text to evaluate, or null if
+// the program does not parse even so. The arrow function starts on the program's first line,
+// so that line numbers stay the program's. In a session (`persistent`), the program's top-level
+// declarations are hoisted out of the function, into the session's scope.
+function asyncProgram(code, persistent) {
+  const ast = parse(code);
+  if (ast === null) return null;
+  const { edits, names } = persistent ? hoistedDeclarations(code, ast) : { edits: [], names: [] };
+  const last = ast.body[ast.body.length - 1];
+  if (last !== undefined && last.type === "ExpressionStatement") {
+    const expression = code.slice(last.expression.start, last.expression.end);
+    edits.push([last.start, last.end, "return (" + expression + ");"]);
+  }
+  const declared = names.length > 0 ? "var " + names.join(", ") + "; " : "";
+  return declared + "(async () => {" + edited(code, edits) + "\n})()";
+}
+
+// Sessions. A session's programs run in one scope that lives on from one exec to the next: the
+// body of a generator, suspended between execs in the session's saved state. A direct eval
+// there declares the program's `var`s and functions in that scope, where the next program's
+// eval finds them. The generator is made by the constructor, so that it is sloppy code (this
+// module is strict, and a strict eval keeps its declarations to itself).
+const GeneratorFunction = Object.getPrototypeOf(function* () {}).constructor;
+const sessionScope = new GeneratorFunction("console", "print",
+  "let __hyperlightd_program = yield;\n" +
+  "for (;;) {\n" +
+  "  let __hyperlightd_step;\n" +
+  "  try { __hyperlightd_step = { value: eval(__hyperlightd_program) }; }\n" +
+  "  catch (e) { __hyperlightd_step = { error: e }; }\n" +
+  "  __hyperlightd_program = yield __hyperlightd_step;\n" +
+  "}");
+// The session's scope; created by its first exec, kept in its saved state.
+let session = null;
+
+// The program with its top-level `let`, `const` and `class` declarations made `var`s, which
+// outlive its eval (a `let` or `const` would be local to it); unchanged when it does not parse,
+// so that the eval reports why. A session's `const` can be assigned again in a later program,
+// as in a notebook's later cell.
+function sessionDeclarations(code) {
+  const ast = parse(code);
+  if (ast === null) return code;
+  const edits = [];
+  for (const node of ast.body) {
+    if (node.type === "VariableDeclaration" && node.kind !== "var") {
+      edits.push([node.start, node.start + node.kind.length, node.kind === "const" ? "var  " : "var"]);
+    } else if (node.type === "ClassDeclaration") {
+      edits.push([node.start, node.start, "var " + node.id.name + " = "], [node.end, node.end, ";"]);
+    }
+  }
+  return edits.length === 0 ? code : edited(code, edits);
+}
+
+// Evaluates `text` in the session's scope: its value, or throws what it throws.
+function evaluateInSession(text) {
+  if (session === null) {
+    session = sessionScope(programConsole, programPrint);
+    session.next();
+  }
+  const step = session.next(text).value;
+  if ("error" in step) throw step.error;
+  return step.value;
+}
+
+// Evaluates the program, in the session's scope if `persistent`: its value, or throws what it
+// throws.
+function evaluateProgram(code, persistent) {
+  const evaluateText = persistent
+    ? evaluateInSession
+    : (text) => evaluate(programConsole, programPrint, text);
   try {
-    return evaluate(programConsole, programPrint, code);
+    return evaluateText(persistent ? sessionDeclarations(code) : code);
   } catch (e) {
     // Only a program that does not parse as a script may have top-level await.
-    const rewritten = isParseError(e) && /\bawait\b/.test(code) ? asyncProgram(code) : null;
+    const rewritten = isParseError(e) && /\bawait\b/.test(code) ? asyncProgram(code, persistent) : null;
     if (rewritten === null) throw e;
-    return evaluate(programConsole, programPrint, rewritten);
+    return evaluateText(rewritten);
   }
 }
 
@@ -293,7 +401,7 @@ function handler(event) {
   random.seed(event.seed);
   let value;
   try {
-    value = evaluateProgram(event.code);
+    value = evaluateProgram(event.code, event.session === true);
   } catch (e) {
     return failure(isParseError(e) ? "syntax_error" : "exception", e);
   }

@@ -5,8 +5,9 @@ time and keeps the initialised interpreter (with everything imported here) in th
 a sandbox starts with it warm. The daemon then snapshots the sandbox and restores it after every
 request.
 
-Contract with the daemon (the same for every language, plus Python's "seed" and "prime"):
-  event:  {"code": "<program text>", "max_result_bytes": N, "seed": "<hex>", "prime": false}
+Contract with the daemon (the same for every language, plus Python's "prime"):
+  event:  {"code": "<program text>", "max_result_bytes": N, "seed": "<hex>", "session": false,
+           "prime": false}
   reply:  {"ok": true, "result": <JSON value>}
         | {"ok": false, "error": {"kind": "syntax_error" | "exception" | "result_too_large"
                                           | "out_of_memory", "message": "..."}}
@@ -16,8 +17,9 @@ Contract with the daemon (the same for every language, plus Python's "seed" and 
 The program's result is the value of its last statement when that statement is an expression, as
 in a notebook cell; otherwise null. Values JSON cannot carry are rendered with repr().
 
-"seed" is entropy from the host for `random`; "prime": true runs PRIME instead of "code" (see
-below). Output is line-buffered, as on a terminal: a program stopped at its time limit loses an
+"seed" is entropy from the host for `random`; "session": true runs the program in the session's
+globals, which live on in the session's saved state; "prime": true runs PRIME instead of "code"
+(see below). Output is line-buffered, as on a terminal: a program stopped at its time limit loses an
 unfinished last line, nothing else.
 """
 
@@ -288,7 +290,25 @@ def _compile(code: str):
     return body, (compile(last, PROGRAM, "eval") if last is not None else None)
 
 
-def _run(code: str, max_result_bytes: int) -> str:
+def _new_scope() -> dict:
+    return {"__name__": "__main__", "__builtins__": __builtins__}
+
+
+# A session's globals: made by its first exec and kept in its saved state, so that every later
+# exec of the session runs in them. Other programs get a scope of their own.
+_session_scope = None
+
+
+def _scope(session: bool) -> dict:
+    global _session_scope
+    if not session:
+        return _new_scope()
+    if _session_scope is None:
+        _session_scope = _new_scope()
+    return _session_scope
+
+
+def _run(code: str, max_result_bytes: int, scope: dict) -> str:
     try:
         body, last = _compile(code)
     except (SyntaxError, ValueError) as error:
@@ -298,7 +318,6 @@ def _run(code: str, max_result_bytes: int) -> str:
     except MemoryError as error:
         return _failed("out_of_memory", error)
 
-    scope = {"__name__": "__main__", "__builtins__": __builtins__}
     try:
         exec(body, scope)
         value = eval(last, scope) if last is not None else None
@@ -332,9 +351,11 @@ class WitWorld(wit_world.WitWorld):
         random.seed(int(request["seed"], 16))
         _Output.open = True
         sys.stdout, sys.stderr = _stdout, _stderr
-        code = PRIME if request.get("prime") else request["code"]
+        prime = bool(request.get("prime"))
+        code = PRIME if prime else request["code"]
+        scope = _scope(bool(request.get("session")) and not prime)
         try:
-            return _run(code, int(request["max_result_bytes"]))
+            return _run(code, int(request["max_result_bytes"]), scope)
         finally:
             _stdout.flush()
             _stderr.flush()

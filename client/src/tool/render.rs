@@ -167,6 +167,16 @@ pub(super) fn advice(kind: ErrorKind, context: &Context<'_>) -> String {
             });
             format!("The code is too large{max}; nothing ran. Send a shorter program.")
         }
+        ErrorKind::SessionNotFound => "The session is gone (deleted, or expired after being \
+            idle), and with it every variable it held; nothing ran. Run again without the \
+            session, or in a new one, and recreate what the program needs."
+            .to_owned(),
+        ErrorKind::TooManySessions => "The service holds as many sessions as it may; nothing \
+            ran. Run without a session (a fresh interpreter), or later."
+            .to_owned(),
+        ErrorKind::SessionBusy => "Earlier calls in the same session were still running for \
+            this call's whole time limit; nothing ran. Call again once they are done."
+            .to_owned(),
         ErrorKind::Overloaded | ErrorKind::NoSandboxAvailable | ErrorKind::ShuttingDown => {
             "The service is busy; nothing ran. Make the same call again in a few seconds."
                 .to_owned()

@@ -40,6 +40,7 @@ fn response(status: ExecStatus, kind: Option<ErrorKind>, stdout: &str) -> ExecRe
         result: Value::Null,
         error: kind.map(|k| ErrorBody::new(k, format!("{k} happened"))),
         duration_ms: 12.5,
+        session: None,
     }
 }
 

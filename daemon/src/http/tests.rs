@@ -3,10 +3,11 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use hyperlightd_api::{ExecStatus, HealthResponse, Language, SandboxCounts};
+use hyperlightd_api::{ExecStatus, HealthResponse, Language, SandboxCounts, paths};
 
 use super::*;
 use crate::executor::{ExecutorHealth, Outcome};
+use crate::session::{After, Ran, SessionSettings, Sessions};
 
 type Answer = Box<dyn Fn(&Job) -> Result<Outcome, ExecError> + Send + Sync>;
 
@@ -14,13 +15,24 @@ type Answer = Box<dyn Fn(&Job) -> Result<Outcome, ExecError> + Send + Sync>;
 struct StubExecutor {
     answer: Answer,
     seen: Mutex<Vec<(Language, String, Duration)>>,
+    sessions: Arc<Sessions>,
 }
 
 impl StubExecutor {
     fn new(answer: impl Fn(&Job) -> Result<Outcome, ExecError> + Send + Sync + 'static) -> Self {
+        let settings = SessionSettings {
+            max_sessions: 3,
+            default_idle: Duration::from_secs(60),
+            max_idle: Duration::from_secs(600),
+            max_lifetime: Duration::from_secs(3600),
+            memory_budget: 1 << 30,
+        };
+        let languages = [Language::Javascript, Language::Python];
+        let sessions = Sessions::new(settings, &languages, Metrics::new().unwrap().sessions());
         StubExecutor {
             answer: Box::new(answer),
             seen: Mutex::new(Vec::new()),
+            sessions: Arc::new(sessions),
         }
     }
 }
@@ -32,7 +44,23 @@ impl Executor for StubExecutor {
             .lock()
             .unwrap()
             .push((job.language, job.code.clone(), left));
-        (self.answer)(&job)
+        let outcome = (self.answer)(&job);
+        let Some(id) = job.session.clone() else {
+            return outcome;
+        };
+        let run = |_state| async move {
+            Ok(Ran {
+                outcome: outcome?,
+                after: After::Unchanged,
+            })
+        };
+        self.sessions
+            .exec(&id, job.deadline, job.timeout, run)
+            .await
+    }
+
+    fn sessions(&self) -> &Arc<Sessions> {
+        &self.sessions
     }
 
     fn health(&self) -> ExecutorHealth {
@@ -53,6 +81,7 @@ impl Executor for StubExecutor {
                 },
             )]),
             memory_mib: BTreeMap::from([(Language::Javascript, 64)]),
+            sessions: self.sessions.counts(),
         }
     }
 }
@@ -65,6 +94,7 @@ fn ok_outcome(stdout: &str, result: serde_json::Value) -> Outcome {
         truncated: false,
         result,
         error: None,
+        session: None,
     }
 }
 
@@ -171,6 +201,7 @@ async fn exec_with_guest_error_is_still_200() {
             truncated: false,
             result: serde_json::Value::Null,
             error: Some(ErrorBody::new(ErrorKind::Exception, "Error: boom")),
+            session: None,
         })
     }));
     let (status, body) = call(
@@ -504,6 +535,19 @@ async fn output_cap_is_passed_to_the_executor_within_the_maximum() {
 struct WarmingExecutor {
     warmed: bool,
     stuck_workers: usize,
+    sessions: Arc<Sessions>,
+}
+
+impl WarmingExecutor {
+    fn new(warmed: bool, stuck_workers: usize) -> Self {
+        let sessions =
+            StubExecutor::new(|_| Err(ExecError::PoolGone(Language::Javascript))).sessions;
+        WarmingExecutor {
+            warmed,
+            stuck_workers,
+            sessions,
+        }
+    }
 }
 
 impl Executor for WarmingExecutor {
@@ -526,7 +570,12 @@ impl Executor for WarmingExecutor {
             stuck_workers: self.stuck_workers,
             packages: BTreeMap::new(),
             memory_mib: BTreeMap::new(),
+            sessions: BTreeMap::new(),
         }
+    }
+
+    fn sessions(&self) -> &Arc<Sessions> {
+        &self.sessions
     }
 }
 
@@ -534,10 +583,7 @@ impl Executor for WarmingExecutor {
 async fn health_is_not_ready_while_pools_are_below_their_size() {
     for (warmed, status) in [(false, "starting"), (true, "degraded")] {
         let api = Api::new(
-            Arc::new(WarmingExecutor {
-                warmed,
-                stuck_workers: 0,
-            }),
+            Arc::new(WarmingExecutor::new(warmed, 0)),
             Metrics::new().unwrap(),
             limits(),
             BTreeMap::new(),
@@ -559,10 +605,7 @@ async fn health_is_not_ready_while_pools_are_below_their_size() {
 async fn readiness_and_liveness_answer_different_questions() {
     let probe = |warmed, stuck_workers, path| async move {
         let api = Api::new(
-            Arc::new(WarmingExecutor {
-                warmed,
-                stuck_workers,
-            }),
+            Arc::new(WarmingExecutor::new(warmed, stuck_workers)),
             Metrics::new().unwrap(),
             limits(),
             BTreeMap::new(),
@@ -605,6 +648,7 @@ fn every_refusal_is_where_the_openapi_document_says() {
         ApiError::MethodNotAllowed {
             method: Method::PUT,
             path: paths::EXEC,
+            allowed: "POST",
         },
         ApiError::ShuttingDown,
         ApiError::Exec(ExecError::Overloaded {

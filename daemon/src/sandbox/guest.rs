@@ -4,6 +4,7 @@
 //! Every language's runner answers with the same JSON reply (see `guest/README.md`), parsed here,
 //! and writes its output into an [`OutputCapture`] through host functions.
 
+use std::any::Any;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
@@ -17,8 +18,17 @@ use super::watchdog::Interrupt;
 /// Lives on one worker thread.
 pub trait Guest: Send {
     /// Runs `code` and returns the runner's JSON reply. `deadline` is when the call will be
-    /// interrupted; a guest whose host functions can block (a sleep) ends them there.
-    fn run(&mut self, code: &str, deadline: Instant) -> Result<String, GuestError>;
+    /// interrupted; a guest whose host functions can block (a sleep) ends them there. With
+    /// `session`, the program runs in the session's scope (see [`load`](Self::load)).
+    fn run(&mut self, code: &str, deadline: Instant, session: bool) -> Result<String, GuestError>;
+
+    /// The guest's state now, for a session: memory, vCPU and what the host keeps beside them.
+    /// Any sandbox of the same factory can [`load`](Self::load) it.
+    fn save(&mut self) -> Result<SavedState, GuestError>;
+
+    /// Puts the guest in `state` (saved by a sandbox of the same factory) instead of its warm
+    /// snapshot, for a session's exec. [`reset`](Self::reset) afterwards returns it to warm.
+    fn load(&mut self, state: &SavedState) -> Result<(), GuestError>;
 
     /// A handle that stops a running call from another thread.
     fn interrupt_handle(&self) -> Arc<dyn Interrupt>;
@@ -37,6 +47,33 @@ pub trait Guest: Send {
 
     /// Whether the last call left the sandbox poisoned (interrupted, aborted, faulted).
     fn is_poisoned(&self) -> bool;
+}
+
+/// A guest's state saved by [`Guest::save`]: immutable, and cheap to clone (a clone shares it).
+/// What is inside is the guest's own business.
+#[derive(Clone)]
+pub struct SavedState(Arc<dyn Any + Send + Sync>);
+
+impl SavedState {
+    /// Wraps a guest's state.
+    pub fn new<T: Any + Send + Sync>(state: T) -> Self {
+        SavedState(Arc::new(state))
+    }
+
+    /// The state, if it is a `T`; a guest given another guest's state says so.
+    pub fn get<T: Any>(&self) -> Result<&T, GuestError> {
+        self.0.downcast_ref().ok_or_else(|| {
+            GuestError::Hyperlight(HyperlightError::Error(
+                "the saved state is not this kind of guest's".to_owned(),
+            ))
+        })
+    }
+}
+
+impl std::fmt::Debug for SavedState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SavedState")
+    }
 }
 
 /// Why a call into a guest failed.

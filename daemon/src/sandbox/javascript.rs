@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use hyperlight_host::HyperlightError;
 use hyperlight_js::{HostPrintFn, LoadedJSSandbox, SandboxBuilder, Script, Snapshot};
 
-use super::guest::{Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, Stream, seed};
+use super::guest::{
+    Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, SavedState, Stream, seed,
+};
 use super::watchdog::{self, Interrupt};
 
 /// The runner, compiled into the daemon so that the daemon and its guest protocol always match:
@@ -111,13 +113,14 @@ struct JavascriptGuest {
 }
 
 impl Guest for JavascriptGuest {
-    fn run(&mut self, code: &str, deadline: Instant) -> Result<String, GuestError> {
+    fn run(&mut self, code: &str, deadline: Instant, session: bool) -> Result<String, GuestError> {
         self.clock.start(deadline);
         let event = serde_json::json!({
             "code": code,
             "max_result_bytes": self.max_result_bytes,
             // Every request starts from the same snapshot: Math.random is reseeded from this.
             "seed": seed(),
+            "session": session,
         })
         .to_string();
         // No garbage collection after the call: the sandbox is restored to its snapshot anyway.
@@ -126,6 +129,17 @@ impl Guest for JavascriptGuest {
 
     fn interrupt_handle(&self) -> Arc<dyn Interrupt> {
         Arc::new(watchdog::Hyperlight(self.sandbox.interrupt_handle()))
+    }
+
+    fn save(&mut self) -> Result<SavedState, GuestError> {
+        Ok(SavedState::new(self.sandbox.snapshot()?))
+    }
+
+    /// Every JavaScript sandbox registers the same host functions, which is all a restore of
+    /// another sandbox's snapshot asks; the host keeps no other state for the guest.
+    fn load(&mut self, state: &SavedState) -> Result<(), GuestError> {
+        let snapshot: &Arc<Snapshot> = state.get()?;
+        Ok(self.sandbox.restore(snapshot.clone())?)
     }
 
     fn reset(&mut self) -> Result<(), GuestError> {

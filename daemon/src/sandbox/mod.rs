@@ -21,11 +21,15 @@ use hyperlightd_api::Language;
 
 use self::guest::{GuestFactory, GuestSizes};
 use self::javascript::JavascriptFactory;
-use self::pool::{Pool, PoolConfig, PoolError};
+use self::pool::{Pool, PoolConfig, PoolError, Scope};
 use self::python::PythonFactory;
 use self::watchdog::Watchdog;
 use crate::executor::{ExecError, Executor, ExecutorHealth, Job, Outcome};
 use crate::metrics::Metrics;
+use crate::session::{SessionSettings, Sessions};
+
+/// How often expired sessions are looked for.
+const REAP_PERIOD: Duration = Duration::from_secs(1);
 
 /// Settings of the pools.
 #[derive(Debug, Clone)]
@@ -45,6 +49,8 @@ pub struct SandboxSettings {
     pub queue_depth: usize,
     /// How long building one sandbox may take before its worker counts as stuck.
     pub build_limit: Duration,
+    /// The limits of sessions.
+    pub sessions: SessionSettings,
 }
 
 impl SandboxSettings {
@@ -85,7 +91,8 @@ pub struct StartError {
 #[derive(Debug)]
 pub struct HyperlightExecutor {
     hypervisor: String,
-    pools: BTreeMap<Language, Pool>,
+    pools: BTreeMap<Language, Arc<Pool>>,
+    sessions: Arc<Sessions>,
     /// What health reports of each guest's packages (read once, at start).
     packages: BTreeMap<Language, BTreeMap<String, String>>,
     /// Each pool's guest heap, in MiB.
@@ -103,7 +110,7 @@ impl HyperlightExecutor {
         runtime: tokio::runtime::Handle,
         metrics: &Metrics,
     ) -> Result<Self, StartError> {
-        let watchdog = Watchdog::new(runtime);
+        let watchdog = Watchdog::new(runtime.clone());
         let mut pools = BTreeMap::new();
         let mut memory_mib = BTreeMap::new();
         for (&language, &size) in sizes {
@@ -118,8 +125,15 @@ impl HyperlightExecutor {
             };
             let pool = Pool::start(config, watchdog.clone(), metrics.pool(language))
                 .map_err(|error| StartError { language, error })?;
-            pools.insert(language, pool);
+            pools.insert(language, Arc::new(pool));
         }
+        let languages: Vec<Language> = pools.keys().copied().collect();
+        let sessions = Arc::new(Sessions::new(
+            settings.sessions,
+            &languages,
+            metrics.sessions(),
+        ));
+        sessions.reap_every(REAP_PERIOD, &runtime);
         let packages = settings
             .python_library
             .as_ref()
@@ -131,6 +145,7 @@ impl HyperlightExecutor {
         Ok(HyperlightExecutor {
             hypervisor,
             pools,
+            sessions,
             packages,
             memory_mib,
         })
@@ -138,12 +153,22 @@ impl HyperlightExecutor {
 }
 
 impl Executor for HyperlightExecutor {
-    async fn exec(&self, job: Job) -> Result<Outcome, ExecError> {
+    async fn exec(&self, mut job: Job) -> Result<Outcome, ExecError> {
         let pool = self
             .pools
             .get(&job.language)
-            .ok_or(ExecError::LanguageNotServed(job.language))?;
-        pool.submit(job).await
+            .ok_or(ExecError::LanguageNotServed(job.language))?
+            .clone();
+        let Some(id) = job.session.take() else {
+            return Ok(pool.submit(job, Scope::Fresh).await?.outcome);
+        };
+        let (deadline, timeout) = (job.deadline, job.timeout);
+        let run = move |state| async move { pool.submit(job, Scope::Session(state)).await };
+        self.sessions.exec(&id, deadline, timeout, run).await
+    }
+
+    fn sessions(&self) -> &Arc<Sessions> {
+        &self.sessions
     }
 
     fn health(&self) -> ExecutorHealth {
@@ -154,10 +179,11 @@ impl Executor for HyperlightExecutor {
                 .iter()
                 .map(|(&language, pool)| (language, pool.counts()))
                 .collect(),
-            warmed: self.pools.values().all(Pool::warmed),
-            stuck_workers: self.pools.values().map(Pool::stuck_workers).sum(),
+            warmed: self.pools.values().all(|pool| pool.warmed()),
+            stuck_workers: self.pools.values().map(|pool| pool.stuck_workers()).sum(),
             packages: self.packages.clone(),
             memory_mib: self.memory_mib.clone(),
+            sessions: self.sessions.counts(),
         }
     }
 }

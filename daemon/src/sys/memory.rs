@@ -19,9 +19,36 @@ pub fn transparent_huge_pages_disabled() -> nix::Result<bool> {
     nix::sys::prctl::get_thp_disable()
 }
 
+/// The process's resident memory, in bytes (0 if it cannot be read).
+pub fn resident_bytes() -> u64 {
+    // statm: size resident shared text lib data dt, in pages.
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|statm| statm.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * page_size())
+}
+
+fn page_size() -> u64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .and_then(|size| u64::try_from(size).ok())
+        .unwrap_or(4096)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn resident_memory_grows_with_touched_pages() {
+        let before = resident_bytes();
+        assert!(before > 0);
+        let touched = vec![1u8; 64 << 20];
+        let after = resident_bytes();
+        assert!(after >= before + (32 << 20), "{before} -> {after}");
+        drop(touched);
+    }
 
     #[test]
     fn disabling_transparent_huge_pages_sticks() {

@@ -1,13 +1,37 @@
 //! What the daemon's host-side test binaries share: an executor that answers at once.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
 
 use hyperlightd::executor::{ExecError, Executor, ExecutorHealth, Job, Outcome};
+use hyperlightd::metrics::Metrics;
+use hyperlightd::session::{SessionSettings, Sessions};
 use hyperlightd_api::{ExecStatus, Language, SandboxCounts};
 
 /// Answers every program at once: `ok`, the first 100 characters of the code as stdout, and the
 /// code's length as the result. The program `overload` is refused as an overloaded pool would.
-pub struct Stub;
+/// Sessions are real (a table with a few slots); their execs are answered like the rest.
+pub struct Stub {
+    sessions: Arc<Sessions>,
+}
+
+impl Stub {
+    /// A stub with an empty session table.
+    pub fn new() -> Self {
+        let settings = SessionSettings {
+            max_sessions: 8,
+            default_idle: Duration::from_secs(60),
+            max_idle: Duration::from_secs(60),
+            max_lifetime: Duration::from_secs(60),
+            memory_budget: 1 << 20,
+        };
+        let metrics = Metrics::new().expect("metrics").sessions();
+        Stub {
+            sessions: Arc::new(Sessions::new(settings, &[Language::Javascript], metrics)),
+        }
+    }
+}
 
 impl Executor for Stub {
     async fn exec(&self, job: Job) -> Result<Outcome, ExecError> {
@@ -24,7 +48,12 @@ impl Executor for Stub {
             truncated: false,
             result: serde_json::json!(job.code.len()),
             error: None,
+            session: None,
         })
+    }
+
+    fn sessions(&self) -> &Arc<Sessions> {
+        &self.sessions
     }
 
     fn health(&self) -> ExecutorHealth {
@@ -42,6 +71,7 @@ impl Executor for Stub {
             stuck_workers: 0,
             packages: BTreeMap::new(),
             memory_mib: BTreeMap::new(),
+            sessions: self.sessions.counts(),
         }
     }
 }

@@ -12,6 +12,7 @@
 //! [`ExecError::NoSandboxAvailable`]; a worker that dequeues it afterwards drops it without
 //! touching its sandbox.
 
+mod session;
 mod worker;
 
 use std::sync::Arc;
@@ -25,10 +26,11 @@ use tokio::sync::oneshot;
 use tracing::error;
 
 use self::worker::{Worker, timeout_outcome};
-use super::guest::{Captured, Guest, GuestFactory, OutputCapture};
+use super::guest::{Captured, Guest, GuestFactory, OutputCapture, SavedState};
 use super::watchdog::Watchdog;
-use crate::executor::{ExecError, Job, Outcome};
+use crate::executor::{ExecError, Job};
 use crate::metrics::PoolMetrics;
+use crate::session::{After, Ran};
 
 /// How long past a job's deadline the caller waits for the worker running it before answering
 /// "timeout" itself. A worker stops its guest at the deadline; this only bounds the wait should
@@ -79,12 +81,23 @@ pub enum PoolError {
     Spawn(std::io::Error),
 }
 
+/// Where a job's interpreter starts.
+#[derive(Debug, Clone)]
+pub enum Scope {
+    /// A fresh interpreter: the warm snapshot, left behind after the job.
+    Fresh,
+    /// A session's: its saved state (None: the warm snapshot, for its first exec), saved
+    /// again after the job unless the job rolls back.
+    Session(Option<SavedState>),
+}
+
 /// A job handed to a worker, with the channel its answer goes back on.
 struct Task {
     job: Job,
+    scope: Scope,
     queued: Instant,
     claim: Arc<Claim>,
-    reply: oneshot::Sender<Result<Outcome, ExecError>>,
+    reply: oneshot::Sender<Result<Ran, ExecError>>,
 }
 
 /// Who owns a queued task: nobody yet, the worker that took it, or its caller, who gave up
@@ -283,15 +296,16 @@ impl Pool {
         })
     }
 
-    /// Queues `job` and waits for its outcome. A full queue is refused at once; a job still
-    /// waiting for a sandbox at its deadline is answered then with
+    /// Queues `job` to run in `scope` and waits for its outcome. A full queue is refused at
+    /// once; a job still waiting for a sandbox at its deadline is answered then with
     /// [`ExecError::NoSandboxAvailable`].
-    pub async fn submit(&self, job: Job) -> Result<Outcome, ExecError> {
+    pub async fn submit(&self, job: Job, scope: Scope) -> Result<Ran, ExecError> {
         let (reply, mut answer) = oneshot::channel();
         let (deadline, timeout) = (job.deadline, job.timeout);
         let claim = Arc::new(Claim::default());
         let task = Task {
             job,
+            scope,
             queued: Instant::now(),
             claim: claim.clone(),
             reply,
@@ -319,15 +333,18 @@ impl Pool {
             Ok(answered) => self.answered(answered),
             Err(_) => {
                 error!(language = %self.language, "no worker answered by the deadline; the guest may be stuck");
-                Ok(timeout_outcome(timeout, Captured::default()))
+                Ok(Ran {
+                    outcome: timeout_outcome(timeout, Captured::default()),
+                    after: After::RolledBack("timeout"),
+                })
             }
         }
     }
 
     fn answered(
         &self,
-        answer: Result<Result<Outcome, ExecError>, oneshot::error::RecvError>,
-    ) -> Result<Outcome, ExecError> {
+        answer: Result<Result<Ran, ExecError>, oneshot::error::RecvError>,
+    ) -> Result<Ran, ExecError> {
         answer.unwrap_or_else(|_| {
             Err(ExecError::Internal(format!(
                 "the {} worker stopped before answering",

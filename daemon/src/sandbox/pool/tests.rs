@@ -9,7 +9,7 @@ use hyperlight_host::HyperlightError;
 use hyperlightd_api::{ErrorKind, ExecStatus};
 
 use super::*;
-use crate::executor::ExecutorHealth;
+use crate::executor::{ExecutorHealth, Outcome};
 use crate::metrics::Metrics;
 use crate::sandbox::guest::GuestError;
 use crate::sandbox::watchdog::Interrupt;
@@ -70,7 +70,12 @@ impl Guest for FakeGuest {
     /// `ok:JSON` answers JSON; `spin` runs until interrupted; `sleep:MS` takes MS milliseconds
     /// unless interrupted; `abort` fails as a guest abort; `host-panic` panics as a host
     /// function would; `seen` answers how many programs ran before it since the last reset.
-    fn run(&mut self, code: &str, _deadline: Instant) -> Result<String, GuestError> {
+    fn run(
+        &mut self,
+        code: &str,
+        _deadline: Instant,
+        _session: bool,
+    ) -> Result<String, GuestError> {
         *self.interrupt.killed.lock().unwrap() = false;
         self.runs_since_reset += 1;
         let ok = |result: &str| Ok(format!(r#"{{"ok":true,"result":{result}}}"#));
@@ -108,12 +113,25 @@ impl Guest for FakeGuest {
                 )))
             }
             ("host-panic", _) => panic!("a host function panicked"),
+            ("syntax", _) => {
+                Ok(r#"{"ok":false,"error":{"kind":"syntax_error","message":"m"}}"#.to_owned())
+            }
             _ => panic!("unknown fake program {code:?}"),
         }
     }
 
     fn interrupt_handle(&self) -> Arc<dyn Interrupt> {
         self.interrupt.clone()
+    }
+
+    /// The state is the count of programs run since the last reset.
+    fn save(&mut self) -> Result<SavedState, GuestError> {
+        Ok(SavedState::new(self.runs_since_reset))
+    }
+
+    fn load(&mut self, state: &SavedState) -> Result<(), GuestError> {
+        self.runs_since_reset = *state.get::<usize>()?;
+        Ok(())
     }
 
     fn reset(&mut self) -> Result<(), GuestError> {
@@ -176,6 +194,25 @@ fn job(code: &str, timeout_ms: u64) -> Job {
         deadline: Instant::now() + timeout,
         max_output_bytes: 1000,
         span: tracing::Span::none(),
+        session: None,
+    }
+}
+
+/// Runs `job` on a fresh interpreter.
+async fn submit(pool: &Pool, job: Job) -> Result<Outcome, ExecError> {
+    pool.submit(job, Scope::Fresh).await.map(|ran| ran.outcome)
+}
+
+/// Runs `job` in a session whose state is `state`; the state it leaves, or what became of it.
+async fn in_session(pool: &Pool, job: Job, state: Option<SavedState>) -> (Outcome, After) {
+    let ran = pool.submit(job, Scope::Session(state)).await.unwrap();
+    (ran.outcome, ran.after)
+}
+
+async fn saved(after: After) -> SavedState {
+    match after {
+        After::Saving(saving) => saving.await.unwrap().expect("saved").state,
+        other => panic!("nothing saved: {other:?}"),
     }
 }
 
@@ -188,6 +225,7 @@ fn metric(pool: &Pool, metrics: &Metrics, series: &str) -> f64 {
         stuck_workers: pool.stuck_workers(),
         packages: BTreeMap::new(),
         memory_mib: BTreeMap::new(),
+        sessions: BTreeMap::new(),
     };
     metrics
         .render(&health)
@@ -215,11 +253,11 @@ async fn a_job_still_queued_at_its_deadline_is_answered_then_and_costs_no_restor
     let pool = Arc::new(pool);
     let busy = tokio::spawn({
         let pool = pool.clone();
-        async move { pool.submit(job("sleep:1500", 10_000)).await }
+        async move { submit(&pool, job("sleep:1500", 10_000)).await }
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
     let started = Instant::now();
-    let waited = pool.submit(job("ok:1", 300)).await;
+    let waited = submit(&pool, job("ok:1", 300)).await;
     let answered_after = started.elapsed();
     assert!(
         matches!(waited, Err(ExecError::NoSandboxAvailable { timeout, .. }) if timeout == Duration::from_millis(300)),
@@ -241,18 +279,18 @@ async fn a_job_still_queued_at_its_deadline_is_answered_then_and_costs_no_restor
         "only the job that ran costs a restore"
     );
     // The sandbox was left as it was: the next program sees nothing before it.
-    let next = pool.submit(job("seen", 5_000)).await.unwrap();
+    let next = submit(&pool, job("seen", 5_000)).await.unwrap();
     assert_eq!(next.result, serde_json::json!(0));
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_poisoned_sandbox_is_restored_and_serves_again_without_a_rebuild() {
     let (pool, control, metrics) = pool(1);
-    let looped = pool.submit(job("spin", 200)).await.unwrap();
+    let looped = submit(&pool, job("spin", 200)).await.unwrap();
     assert_eq!(looped.status, ExecStatus::Timeout);
-    let aborted = pool.submit(job("abort", 5_000)).await.unwrap();
+    let aborted = submit(&pool, job("abort", 5_000)).await.unwrap();
     assert_eq!(aborted.error.unwrap().kind, ErrorKind::SandboxFailure);
-    let next = pool.submit(job("seen", 5_000)).await.unwrap();
+    let next = submit(&pool, job("seen", 5_000)).await.unwrap();
     assert_eq!(
         next.result,
         serde_json::json!(0),
@@ -272,9 +310,9 @@ async fn a_poisoned_sandbox_is_restored_and_serves_again_without_a_rebuild() {
 async fn a_sandbox_whose_restore_fails_is_rebuilt_and_counted() {
     let (pool, control, metrics) = pool(1);
     control.failing_resets.store(1, Ordering::SeqCst);
-    let first = pool.submit(job("spin", 100)).await.unwrap();
+    let first = submit(&pool, job("spin", 100)).await.unwrap();
     assert_eq!(first.status, ExecStatus::Timeout);
-    let next = pool.submit(job("seen", 10_000)).await.unwrap();
+    let next = submit(&pool, job("seen", 10_000)).await.unwrap();
     assert_eq!(next.result, serde_json::json!(0));
     assert_eq!(control.builds.load(Ordering::SeqCst), 2);
     settle(&pool, 1).await;
@@ -291,9 +329,9 @@ async fn a_sandbox_whose_restore_fails_is_rebuilt_and_counted() {
 #[tokio::test(flavor = "multi_thread")]
 async fn after_a_host_function_panics_the_sandbox_is_rebuilt_not_restored() {
     let (pool, control, metrics) = pool(1);
-    let failed = pool.submit(job("host-panic", 5_000)).await.unwrap();
+    let failed = submit(&pool, job("host-panic", 5_000)).await.unwrap();
     assert_eq!(failed.error.unwrap().kind, ErrorKind::SandboxFailure);
-    let next = pool.submit(job("ok:2", 10_000)).await.unwrap();
+    let next = submit(&pool, job("ok:2", 10_000)).await.unwrap();
     assert_eq!(next.result, serde_json::json!(2));
     assert_eq!(control.builds.load(Ordering::SeqCst), 2);
     settle(&pool, 1).await;
@@ -316,9 +354,9 @@ async fn after_a_host_function_panics_the_sandbox_is_rebuilt_not_restored() {
 async fn a_worker_that_panics_outside_a_guest_call_starts_again_and_is_counted() {
     let (pool, control, metrics) = pool(1);
     control.panicking_checks.store(1, Ordering::SeqCst);
-    let lost = pool.submit(job("ok:1", 5_000)).await;
+    let lost = submit(&pool, job("ok:1", 5_000)).await;
     assert!(matches!(lost, Err(ExecError::Internal(_))), "{lost:?}");
-    let next = pool.submit(job("ok:3", 10_000)).await.unwrap();
+    let next = submit(&pool, job("ok:3", 10_000)).await.unwrap();
     assert_eq!(next.result, serde_json::json!(3));
     settle(&pool, 1).await;
     assert_eq!(pool.counts().total, 1, "the pool is back at its size");
@@ -339,13 +377,13 @@ async fn a_job_with_almost_no_time_left_is_still_stopped() {
     // begins, so the watchdog must repeat it.
     let (pool, _, _) = pool(1);
     let started = Instant::now();
-    let spun = pool.submit(job("spin", 1)).await;
+    let spun = submit(&pool, job("spin", 1)).await;
     match spun {
         Ok(outcome) => assert_eq!(outcome.status, ExecStatus::Timeout),
         Err(e) => assert!(matches!(e, ExecError::NoSandboxAvailable { .. }), "{e:?}"),
     }
     assert!(started.elapsed() < Duration::from_secs(10));
-    let next = pool.submit(job("ok:4", 10_000)).await.unwrap();
+    let next = submit(&pool, job("ok:4", 10_000)).await.unwrap();
     assert_eq!(next.result, serde_json::json!(4));
 }
 
@@ -363,4 +401,50 @@ fn a_worker_whose_step_ran_far_past_its_limit_is_stuck() {
     assert_eq!(shared.stuck(), 1);
     shared.step_ended(1);
     assert_eq!(shared.stuck(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_job_starts_from_its_state_and_the_state_it_leaves_is_saved_after_the_answer() {
+    let (pool, _, _) = pool(2);
+    let (first, after) = in_session(&pool, job("ok:1", 5_000), None).await;
+    assert_eq!(first.result, serde_json::json!(1));
+    let state = saved(after).await;
+    // Any worker loads it; a fresh job on the same pool never sees it.
+    for _ in 0..3 {
+        let (next, after) = in_session(&pool, job("seen", 5_000), Some(state.clone())).await;
+        assert_eq!(next.result, serde_json::json!(1), "one program ran before");
+        assert_eq!(*saved(after).await.get::<usize>().unwrap(), 2);
+        let fresh = submit(&pool, job("seen", 5_000)).await.unwrap();
+        assert_eq!(fresh.result, serde_json::json!(0));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_job_that_poisons_its_sandbox_rolls_back_and_one_that_does_not_parse_changes_nothing()
+ {
+    let (pool, _, metrics) = pool(1);
+    let (_, after) = in_session(&pool, job("ok:1", 5_000), None).await;
+    let state = saved(after).await;
+    let (spun, after) = in_session(&pool, job("spin", 100), Some(state.clone())).await;
+    assert_eq!(spun.status, ExecStatus::Timeout);
+    assert!(matches!(after, After::RolledBack("timeout")), "{after:?}");
+    let (aborted, after) = in_session(&pool, job("abort", 5_000), Some(state.clone())).await;
+    assert_eq!(aborted.error.unwrap().kind, ErrorKind::SandboxFailure);
+    assert!(
+        matches!(after, After::RolledBack("guest_failure")),
+        "{after:?}"
+    );
+    let (bad, after) = in_session(&pool, job("syntax", 5_000), Some(state.clone())).await;
+    assert_eq!(bad.error.unwrap().kind, ErrorKind::SyntaxError);
+    assert!(matches!(after, After::Unchanged), "{after:?}");
+    let (next, _) = in_session(&pool, job("seen", 5_000), Some(state)).await;
+    assert_eq!(next.result, serde_json::json!(1));
+    settle(&pool, 1).await;
+    assert!(
+        metric(
+            &pool,
+            &metrics,
+            r#"hyperlightd_session_load_seconds_count{language="javascript"}"#
+        ) >= 4.0
+    );
 }

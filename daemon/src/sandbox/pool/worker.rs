@@ -29,7 +29,7 @@ use crate::sys::signals::block_process_signals_on_this_thread;
 
 /// How long a restore, or a priming call (fixed code, milliseconds), may take before the
 /// sandbox is stopped and replaced.
-const RESET_LIMIT: Duration = Duration::from_secs(30);
+pub(super) const RESET_LIMIT: Duration = Duration::from_secs(30);
 
 /// First and longest pause between failed attempts to build a replacement sandbox.
 const REBUILD_BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(10));
@@ -71,7 +71,7 @@ impl Recycle {
 
 /// What a call left its sandbox fit for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fate {
+pub(super) enum Fate {
     /// Nothing wrong: restore as after every call.
     Sound,
     /// Poisoned: a restore clears it, and is counted.
@@ -82,7 +82,7 @@ enum Fate {
 
 impl Fate {
     /// The fate of a sandbox whose step (a priming call, say) failed with `error`.
-    fn of(error: &GuestError) -> Fate {
+    pub(super) fn of(error: &GuestError) -> Fate {
         match error {
             GuestError::HostPanic(_) => Fate::Broken(Recycle::HostPanic),
             _ => Fate::Poisoned(Recycle::GuestFailure),
@@ -194,9 +194,8 @@ impl Worker {
                 continue;
             }
             self.shared.set_state(self.index, SlotState::Busy);
-            let (outcome, fate) = self.execute(guest, output, &task.job);
             // The answer goes out first; whatever happens to the sandbox is off its path.
-            let _ = task.reply.send(Ok(outcome));
+            let fate = self.run_task(guest, output, task);
             if let Err(reason) = self.recover(guest, fate) {
                 return Some(reason);
             }
@@ -272,7 +271,7 @@ impl Worker {
     /// its interrupt handle once `limit` has passed. A panic in a host function (generated
     /// bindings panic on a resource handle they do not know) must not take the worker down: it
     /// fails the step with [`GuestError::HostPanic`].
-    fn guarded<T>(
+    pub(super) fn guarded<T>(
         &self,
         guest: &mut dyn Guest,
         limit: Duration,
@@ -287,13 +286,21 @@ impl Worker {
         result
     }
 
-    /// Runs one job under its deadline and turns what happened into an outcome, and what it
-    /// did to the sandbox.
-    fn execute(&self, guest: &mut dyn Guest, output: &OutputCapture, job: &Job) -> (Outcome, Fate) {
+    /// Runs one job under its deadline (in the session's scope with `session`) and turns what
+    /// happened into an outcome, and what it did to the sandbox.
+    pub(super) fn execute(
+        &self,
+        guest: &mut dyn Guest,
+        output: &OutputCapture,
+        job: &Job,
+        session: bool,
+    ) -> (Outcome, Fate) {
         let budget = job.deadline.saturating_duration_since(Instant::now());
         output.begin(job.max_output_bytes);
         let call = Instant::now();
-        let result = self.guarded(guest, budget, |guest| guest.run(&job.code, job.deadline));
+        let result = self.guarded(guest, budget, |guest| {
+            guest.run(&job.code, job.deadline, session)
+        });
         let call = call.elapsed();
         self.metrics.guest_call.observe(call.as_secs_f64());
         debug!(call_ms = call.as_secs_f64() * 1e3, "guest call returned");
@@ -308,6 +315,7 @@ impl Worker {
                         truncated: captured.truncated,
                         result,
                         error: None,
+                        session: None,
                     },
                     Fate::Sound,
                 ),
@@ -404,6 +412,7 @@ fn error_outcome(error: ErrorBody, captured: Captured) -> Outcome {
         truncated: captured.truncated,
         result: serde_json::Value::Null,
         error: Some(error),
+        session: None,
     }
 }
 

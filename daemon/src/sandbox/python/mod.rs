@@ -16,13 +16,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use hyperlight_common::resource::ResourceEntry;
 use hyperlight_host::HyperlightError;
 use hyperlight_wasm::{LoadedWasmSandbox, Snapshot};
 use serde::Serialize;
 
 use self::bindings::root::component::RootExports;
 use self::wasi::{CallState, WasiHost};
-use super::guest::{Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, RunnerReply, seed};
+use super::guest::{
+    Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, RunnerReply, SavedState, seed,
+};
 use super::watchdog::{self, Interrupt, Watchdog};
 
 #[allow(missing_debug_implementations, clippy::all)]
@@ -41,12 +44,18 @@ mod bindings {
     /// unnoticed, hence the test `the_resource_table_list_matches_the_world`).
     macro_rules! resource_tables {
         ($($field:ident),* $(,)?) => {
-            impl<I: root::component::RootImports<::hyperlight_common::component::Negative>>
-                RootResources<I>
-            {
+            impl RootResources<super::wasi::WasiHost> {
                 pub(crate) fn lengths(&self) -> Vec<usize> {
                     let RootResources { $($field,)* .. } = self;
                     vec![$(super::ResourceTable::len($field)),*]
+                }
+
+                /// A copy of every table, to go with a saved state of the guest: its handles
+                /// name entries of these tables.
+                pub(crate) fn copy(&self) -> Self {
+                    let mut copy = Self::new();
+                    $(copy.$field = super::ResourceTable::copy(&self.$field);)*
+                    copy
                 }
 
                 pub(crate) fn truncate(&mut self, lengths: &[usize]) {
@@ -78,6 +87,7 @@ mod bindings {
 trait ResourceTable {
     fn len(&self) -> usize;
     fn truncate(&mut self, len: usize);
+    fn copy(&self) -> Self;
 }
 
 /// A resource type the host does not own: no table.
@@ -86,11 +96,22 @@ impl ResourceTable for () {
         0
     }
     fn truncate(&mut self, _: usize) {}
+    fn copy(&self) -> Self {}
 }
 
-impl<T> ResourceTable for std::collections::VecDeque<T> {
+impl<T: Clone> ResourceTable for std::collections::VecDeque<ResourceEntry<T>> {
     fn len(&self) -> usize {
         std::collections::VecDeque::len(self)
+    }
+    /// Owned entries are copied; a borrowed one only lives during a call, so between calls
+    /// there is none, and it would be empty anyway.
+    fn copy(&self) -> Self {
+        self.iter()
+            .map(|entry| match entry {
+                ResourceEntry::Owned(value) => ResourceEntry::Owned(value.clone()),
+                ResourceEntry::Empty | ResourceEntry::Borrowed(..) => ResourceEntry::Empty,
+            })
+            .collect()
     }
     fn truncate(&mut self, len: usize) {
         std::collections::VecDeque::truncate(self, len);
@@ -196,16 +217,19 @@ struct Event<'a> {
     max_result_bytes: usize,
     /// 128 bits from the host's getrandom, in hex: the seed of the program's `random`.
     seed: String,
+    /// Run the program in the session's globals.
+    session: bool,
     /// Run the runner's priming program instead of `code`.
     prime: bool,
 }
 
 impl<'a> Event<'a> {
-    fn program(code: &'a str, max_result_bytes: usize) -> Event<'a> {
+    fn program(code: &'a str, max_result_bytes: usize, session: bool) -> Event<'a> {
         Event {
             code,
             max_result_bytes,
             seed: seed(),
+            session,
             prime: false,
         }
     }
@@ -215,6 +239,7 @@ impl<'a> Event<'a> {
             code: "",
             max_result_bytes,
             seed: seed(),
+            session: false,
             prime: true,
         }
     }
@@ -277,6 +302,16 @@ fn exit_reply(success: bool) -> String {
     }
 }
 
+/// The host-side resource tables of a Python sandbox.
+type Tables = bindings::RootResources<WasiHost>;
+
+/// A Python guest's state saved for a session.
+struct PythonState {
+    snapshot: Arc<Snapshot>,
+    /// Behind a lock only to be shareable: the tables are copied out, never changed.
+    tables: std::sync::Mutex<Tables>,
+}
+
 /// A warm Python sandbox and the snapshot it returns to after every program.
 struct PythonGuest {
     sandbox: bindings::RootSandbox<WasiHost, LoadedWasmSandbox>,
@@ -290,11 +325,11 @@ struct PythonGuest {
 }
 
 impl Guest for PythonGuest {
-    fn run(&mut self, code: &str, deadline: Instant) -> Result<String, GuestError> {
+    fn run(&mut self, code: &str, deadline: Instant, session: bool) -> Result<String, GuestError> {
         self.call.begin(deadline);
         let reply = call_runner(
             &mut self.sandbox,
-            &Event::program(code, self.max_result_bytes),
+            &Event::program(code, self.max_result_bytes, session),
         );
         if let Some(success) = self.call.exited() {
             return Ok(exit_reply(success));
@@ -312,6 +347,23 @@ impl Guest for PythonGuest {
 
     fn interrupt_handle(&self) -> Arc<dyn Interrupt> {
         self.interrupt.clone()
+    }
+
+    /// The guest's memory, and a copy of the host's resource tables, whose entries the guest's
+    /// handles name (a session may keep a file of the library open from one exec to the next).
+    fn save(&mut self) -> Result<SavedState, GuestError> {
+        let snapshot = self.sandbox.sb.snapshot()?;
+        let tables = std::sync::Mutex::new(lock(&self.sandbox.rt).copy());
+        Ok(SavedState::new(PythonState { snapshot, tables }))
+    }
+
+    /// Every Python sandbox registers the same host functions, which is all a restore of
+    /// another sandbox's snapshot asks; the host's resource tables come with the state.
+    fn load(&mut self, state: &SavedState) -> Result<(), GuestError> {
+        let state: &PythonState = state.get()?;
+        self.sandbox.sb.restore(state.snapshot.clone())?;
+        *lock(&self.sandbox.rt) = lock(&state.tables).copy();
+        Ok(())
     }
 
     fn reset(&mut self) -> Result<(), GuestError> {
@@ -364,15 +416,41 @@ mod tests {
         );
     }
 
+    fn owned(table: &std::collections::VecDeque<ResourceEntry<u32>>) -> Vec<Option<u32>> {
+        table
+            .iter()
+            .map(|entry| match entry {
+                ResourceEntry::Owned(value) => Some(*value),
+                _ => None,
+            })
+            .collect()
+    }
+
     #[test]
     fn truncating_the_resource_tables_keeps_the_first_entries() {
-        let mut table: std::collections::VecDeque<u32> = (0..5).collect();
+        let mut table: std::collections::VecDeque<ResourceEntry<u32>> =
+            (0..5).map(ResourceEntry::Owned).collect();
         ResourceTable::truncate(&mut table, 2);
-        assert_eq!(table, [0, 1]);
+        assert_eq!(owned(&table), [Some(0), Some(1)]);
         ResourceTable::truncate(&mut table, 4);
         assert_eq!(ResourceTable::len(&table), 2);
         let mut none = ();
         ResourceTable::truncate(&mut none, 3);
         assert_eq!(ResourceTable::len(&none), 0);
+    }
+
+    #[test]
+    fn a_copy_of_a_resource_table_has_the_same_entries_and_changes_apart() {
+        let mut table: std::collections::VecDeque<ResourceEntry<u32>> = [
+            ResourceEntry::Owned(7),
+            ResourceEntry::Empty,
+            ResourceEntry::Owned(9),
+        ]
+        .into();
+        let copy = ResourceTable::copy(&table);
+        assert_eq!(owned(&copy), [Some(7), None, Some(9)]);
+        table.push_back(ResourceEntry::Owned(1));
+        ResourceTable::truncate(&mut table, 1);
+        assert_eq!(owned(&copy), [Some(7), None, Some(9)]);
     }
 }

@@ -27,6 +27,7 @@ use filesystem::types::{
 const MAX_READ: u64 = 64 * 1024;
 
 /// An open file or directory of the library: its node.
+#[derive(Clone)]
 pub struct Descriptor(usize);
 
 /// A directory being listed: its node, and the index of the next entry.
@@ -39,6 +40,26 @@ pub struct Listing {
 pub struct FileStream {
     file: usize,
     at: AtomicU64,
+}
+
+/// A copy reads on from where the original was (a session's saved state keeps one).
+impl Clone for FileStream {
+    fn clone(&self) -> Self {
+        FileStream {
+            file: self.file,
+            at: AtomicU64::new(self.at.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+/// A copy lists on from where the original was.
+impl Clone for Listing {
+    fn clone(&self) -> Self {
+        Listing {
+            dir: self.dir,
+            next: AtomicUsize::new(self.next.load(Ordering::Relaxed)),
+        }
+    }
 }
 
 impl FileStream {

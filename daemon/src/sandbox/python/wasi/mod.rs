@@ -36,27 +36,33 @@ use io::streams::StreamError;
 
 /// A value that cannot exist: the rep of every resource the guest can never obtain (sockets,
 /// terminals).
+#[derive(Clone)]
 pub enum Never {}
 
 /// A pollable: ready now, or once the monotonic clock reaches a point.
+#[derive(Clone)]
 pub enum Pollable {
     Ready,
     At(Instant),
 }
 
 /// An input stream: stdin, always at its end, or a file of the library being read.
+#[derive(Clone)]
 pub enum Input {
     Stdin,
     File(FileStream),
 }
 
 /// stdout or stderr.
+#[derive(Clone)]
 pub struct Output(Stream);
 
 /// An I/O error. Never produced: stdout and stderr do not fail, and nothing else exists.
+#[derive(Clone)]
 pub struct IoError;
 
 /// The network capability: handed out, good for nothing.
+#[derive(Clone)]
 pub struct Network;
 
 /// The host side of one Python sandbox.

@@ -12,8 +12,12 @@ use hyper::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, RETRY
 use hyper::{Method, Request, Response, StatusCode};
 use hyperlightd_api::{
     ErrorBody, ErrorKind, ErrorResponse, ExecLimits, ExecRequest, ExecResponse, HealthResponse,
-    paths,
 };
+
+mod route;
+mod sessions;
+
+use self::route::{Probe, Route};
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::config::Limits;
@@ -71,12 +75,14 @@ pub enum ApiError {
     #[error("no such path: {0}")]
     NotFound(String),
     /// The path exists, not with this method.
-    #[error("{path} does not accept {method}")]
+    #[error("{path} does not accept {method}; it accepts {allowed}")]
     MethodNotAllowed {
         /// The method used.
         method: Method,
-        /// The path.
+        /// The path, as the API documents it.
         path: &'static str,
+        /// The methods it accepts.
+        allowed: &'static str,
     },
     /// The daemon is stopping and takes no new requests.
     #[error("the daemon is shutting down and takes no new requests; retry once it is back")]
@@ -116,6 +122,15 @@ impl ApiError {
             ApiError::Exec(ExecError::LanguageNotServed(_)) => {
                 (StatusCode::BAD_REQUEST, ErrorKind::InvalidRequest)
             }
+            ApiError::Exec(ExecError::SessionNotFound(_)) => {
+                (StatusCode::NOT_FOUND, ErrorKind::SessionNotFound)
+            }
+            ApiError::Exec(
+                ExecError::TooManySessions { .. } | ExecError::SessionMemoryFull { .. },
+            ) => (StatusCode::TOO_MANY_REQUESTS, ErrorKind::TooManySessions),
+            ApiError::Exec(ExecError::SessionBusy { .. }) => {
+                (StatusCode::CONFLICT, ErrorKind::SessionBusy)
+            }
             ApiError::Exec(ExecError::PoolGone(_) | ExecError::Internal(_))
             | ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, ErrorKind::Internal),
         }
@@ -125,8 +140,11 @@ impl ApiError {
         let (status, kind) = self.status();
         let retry = matches!(
             self,
-            ApiError::Exec(ExecError::Overloaded { .. } | ExecError::NoSandboxAvailable { .. })
-                | ApiError::ShuttingDown
+            ApiError::Exec(
+                ExecError::Overloaded { .. }
+                    | ExecError::NoSandboxAvailable { .. }
+                    | ExecError::SessionBusy { .. }
+            ) | ApiError::ShuttingDown
         );
         // A body half read, or a daemon on its way out: this connection serves no more.
         let close = matches!(self, ApiError::BodyTimeout { .. } | ApiError::ShuttingDown);
@@ -207,6 +225,7 @@ impl<E: Executor> Api<E> {
         response
     }
 
+    /// The routing table: every path and method the API serves.
     async fn route<B>(
         &self,
         request: Request<B>,
@@ -217,18 +236,24 @@ impl<E: Executor> Api<E> {
         B: hyper::body::Body<Data = Bytes>,
         B::Error: Into<BoxError>,
     {
-        match (request.method(), request.uri().path()) {
-            (&Method::POST, paths::EXEC) => self.exec(request, received, span).await,
-            (&Method::GET, paths::HEALTH) => Ok(self.health(Probe::Full)),
-            (&Method::GET, paths::HEALTH_LIVE) => Ok(self.health(Probe::Live)),
-            (&Method::GET, paths::HEALTH_READY) => Ok(self.health(Probe::Ready)),
-            (&Method::GET, paths::METRICS) => self.render_metrics(),
-            (method, path) => Err(match known_path(path) {
-                Some(path) => ApiError::MethodNotAllowed {
-                    method: method.clone(),
-                    path,
-                },
-                None => ApiError::NotFound(path.to_owned()),
+        let path = request.uri().path().to_owned();
+        let route = Route::parse(&path).ok_or_else(|| ApiError::NotFound(path.clone()))?;
+        match (request.method().clone(), route) {
+            (Method::POST, Route::Exec) => self.exec(request, received, span).await,
+            (Method::GET, Route::Health(probe)) => Ok(self.health(probe)),
+            (Method::GET, Route::Metrics) => self.render_metrics(),
+            (Method::POST, Route::Sessions) => self.create_session(request).await,
+            (Method::GET, Route::Sessions) => Ok(self.list_sessions()),
+            (Method::GET, Route::Session(id)) => self.get_session(id),
+            (Method::DELETE, Route::Session(id)) => self.delete_session(id),
+            (Method::POST, Route::SessionExec(id)) => {
+                self.session_exec(request, id, received, span).await
+            }
+            (Method::POST, Route::SessionFork(id)) => self.fork_session(id).await,
+            (method, route) => Err(ApiError::MethodNotAllowed {
+                method,
+                path: route.pattern(),
+                allowed: route.allowed(),
             }),
         }
     }
@@ -246,25 +271,35 @@ impl<E: Executor> Api<E> {
         if self.draining() {
             return Err(ApiError::ShuttingDown);
         }
-        let body = self.read_body(request).await?;
-        let exec: ExecRequest =
-            serde_json::from_slice(&body).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
-        if exec.code.len() > self.limits.max_code_bytes {
-            return Err(ApiError::CodeTooLarge {
-                size: exec.code.len(),
-                limit: self.limits.max_code_bytes,
-            });
-        }
-        let language = exec.language;
+        let exec: ExecRequest = self.read_json(request).await?;
+        self.check_code(&exec.code)?;
         let timeout = self.limits.timeout_for(exec.timeout_ms);
         let job = Job {
-            language,
+            language: exec.language,
             code: exec.code,
             max_output_bytes: self.limits.output_for(exec.max_output_bytes),
             timeout,
             deadline: received + timeout,
             span,
+            session: None,
         };
+        self.run(job, received).await
+    }
+
+    /// Refuses a program over the size limit.
+    fn check_code(&self, code: &str) -> Result<(), ApiError> {
+        if code.len() > self.limits.max_code_bytes {
+            return Err(ApiError::CodeTooLarge {
+                size: code.len(),
+                limit: self.limits.max_code_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// Runs `job` and answers with its outcome.
+    async fn run(&self, job: Job, received: Instant) -> Result<Response<Full<Bytes>>, ApiError> {
+        let language = job.language;
         let outcome = {
             let _in_flight = self.metrics.in_flight();
             self.executor.exec(job).await?
@@ -286,8 +321,20 @@ impl<E: Executor> Api<E> {
             result: outcome.result,
             error: outcome.error,
             duration_ms: (elapsed.as_secs_f64() * 1e6).round() / 1e3,
+            session: outcome.session,
         };
         Ok(json_response(StatusCode::OK, &response))
+    }
+
+    /// Reads the body as a `T`.
+    async fn read_json<T, B>(&self, request: Request<B>) -> Result<T, ApiError>
+    where
+        T: serde::de::DeserializeOwned,
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: Into<BoxError>,
+    {
+        let body = self.read_body(request).await?;
+        serde_json::from_slice(&body).map_err(|e| ApiError::InvalidRequest(e.to_string()))
     }
 
     /// Reads the whole body, refusing it as soon as it passes the limit.
@@ -351,6 +398,8 @@ impl<E: Executor> Api<E> {
                 max_result_bytes: self.limits.max_result_bytes,
                 memory_mib: health.memory_mib,
             },
+            sessions: health.sessions,
+            session_limits: Some(self.executor.sessions().settings().limits()),
         };
         let up = match probe {
             Probe::Full => true,
@@ -377,30 +426,6 @@ impl<E: Executor> Api<E> {
         );
         Ok(response)
     }
-}
-
-/// Which question a health request asks.
-#[derive(Debug, Clone, Copy)]
-enum Probe {
-    /// Everything, always 200 while the daemon answers.
-    Full,
-    /// Liveness: 503 when the daemon needs a restart.
-    Live,
-    /// Readiness: 503 when it should not get traffic.
-    Ready,
-}
-
-/// The path as a `'static` str if the API serves it with some method.
-fn known_path(path: &str) -> Option<&'static str> {
-    [
-        paths::EXEC,
-        paths::HEALTH,
-        paths::HEALTH_LIVE,
-        paths::HEALTH_READY,
-        paths::METRICS,
-    ]
-    .into_iter()
-    .find(|known| *known == path)
 }
 
 fn millis(duration: std::time::Duration) -> u64 {

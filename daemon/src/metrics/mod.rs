@@ -11,6 +11,10 @@ use prometheus::{
 
 use crate::executor::ExecutorHealth;
 
+mod session;
+
+pub use self::session::*;
+
 /// Executions by `language` and `status` (ok, error, timeout).
 pub const EXECUTIONS_TOTAL: &str = "hyperlightd_executions_total";
 /// Time from a request's arrival to the end of its execution, by `language`.
@@ -58,7 +62,7 @@ const DURATION_BUCKETS: &[f64] = &[
 ];
 
 /// Buckets from 100 µs to 10 s: restores take about a millisecond, builds tens to hundreds.
-const SANDBOX_BUCKETS: &[f64] = &[
+pub(crate) const SANDBOX_BUCKETS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
     10.0,
 ];
@@ -83,6 +87,15 @@ pub struct Metrics {
     recycled: IntCounterVec,
     restored_after_poison: IntCounterVec,
     worker_restarts: IntCounterVec,
+    sessions: SessionMetrics,
+}
+
+/// A histogram by `language`.
+fn histogram(name: &str, help: &str, buckets: &[f64]) -> Result<HistogramVec, prometheus::Error> {
+    HistogramVec::new(
+        HistogramOpts::new(name, help).buckets(buckets.to_vec()),
+        &["language"],
+    )
 }
 
 /// The metrics one pool records, bound to its language.
@@ -99,6 +112,10 @@ pub struct PoolMetrics {
     pub restore: Histogram,
     /// Time to prime a sandbox after its restore.
     pub prime: Histogram,
+    /// Time to save a session's state after its exec.
+    pub session_save: Histogram,
+    /// Time to load a session's state before its exec.
+    pub session_load: Histogram,
     recycled: IntCounterVec,
     restored_after_poison: IntCounterVec,
     worker_restarts: IntCounterVec,
@@ -170,12 +187,6 @@ impl Metrics {
             Opts::new(POOL_IDLE_SANDBOXES, "Idle sandboxes per language."),
             &["language"],
         )?;
-        let histogram = |name: &str, help: &str, buckets: &[f64]| {
-            HistogramVec::new(
-                HistogramOpts::new(name, help).buckets(buckets.to_vec()),
-                &["language"],
-            )
-        };
         let queue_wait = histogram(
             QUEUE_WAIT_SECONDS,
             "Time a request waited for a sandbox.",
@@ -238,6 +249,7 @@ impl Metrics {
         registry.register(Box::new(connections_dropped.clone()))?;
         registry.register(Box::new(pool_sandboxes.clone()))?;
         registry.register(Box::new(pool_idle.clone()))?;
+        let sessions = SessionMetrics::register(&registry)?;
         Ok(Metrics {
             registry,
             executions,
@@ -256,7 +268,13 @@ impl Metrics {
             recycled,
             restored_after_poison,
             worker_restarts,
+            sessions,
         })
+    }
+
+    /// The metrics of sessions.
+    pub fn sessions(&self) -> SessionMetrics {
+        self.sessions.clone()
     }
 
     /// The metrics of `language`'s pool.
@@ -269,6 +287,8 @@ impl Metrics {
             create: self.create.with_label_values(&label),
             restore: self.restore.with_label_values(&label),
             prime: self.prime.with_label_values(&label),
+            session_save: self.sessions.save.with_label_values(&label),
+            session_load: self.sessions.load.with_label_values(&label),
             recycled: self.recycled.clone(),
             restored_after_poison: self.restored_after_poison.clone(),
             worker_restarts: self.worker_restarts.clone(),
@@ -319,6 +339,7 @@ impl Metrics {
                 .with_label_values(&label)
                 .set(counts.ready as i64);
         }
+        self.sessions.set(&health.sessions);
         let mut out = Vec::new();
         TextEncoder::new().encode(&self.registry.gather(), &mut out)?;
         String::from_utf8(out).map_err(|e| prometheus::Error::Msg(e.to_string()))
@@ -356,6 +377,7 @@ mod tests {
             stuck_workers: 0,
             packages: BTreeMap::new(),
             memory_mib: BTreeMap::new(),
+            sessions: BTreeMap::new(),
             sandboxes: BTreeMap::from([(
                 Language::Javascript,
                 SandboxCounts {

@@ -1,0 +1,158 @@
+//! Wire types of sessions: an interpreter whose state carries over from one exec to the next.
+//!
+//! `POST /v1/sessions` creates one ([`CreateSessionRequest`], answered 201 with a
+//! [`SessionInfo`]); `POST /v1/sessions/{id}/exec` runs a program in it ([`SessionExecRequest`],
+//! answered with an [`ExecResponse`](crate::ExecResponse) whose `session` says what became of
+//! the session's state); `POST /v1/sessions/{id}/fork` copies it (201, [`SessionInfo`]);
+//! `GET /v1/sessions/{id}`, `GET /v1/sessions` ([`SessionList`]) and `DELETE
+//! /v1/sessions/{id}` (204) do the rest. An unknown, deleted or expired id is 404
+//! `session_not_found`.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::Language;
+
+/// Body of `POST /v1/sessions`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSessionRequest {
+    /// The session's language: every exec in it runs in this language's guest.
+    pub language: Language,
+    /// Seconds the session may stay idle (no exec) before the daemon deletes it. The daemon's
+    /// default applies when absent; values above its maximum are capped; 0 is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_s: Option<u64>,
+}
+
+impl CreateSessionRequest {
+    /// A session of `language` with the daemon's default idle timeout.
+    pub fn new(language: Language) -> Self {
+        CreateSessionRequest {
+            language,
+            idle_timeout_s: None,
+        }
+    }
+}
+
+/// Body of `POST /v1/sessions/{id}/exec`: the body of `POST /v1/exec` without `language`,
+/// which is the session's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionExecRequest {
+    /// The program's source text. It sees everything earlier execs of the session defined.
+    pub code: String,
+    /// Wall-clock limit for the whole request, including time spent waiting for the session's
+    /// earlier execs and for a sandbox. The daemon's default applies when absent; values above
+    /// its maximum are capped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Cap on stdout and stderr together, in bytes, as for `POST /v1/exec`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_bytes: Option<usize>,
+}
+
+impl SessionExecRequest {
+    /// A request with the daemon's default limits.
+    pub fn new(code: impl Into<String>) -> Self {
+        SessionExecRequest {
+            code: code.into(),
+            timeout_ms: None,
+            max_output_bytes: None,
+        }
+    }
+}
+
+/// What a session exec did to the session's state: part of its
+/// [`ExecResponse`](crate::ExecResponse).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ExecSession {
+    /// The session.
+    pub id: String,
+    /// True when the exec timed out, ran out of memory or brought its sandbox down: the
+    /// session is back in its state from just before this exec, and the next exec sees
+    /// everything earlier execs defined. False when the exec's effects were kept (an exception
+    /// keeps what the program did before it raised, as in a notebook).
+    pub rolled_back: bool,
+}
+
+/// A session, as `POST /v1/sessions`, `POST /v1/sessions/{id}/fork`, `GET /v1/sessions/{id}`
+/// and `GET /v1/sessions` describe it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SessionInfo {
+    /// The session's id: an unguessable token (128 random bits, in hex). Whoever holds it can
+    /// use the session.
+    pub id: String,
+    /// The language its execs run in.
+    pub language: Language,
+    /// When it was created (RFC 3339, UTC).
+    pub created_at: String,
+    /// When the daemon deletes it unless an exec comes first (RFC 3339, UTC): the end of its
+    /// idle timeout, or of its maximum lifetime if that comes sooner.
+    pub expires_at: String,
+    /// Seconds it may stay idle, as granted.
+    pub idle_timeout_s: u64,
+    /// Execs that ran in it (not counting those of the session it was forked from).
+    pub execs: u64,
+    /// Host memory its saved state holds, in bytes (0 before its first exec: a new session
+    /// starts from the warm sandbox's state, which every sandbox shares). State a fork shares
+    /// with its origin is counted for each.
+    pub memory_bytes: u64,
+}
+
+/// Body of `GET /v1/sessions`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SessionList {
+    /// Every live session, oldest first.
+    pub sessions: Vec<SessionInfo>,
+}
+
+/// Session counts and memory for one language, as `/v1/health` reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SessionCounts {
+    /// Live sessions.
+    pub live: usize,
+    /// Host memory their saved state holds, in bytes.
+    pub memory_bytes: u64,
+}
+
+/// The limits sessions live under, as `/v1/health` reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SessionLimits {
+    /// Most live sessions, all languages together.
+    pub max_sessions: usize,
+    /// Idle timeout of a session that names none, in seconds.
+    pub default_idle_timeout_s: u64,
+    /// Highest idle timeout a session may ask for, in seconds; higher ones are capped.
+    pub max_idle_timeout_s: u64,
+    /// Longest a session lives, however busy, in seconds.
+    pub max_lifetime_s: u64,
+    /// Host memory all sessions' saved state may hold, in bytes; past it, new sessions are
+    /// refused.
+    pub memory_budget_bytes: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_request_parses_with_and_without_idle_timeout() {
+        let minimal: CreateSessionRequest =
+            serde_json::from_str(r#"{"language":"python"}"#).unwrap();
+        assert_eq!(minimal, CreateSessionRequest::new(Language::Python));
+        let timed: CreateSessionRequest =
+            serde_json::from_str(r#"{"language":"js","idle_timeout_s":60}"#).unwrap();
+        assert_eq!(timed.idle_timeout_s, Some(60));
+    }
+
+    #[test]
+    fn session_exec_request_has_no_language_and_refuses_unknown_fields() {
+        let request: SessionExecRequest = serde_json::from_str(r#"{"code":"x = 1"}"#).unwrap();
+        assert_eq!(request, SessionExecRequest::new("x = 1"));
+        let err = serde_json::from_str::<SessionExecRequest>(r#"{"code":"1","language":"python"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `language`"), "{err}");
+    }
+}

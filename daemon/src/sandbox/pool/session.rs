@@ -1,0 +1,128 @@
+//! A worker's steps for a task: where its interpreter starts (the warm snapshot, or a session's
+//! saved state), and, for a session, what becomes of the state the task leaves. The worker
+//! restores its sandbox to the warm snapshot after every task either way (see [`worker`]).
+//!
+//! [`worker`]: super::worker
+
+use std::sync::{Mutex, PoisonError};
+use std::time::Instant;
+
+use hyperlightd_api::ErrorKind;
+use tokio::sync::oneshot;
+use tracing::{debug, warn};
+
+use super::Task;
+use super::worker::{Fate, RESET_LIMIT, Worker};
+use super::{Ran, Scope};
+use crate::executor::{ExecError, Outcome};
+use crate::sandbox::guest::{Guest, GuestError, OutputCapture, SavedState};
+use crate::session::{After, Saved};
+use crate::sys::memory::resident_bytes;
+
+/// Held while a state is saved: the memory a save adds is measured as the growth of the
+/// process's resident memory across it, so saves are taken one at a time.
+static SAVING: Mutex<()> = Mutex::new(());
+
+impl Worker {
+    /// Runs `task` from its scope and answers it; for a session, saves the state it leaves
+    /// after the answer has gone. Returns what the task left the sandbox fit for.
+    pub(super) fn run_task(
+        &self,
+        guest: &mut dyn Guest,
+        output: &OutputCapture,
+        task: Task,
+    ) -> Fate {
+        let Task {
+            job, scope, reply, ..
+        } = task;
+        let session = matches!(scope, Scope::Session(_));
+        if let Scope::Session(Some(state)) = &scope
+            && let Err(e) = self.load(guest, state)
+        {
+            let _ = reply.send(Err(ExecError::Internal(format!(
+                "loading the session's state into a sandbox failed: {e}; nothing ran, and the \
+                 session keeps its state"
+            ))));
+            return Fate::of(&e);
+        }
+        let (outcome, fate) = self.execute(guest, output, &job, session);
+        if !session {
+            let _ = reply.send(Ok(Ran {
+                outcome,
+                after: After::Unchanged,
+            }));
+            return fate;
+        }
+        match after_session_exec(&outcome, fate) {
+            Some(after) => {
+                let _ = reply.send(Ok(Ran { outcome, after }));
+            }
+            None => {
+                let (saved, saving) = oneshot::channel();
+                let _ = reply.send(Ok(Ran {
+                    outcome,
+                    after: After::Saving(saving),
+                }));
+                let _ = saved.send(self.save(guest));
+            }
+        }
+        fate
+    }
+
+    /// Loads a session's saved state into the guest.
+    fn load(&self, guest: &mut dyn Guest, state: &SavedState) -> Result<(), GuestError> {
+        let started = Instant::now();
+        self.guarded(guest, RESET_LIMIT, |guest| guest.load(state))?;
+        if guest.is_poisoned() {
+            return Err(GuestError::Hyperlight(
+                hyperlight_host::HyperlightError::Error(
+                    "the sandbox is not ready after loading the state".to_owned(),
+                ),
+            ));
+        }
+        self.metrics
+            .session_load
+            .observe(started.elapsed().as_secs_f64());
+        Ok(())
+    }
+
+    /// Saves the state the session's exec left; None if that failed (the session keeps its
+    /// state from before the exec).
+    fn save(&self, guest: &mut dyn Guest) -> Option<Saved> {
+        let _one_at_a_time = SAVING.lock().unwrap_or_else(PoisonError::into_inner);
+        let before = resident_bytes();
+        let started = Instant::now();
+        let state = self.guarded(guest, RESET_LIMIT, |guest| guest.save());
+        let bytes = resident_bytes().saturating_sub(before);
+        self.metrics
+            .session_save
+            .observe(started.elapsed().as_secs_f64());
+        match state {
+            Ok(state) => {
+                debug!(bytes, "session state saved");
+                Some(Saved { state, bytes })
+            }
+            Err(e) => {
+                warn!("saving the session's state failed: {e}");
+                None
+            }
+        }
+    }
+}
+
+/// What becomes of a session's state after an exec that ended with `outcome` and left its
+/// sandbox `fate`; None: save the state it left.
+fn after_session_exec(outcome: &Outcome, fate: Fate) -> Option<After> {
+    match fate {
+        Fate::Poisoned(reason) | Fate::Broken(reason) => Some(After::RolledBack(reason.as_str())),
+        Fate::Sound
+            if outcome
+                .error
+                .as_ref()
+                .is_some_and(|e| e.kind == ErrorKind::SyntaxError) =>
+        {
+            Some(After::Unchanged)
+        }
+        Fate::Sound => None,
+    }
+}

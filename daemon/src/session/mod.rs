@@ -1,0 +1,479 @@
+//! Sessions: an interpreter whose state carries over from one exec to the next, held off the
+//! pool between execs.
+//!
+//! A session is a record in the table and, once an exec has changed it, an *image*: the guest's
+//! state as that exec left it (a Hyperlight snapshot, immutable, plus what the host keeps beside
+//! it). No sandbox belongs to a session. An exec takes any worker of its language's pool, which
+//! loads the image, runs the program, answers, and only then, off the answer's path, saves the
+//! new image; the worker goes back to its warm snapshot for whatever comes next. Images being
+//! immutable, a fork is a second record pointing at the same image, and a rollback is keeping
+//! the image from before the exec. A session with no image yet starts from the warm snapshot.
+//!
+//! Execs of one session run one at a time, in arrival order: each holds the session's lock from
+//! its turn until the image it leaves is saved, and waiting for its turn counts against its time
+//! limit. An exec, once its turn has come, runs to the end even if its client goes away, so that
+//! the session's state is always that of every exec it accepted.
+//!
+//! The memory images hold is counted by language in a ledger: an image adds its bytes when it is
+//! made and takes them back when its last holder drops it, so the count is right whatever
+//! deleted, expired, forked or rolled back what.
+
+mod image;
+#[cfg(test)]
+mod tests;
+
+pub use self::image::{Image, Ledger};
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
+
+use hyperlightd_api::{ExecSession, Language, SessionCounts, SessionInfo, SessionLimits};
+use tokio::sync::oneshot;
+use tracing::{Instrument, debug, error, info};
+
+use crate::executor::{ExecError, Outcome};
+use crate::metrics::SessionMetrics;
+use crate::sandbox::guest::SavedState;
+
+/// The limits sessions live under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionSettings {
+    /// Most live sessions, all languages together.
+    pub max_sessions: usize,
+    /// Idle timeout of a session that names none.
+    pub default_idle: Duration,
+    /// Highest idle timeout a session may have.
+    pub max_idle: Duration,
+    /// Longest a session lives.
+    pub max_lifetime: Duration,
+    /// Bytes all images together may hold before new sessions are refused.
+    pub memory_budget: u64,
+}
+
+impl SessionSettings {
+    /// What health reports of them.
+    pub fn limits(&self) -> SessionLimits {
+        SessionLimits {
+            max_sessions: self.max_sessions,
+            default_idle_timeout_s: self.default_idle.as_secs(),
+            max_idle_timeout_s: self.max_idle.as_secs(),
+            max_lifetime_s: self.max_lifetime.as_secs(),
+            memory_budget_bytes: self.memory_budget,
+        }
+    }
+}
+
+/// A guest state a worker saved after a session exec, and the host memory it holds.
+#[derive(Clone)]
+pub struct Saved {
+    /// The state.
+    pub state: SavedState,
+    /// Host memory it holds, in bytes.
+    pub bytes: u64,
+}
+
+impl std::fmt::Debug for Saved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Saved").field("bytes", &self.bytes).finish()
+    }
+}
+
+/// What a worker did about a session's state after running one of its execs.
+#[derive(Debug)]
+pub enum After {
+    /// Nothing to save: the program did not get to run (it does not parse).
+    Unchanged,
+    /// The exec timed out, ran out of memory or brought its sandbox down: its effects are
+    /// dropped. The reason is the metrics label.
+    RolledBack(&'static str),
+    /// The worker is saving the state the exec left; None if saving failed.
+    Saving(oneshot::Receiver<Option<Saved>>),
+}
+
+/// A session exec as a worker answers it.
+#[derive(Debug)]
+pub struct Ran {
+    /// What the program did.
+    pub outcome: Outcome,
+    /// What becomes of the session's state.
+    pub after: After,
+}
+
+/// One session.
+#[derive(Debug)]
+struct Session {
+    id: String,
+    language: Language,
+    created_at: SystemTime,
+    created: Instant,
+    idle_timeout: Duration,
+    /// The image: taken for a whole exec, from its turn until the state it leaves is saved.
+    image: Arc<tokio::sync::Mutex<Option<Arc<Image>>>>,
+    /// What reads of the session need without waiting for its turn.
+    meta: Mutex<Meta>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Meta {
+    last_used: Instant,
+    execs: u64,
+    memory_bytes: u64,
+    /// An exec holds the image (reaping waits for it).
+    busy: bool,
+}
+
+impl Session {
+    fn meta(&self) -> MutexGuard<'_, Meta> {
+        self.meta.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// When it expires unless used: the end of its idle timeout, or of its lifetime.
+    fn expires(&self, settings: &SessionSettings) -> Instant {
+        (self.meta().last_used + self.idle_timeout).min(self.created + settings.max_lifetime)
+    }
+
+    /// Why it has expired at `now` (the metrics label), if it has.
+    fn expired(&self, settings: &SessionSettings, now: Instant) -> Option<&'static str> {
+        if now >= self.created + settings.max_lifetime {
+            Some("lifetime")
+        } else if now >= self.meta().last_used + self.idle_timeout {
+            Some("idle")
+        } else {
+            None
+        }
+    }
+
+    fn info(&self, settings: &SessionSettings) -> SessionInfo {
+        let meta = *self.meta();
+        let expires = self.expires(settings);
+        let expires_at = self.created_at + expires.saturating_duration_since(self.created);
+        SessionInfo {
+            id: self.id.clone(),
+            language: self.language,
+            created_at: rfc3339(self.created_at),
+            expires_at: rfc3339(expires_at),
+            idle_timeout_s: self.idle_timeout.as_secs(),
+            execs: meta.execs,
+            memory_bytes: meta.memory_bytes,
+        }
+    }
+}
+
+/// The live sessions, their limits and their memory.
+#[derive(Debug)]
+pub struct Sessions {
+    settings: SessionSettings,
+    table: Mutex<BTreeMap<String, Arc<Session>>>,
+    ledgers: BTreeMap<Language, Arc<Ledger>>,
+    metrics: SessionMetrics,
+}
+
+impl Sessions {
+    /// An empty table for sessions of `languages`.
+    pub fn new(settings: SessionSettings, languages: &[Language], metrics: SessionMetrics) -> Self {
+        Sessions {
+            settings,
+            table: Mutex::new(BTreeMap::new()),
+            ledgers: languages
+                .iter()
+                .map(|&language| (language, Arc::new(Ledger::default())))
+                .collect(),
+            metrics,
+        }
+    }
+
+    /// The limits.
+    pub fn settings(&self) -> &SessionSettings {
+        &self.settings
+    }
+
+    fn table(&self) -> MutexGuard<'_, BTreeMap<String, Arc<Session>>> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Live sessions and the memory their images hold, per language.
+    pub fn counts(&self) -> BTreeMap<Language, SessionCounts> {
+        let table = self.table();
+        self.ledgers
+            .iter()
+            .map(|(&language, ledger)| {
+                let live = table.values().filter(|s| s.language == language).count();
+                let memory_bytes = ledger.bytes();
+                (language, SessionCounts { live, memory_bytes })
+            })
+            .collect()
+    }
+
+    fn memory_held(&self) -> u64 {
+        self.ledgers.values().map(|ledger| ledger.bytes()).sum()
+    }
+
+    /// Creates a session of `language`, idle for at most `idle_timeout` (the default when None,
+    /// capped at the maximum). Refused past the session limits; nothing else changes then.
+    pub fn create(
+        &self,
+        language: Language,
+        idle_timeout: Option<Duration>,
+    ) -> Result<SessionInfo, ExecError> {
+        if !self.ledgers.contains_key(&language) {
+            return Err(ExecError::LanguageNotServed(language));
+        }
+        let idle = idle_timeout
+            .unwrap_or(self.settings.default_idle)
+            .min(self.settings.max_idle);
+        let session = self.insert(language, idle, None, 0)?;
+        self.metrics.created(language, "new");
+        info!(session = %session.id, %language, idle_s = idle.as_secs(), "session created");
+        Ok(session.info(&self.settings))
+    }
+
+    /// A new session whose state is a copy of session `id`'s, as its last exec left it: waits
+    /// for the execs that arrived before, at most `wait`.
+    pub async fn fork(&self, id: &str, wait: Duration) -> Result<SessionInfo, ExecError> {
+        let origin = self.find(id)?;
+        let turn = tokio::time::timeout(wait, origin.image.clone().lock_owned());
+        let Ok(image) = turn.await else {
+            return Err(ExecError::SessionBusy { timeout: wait });
+        };
+        self.find(id)?;
+        let bytes = image.as_ref().map_or(0, |image| image.bytes());
+        let fork = self.insert(origin.language, origin.idle_timeout, image.clone(), bytes)?;
+        drop(image);
+        self.metrics.created(origin.language, "fork");
+        info!(session = %fork.id, origin = %id, "session forked");
+        Ok(fork.info(&self.settings))
+    }
+
+    /// Adds a session after checking the limits.
+    fn insert(
+        &self,
+        language: Language,
+        idle_timeout: Duration,
+        image: Option<Arc<Image>>,
+        memory_bytes: u64,
+    ) -> Result<Arc<Session>, ExecError> {
+        let mut table = self.table();
+        if table.len() >= self.settings.max_sessions {
+            self.metrics.refused("count");
+            return Err(ExecError::TooManySessions {
+                limit: self.settings.max_sessions,
+            });
+        }
+        let held = self.memory_held();
+        if held >= self.settings.memory_budget {
+            self.metrics.refused("memory");
+            return Err(ExecError::SessionMemoryFull {
+                held,
+                budget: self.settings.memory_budget,
+            });
+        }
+        let now = Instant::now();
+        let session = Arc::new(Session {
+            id: new_id()?,
+            language,
+            created_at: SystemTime::now(),
+            created: now,
+            idle_timeout,
+            image: Arc::new(tokio::sync::Mutex::new(image)),
+            meta: Mutex::new(Meta {
+                last_used: now,
+                execs: 0,
+                memory_bytes,
+                busy: false,
+            }),
+        });
+        table.insert(session.id.clone(), session.clone());
+        Ok(session)
+    }
+
+    /// Session `id`, unless it is unknown, deleted or expired.
+    fn find(&self, id: &str) -> Result<Arc<Session>, ExecError> {
+        let not_found = || ExecError::SessionNotFound(id.to_owned());
+        let session = self.table().get(id).cloned().ok_or_else(not_found)?;
+        let meta = *session.meta();
+        if !meta.busy && session.expired(&self.settings, Instant::now()).is_some() {
+            self.reap();
+            return Err(not_found());
+        }
+        Ok(session)
+    }
+
+    /// Session `id`.
+    pub fn get(&self, id: &str) -> Result<SessionInfo, ExecError> {
+        Ok(self.find(id)?.info(&self.settings))
+    }
+
+    /// Every live session, oldest first.
+    pub fn list(&self) -> Vec<SessionInfo> {
+        let mut sessions: Vec<Arc<Session>> = self.table().values().cloned().collect();
+        sessions.sort_by_key(|s| s.created);
+        let now = Instant::now();
+        sessions
+            .iter()
+            .filter(|s| s.meta().busy || s.expired(&self.settings, now).is_none())
+            .map(|s| s.info(&self.settings))
+            .collect()
+    }
+
+    /// Deletes session `id` and drops its state. An exec already running finishes and is
+    /// answered; what it leaves is dropped.
+    pub fn delete(&self, id: &str) -> Result<(), ExecError> {
+        let session = self
+            .table()
+            .remove(id)
+            .ok_or_else(|| ExecError::SessionNotFound(id.to_owned()))?;
+        self.metrics.ended(session.language, "deleted");
+        info!(session = %id, "session deleted");
+        Ok(())
+    }
+
+    /// Deletes every session that has expired and is not running an exec; returns how many.
+    pub fn reap(&self) -> usize {
+        let now = Instant::now();
+        let mut table = self.table();
+        let expired: Vec<(String, Language, &'static str)> = table
+            .values()
+            .filter(|s| !s.meta().busy)
+            .filter_map(|s| Some((s.id.clone(), s.language, s.expired(&self.settings, now)?)))
+            .collect();
+        for (id, language, reason) in &expired {
+            table.remove(id);
+            self.metrics.ended(*language, reason);
+            info!(session = %id, reason, "session expired");
+        }
+        expired.len()
+    }
+
+    /// Runs an exec in session `id`: waits for its turn until `deadline`, then calls `run` with
+    /// the session's image (None: the warm state), and keeps what the worker says to keep. Returns as soon as the worker answers; the state the exec leaves is stored, and
+    /// the session's next exec let in, when the worker has saved it.
+    pub async fn exec<F, Fut>(
+        self: &Arc<Self>,
+        id: &str,
+        deadline: Instant,
+        timeout: Duration,
+        run: F,
+    ) -> Result<Outcome, ExecError>
+    where
+        F: FnOnce(Option<SavedState>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Ran, ExecError>> + Send + 'static,
+    {
+        let session = self.find(id)?;
+        let Ok(image) =
+            tokio::time::timeout_at(deadline.into(), session.image.clone().lock_owned()).await
+        else {
+            return Err(ExecError::SessionBusy { timeout });
+        };
+        let session = self.find(id)?;
+        session.meta().busy = true;
+        let start = image.as_ref().map(|image| image.state());
+        // From here on the exec runs to its end whether or not its caller still waits.
+        let sessions = self.clone();
+        let span = tracing::Span::current();
+        let task = tokio::spawn(
+            async move {
+                let ran = run(start).await;
+                sessions.finish(session, image, ran)
+            }
+            .instrument(span),
+        );
+        task.await
+            .unwrap_or_else(|e| Err(ExecError::Internal(format!("the session exec failed: {e}"))))
+    }
+
+    /// Takes a worker's answer for `session`: the outcome goes back at once; the session stays
+    /// locked (by `image`) until the state the exec left is saved.
+    fn finish(
+        self: Arc<Self>,
+        session: Arc<Session>,
+        mut image: tokio::sync::OwnedMutexGuard<Option<Arc<Image>>>,
+        ran: Result<Ran, ExecError>,
+    ) -> Result<Outcome, ExecError> {
+        let Ran { mut outcome, after } = match ran {
+            Ok(ran) => ran,
+            Err(e) => {
+                session.meta().busy = false;
+                return Err(e);
+            }
+        };
+        let rolled_back = matches!(after, After::RolledBack(_));
+        self.metrics.exec(session.language, outcome.status.as_str());
+        outcome.session = Some(ExecSession {
+            id: session.id.clone(),
+            rolled_back,
+        });
+        {
+            let mut meta = session.meta();
+            meta.execs += 1;
+            meta.last_used = Instant::now();
+        }
+        match after {
+            After::Unchanged => session.meta().busy = false,
+            After::RolledBack(reason) => {
+                self.metrics.rolled_back(session.language, reason);
+                debug!(session = %session.id, reason, "session rolled back");
+                session.meta().busy = false;
+            }
+            After::Saving(saved) => {
+                tokio::spawn(async move {
+                    match saved.await {
+                        Ok(Some(saved)) => {
+                            let ledger = self.ledgers[&session.language].clone();
+                            let new = Image::new(saved, ledger);
+                            session.meta().memory_bytes = new.bytes();
+                            *image = Some(Arc::new(new));
+                        }
+                        _ => {
+                            self.metrics.save_failed(session.language);
+                            error!(session = %session.id, "saving the session's state after an exec failed; the session keeps its state from before that exec");
+                        }
+                    }
+                    let mut meta = session.meta();
+                    meta.busy = false;
+                    meta.last_used = Instant::now();
+                    drop(meta);
+                    drop(image);
+                });
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// Reaps expired sessions every `period`, on `runtime`, until the table is dropped.
+    pub fn reap_every(self: &Arc<Self>, period: Duration, runtime: &tokio::runtime::Handle) {
+        let sessions = Arc::downgrade(self);
+        runtime.spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(sessions) = sessions.upgrade() else {
+                    return;
+                };
+                sessions.reap();
+            }
+        });
+    }
+}
+
+/// A new session id: 128 bits from the host's entropy, in hex. No session is made without
+/// one: an id that could be guessed would open the session to anyone.
+fn new_id() -> Result<String, ExecError> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|e| {
+        ExecError::Internal(format!(
+            "the host's entropy source failed, no session id: {e}"
+        ))
+    })?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// `at` in RFC 3339, UTC, to the millisecond.
+fn rfc3339(at: SystemTime) -> String {
+    jiff::Timestamp::try_from(at)
+        .ok()
+        .and_then(|t| t.round(jiff::Unit::Millisecond).ok())
+        .map_or_else(|| "unknown".to_owned(), |t| t.to_string())
+}

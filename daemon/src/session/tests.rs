@@ -1,0 +1,314 @@
+//! The session table's rules, with a fake worker: no KVM.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use hyperlightd_api::ExecStatus;
+
+use super::*;
+use crate::metrics::Metrics;
+
+fn settings() -> SessionSettings {
+    SessionSettings {
+        max_sessions: 4,
+        default_idle: Duration::from_secs(60),
+        max_idle: Duration::from_secs(120),
+        max_lifetime: Duration::from_secs(3600),
+        memory_budget: 1000,
+    }
+}
+
+fn sessions(settings: SessionSettings) -> Arc<Sessions> {
+    let metrics = Metrics::new().unwrap().sessions();
+    Arc::new(Sessions::new(
+        settings,
+        &[Language::Javascript, Language::Python],
+        metrics,
+    ))
+}
+
+fn outcome() -> Outcome {
+    Outcome {
+        status: ExecStatus::Ok,
+        stdout: String::new(),
+        stderr: String::new(),
+        truncated: false,
+        result: serde_json::Value::Null,
+        error: None,
+        session: None,
+    }
+}
+
+/// What the fake worker saw: the state it started from (a number, or None for warm).
+fn seen(state: &Option<SavedState>) -> Option<u32> {
+    state.as_ref().map(|s| *s.get::<u32>().unwrap())
+}
+
+/// Runs an exec whose worker saves `value` as the new state, `bytes` big; returns the state
+/// the exec started from.
+async fn exec_saving(sessions: &Arc<Sessions>, id: &str, value: u32, bytes: u64) -> Option<u32> {
+    let (tx, rx) = oneshot::channel();
+    let run = move |state: Option<SavedState>| async move {
+        let start = seen(&state);
+        tx.send(start).unwrap();
+        let (saved, saving) = oneshot::channel();
+        saved
+            .send(Some(Saved {
+                state: SavedState::new(value),
+                bytes,
+            }))
+            .unwrap();
+        Ok(Ran {
+            outcome: outcome(),
+            after: After::Saving(saving),
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let outcome = sessions
+        .exec(id, deadline, Duration::from_secs(5), run)
+        .await
+        .unwrap();
+    assert_eq!(outcome.session.unwrap().rolled_back, false);
+    rx.await.unwrap()
+}
+
+async fn exec_rolling_back(sessions: &Arc<Sessions>, id: &str) -> Outcome {
+    let run = |_state| async {
+        Ok(Ran {
+            outcome: outcome(),
+            after: After::RolledBack("timeout"),
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    sessions
+        .exec(id, deadline, Duration::from_secs(5), run)
+        .await
+        .unwrap()
+}
+
+/// Waits until the session's saved state is in (saving happens after the answer).
+async fn settled(sessions: &Arc<Sessions>, id: &str) {
+    let session = sessions.find(id).unwrap();
+    drop(session.image.lock().await);
+}
+
+#[tokio::test]
+async fn state_carries_from_one_exec_to_the_next_and_memory_is_counted() {
+    let sessions = sessions(settings());
+    let info = sessions.create(Language::Python, None).unwrap();
+    assert_eq!(info.id.len(), 32);
+    assert!(info.id.chars().all(|c| c.is_ascii_hexdigit()));
+    assert_eq!(exec_saving(&sessions, &info.id, 1, 100).await, None);
+    settled(&sessions, &info.id).await;
+    assert_eq!(exec_saving(&sessions, &info.id, 2, 300).await, Some(1));
+    settled(&sessions, &info.id).await;
+    assert_eq!(exec_saving(&sessions, &info.id, 3, 200).await, Some(2));
+    settled(&sessions, &info.id).await;
+    let info = sessions.get(&info.id).unwrap();
+    assert_eq!((info.execs, info.memory_bytes), (3, 200));
+    assert_eq!(sessions.counts()[&Language::Python].memory_bytes, 200);
+    assert_eq!(sessions.counts()[&Language::Javascript].live, 0);
+    sessions.delete(&info.id).unwrap();
+    assert_eq!(sessions.counts()[&Language::Python].memory_bytes, 0);
+    assert!(matches!(
+        sessions.get(&info.id),
+        Err(ExecError::SessionNotFound(_))
+    ));
+}
+
+#[tokio::test]
+async fn a_rolled_back_exec_leaves_the_state_from_before_it() {
+    let sessions = sessions(settings());
+    let id = sessions.create(Language::Javascript, None).unwrap().id;
+    exec_saving(&sessions, &id, 7, 10).await;
+    settled(&sessions, &id).await;
+    let outcome = exec_rolling_back(&sessions, &id).await;
+    assert!(outcome.session.unwrap().rolled_back);
+    assert_eq!(exec_saving(&sessions, &id, 8, 10).await, Some(7));
+}
+
+#[tokio::test]
+async fn a_fork_shares_the_state_until_either_changes_and_memory_is_counted_once() {
+    let sessions = sessions(settings());
+    let origin = sessions.create(Language::Python, None).unwrap().id;
+    exec_saving(&sessions, &origin, 5, 400).await;
+    let fork = sessions
+        .fork(&origin, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_ne!(fork.id, origin);
+    assert_eq!(fork.memory_bytes, 400);
+    assert_eq!(fork.execs, 0);
+    assert_eq!(sessions.counts()[&Language::Python].memory_bytes, 400);
+    assert_eq!(exec_saving(&sessions, &fork.id, 6, 100).await, Some(5));
+    settled(&sessions, &fork.id).await;
+    assert_eq!(exec_saving(&sessions, &origin, 9, 100).await, Some(5));
+    settled(&sessions, &origin).await;
+    assert_eq!(sessions.counts()[&Language::Python].memory_bytes, 200);
+    assert_eq!(sessions.counts()[&Language::Python].live, 2);
+}
+
+#[tokio::test]
+async fn execs_of_one_session_run_one_at_a_time_in_arrival_order() {
+    let sessions = sessions(settings());
+    let id = sessions.create(Language::Python, None).unwrap().id;
+    let running = Arc::new(AtomicUsize::new(0));
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut execs = Vec::new();
+    for n in 0..5u32 {
+        let (sessions, id) = (sessions.clone(), id.clone());
+        let (running, order) = (running.clone(), order.clone());
+        execs.push(tokio::spawn(async move {
+            let run = move |state: Option<SavedState>| async move {
+                assert_eq!(running.fetch_add(1, Ordering::SeqCst), 0, "two at once");
+                order.lock().unwrap().push((n, seen(&state)));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                running.fetch_sub(1, Ordering::SeqCst);
+                let (saved, saving) = oneshot::channel();
+                saved
+                    .send(Some(Saved {
+                        state: SavedState::new(n),
+                        bytes: 1,
+                    }))
+                    .unwrap();
+                Ok(Ran {
+                    outcome: outcome(),
+                    after: After::Saving(saving),
+                })
+            };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            sessions
+                .exec(&id, deadline, Duration::from_secs(10), run)
+                .await
+                .unwrap();
+        }));
+        // Arrival order: each exec is waiting for its turn before the next one arrives.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for exec in execs {
+        exec.await.unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    assert_eq!(
+        order,
+        vec![
+            (0, None),
+            (1, Some(0)),
+            (2, Some(1)),
+            (3, Some(2)),
+            (4, Some(3))
+        ]
+    );
+}
+
+#[tokio::test]
+async fn waiting_for_a_turn_past_the_deadline_is_session_busy_and_nothing_runs() {
+    let sessions = sessions(settings());
+    let id = sessions.create(Language::Python, None).unwrap().id;
+    let session = sessions.find(&id).unwrap();
+    let held = session.image.clone().lock_owned().await;
+    let ran = Arc::new(AtomicUsize::new(0));
+    let counted = ran.clone();
+    let run = move |_state| async move {
+        counted.fetch_add(1, Ordering::SeqCst);
+        Ok(Ran {
+            outcome: outcome(),
+            after: After::Unchanged,
+        })
+    };
+    let deadline = Instant::now() + Duration::from_millis(50);
+    let result = sessions
+        .exec(&id, deadline, Duration::from_millis(50), run)
+        .await;
+    assert!(
+        matches!(result, Err(ExecError::SessionBusy { .. })),
+        "{result:?}"
+    );
+    assert_eq!(ran.load(Ordering::SeqCst), 0);
+    drop(held);
+}
+
+#[tokio::test]
+async fn limits_refuse_new_sessions_and_change_nothing_else() {
+    let sessions = sessions(settings());
+    let ids: Vec<String> = (0..4)
+        .map(|_| sessions.create(Language::Python, None).unwrap().id)
+        .collect();
+    assert!(matches!(
+        sessions.create(Language::Python, None),
+        Err(ExecError::TooManySessions { limit: 4 })
+    ));
+    assert!(matches!(
+        sessions.fork(&ids[0], Duration::from_secs(1)).await,
+        Err(ExecError::TooManySessions { .. })
+    ));
+    assert_eq!(sessions.list().len(), 4);
+    sessions.delete(&ids[3]).unwrap();
+    // Memory: one session holding the whole budget refuses the next.
+    exec_saving(&sessions, &ids[0], 1, 1000).await;
+    settled(&sessions, &ids[0]).await;
+    assert!(matches!(
+        sessions.create(Language::Javascript, None),
+        Err(ExecError::SessionMemoryFull {
+            held: 1000,
+            budget: 1000
+        })
+    ));
+    assert_eq!(sessions.list().len(), 3);
+    // An exec in an existing session still runs.
+    assert_eq!(exec_saving(&sessions, &ids[0], 2, 10).await, Some(1));
+}
+
+#[tokio::test]
+async fn idle_timeouts_are_defaulted_capped_and_expired_sessions_are_reaped() {
+    let sessions = sessions(SessionSettings {
+        default_idle: Duration::from_millis(100),
+        max_idle: Duration::from_millis(200),
+        ..settings()
+    });
+    let short = sessions.create(Language::Python, None).unwrap();
+    let long = sessions
+        .create(Language::Python, Some(Duration::from_secs(3600)))
+        .unwrap();
+    assert_eq!(short.idle_timeout_s, 0);
+    exec_saving(&sessions, &short.id, 1, 50).await;
+    settled(&sessions, &short.id).await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    // Expired: not found even before the reaper runs, and then gone with its memory.
+    assert!(matches!(
+        sessions.get(&short.id),
+        Err(ExecError::SessionNotFound(_))
+    ));
+    assert!(
+        sessions.get(&long.id).is_ok(),
+        "capped at 200 ms, not yet over"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(sessions.reap(), 1);
+    assert!(sessions.list().is_empty());
+    assert_eq!(sessions.counts()[&Language::Python].memory_bytes, 0);
+}
+
+#[tokio::test]
+async fn the_reaper_runs_without_requests() {
+    let sessions = sessions(SessionSettings {
+        default_idle: Duration::from_millis(50),
+        ..settings()
+    });
+    sessions.create(Language::Javascript, None).unwrap();
+    sessions.reap_every(
+        Duration::from_millis(20),
+        &tokio::runtime::Handle::current(),
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(sessions.table().len(), 0);
+}
+
+#[tokio::test]
+async fn a_language_without_a_pool_has_no_sessions() {
+    let metrics = Metrics::new().unwrap().sessions();
+    let sessions = Sessions::new(settings(), &[Language::Javascript], metrics);
+    assert!(matches!(
+        sessions.create(Language::Python, None),
+        Err(ExecError::LanguageNotServed(Language::Python))
+    ));
+}
