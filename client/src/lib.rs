@@ -21,6 +21,7 @@
 
 #![forbid(unsafe_code)]
 
+mod sessions;
 pub mod tool;
 
 use std::future::Future;
@@ -47,8 +48,9 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(90);
 const EXEC_MARGIN: Duration = Duration::from_secs(15);
 
 pub use hyperlightd_api::{
-    DEFAULT_SOCKET, ErrorBody, ErrorKind, ExecLimits, ExecRequest, ExecResponse, ExecStatus,
-    HealthResponse, Language, SOCKET_ENV, SandboxCounts,
+    CreateSessionRequest, DEFAULT_SOCKET, ErrorBody, ErrorKind, ExecLimits, ExecRequest,
+    ExecResponse, ExecSession, ExecStatus, HealthResponse, Language, SOCKET_ENV, SandboxCounts,
+    SessionCounts, SessionExecRequest, SessionInfo, SessionLimits, SessionList,
 };
 
 /// What can go wrong talking to the daemon.
@@ -119,7 +121,10 @@ impl Error {
             Error::Unreachable { .. } => true,
             Error::Rejected { error, .. } => matches!(
                 error.kind,
-                ErrorKind::Overloaded | ErrorKind::ShuttingDown | ErrorKind::NoSandboxAvailable
+                ErrorKind::Overloaded
+                    | ErrorKind::ShuttingDown
+                    | ErrorKind::NoSandboxAvailable
+                    | ErrorKind::SessionBusy
             ),
             Error::ConnectionLost { .. } | Error::TimedOut { .. } | Error::Protocol { .. } => false,
         }
@@ -220,7 +225,7 @@ impl Client {
 
     /// Sends a request, waits at most `wait` (unless the client sets its own limit) for the
     /// whole answer, and turns any 4xx/5xx into [`Error::Rejected`].
-    async fn call(
+    pub(crate) async fn call(
         &self,
         method: Method,
         path: &str,
@@ -340,7 +345,7 @@ struct Answer {
     body: Bytes,
 }
 
-fn decode<T: serde::de::DeserializeOwned>(status: StatusCode, bytes: &[u8]) -> Result<T, Error> {
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(status: StatusCode, bytes: &[u8]) -> Result<T, Error> {
     serde_json::from_slice(bytes).map_err(|e| Error::Protocol {
         status: status.as_u16(),
         message: format!("decoding the response: {e}"),

@@ -416,6 +416,7 @@ fn test() -> Result<()> {
         ("python", "the Python guest"),
         ("python_library", "the Python guest's library and packages"),
         ("agents", "MCP, the agent tool and the OpenAPI contract"),
+        ("sessions", "sessions"),
     ] {
         let binary = find_binary(&binaries, target)?;
         e2e_on_kvm(&binary, &format!("end-to-end: {what} on real KVM"))?;

@@ -1,0 +1,102 @@
+//! Typed calls for sessions: an interpreter whose state carries over from one exec to the next
+//! (see `hyperlightd_api`'s session types).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::Method;
+use hyperlightd_api::{
+    CreateSessionRequest, ExecResponse, SessionExecRequest, SessionInfo, SessionList, paths,
+};
+
+use crate::{Client, DEFAULT_RESPONSE_TIMEOUT, EXEC_MARGIN, Error, decode};
+
+impl Client {
+    /// Creates a session. Refused with `too_many_sessions` at the daemon's limits.
+    pub async fn create_session(&self, request: &CreateSessionRequest) -> Result<SessionInfo, Error> {
+        let body = encode(request)?;
+        let (status, bytes) = self
+            .call(Method::POST, paths::SESSIONS, body, DEFAULT_RESPONSE_TIMEOUT)
+            .await?;
+        decode(status, &bytes)
+    }
+
+    /// Runs a program in session `id`, which sees everything earlier execs defined. As with
+    /// [`exec`](Client::exec), a program that fails is still `Ok`; the response's `session`
+    /// says whether the session's state was rolled back. An unknown, deleted or expired id is
+    /// rejected with `session_not_found`.
+    pub async fn session_exec(
+        &self,
+        id: &str,
+        request: &SessionExecRequest,
+    ) -> Result<ExecResponse, Error> {
+        let body = encode(request)?;
+        let wait = request.timeout_ms.map_or(DEFAULT_RESPONSE_TIMEOUT, |ms| {
+            Duration::from_millis(ms).saturating_add(EXEC_MARGIN)
+        });
+        let (status, bytes) = self
+            .call(Method::POST, &paths::session_exec(id), body, wait)
+            .await?;
+        decode(status, &bytes)
+    }
+
+    /// A new session whose state is a copy of session `id`'s.
+    pub async fn fork_session(&self, id: &str) -> Result<SessionInfo, Error> {
+        let (status, bytes) = self
+            .call(
+                Method::POST,
+                &paths::session_fork(id),
+                Bytes::new(),
+                DEFAULT_RESPONSE_TIMEOUT,
+            )
+            .await?;
+        decode(status, &bytes)
+    }
+
+    /// Session `id`.
+    pub async fn session(&self, id: &str) -> Result<SessionInfo, Error> {
+        let (status, bytes) = self
+            .call(
+                Method::GET,
+                &paths::session(id),
+                Bytes::new(),
+                DEFAULT_RESPONSE_TIMEOUT,
+            )
+            .await?;
+        decode(status, &bytes)
+    }
+
+    /// Every live session.
+    pub async fn sessions(&self) -> Result<Vec<SessionInfo>, Error> {
+        let (status, bytes) = self
+            .call(
+                Method::GET,
+                paths::SESSIONS,
+                Bytes::new(),
+                DEFAULT_RESPONSE_TIMEOUT,
+            )
+            .await?;
+        decode::<SessionList>(status, &bytes).map(|list| list.sessions)
+    }
+
+    /// Deletes session `id` and its state.
+    pub async fn delete_session(&self, id: &str) -> Result<(), Error> {
+        self.call(
+            Method::DELETE,
+            &paths::session(id),
+            Bytes::new(),
+            DEFAULT_RESPONSE_TIMEOUT,
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+fn encode<T: serde::Serialize>(request: &T) -> Result<Bytes, Error> {
+    serde_json::to_vec(request)
+        .map(Bytes::from)
+        .map_err(|e| Error::Protocol {
+            status: 0,
+            message: format!("encoding the request: {e}"),
+        })
+}

@@ -1,0 +1,329 @@
+//! End-to-end tests of sessions on a KVM that runs Hyperlight guests, in both languages: state
+//! carried across execs, exceptions, fork, rollback after a timeout, a memory bomb and a guest
+//! crash, expiry, deletion, isolation, more sessions than sandboxes, and serialised execs.
+//! `cargo xtask test` runs them in the nested-KVM VM.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use hyperlightd_client::{
+    Client, CreateSessionRequest, Error, ErrorKind, ExecRequest, ExecResponse, ExecStatus,
+    Language, SessionExecRequest,
+};
+use hyperlightd_e2e::{Daemon, STEP_LIMIT, within};
+use serde_json::{Value, json};
+
+async fn both_languages(extra: &[&str]) -> Daemon {
+    Daemon::start_with_python(&["javascript=1", "python=1"], extra).await
+}
+
+async fn create(client: &Client, language: Language) -> String {
+    let request = CreateSessionRequest::new(language);
+    within("create", STEP_LIMIT, client.create_session(&request))
+        .await
+        .unwrap()
+        .id
+}
+
+async fn exec_timed(client: &Client, id: &str, code: &str, timeout_ms: u64) -> ExecResponse {
+    let request = SessionExecRequest {
+        timeout_ms: Some(timeout_ms),
+        ..SessionExecRequest::new(code)
+    };
+    within(
+        "session exec",
+        Duration::from_secs(120),
+        client.session_exec(id, &request),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("session exec of {code:?} failed: {e}"))
+}
+
+async fn exec(client: &Client, id: &str, code: &str) -> ExecResponse {
+    exec_timed(client, id, code, 30_000).await
+}
+
+/// The result of a program that must succeed, and did not roll back.
+async fn value(client: &Client, id: &str, code: &str) -> Value {
+    let response = exec(client, id, code).await;
+    assert_eq!(response.status, ExecStatus::Ok, "{code}: {response:?}");
+    let session = response.session.clone().expect("a session exec says so");
+    assert_eq!(session.id, id);
+    assert!(!session.rolled_back, "{code}: {response:?}");
+    response.result
+}
+
+fn kind_of(error: Error) -> ErrorKind {
+    match error {
+        Error::Rejected { error, .. } => error.kind,
+        other => panic!("not a rejection: {other}"),
+    }
+}
+
+async fn metric(client: &Client, series: &str) -> f64 {
+    let metrics = within("metrics", STEP_LIMIT, client.metrics()).await.unwrap();
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn state_carries_over_execs_and_an_exception_keeps_what_ran_before_it() {
+    let daemon = both_languages(&[]).await;
+    let client = daemon.client();
+
+    let py = create(&client, Language::Python).await;
+    value(&client, &py, "import json\nrows = [{'n': i} for i in range(10)]\ndef total(rs):\n    return sum(r['n'] for r in rs)\nclass Box:\n    size = 3").await;
+    let next = value(&client, &py, "json.dumps({'total': total(rows), 'box': Box.size})").await;
+    assert_eq!(next, json!("{\"total\": 45, \"box\": 3}"));
+    let raised = exec(&client, &py, "partial = 'kept'\nraise ValueError('boom')").await;
+    assert_eq!(raised.error.as_ref().unwrap().kind, ErrorKind::Exception);
+    assert!(!raised.session.unwrap().rolled_back, "an exception is not rolled back");
+    let after = value(&client, &py, "[partial, len(rows), total(rows[:3])]").await;
+    assert_eq!(after, json!(["kept", 10, 3]));
+
+    let js = create(&client, Language::Javascript).await;
+    value(&client, &js, "const rows = Array.from({length: 10}, (_, n) => ({n})); let count = 1; var seen = 'v'; function total(rs) { return rs.reduce((a, r) => a + r.n, 0); } class Box { static size = 3 }").await;
+    let next = value(&client, &js, "count += 1; [total(rows), Box.size, count, seen]").await;
+    assert_eq!(next, json!([45, 3, 2, "v"]));
+    let awaited = value(&client, &js, "const later = await new Promise((r) => setTimeout(() => r(count * 10), 10)); async function twice(x) { return 2 * x; } await twice(later)").await;
+    assert_eq!(awaited, json!(40));
+    let raised = exec(&client, &js, "globalThis.partial = 'kept'; var alsoKept = 1; throw new Error('boom')").await;
+    assert_eq!(raised.error.as_ref().unwrap().kind, ErrorKind::Exception);
+    assert!(raised.stderr.contains("Error: boom"), "{raised:?}");
+    assert!(!raised.session.unwrap().rolled_back);
+    let after = value(&client, &js, "[partial, alsoKept, later, typeof twice, count]").await;
+    assert_eq!(after, json!(["kept", 1, 20, "function", 2]));
+
+    // A syntax error changes nothing, and says where.
+    let bad = exec(&client, &js, "let = = 1").await;
+    assert_eq!(bad.error.as_ref().unwrap().kind, ErrorKind::SyntaxError);
+    assert_eq!(value(&client, &js, "count").await, json!(2));
+
+    // A plain exec never sees a session's state.
+    let plain = within(
+        "exec",
+        STEP_LIMIT,
+        client.exec(&ExecRequest::new(Language::Python, "'rows' in globals()")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(plain.result, json!(false));
+    assert!(plain.session.is_none());
+    let info = within("get", STEP_LIMIT, client.session(&py)).await.unwrap();
+    assert_eq!((info.language, info.execs), (Language::Python, 4));
+    assert!(info.memory_bytes > 0, "{info:?}");
+}
+
+#[tokio::test]
+async fn a_fork_copies_the_state_then_the_two_diverge_and_draw_different_random_numbers() {
+    let daemon = both_languages(&[]).await;
+    let client = daemon.client();
+    for (language, setup, change, read, random) in [
+        (
+            Language::Python,
+            "import random\nitems = [1, 2, 3]",
+            "items.append(4)\nlen(items)",
+            "items",
+            "[random.random() for _ in range(4)]",
+        ),
+        (
+            Language::Javascript,
+            "const items = [1, 2, 3]",
+            "items.push(4)",
+            "items",
+            "Array.from({length: 4}, Math.random)",
+        ),
+    ] {
+        let origin = create(&client, language).await;
+        value(&client, &origin, setup).await;
+        let fork = within("fork", STEP_LIMIT, client.fork_session(&origin))
+            .await
+            .unwrap();
+        assert_ne!(fork.id, origin);
+        assert_eq!(fork.language, language);
+        assert_eq!(value(&client, &fork.id, read).await, json!([1, 2, 3]));
+        assert_eq!(value(&client, &origin, change).await, json!(4));
+        assert_eq!(value(&client, &origin, read).await, json!([1, 2, 3, 4]));
+        assert_eq!(value(&client, &fork.id, read).await, json!([1, 2, 3]), "{language}");
+        let a = value(&client, &origin, random).await;
+        let b = value(&client, &fork.id, random).await;
+        assert_ne!(a, b, "{language}: the halves of a fork share a random sequence");
+    }
+}
+
+/// Rollback after a timeout, a memory bomb and a guest crash: the session is back where it was
+/// before each, and the next exec sees every earlier variable.
+async fn rolls_back(language: Language, setup: &str, hostile: &[(&str, ErrorKind)], check: &str, expected: Value) {
+    let daemon = both_languages(&[]).await;
+    let client = daemon.client();
+    let id = create(&client, language).await;
+    value(&client, &id, setup).await;
+    for (program, kind) in hostile {
+        let response = exec_timed(&client, &id, program, 2_000).await;
+        assert_eq!(
+            response.error.as_ref().map(|e| e.kind),
+            Some(*kind),
+            "{language} {program}: {response:?}"
+        );
+        assert!(
+            response.session.as_ref().unwrap().rolled_back,
+            "{language} {program}: {response:?}"
+        );
+        assert_eq!(value(&client, &id, check).await, expected, "after {program}");
+    }
+    let rollbacks = metric(
+        &client,
+        &format!(r#"hyperlightd_session_execs_total{{language="{language}",status="ok"}}"#),
+    )
+    .await;
+    assert!(rollbacks >= 1.0);
+    for reason in ["timeout", "out_of_memory", "guest_failure"] {
+        let series = format!(
+            r#"hyperlightd_session_rollbacks_total{{language="{language}",reason="{reason}"}}"#
+        );
+        assert_eq!(metric(&client, &series).await, 1.0, "{series}");
+    }
+}
+
+#[tokio::test]
+async fn python_rolls_back_after_a_timeout_a_memory_bomb_and_a_crash() {
+    rolls_back(
+        Language::Python,
+        "kept = {'a': 1}\nimport math",
+        &[
+            ("kept['a'] = 2\nlost = 1\nwhile True:\n    pass", ErrorKind::Timeout),
+            ("kept['a'] = 3\nhoard = []\nwhile True:\n    hoard.append(' ' * 10**6)", ErrorKind::OutOfMemory),
+            ("kept['a'] = 4\nimport faulthandler\nfaulthandler._sigabrt()", ErrorKind::SandboxFailure),
+        ],
+        "[kept['a'], 'lost' in globals(), 'hoard' in globals(), math.floor(2.5)]",
+        json!([1, false, false, 2]),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn javascript_rolls_back_after_a_timeout_a_memory_bomb_and_a_crash() {
+    rolls_back(
+        Language::Javascript,
+        "const kept = {a: 1}",
+        &[
+            ("kept.a = 2; var lost = 1; for (;;) {}", ErrorKind::Timeout),
+            ("kept.a = 3; const hoard = []; for (;;) hoard.push(new Uint8Array(1 << 20).fill(7));", ErrorKind::OutOfMemory),
+            ("kept.a = 4; globalThis.print('x'.repeat(8 << 20))", ErrorKind::SandboxFailure),
+        ],
+        "[kept.a, typeof lost, typeof hoard]",
+        json!([1, "undefined", "undefined"]),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn sessions_expire_are_deleted_and_unknown_ids_are_not_found() {
+    let daemon = both_languages(&["--max-sessions", "3"]).await;
+    let client = daemon.client();
+    let short = within(
+        "create",
+        STEP_LIMIT,
+        client.create_session(&CreateSessionRequest {
+            idle_timeout_s: Some(1),
+            ..CreateSessionRequest::new(Language::Javascript)
+        }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(short.idle_timeout_s, 1);
+    value(&client, &short.id, "var x = 1").await;
+    let doomed = create(&client, Language::Python).await;
+    value(&client, &doomed, "secret = 42").await;
+    let third = create(&client, Language::Python).await;
+    // At the limit: refused, and nothing else changes.
+    let refused = within(
+        "create",
+        STEP_LIMIT,
+        client.create_session(&CreateSessionRequest::new(Language::Python)),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(kind_of(refused), ErrorKind::TooManySessions);
+    assert_eq!(within("list", STEP_LIMIT, client.sessions()).await.unwrap().len(), 3);
+
+    within("delete", STEP_LIMIT, client.delete_session(&doomed)).await.unwrap();
+    for error in [
+        client.session_exec(&doomed, &SessionExecRequest::new("secret")).await.unwrap_err(),
+        client.session(&doomed).await.unwrap_err(),
+        client.delete_session(&doomed).await.unwrap_err(),
+        client.fork_session(&doomed).await.unwrap_err(),
+        client.session("0123456789abcdef0123456789abcdef").await.unwrap_err(),
+        client.session_exec("not-an-id", &SessionExecRequest::new("1")).await.unwrap_err(),
+    ] {
+        assert_eq!(kind_of(error), ErrorKind::SessionNotFound);
+    }
+    // Reclaimed without a request touching it: the list no longer has it.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let live: Vec<String> = within("list", STEP_LIMIT, client.sessions())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    assert_eq!(live, vec![third.clone()]);
+    let expired = client.session_exec(&short.id, &SessionExecRequest::new("x")).await.unwrap_err();
+    assert_eq!(kind_of(expired), ErrorKind::SessionNotFound);
+    let ended = |reason: &str, language: &str| {
+        format!(r#"hyperlightd_sessions_ended_total{{language="{language}",reason="{reason}"}}"#)
+    };
+    assert_eq!(metric(&client, &ended("idle", "javascript")).await, 1.0);
+    assert_eq!(metric(&client, &ended("deleted", "python")).await, 1.0);
+    assert_eq!(metric(&client, r#"hyperlightd_sessions_refused_total{reason="count"}"#).await, 1.0);
+    assert_eq!(metric(&client, r#"hyperlightd_sessions{language="python"}"#).await, 1.0);
+    let health = within("health", STEP_LIMIT, client.health()).await.unwrap();
+    assert_eq!(health.sessions[&Language::Python].live, 1);
+    assert_eq!(health.session_limits.unwrap().max_sessions, 3);
+}
+
+#[tokio::test]
+async fn twenty_sessions_on_a_pool_of_two_keep_their_own_state_and_execs_of_one_are_serialised() {
+    let daemon = Daemon::start_with_python(&["javascript=2", "python=1"], &[]).await;
+    let client = daemon.client();
+    let mut ids = Vec::new();
+    for n in 0..20 {
+        let id = create(&client, Language::Javascript).await;
+        // The same names in every session.
+        value(&client, &id, &format!("const mine = {n}; function who() {{ return mine; }}")).await;
+        ids.push(id);
+    }
+    let pythons = [create(&client, Language::Python).await, create(&client, Language::Python).await];
+    for (n, id) in pythons.iter().enumerate() {
+        value(&client, id, &format!("mine = {n}")).await;
+    }
+    for (n, id) in ids.iter().enumerate() {
+        assert_eq!(value(&client, id, "who()").await, json!(n));
+    }
+    for (n, id) in pythons.iter().enumerate() {
+        assert_eq!(value(&client, id, "mine").await, json!(n));
+    }
+    let health = within("health", STEP_LIMIT, client.health()).await.unwrap();
+    assert_eq!(health.sessions[&Language::Javascript].live, 20);
+    assert_eq!(health.sandboxes[&Language::Javascript].target, 2);
+
+    // Concurrent execs on one session run one at a time: each sees the one before it.
+    let id = &ids[0];
+    value(&client, id, "var n = 0").await;
+    let mut tasks = Vec::new();
+    for _ in 0..5 {
+        let (client, id) = (client.clone(), id.clone());
+        tasks.push(tokio::spawn(async move {
+            value(&client, &id, "const before = n; await new Promise((r) => setTimeout(r, 50)); n = before + 1").await
+        }));
+    }
+    let mut seen = Vec::new();
+    for task in tasks {
+        seen.push(task.await.unwrap().as_u64().unwrap());
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, vec![1, 2, 3, 4, 5]);
+    assert_eq!(value(&client, id, "n").await, json!(5));
+}
