@@ -10,7 +10,10 @@
 use schemars::generate::{SchemaGenerator, SchemaSettings};
 use serde_json::{Map, Value, json};
 
-use crate::{ErrorKind, ErrorResponse, ExecRequest, ExecResponse, HealthResponse, paths};
+use crate::{
+    CreateSessionRequest, ErrorKind, ErrorResponse, ExecRequest, ExecResponse, HealthResponse,
+    SessionExecRequest, SessionInfo, SessionList, paths,
+};
 
 /// Where the document lives, relative to the workspace root.
 pub const DOCUMENT_PATH: &str = "api/openapi.json";
@@ -63,6 +66,27 @@ pub const EXEC_REJECTIONS: &[Rejection] = &[
     },
 ];
 
+/// The refusals only the session paths make (they answer most of [`EXEC_REJECTIONS`] too).
+pub const SESSION_REJECTIONS: &[Rejection] = &[
+    Rejection {
+        status: 404,
+        kinds: &[ErrorKind::SessionNotFound],
+        when: "No session has this id: it never existed, was deleted, or expired. Nothing ran.",
+    },
+    Rejection {
+        status: 409,
+        kinds: &[ErrorKind::SessionBusy],
+        when: "The session's earlier execs kept it busy for the request's whole time limit; \
+               nothing ran. Retry after the Retry-After header's seconds.",
+    },
+    Rejection {
+        status: 429,
+        kinds: &[ErrorKind::TooManySessions],
+        when: "The daemon holds as many sessions, or as much session state, as it may (the \
+               message says which); no session was created.",
+    },
+];
+
 /// Refusals any path can answer, whatever its operations.
 pub const ANY_PATH_REJECTIONS: &[Rejection] = &[
     Rejection {
@@ -95,11 +119,15 @@ pub fn document() -> Value {
     // sees it (a field with a default is optional to send, always present when received).
     let mut requests = generator(SchemaSettings::draft2020_12().for_deserialize());
     requests.subschema_for::<ExecRequest>();
+    requests.subschema_for::<CreateSessionRequest>();
+    requests.subschema_for::<SessionExecRequest>();
     schemas.extend(requests.take_definitions(true));
     let mut responses = generator(SchemaSettings::draft2020_12().for_serialize());
     responses.subschema_for::<ExecResponse>();
     responses.subschema_for::<HealthResponse>();
     responses.subschema_for::<ErrorResponse>();
+    responses.subschema_for::<SessionInfo>();
+    responses.subschema_for::<SessionList>();
     schemas.extend(responses.take_definitions(true));
 
     json!({
@@ -127,6 +155,17 @@ pub fn document() -> Value {
                  503 while warming, replacing sandboxes, or draining.",
                 true) },
             paths::METRICS: { "get": metrics_operation() },
+            paths::SESSIONS: {
+                "post": create_session_operation(),
+                "get": list_sessions_operation(),
+            },
+            SESSION_PATH: {
+                "parameters": [session_id()],
+                "get": get_session_operation(),
+                "delete": delete_session_operation(),
+            },
+            SESSION_EXEC_PATH: { "parameters": [session_id()], "post": session_exec_operation() },
+            SESSION_FORK_PATH: { "parameters": [session_id()], "post": fork_session_operation() },
         },
         "components": {
             "schemas": schemas,
@@ -171,25 +210,156 @@ fn info() -> Value {
     })
 }
 
+/// The session paths, as the document names them.
+pub const SESSION_PATH: &str = "/v1/sessions/{id}";
+/// See [`SESSION_PATH`].
+pub const SESSION_EXEC_PATH: &str = "/v1/sessions/{id}/exec";
+/// See [`SESSION_PATH`].
+pub const SESSION_FORK_PATH: &str = "/v1/sessions/{id}/fork";
+
+fn session_id() -> Value {
+    json!({
+        "name": "id",
+        "in": "path",
+        "required": true,
+        "description": "The session's id, as its creation answered.",
+        "schema": { "type": "string" }
+    })
+}
+
+/// The 200 answer of an exec: the program ran.
+fn outcome_response() -> Value {
+    json!({
+        "description": "The program ran; `status` says how it ended, and `error.kind` \
+            (when not ok) is one of the outcome kinds.",
+        "headers": { "x-request-id": { "$ref": "#/components/headers/RequestId" } },
+        "content": { "application/json": { "schema": {
+            "allOf": [
+                { "$ref": "#/components/schemas/ExecResponse" },
+                { "properties": { "error": { "anyOf": [
+                    { "type": "null" },
+                    { "properties": { "kind": { "enum": names(OUTCOME_KINDS) } } }
+                ] } } }
+            ]
+        } } }
+    })
+}
+
+/// A success answer with a JSON body of `schema`.
+fn success(description: &str, schema: &str) -> Value {
+    json!({
+        "description": description,
+        "headers": { "x-request-id": { "$ref": "#/components/headers/RequestId" } },
+        "content": { "application/json": {
+            "schema": { "$ref": format!("#/components/schemas/{schema}") }
+        } }
+    })
+}
+
+/// The responses of an operation: `ok` under its status, then the refusals with `statuses`
+/// from [`EXEC_REJECTIONS`] and [`SESSION_REJECTIONS`].
+fn responses(ok: (&str, Value), statuses: &[u16]) -> Map<String, Value> {
+    let mut responses = Map::new();
+    responses.insert(ok.0.into(), ok.1);
+    for rejection in EXEC_REJECTIONS.iter().chain(SESSION_REJECTIONS) {
+        if statuses.contains(&rejection.status) {
+            responses.insert(rejection.status.to_string(), rejection_response(rejection));
+        }
+    }
+    responses
+}
+
+fn json_body(schema: &str) -> Value {
+    json!({
+        "required": true,
+        "content": { "application/json": {
+            "schema": { "$ref": format!("#/components/schemas/{schema}") }
+        } }
+    })
+}
+
+fn create_session_operation() -> Value {
+    let mut created = success(
+        "The session; its state starts as a fresh interpreter's.",
+        "SessionInfo",
+    );
+    created["headers"]["Location"] = json!({
+        "description": "The session's path.",
+        "schema": { "type": "string" }
+    });
+    json!({
+        "operationId": "createSession",
+        "summary": "Create a session",
+        "description": "A session is an interpreter whose state (variables, functions, imports) \
+            carries over from one exec to the next. It holds no sandbox while idle, and is \
+            deleted after its idle timeout or its maximum lifetime.",
+        "requestBody": json_body("CreateSessionRequest"),
+        "responses": responses(("201", created), &[400, 408, 413, 429, 500, 503]),
+    })
+}
+
+fn list_sessions_operation() -> Value {
+    json!({
+        "operationId": "listSessions",
+        "summary": "List the live sessions",
+        "responses": responses(("200", success("Every live session, oldest first.", "SessionList")), &[]),
+    })
+}
+
+fn get_session_operation() -> Value {
+    json!({
+        "operationId": "getSession",
+        "summary": "Read a session",
+        "responses": responses(("200", success("The session.", "SessionInfo")), &[404]),
+    })
+}
+
+fn delete_session_operation() -> Value {
+    json!({
+        "operationId": "deleteSession",
+        "summary": "Delete a session and its state",
+        "description": "An exec already running in it finishes and is answered; what it leaves \
+            is dropped.",
+        "responses": responses(
+            ("204", json!({
+                "description": "Deleted.",
+                "headers": { "x-request-id": { "$ref": "#/components/headers/RequestId" } }
+            })),
+            &[404],
+        ),
+    })
+}
+
+fn session_exec_operation() -> Value {
+    json!({
+        "operationId": "sessionExec",
+        "summary": "Run a program in a session",
+        "description": "Runs the program in the session's interpreter, which holds everything \
+            its earlier execs defined; execs of one session run one at a time, in arrival \
+            order, and waiting counts against the time limit. An exception keeps what the \
+            program did before it; a timeout, running out of memory or a crash rolls the \
+            session back to its state before this exec (`session.rolled_back`).",
+        "requestBody": json_body("SessionExecRequest"),
+        "responses": responses(("200", outcome_response()), &[400, 404, 408, 409, 413, 500, 503]),
+    })
+}
+
+fn fork_session_operation() -> Value {
+    json!({
+        "operationId": "forkSession",
+        "summary": "Fork a session",
+        "description": "A new session whose state is an exact copy of this one's after the \
+            execs that arrived before the fork; from then on the two change independently.",
+        "responses": responses(
+            ("201", success("The new session.", "SessionInfo")),
+            &[404, 409, 429, 500, 503],
+        ),
+    })
+}
+
 fn exec_operation() -> Value {
     let mut responses = Map::new();
-    responses.insert(
-        "200".into(),
-        json!({
-            "description": "The program ran; `status` says how it ended, and `error.kind` \
-                (when not ok) is one of the outcome kinds.",
-            "headers": { "x-request-id": { "$ref": "#/components/headers/RequestId" } },
-            "content": { "application/json": { "schema": {
-                "allOf": [
-                    { "$ref": "#/components/schemas/ExecResponse" },
-                    { "properties": { "error": { "anyOf": [
-                        { "type": "null" },
-                        { "properties": { "kind": { "enum": names(OUTCOME_KINDS) } } }
-                    ] } } }
-                ]
-            } } }
-        }),
-    );
+    responses.insert("200".into(), outcome_response());
     for rejection in EXEC_REJECTIONS {
         responses.insert(rejection.status.to_string(), rejection_response(rejection));
     }
@@ -249,7 +419,7 @@ fn metrics_operation() -> Value {
 
 fn rejection_response(rejection: &Rejection) -> Value {
     let mut headers = json!({ "x-request-id": { "$ref": "#/components/headers/RequestId" } });
-    if rejection.status == 503 {
+    if matches!(rejection.status, 409 | 503) {
         headers["Retry-After"] = json!({ "$ref": "#/components/headers/RetryAfter" });
     }
     json!({
@@ -320,7 +490,11 @@ mod tests {
             .map(|variant| variant["const"].as_str().expect("a constant"))
             .collect();
         let mut placed: Vec<&str> = names(OUTCOME_KINDS);
-        for r in EXEC_REJECTIONS.iter().chain(ANY_PATH_REJECTIONS) {
+        for r in EXEC_REJECTIONS
+            .iter()
+            .chain(ANY_PATH_REJECTIONS)
+            .chain(SESSION_REJECTIONS)
+        {
             placed.extend(names(r.kinds));
         }
         placed.sort_unstable();
@@ -358,5 +532,9 @@ mod tests {
         assert!(response_schema(&doc, "GET", "/nowhere", 404).is_some());
         assert!(response_schema(&doc, "GET", paths::HEALTH, 503).is_none());
         assert!(response_schema(&doc, "POST", paths::EXEC, 418).is_none());
+        assert!(response_schema(&doc, "POST", SESSION_EXEC_PATH, 409).is_some());
+        assert!(response_schema(&doc, "POST", paths::SESSIONS, 201).is_some());
+        assert!(response_schema(&doc, "DELETE", SESSION_PATH, 404).is_some());
+        assert!(response_schema(&doc, "GET", paths::SESSIONS, 429).is_none());
     }
 }

@@ -17,12 +17,16 @@
 //!   before the library), with the standard library, and a guest with packages; warm requests,
 //!   imports, sandbox build and host memory per sandbox (see python_library.rs).
 //!
+//! - (h) sessions: a session exec beside a plain warm one, a fork, saving and loading a
+//!   session's state, host memory per idle session and per sandbox (see sessions.rs).
+//!
 //! Prints a table and writes the figures as JSON. Run it where KVM runs Hyperlight guests:
 //! `cargo xtask bench` builds it in release mode and runs it in the nested-KVM VM if need be.
 
 #![forbid(unsafe_code)]
 
 mod python_library;
+mod sessions;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -126,6 +130,8 @@ struct Report {
     python: Option<PythonFigures>,
     /// (g), when both Python guests were given.
     python_library: Option<Vec<python_library::LibraryFigures>>,
+    /// (h), JavaScript, and Python when its guest was given.
+    sessions: Vec<sessions::SessionFigures>,
     pool: usize,
     ratios: Ratios,
 }
@@ -262,6 +268,7 @@ fn main() -> Result<()> {
         }
         _ => None,
     };
+    let sessions = runtime.block_on(sessions::session_costs(&args))?;
 
     let per_s = |c: usize| -> f64 {
         throughput
@@ -290,6 +297,7 @@ fn main() -> Result<()> {
         daemon_start_to_ready: starts,
         python,
         python_library,
+        sessions,
         pool: args.pool,
     };
     print_table(&report);
@@ -700,6 +708,7 @@ fn print_table(r: &Report) {
             "\n(g) Python library: NOT RUN (needs --python-guest and --python-packages-guest)"
         ),
     }
+    sessions::print(&r.sessions, row);
     let check = |ok: bool| if ok { "met" } else { "NOT met" };
     let ratios = &r.ratios;
     println!(

@@ -157,7 +157,7 @@ async fn timed(client: &Client, request: &ExecRequest, n: usize) -> Result<Laten
 }
 
 /// A process's resident memory, in MiB.
-fn resident_mib(pid: u32) -> Result<f64> {
+pub fn resident_mib(pid: u32) -> Result<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let kib: f64 = status
         .lines()

@@ -345,7 +345,10 @@ struct Answer {
     body: Bytes,
 }
 
-pub(crate) fn decode<T: serde::de::DeserializeOwned>(status: StatusCode, bytes: &[u8]) -> Result<T, Error> {
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(
+    status: StatusCode,
+    bytes: &[u8],
+) -> Result<T, Error> {
     serde_json::from_slice(bytes).map_err(|e| Error::Protocol {
         status: status.as_u16(),
         message: format!("decoding the response: {e}"),

@@ -13,10 +13,18 @@ use crate::{Client, DEFAULT_RESPONSE_TIMEOUT, EXEC_MARGIN, Error, decode};
 
 impl Client {
     /// Creates a session. Refused with `too_many_sessions` at the daemon's limits.
-    pub async fn create_session(&self, request: &CreateSessionRequest) -> Result<SessionInfo, Error> {
+    pub async fn create_session(
+        &self,
+        request: &CreateSessionRequest,
+    ) -> Result<SessionInfo, Error> {
         let body = encode(request)?;
         let (status, bytes) = self
-            .call(Method::POST, paths::SESSIONS, body, DEFAULT_RESPONSE_TIMEOUT)
+            .call(
+                Method::POST,
+                paths::SESSIONS,
+                body,
+                DEFAULT_RESPONSE_TIMEOUT,
+            )
             .await?;
         decode(status, &bytes)
     }

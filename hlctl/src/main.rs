@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 mod mcp;
+mod session;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -76,6 +77,9 @@ enum Command {
         #[arg(long)]
         live: bool,
     },
+    /// Sessions: an interpreter whose state carries over from one program to the next.
+    #[command(subcommand)]
+    Session(session::SessionCommand),
     /// Serve the run_code tool over the Model Context Protocol on stdin/stdout, for MCP hosts
     /// (agent frameworks, IDEs). Runs until the host closes stdin.
     Mcp {
@@ -122,6 +126,7 @@ fn main() -> ExitCode {
                 exec(&client, lang, code, file, limits, json).await
             }
             Command::Health { live } => health(&client, live).await,
+            Command::Session(command) => session::run(&client, command).await,
             Command::Mcp { output_budget } => match mcp::serve(client, output_budget).await {
                 Ok(()) => exit::OK,
                 Err(message) => {
@@ -140,6 +145,18 @@ fn program(
     code: Option<String>,
     file: Option<PathBuf>,
 ) -> Result<(Language, String), String> {
+    let (text, guessed) = read_program(code, file)?;
+    let language = lang.or(guessed).ok_or_else(|| {
+        "cannot tell the program's language: pass --lang (e.g. --lang js)".to_owned()
+    })?;
+    Ok((language, text))
+}
+
+/// Reads the program from `code`, FILE or stdin; the language FILE's extension names, if any.
+fn read_program(
+    code: Option<String>,
+    file: Option<PathBuf>,
+) -> Result<(String, Option<Language>), String> {
     let from_stdin = || {
         let mut text = String::new();
         std::io::stdin()
@@ -160,10 +177,7 @@ fn program(
         }
         (None, _) => (from_stdin()?, None),
     };
-    let language = lang.or(guessed).ok_or_else(|| {
-        "cannot tell the program's language: pass --lang (e.g. --lang js)".to_owned()
-    })?;
-    Ok((language, text))
+    Ok((text, guessed))
 }
 
 /// The limits a request asks for.
@@ -199,10 +213,7 @@ async fn exec(
         Err(e) => return report(&e),
     };
     if json {
-        match serde_json::to_string_pretty(&response) {
-            Ok(text) => println!("{text}"),
-            Err(e) => eprintln!("hlctl: {e}"),
-        }
+        print_json(&response);
     } else {
         print_outcome(&response);
     }
@@ -210,6 +221,20 @@ async fn exec(
         ExecStatus::Ok => exit::OK,
         ExecStatus::Error => exit::PROGRAM_FAILED,
         ExecStatus::Timeout => exit::TIMEOUT,
+    }
+}
+
+/// Prints `value` as pretty JSON.
+fn print_json<T: serde::Serialize>(value: &T) -> u8 {
+    match serde_json::to_string_pretty(value) {
+        Ok(text) => {
+            println!("{text}");
+            exit::OK
+        }
+        Err(e) => {
+            eprintln!("hlctl: {e}");
+            exit::REJECTED
+        }
     }
 }
 
@@ -282,5 +307,37 @@ mod tests {
             default.command,
             Command::Mcp { output_budget } if output_budget == tool::DEFAULT_OUTPUT_BUDGET
         ));
+    }
+
+    #[test]
+    fn session_commands_parse_and_a_zero_idle_timeout_is_refused() {
+        let cli = Cli::try_parse_from(["hlctl", "session", "new", "-l", "py"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Session(session::SessionCommand::New {
+                lang: Language::Python,
+                ..
+            })
+        ));
+        let err = Cli::try_parse_from([
+            "hlctl",
+            "session",
+            "new",
+            "-l",
+            "py",
+            "--idle-timeout-s",
+            "0",
+        ])
+        .unwrap_err();
+        assert!(err.to_string().contains("idle-timeout-s"), "{err}");
+        let cli = Cli::try_parse_from(["hlctl", "session", "exec", "abc", "-e", "x = 1"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Session(session::SessionCommand::Exec { ref id, .. }) if id == "abc"
+        ));
+        assert!(
+            Cli::try_parse_from(["hlctl", "session", "exec"]).is_err(),
+            "an id is needed"
+        );
     }
 }

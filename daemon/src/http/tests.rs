@@ -1,9 +1,13 @@
 //! Unit tests of the HTTP layer against a stub executor: no KVM, no socket.
 
+mod sessions;
+
 use std::sync::Mutex;
 use std::time::Duration;
 
 use hyperlightd_api::{ExecStatus, HealthResponse, Language, SandboxCounts, paths};
+
+use hyper::header::LOCATION;
 
 use super::*;
 use crate::executor::{ExecutorHealth, Outcome};
@@ -636,7 +640,7 @@ async fn readiness_and_liveness_answer_different_questions() {
 /// status carries which error kinds; every refusal the daemon can make must be there.
 #[test]
 fn every_refusal_is_where_the_openapi_document_says() {
-    use hyperlightd_api::openapi::{ANY_PATH_REJECTIONS, EXEC_REJECTIONS};
+    use hyperlightd_api::openapi::{ANY_PATH_REJECTIONS, EXEC_REJECTIONS, SESSION_REJECTIONS};
     let every = [
         ApiError::InvalidRequest("x".into()),
         ApiError::PayloadTooLarge { limit: 1 },
@@ -661,6 +665,12 @@ fn every_refusal_is_where_the_openapi_document_says() {
         }),
         ApiError::Exec(ExecError::LanguageNotServed(Language::Python)),
         ApiError::Exec(ExecError::PoolGone(Language::Python)),
+        ApiError::Exec(ExecError::SessionNotFound("x".into())),
+        ApiError::Exec(ExecError::TooManySessions { limit: 1 }),
+        ApiError::Exec(ExecError::SessionMemoryFull { held: 2, budget: 1 }),
+        ApiError::Exec(ExecError::SessionBusy {
+            timeout: Duration::from_secs(1),
+        }),
         ApiError::Exec(ExecError::Internal("x".into())),
         ApiError::Internal("x".into()),
     ];
@@ -669,6 +679,7 @@ fn every_refusal_is_where_the_openapi_document_says() {
         let documented = EXEC_REJECTIONS
             .iter()
             .chain(ANY_PATH_REJECTIONS)
+            .chain(SESSION_REJECTIONS)
             .any(|r| r.status == status.as_u16() && r.kinds.contains(&kind));
         assert!(
             documented,

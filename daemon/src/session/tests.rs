@@ -67,7 +67,7 @@ async fn exec_saving(sessions: &Arc<Sessions>, id: &str, value: u32, bytes: u64)
         .exec(id, deadline, Duration::from_secs(5), run)
         .await
         .unwrap();
-    assert_eq!(outcome.session.unwrap().rolled_back, false);
+    assert!(!outcome.session.unwrap().rolled_back);
     rx.await.unwrap()
 }
 

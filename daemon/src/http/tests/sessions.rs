@@ -1,0 +1,161 @@
+//! The session endpoints against the stub executor, whose session table is real.
+
+use super::*;
+
+async fn create(api: &Api<StubExecutor>, body: &str) -> (StatusCode, serde_json::Value) {
+    call(api, request(Method::POST, paths::SESSIONS, body)).await
+}
+
+#[tokio::test]
+async fn a_session_is_created_read_listed_used_and_deleted() {
+    let (api, executor) = api(echo_executor());
+    let response = api
+        .handle(request(
+            Method::POST,
+            paths::SESSIONS,
+            r#"{"language":"python"}"#,
+        ))
+        .await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let location = response.headers()[LOCATION].to_str().unwrap().to_owned();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let info: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    let id = info["id"].as_str().unwrap().to_owned();
+    assert_eq!(location, paths::session(&id));
+    assert_eq!(info["language"], "python");
+    assert_eq!(info["idle_timeout_s"], 60);
+    assert!(
+        info["created_at"].as_str().unwrap().ends_with('Z'),
+        "{info}"
+    );
+
+    let (status, read) = call(&api, request(Method::GET, &location, "")).await;
+    assert_eq!((status, &read["id"]), (StatusCode::OK, &info["id"]));
+    let (status, list) = call(&api, request(Method::GET, paths::SESSIONS, "")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(list["sessions"].as_array().unwrap().len(), 1);
+
+    let exec = paths::session_exec(&id);
+    let (status, body) = call(&api, request(Method::POST, &exec, r#"{"code":"x = 1"}"#)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        body["session"],
+        serde_json::json!({"id": id, "rolled_back": false})
+    );
+    let seen = executor.seen.lock().unwrap().clone();
+    assert_eq!(
+        seen.last().unwrap().0,
+        Language::Python,
+        "the session's language"
+    );
+
+    let response = api.handle(request(Method::DELETE, &location, "")).await;
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    for (method, path) in [
+        (Method::GET, location.clone()),
+        (Method::DELETE, location.clone()),
+        (Method::POST, exec.clone()),
+        (Method::POST, paths::session_fork(&id)),
+    ] {
+        let (status, body) = call(&api, request(method, &path, r#"{"code":"x"}"#)).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+        assert_eq!(body["error"]["kind"], "session_not_found", "{path}");
+    }
+}
+
+#[tokio::test]
+async fn bad_session_requests_are_refused_with_what_was_wrong() {
+    let (api, _) = api(echo_executor());
+    for (body, needle) in [
+        (r#"{"language":"cobol"}"#, "unknown language"),
+        (
+            r#"{"language":"python","idle_timeout_s":0}"#,
+            "at least 1 second",
+        ),
+        (
+            r#"{"language":"python","color":"red"}"#,
+            "unknown field `color`",
+        ),
+        ("{", "EOF"),
+    ] {
+        let (status, response) = create(&api, body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        let message = response["error"]["message"].as_str().unwrap();
+        assert!(message.contains(needle), "{body}: {message}");
+    }
+    let (_, info) = create(&api, r#"{"language":"javascript","idle_timeout_s":99999}"#).await;
+    assert_eq!(info["idle_timeout_s"], 600, "capped at the maximum");
+    let exec = paths::session_exec(info["id"].as_str().unwrap());
+    let (status, body) = call(
+        &api,
+        request(Method::POST, &exec, r#"{"language":"python","code":"1"}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown field `language`")
+    );
+    let (status, body) = call(&api, request(Method::GET, &exec, "")).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("accepts POST"),
+        "{body}"
+    );
+    let (status, _) = call(&api, request(Method::PUT, paths::SESSIONS, "")).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    let (status, _) = call(&api, request(Method::GET, "/v1/sessions/x/y", "")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn past_the_session_limit_creating_and_forking_are_refused_with_429() {
+    let (api, _) = api(echo_executor());
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let (status, info) = create(&api, r#"{"language":"javascript"}"#).await;
+        assert_eq!(status, StatusCode::CREATED);
+        ids.push(info["id"].as_str().unwrap().to_owned());
+    }
+    let (status, body) = create(&api, r#"{"language":"javascript"}"#).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(body["error"]["kind"], "too_many_sessions");
+    let fork = paths::session_fork(&ids[0]);
+    let (status, _) = call(&api, request(Method::POST, &fork, "")).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    let response = api
+        .handle(request(Method::DELETE, &paths::session(&ids[1]), ""))
+        .await;
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    let (status, forked) = call(&api, request(Method::POST, &fork, "")).await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_ne!(forked["id"], ids[0].as_str());
+    let (_, health) = call(&api, request(Method::GET, paths::HEALTH, "")).await;
+    assert_eq!(health["sessions"]["javascript"]["live"], 3);
+    assert_eq!(health["session_limits"]["max_sessions"], 3);
+}
+
+#[tokio::test]
+async fn a_draining_daemon_creates_and_runs_no_sessions_but_still_deletes_them() {
+    let (api, _) = api(echo_executor());
+    let (_, info) = create(&api, r#"{"language":"python"}"#).await;
+    let id = info["id"].as_str().unwrap().to_owned();
+    api.drain();
+    let (status, _) = create(&api, r#"{"language":"python"}"#).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let (status, _) = call(
+        &api,
+        request(Method::POST, &paths::session_exec(&id), r#"{"code":"1"}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let response = api
+        .handle(request(Method::DELETE, &paths::session(&id), ""))
+        .await;
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+}

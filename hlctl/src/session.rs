@@ -1,0 +1,188 @@
+//! `hlctl session`: create, use, fork, list and delete sessions (an interpreter whose state
+//! carries over from one exec to the next).
+
+use clap::Subcommand;
+use hyperlightd_client::{
+    Client, CreateSessionRequest, ExecStatus, Language, SessionExecRequest, SessionInfo,
+};
+
+use super::{Limits, exit, print_json, print_outcome, read_program, report};
+
+#[derive(Debug, Subcommand)]
+pub enum SessionCommand {
+    /// Create a session and print its id.
+    New {
+        /// The session's language.
+        #[arg(long, short = 'l')]
+        lang: Language,
+        /// Seconds it may stay idle before the daemon deletes it (the daemon's default, and its
+        /// cap, apply).
+        #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+        idle_timeout_s: Option<u64>,
+        /// Print the whole session as JSON instead of its id.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a program in a session: from -e, from FILE, or from stdin. It sees everything the
+    /// session's earlier programs defined.
+    Exec {
+        /// The session's id.
+        id: String,
+        /// The program text.
+        #[arg(
+            short = 'e',
+            long = "eval",
+            value_name = "CODE",
+            conflicts_with = "file"
+        )]
+        code: Option<String>,
+        /// Time limit in milliseconds, waiting for the session's earlier execs included.
+        #[arg(long, value_name = "MS")]
+        timeout_ms: Option<u64>,
+        /// Cap on the program's stdout and stderr together, in bytes.
+        #[arg(long, value_name = "BYTES")]
+        max_output_bytes: Option<usize>,
+        /// Print the daemon's whole JSON response instead of the program's output.
+        #[arg(long)]
+        json: bool,
+        /// File holding the program; `-` or nothing reads stdin.
+        file: Option<std::path::PathBuf>,
+    },
+    /// Copy a session: print the id of a new session with the same state.
+    Fork {
+        /// The session to copy.
+        id: String,
+        /// Print the whole new session as JSON instead of its id.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a session as JSON.
+    Show {
+        /// The session's id.
+        id: String,
+    },
+    /// List the live sessions: id, language, execs, memory, expiry.
+    Ls {
+        /// Print them as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a session and its state.
+    Rm {
+        /// The session's id.
+        id: String,
+    },
+}
+
+pub async fn run(client: &Client, command: SessionCommand) -> u8 {
+    match command {
+        SessionCommand::New {
+            lang,
+            idle_timeout_s,
+            json,
+        } => {
+            let request = CreateSessionRequest {
+                language: lang,
+                idle_timeout_s,
+            };
+            print_session(client.create_session(&request).await, json)
+        }
+        SessionCommand::Exec {
+            id,
+            code,
+            timeout_ms,
+            max_output_bytes,
+            json,
+            file,
+        } => {
+            let limits = Limits {
+                timeout_ms,
+                max_output_bytes,
+            };
+            exec(client, &id, code, file, limits, json).await
+        }
+        SessionCommand::Fork { id, json } => print_session(client.fork_session(&id).await, json),
+        SessionCommand::Show { id } => print_session(client.session(&id).await, true),
+        SessionCommand::Ls { json } => match client.sessions().await {
+            Ok(sessions) if json => print_json(&sessions),
+            Ok(sessions) => {
+                println!("{}", table(&sessions));
+                exit::OK
+            }
+            Err(e) => report(&e),
+        },
+        SessionCommand::Rm { id } => match client.delete_session(&id).await {
+            Ok(()) => exit::OK,
+            Err(e) => report(&e),
+        },
+    }
+}
+
+fn print_session(answer: Result<SessionInfo, hyperlightd_client::Error>, json: bool) -> u8 {
+    match answer {
+        Ok(info) if json => print_json(&info),
+        Ok(info) => {
+            println!("{}", info.id);
+            exit::OK
+        }
+        Err(e) => report(&e),
+    }
+}
+
+async fn exec(
+    client: &Client,
+    id: &str,
+    code: Option<String>,
+    file: Option<std::path::PathBuf>,
+    limits: Limits,
+    json: bool,
+) -> u8 {
+    let text = match read_program(code, file) {
+        Ok((text, _)) => text,
+        Err(message) => {
+            eprintln!("hlctl: {message}");
+            return exit::USAGE;
+        }
+    };
+    let request = SessionExecRequest {
+        code: text,
+        timeout_ms: limits.timeout_ms,
+        max_output_bytes: limits.max_output_bytes,
+    };
+    let response = match client.session_exec(id, &request).await {
+        Ok(response) => response,
+        Err(e) => return report(&e),
+    };
+    if json {
+        print_json(&response);
+    } else {
+        print_outcome(&response);
+        if response.session.as_ref().is_some_and(|s| s.rolled_back) {
+            eprintln!("hlctl: the session was rolled back to its state before this program");
+        }
+    }
+    match response.status {
+        ExecStatus::Ok => exit::OK,
+        ExecStatus::Error => exit::PROGRAM_FAILED,
+        ExecStatus::Timeout => exit::TIMEOUT,
+    }
+}
+
+/// The sessions as a table, one per line.
+fn table(sessions: &[SessionInfo]) -> String {
+    let mut lines = vec![format!(
+        "{:<32}  {:<10}  {:>6}  {:>10}  {}",
+        "ID", "LANGUAGE", "EXECS", "MEMORY", "EXPIRES"
+    )];
+    for s in sessions {
+        lines.push(format!(
+            "{:<32}  {:<10}  {:>6}  {:>9.1}M  {}",
+            s.id,
+            s.language,
+            s.execs,
+            s.memory_bytes as f64 / f64::from(1 << 20),
+            s.expires_at
+        ));
+    }
+    lines.join("\n")
+}
