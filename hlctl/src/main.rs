@@ -93,6 +93,11 @@ enum Command {
                 .range(tool::MIN_OUTPUT_BUDGET as u64..)
         )]
         output_budget: usize,
+        /// Every call starts from a clean interpreter. Without it, the connection's calls keep
+        /// state: one session per language, made on first use, deleted when the host closes
+        /// the connection.
+        #[arg(long)]
+        fresh: bool,
     },
 }
 
@@ -127,7 +132,10 @@ fn main() -> ExitCode {
             }
             Command::Health { live } => health(&client, live).await,
             Command::Session(command) => session::run(&client, command).await,
-            Command::Mcp { output_budget } => match mcp::serve(client, output_budget).await {
+            Command::Mcp {
+                output_budget,
+                fresh,
+            } => match mcp::serve(client, output_budget, fresh).await {
                 Ok(()) => exit::OK,
                 Err(message) => {
                     eprintln!("hlctl mcp: {message}");
@@ -301,11 +309,17 @@ mod tests {
         let err = Cli::try_parse_from(["hlctl", "mcp", "--output-budget", "199"]).unwrap_err();
         assert!(err.to_string().contains("200"), "{err}");
         let cli = Cli::try_parse_from(["hlctl", "mcp", "--output-budget", "200"]).unwrap();
-        assert!(matches!(cli.command, Command::Mcp { output_budget: 200 }));
+        assert!(matches!(
+            cli.command,
+            Command::Mcp {
+                output_budget: 200,
+                fresh: false
+            }
+        ));
         let default = Cli::try_parse_from(["hlctl", "mcp"]).unwrap();
         assert!(matches!(
             default.command,
-            Command::Mcp { output_budget } if output_budget == tool::DEFAULT_OUTPUT_BUDGET
+            Command::Mcp { output_budget, .. } if output_budget == tool::DEFAULT_OUTPUT_BUDGET
         ));
     }
 

@@ -6,11 +6,15 @@
 //! the client uses. The daemon is asked what it serves at every `tools/list` and `tools/call`,
 //! so a daemon started (or restarted with other pools) after the server is seen; a daemon that
 //! cannot be reached makes a tool result saying so, never a crashed server.
+//!
+//! One server process serves one MCP client, one conversation: unless `--fresh`, its calls keep
+//! state (one session per language, made on first use), and the sessions are deleted when the
+//! host closes the connection.
 
 use std::sync::Arc;
 
 use hyperlightd_client::Client;
-use hyperlightd_client::tool::{CodeTool, TOOL_NAME, ToolResult};
+use hyperlightd_client::tool::{CodeTool, DaemonFacts, TOOL_NAME, ToolResult};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
@@ -27,32 +31,35 @@ const INSTRUCTIONS: &str = "hyperlightd runs JavaScript and Python in isolated m
 /// The MCP server: one tool, backed by one daemon.
 #[derive(Debug, Clone)]
 struct McpServer {
-    client: Client,
-    budget: usize,
+    /// The tool, with this connection's sessions unless `--fresh`.
+    tool: CodeTool,
 }
 
 impl McpServer {
     /// The tool as the daemon describes itself now.
     async fn tool(&self) -> CodeTool {
-        CodeTool::discover(self.client.clone())
-            .await
-            .with_output_budget(self.budget)
+        self.tool.rediscover().await
     }
 }
 
-/// Serves MCP on stdin/stdout until the host closes it. Returns an error only when the
-/// protocol cannot start (stdin closed before the handshake, say).
-pub async fn serve(client: Client, budget: usize) -> Result<(), String> {
-    let server = McpServer { client, budget };
-    let running = server
-        .serve(rmcp::transport::stdio())
-        .await
-        .map_err(|e| format!("starting the MCP session: {e}"))?;
-    running
-        .waiting()
-        .await
-        .map(|_| ())
-        .map_err(|e| format!("serving MCP: {e}"))
+/// Serves MCP on stdin/stdout until the host closes it, then deletes the connection's sessions.
+/// Returns an error only when the protocol cannot start (stdin closed before the handshake, say).
+pub async fn serve(client: Client, budget: usize, fresh: bool) -> Result<(), String> {
+    let mut tool = CodeTool::new(client, DaemonFacts::unknown()).with_output_budget(budget);
+    if !fresh {
+        tool = tool.with_sessions();
+    }
+    let server = McpServer { tool: tool.clone() };
+    let served = match server.serve(rmcp::transport::stdio()).await {
+        Ok(running) => running
+            .waiting()
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("serving MCP: {e}")),
+        Err(e) => Err(format!("starting the MCP session: {e}")),
+    };
+    tool.close().await;
+    served
 }
 
 /// The MCP form of the tool's definition.
@@ -106,12 +113,7 @@ impl ServerHandler for McpServer {
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
         // Asked without a daemon at hand: the definition with what is known offline.
-        (name == TOOL_NAME).then(|| {
-            definition(&CodeTool::new(
-                self.client.clone(),
-                hyperlightd_client::tool::DaemonFacts::unknown(),
-            ))
-        })
+        (name == TOOL_NAME).then(|| definition(&self.tool))
     }
 
     async fn call_tool(

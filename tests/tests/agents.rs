@@ -47,12 +47,16 @@ async fn both_languages() -> Daemon {
 #[tokio::test]
 async fn the_mcp_python_sdk_runs_code_through_hlctl_mcp() {
     let daemon = both_languages().await;
+    // The calls share state per language (one session each, made on first use): a call waits
+    // for the state the one before it left to be saved, seconds under emulation, hence the
+    // generous time limits.
     let calls = json!([
         { "language": "javascript", "code": "console.log('from js'); 6 * 7" },
-        { "language": "python", "code": "import statistics\nprint('from python')\nstatistics.median([3, 1, 2])" },
-        { "language": "python", "code": "def f():\n    raise ValueError('bad input')\nf()" },
-        { "language": "javascript", "code": "for (;;) {}", "timeout_ms": 1000 },
+        { "language": "python", "code": "import statistics\nprint('from python')\nkept = 41\nstatistics.median([3, 1, 2])", "timeout_ms": 60000 },
+        { "language": "python", "code": "def f():\n    raise ValueError('bad input')\nf()", "timeout_ms": 60000 },
+        { "language": "javascript", "code": "for (;;) {}", "timeout_ms": 5000 },
         { "language": "python" },
+        { "language": "python", "code": "kept + 1", "timeout_ms": 60000 },
     ]);
     let report = mcp_report(daemon.socket(), &calls).await;
     assert_eq!(report["server"]["name"], "hyperlightd");
@@ -68,8 +72,8 @@ async fn the_mcp_python_sdk_runs_code_through_hlctl_mcp() {
     assert!(description.contains("Limits: 5 s per run"), "{description}");
 
     let calls = report["calls"].as_array().unwrap();
-    let [js, py, raised, endless, invalid] = calls.as_slice() else {
-        panic!("five results: {calls:?}");
+    let [js, py, raised, endless, invalid, kept] = calls.as_slice() else {
+        panic!("six results: {calls:?}");
     };
     assert_eq!(js["is_error"], false, "{js}");
     assert!(text_of(js).starts_with("status: ok (javascript"), "{js}");
@@ -95,7 +99,7 @@ async fn the_mcp_python_sdk_runs_code_through_hlctl_mcp() {
     assert_eq!(endless["is_error"], true, "{endless}");
     assert_eq!(endless["structured"]["status"], "timeout");
     assert!(
-        text_of(endless).contains("time limit of 1000 ms"),
+        text_of(endless).contains("time limit of 5000 ms"),
         "{endless}"
     );
     assert!(
@@ -106,6 +110,23 @@ async fn the_mcp_python_sdk_runs_code_through_hlctl_mcp() {
     assert_eq!(invalid["is_error"], true, "{invalid}");
     assert_eq!(invalid["structured"]["status"], "invalid_arguments");
     assert!(text_of(invalid).contains("`code` is missing"), "{invalid}");
+
+    // State carried from the second call; the timed-out one was undone.
+    assert_eq!(kept["structured"]["result"], 42, "{kept}");
+    assert_eq!(endless["structured"]["rolled_back"], true, "{endless}");
+    assert!(
+        text_of(endless).contains("this call was undone"),
+        "{endless}"
+    );
+    assert!(
+        description.contains("State carries over between calls"),
+        "{description}"
+    );
+    // The host closed the connection: the server deleted its sessions.
+    let left = within("sessions", STEP_LIMIT, daemon.client().sessions())
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "{left:?}");
 
     let unknown = report["unknown_tool_error"].as_str().unwrap_or_default();
     assert!(unknown.contains("no tool named"), "{report}");

@@ -26,8 +26,14 @@ async fn python_daemon(extra: &[&str]) -> Daemon {
     Daemon::start_with_python(&["python=1"], extra).await
 }
 
+/// Runs `request`, waiting for the daemon's answer at most its own time limit plus a margin:
+/// a program stopped at its limit is then answered `timeout`, not a harness time-out.
 async fn run(daemon: &Daemon, request: ExecRequest) -> hyperlightd_client::ExecResponse {
-    within("exec", STEP_LIMIT, daemon.client().exec(&request))
+    let limit = request
+        .timeout_ms
+        .map_or(STEP_LIMIT, |ms| Duration::from_millis(ms) + STEP_LIMIT / 2)
+        .max(STEP_LIMIT);
+    within("exec", limit, daemon.client().exec(&request))
         .await
         .unwrap_or_else(|e| panic!("exec failed: {e}\ndaemon log:\n{}", daemon.log()))
 }

@@ -142,6 +142,44 @@ async fn state_carries_over_execs_and_an_exception_keeps_what_ran_before_it() {
         .unwrap();
     assert_eq!((info.language, info.execs), (Language::Python, 4));
     assert!(info.memory_bytes > 0, "{info:?}");
+
+    // The same through hlctl.
+    let new = daemon.hlctl(&["session", "new", "--lang", "js"], "").await;
+    assert!(new.status.success(), "{new:?}");
+    let id = String::from_utf8(new.stdout).unwrap().trim().to_owned();
+    assert_eq!(id.len(), 32, "{id}");
+    let set = daemon
+        .hlctl(
+            &[
+                "session",
+                "exec",
+                &id,
+                "--timeout-ms",
+                "30000",
+                "-e",
+                "var x = 5",
+            ],
+            "",
+        )
+        .await;
+    assert!(set.status.success(), "{set:?}");
+    let read = daemon
+        .hlctl(&["session", "exec", &id, "--timeout-ms", "30000"], "x * 2")
+        .await;
+    assert_eq!(String::from_utf8_lossy(&read.stdout), "10\n", "{read:?}");
+    let listed = daemon.hlctl(&["session", "ls"], "").await;
+    assert!(
+        String::from_utf8_lossy(&listed.stdout).contains(&id),
+        "{listed:?}"
+    );
+    let removed = daemon.hlctl(&["session", "rm", &id], "").await;
+    assert!(removed.status.success(), "{removed:?}");
+    let gone = daemon.hlctl(&["session", "exec", &id, "-e", "x"], "").await;
+    assert_eq!(gone.status.code(), Some(4), "{gone:?}");
+    assert!(
+        String::from_utf8_lossy(&gone.stderr).contains("session_not_found"),
+        "{gone:?}"
+    );
 }
 
 #[tokio::test]

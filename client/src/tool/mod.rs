@@ -22,8 +22,10 @@
 
 mod arguments;
 mod render;
+mod session;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyperlightd_api::{ErrorKind, ExecLimits, ExecRequest, ExecResponse, ExecStatus, Language};
@@ -76,6 +78,8 @@ pub struct CodeTool {
     client: Client,
     facts: DaemonFacts,
     budget: usize,
+    /// With sessions: the conversation's (see [`CodeTool::with_sessions`]).
+    conversation: Option<Arc<session::Conversation>>,
 }
 
 /// What a call of the tool gives back.
@@ -125,6 +129,14 @@ pub struct ToolOutput {
     pub error: Option<ToolError>,
     /// Whether the daemon cut the output at its cap (the program ran on).
     pub truncated: bool,
+    /// With sessions: the call timed out, ran out of memory or crashed, and the session is
+    /// back where it was before it: nothing the call did is kept.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub rolled_back: bool,
+    /// With sessions: what the model must know about the session (it expired and was
+    /// replaced, or there was no room for one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notice: Option<String>,
     /// Whether this rendering cut output or result to the character budget.
     pub cut_to_budget: bool,
     /// How long the execution took, when it ran.
@@ -164,12 +176,22 @@ impl CodeTool {
         CodeTool::new(client, facts)
     }
 
+    /// The same tool (its budget, its sessions) described by what the daemon says of itself
+    /// now: for a long-lived tool whose daemon may have been restarted with other pools.
+    pub async fn rediscover(&self) -> CodeTool {
+        CodeTool {
+            facts: CodeTool::discover(self.client.clone()).await.facts,
+            ..self.clone()
+        }
+    }
+
     /// A tool for `client`'s daemon, described by `facts`.
     pub fn new(client: Client, facts: DaemonFacts) -> CodeTool {
         CodeTool {
             client,
             facts,
             budget: DEFAULT_OUTPUT_BUDGET,
+            conversation: None,
         }
     }
 
@@ -190,7 +212,7 @@ impl CodeTool {
     /// The description a model reads: what the tool does, the result convention, what the
     /// guests offer and lack, and the limits in force.
     pub fn description(&self) -> String {
-        render::description(&self.facts)
+        render::description(&self.facts, self.keeps_state())
     }
 
     /// The JSON Schema of the tool's arguments.
@@ -245,8 +267,12 @@ impl CodeTool {
             max_output_bytes: None,
         };
         let timeout_ms = self.timeout_in_force(arguments.timeout_ms);
-        match self.client.exec(&request).await {
-            Ok(response) => self.ran(response, arguments.language, timeout_ms),
+        let answer = match &self.conversation {
+            Some(conversation) => self.exec_in_session(conversation, request).await,
+            None => self.client.exec(&request).await.map(|r| (r, None)),
+        };
+        match answer {
+            Ok((response, notice)) => self.ran(response, arguments.language, timeout_ms, notice),
             Err(error) => self.failed(&error),
         }
     }
@@ -266,6 +292,7 @@ impl CodeTool {
         response: ExecResponse,
         language: Language,
         timeout_ms: Option<u64>,
+        notice: Option<&str>,
     ) -> ToolResult {
         let status = match response.status {
             ExecStatus::Ok => ToolStatus::Ok,
@@ -295,6 +322,8 @@ impl CodeTool {
             result: cut.result,
             error,
             truncated: response.truncated,
+            rolled_back: response.session.as_ref().is_some_and(|s| s.rolled_back),
+            notice: notice.map(str::to_owned),
             cut_to_budget: cut.cut,
             duration_ms: Some(response.duration_ms),
         };
@@ -372,6 +401,8 @@ impl ToolOutput {
                 advice,
             }),
             truncated: false,
+            rolled_back: false,
+            notice: None,
             cut_to_budget: false,
             duration_ms: None,
         }

@@ -39,15 +39,25 @@ impl<'a> Context<'a> {
 }
 
 /// The tool's description for a model.
-pub(super) fn description(facts: &DaemonFacts) -> String {
+pub(super) fn description(facts: &DaemonFacts, keeps_state: bool) -> String {
     let mut text = String::from(
-        "Run a program in a fresh, isolated micro-VM and get back what it printed and the \
-         value of its last expression. Like a notebook cell: the value of the program's last \
-         expression statement comes back as `result` (as JSON); print() / console.log() go to \
-         stdout; an uncaught exception comes back as an error with its traceback in stderr. \
-         Every call starts from a clean interpreter: nothing carries over from earlier calls, \
-         so include every import and definition the program needs. There is no network and \
-         no host filesystem (files cannot be read or written), and no processes or threads.",
+        "Run a program in an isolated micro-VM and get back what it printed and the value of \
+         its last expression. Like a notebook cell: the value of the program's last expression \
+         statement comes back as `result` (as JSON); print() / console.log() go to stdout; an \
+         uncaught exception comes back as an error with its traceback in stderr. ",
+    );
+    text.push_str(if keeps_state {
+        "State carries over between calls in the same language, as between a notebook's \
+         cells: variables, functions, classes and imports defined by earlier calls are there \
+         (an exception keeps what ran before it). A call that times out, runs out of memory or \
+         crashes is undone: the interpreter is back where it was before that call."
+    } else {
+        "Every call starts from a clean interpreter: nothing carries over from earlier calls, \
+         so include every import and definition the program needs."
+    });
+    text.push_str(
+        " There is no network and no host filesystem (files cannot be read or written), and \
+         no processes or threads.",
     );
     for language in &facts.languages {
         text.push(' ');
@@ -316,6 +326,15 @@ pub(super) fn text(output: &ToolOutput, context: &Context<'_>) -> String {
     if let Some(error) = &output.error {
         let _ = writeln!(text, "error ({}): {}", error.kind, error.message);
         let _ = writeln!(text, "what to do: {}", error.advice);
+    }
+    if output.rolled_back {
+        text.push_str(
+            "note: this call was undone: nothing it did is kept, and what earlier calls defined \
+             is still there.\n",
+        );
+    }
+    if let Some(notice) = &output.notice {
+        let _ = writeln!(text, "note: {notice}");
     }
     if output.truncated {
         text.push_str(

@@ -49,6 +49,7 @@ fn rendered(status: ExecStatus, kind: Option<ErrorKind>) -> ToolResult {
         response(status, kind, "partial\n"),
         Language::Python,
         Some(5_000),
+        None,
     )
 }
 
@@ -403,7 +404,7 @@ fn long_output_keeps_its_head_and_tail_within_the_budget() {
     response.stderr = "short warning\n".into();
     response.result = json!(42);
     let tool = tool().with_output_budget(1_000);
-    let result = tool.ran(response, Language::Python, None);
+    let result = tool.ran(response, Language::Python, None, None);
     let out = &result.output;
     assert!(out.cut_to_budget);
     assert_eq!(out.stderr, "short warning\n", "a short part is kept whole");
@@ -467,7 +468,7 @@ fn cutting_respects_characters_and_a_large_result() {
 fn the_daemons_cap_is_reported() {
     let mut response = response(ExecStatus::Ok, None, "x");
     response.truncated = true;
-    let result = tool().ran(response, Language::Javascript, None);
+    let result = tool().ran(response, Language::Javascript, None, None);
     assert!(result.output.truncated);
     assert!(
         result.text.contains("more than the output cap"),
@@ -489,4 +490,46 @@ fn the_structured_output_serializes_as_documented() {
             .contains("timeout_ms")
     );
     assert_eq!(value["stdout"], "partial\n");
+}
+
+#[test]
+fn with_sessions_the_description_says_state_carries_over_and_failures_are_undone() {
+    let stateless = tool();
+    assert!(!stateless.keeps_state());
+    let stateful = tool().with_sessions();
+    assert!(stateful.keeps_state());
+    let text = stateful.description();
+    assert!(text.contains("State carries over between calls"), "{text}");
+    assert!(text.contains("is undone"), "{text}");
+    assert!(!text.contains("clean interpreter"), "{text}");
+    assert!(text.contains("no network"), "{text}");
+}
+
+#[test]
+fn a_rolled_back_call_and_a_session_notice_are_in_the_rendering() {
+    let mut response = response(ExecStatus::Timeout, Some(ErrorKind::Timeout), "");
+    response.session = Some(hyperlightd_api::ExecSession {
+        id: "abc".into(),
+        rolled_back: true,
+    });
+    let result = tool().ran(response, Language::Python, Some(5_000), Some("the notice"));
+    assert!(result.output.rolled_back);
+    assert!(
+        result.text.contains("this call was undone"),
+        "{}",
+        result.text
+    );
+    assert!(result.text.contains("note: the notice"), "{}", result.text);
+    let structured = serde_json::to_value(&result.output).unwrap();
+    assert_eq!(structured["rolled_back"], true);
+    assert_eq!(structured["notice"], "the notice");
+    let plain = rendered(ExecStatus::Ok, None);
+    let structured = serde_json::to_value(&plain.output).unwrap();
+    assert!(structured.get("rolled_back").is_none(), "{structured}");
+}
+
+#[tokio::test]
+async fn closing_a_tool_without_sessions_or_daemon_does_nothing() {
+    tool().close().await;
+    tool().with_sessions().close().await;
 }
