@@ -84,6 +84,10 @@ struct Args {
     /// Where to write the figures as JSON.
     #[arg(long, default_value = "bench.json")]
     json: PathBuf,
+    /// Run (h), sessions, alone: its rows compare within themselves (a session exec beside a
+    /// plain one in the same daemon).
+    #[arg(long)]
+    only_sessions: bool,
 }
 
 /// Latency figures in milliseconds.
@@ -232,6 +236,9 @@ struct Ratios {
 
 fn main() -> Result<()> {
     let args = Args::parse();
+    if args.only_sessions {
+        return sessions_alone(&args);
+    }
     eprintln!("(a) hyperlight-js in-process, the system's transparent huge page policy ...");
     let (_, _, both_system_thp) = direct(args.iterations)?;
     // The daemon turns transparent huge pages off (daemon/src/sys/memory.rs); so does the rest
@@ -302,6 +309,20 @@ fn main() -> Result<()> {
     };
     print_table(&report);
     std::fs::write(&args.json, serde_json::to_string_pretty(&report)?)
+        .with_context(|| format!("writing {}", args.json.display()))?;
+    println!("\nfigures written to {}", args.json.display());
+    Ok(())
+}
+
+/// Runs (h) alone and prints its rows.
+fn sessions_alone(args: &Args) -> Result<()> {
+    nix::sys::prctl::set_thp_disable(true).context("turning transparent huge pages off")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let figures = runtime.block_on(sessions::session_costs(args))?;
+    sessions::print(&figures, print_row);
+    std::fs::write(&args.json, serde_json::to_string_pretty(&figures)?)
         .with_context(|| format!("writing {}", args.json.display()))?;
     println!("\nfigures written to {}", args.json.display());
     Ok(())
@@ -643,13 +664,16 @@ async fn start_to_ready(args: &Args) -> Result<Latency> {
     Ok(Latency::of(samples))
 }
 
+/// One latency row of the table.
+fn print_row(name: &str, l: &Latency) {
+    println!(
+        "{name:<52} {:>10.3} {:>10.3} {:>10.3} {:>6}",
+        l.p50_ms, l.p99_ms, l.mean_ms, l.samples
+    );
+}
+
 fn print_table(r: &Report) {
-    let row = |name: &str, l: &Latency| {
-        println!(
-            "{name:<52} {:>10.3} {:>10.3} {:>10.3} {:>6}",
-            l.p50_ms, l.p99_ms, l.mean_ms, l.samples
-        );
-    };
+    let row = print_row;
     println!("\nprogram: {}\n", r.program);
     println!(
         "{:<52} {:>10} {:>10} {:>10} {:>6}",

@@ -22,6 +22,10 @@ const DEFAULT_BUDGET_MIB: f64 = 4096.0;
 /// Idle sessions created to measure memory per session.
 const IDLE_SESSIONS: usize = 8;
 
+/// Timed session execs and forks per language: each session exec waits for the state the last
+/// one left to be saved (seconds for Python under emulation), so fewer than plain execs.
+const SESSION_ITERATIONS: usize = 30;
+
 /// (h)'s figures for one language.
 #[derive(Debug, Serialize)]
 pub struct SessionFigures {
@@ -115,6 +119,7 @@ async fn measure(args: &Args, subject: &Subject) -> Result<SessionFigures> {
         .await?
         .id;
     let exec = SessionExecRequest::new(subject.program);
+    let n = n.min(SESSION_ITERATIONS);
     let mut samples = Vec::with_capacity(n);
     for _ in 0..n {
         // The state the last exec left is saved and the worker back to warm.

@@ -426,8 +426,10 @@ async fn twenty_sessions_on_a_pool_of_two_keep_their_own_state_and_execs_of_one_
         .await;
         ids.push(id);
     }
+    // Consecutive execs alternate between the two workers (the one that ran an exec is busy
+    // saving and restoring when the next arrives), so the states cross sandboxes.
     let mut pythons = Vec::new();
-    for n in 0..4 {
+    for n in 0..2 {
         let id = create(&client, Language::Python).await;
         // A file of the library left open: its handles name entries of the host's tables.
         let setup = format!(
@@ -440,13 +442,11 @@ async fn twenty_sessions_on_a_pool_of_two_keep_their_own_state_and_execs_of_one_
     for (n, id) in ids.iter().enumerate() {
         assert_eq!(value(&client, id, "who()").await, json!(n));
     }
-    for round in 0..2 {
-        for (n, id) in pythons.iter().enumerate() {
-            assert_eq!(value(&client, id, "mine").await, json!(n), "round {round}");
-            // The file opened in the first exec reads on, in whichever sandbox runs this one.
-            let line = value(&client, id, "read += 1\nf.readline() == lines[read]").await;
-            assert_eq!(line, json!(true), "round {round}");
-        }
+    for (n, id) in pythons.iter().enumerate() {
+        assert_eq!(value(&client, id, "mine").await, json!(n));
+        // The file opened in the first exec reads on, in whichever sandbox runs this one.
+        let line = value(&client, id, "read += 1\nf.readline() == lines[read]").await;
+        assert_eq!(line, json!(true));
     }
     let health = within("health", STEP_LIMIT, client.health()).await.unwrap();
     assert_eq!(health.sessions[&Language::Javascript].live, 20);
