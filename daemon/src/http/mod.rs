@@ -12,6 +12,7 @@ use hyper::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, RETRY
 use hyper::{Method, Request, Response, StatusCode};
 use hyperlightd_api::{
     ErrorBody, ErrorKind, ErrorResponse, ExecLimits, ExecRequest, ExecResponse, HealthResponse,
+    Language,
 };
 
 mod route;
@@ -23,6 +24,13 @@ use tracing::{Instrument, info, info_span, warn};
 use crate::config::Limits;
 use crate::executor::{ExecError, Executor, Job};
 use crate::metrics::Metrics;
+
+/// What a request asks to run, whatever its body's type.
+struct Program {
+    code: String,
+    timeout_ms: Option<u64>,
+    max_output_bytes: Option<usize>,
+}
 
 /// The error type bodies are read with.
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -272,17 +280,13 @@ impl<E: Executor> Api<E> {
             return Err(ApiError::ShuttingDown);
         }
         let exec: ExecRequest = self.read_json(request).await?;
-        self.check_code(&exec.code)?;
-        let timeout = self.limits.timeout_for(exec.timeout_ms);
-        let job = Job {
-            language: exec.language,
+        let program = Program {
             code: exec.code,
-            max_output_bytes: self.limits.output_for(exec.max_output_bytes),
-            timeout,
-            deadline: received + timeout,
-            span,
-            session: None,
+            timeout_ms: exec.timeout_ms,
+            max_output_bytes: exec.max_output_bytes,
         };
+        self.check_code(&program.code)?;
+        let job = self.job(exec.language, program, None, received, span);
         self.run(job, received).await
     }
 
@@ -295,6 +299,27 @@ impl<E: Executor> Api<E> {
             });
         }
         Ok(())
+    }
+
+    /// The job for `program` in `language` (and `session`), with the limits granted.
+    fn job(
+        &self,
+        language: Language,
+        program: Program,
+        session: Option<String>,
+        received: Instant,
+        span: tracing::Span,
+    ) -> Job {
+        let timeout = self.limits.timeout_for(program.timeout_ms);
+        Job {
+            language,
+            code: program.code,
+            max_output_bytes: self.limits.output_for(program.max_output_bytes),
+            timeout,
+            deadline: received + timeout,
+            span,
+            session,
+        }
     }
 
     /// Runs `job` and answers with its outcome.

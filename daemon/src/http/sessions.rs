@@ -10,8 +10,8 @@ use hyper::header::{HeaderValue, LOCATION};
 use hyper::{Request, Response, StatusCode};
 use hyperlightd_api::{CreateSessionRequest, SessionExecRequest, SessionList, paths};
 
-use super::{Api, ApiError, BoxError, json_response};
-use crate::executor::{Executor, Job};
+use super::{Api, ApiError, BoxError, Program, json_response};
+use crate::executor::Executor;
 
 impl<E: Executor> Api<E> {
     /// `POST /v1/sessions`: 201 with the new session.
@@ -54,18 +54,14 @@ impl<E: Executor> Api<E> {
             return Err(ApiError::ShuttingDown);
         }
         let exec: SessionExecRequest = self.read_json(request).await?;
-        self.check_code(&exec.code)?;
-        let language = self.executor.sessions().get(id)?.language;
-        let timeout = self.limits.timeout_for(exec.timeout_ms);
-        let job = Job {
-            language,
+        let program = Program {
             code: exec.code,
-            max_output_bytes: self.limits.output_for(exec.max_output_bytes),
-            timeout,
-            deadline: received + timeout,
-            span,
-            session: Some(id.to_owned()),
+            timeout_ms: exec.timeout_ms,
+            max_output_bytes: exec.max_output_bytes,
         };
+        self.check_code(&program.code)?;
+        let language = self.executor.sessions().get(id)?.language;
+        let job = self.job(language, program, Some(id.to_owned()), received, span);
         self.run(job, received).await
     }
 
