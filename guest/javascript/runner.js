@@ -11,7 +11,12 @@
 //         | {"ok": false, "error": {"kind": "syntax_error" | "exception" | "result_too_large"
 //                                           | "out_of_memory", "message": "..."}}
 //   output: written through the host function hyperlightd.write(stream, text),
-//           stream 1 = stdout, 2 = stderr.
+//           stream 1 = stdout, 2 = stderr; it answers false once the request's output cap is
+//           reached. Every host call is a VM exit, so output is buffered here: the first
+//           LINE_BY_LINE lines of a run go to the host line by line, the rest in blocks of
+//           FLUSH_AT units; waiting for a timer sends what is pending. A program stopped at its
+//           time limit loses what is still pending: past the first LINE_BY_LINE lines, at most
+//           the last block.
 //
 // The program's result is the value of its last expression statement, as with `eval` (and as in a
 // notebook cell); a promise is awaited. A program may use `await` at its top level: it then runs
@@ -51,9 +56,18 @@ function inspect(value) {
   }
 }
 
-// Set once the host says the output cap is reached: further writes are dropped here rather than
-// sent to the host one by one.
+// Cleared once the host says the output cap is reached: further writes are dropped here rather
+// than sent to the host one by one. Set again by each run (a session's state keeps it).
 let outputOpen = true;
+
+// Pending output goes to the host once this many UTF-16 units are pending, and at each line for
+// the first LINE_BY_LINE lines of a run: a host call is a VM exit (milliseconds under
+// emulation, microseconds on hardware).
+const FLUSH_AT = 8192;
+const LINE_BY_LINE = 100;
+let linesLeft = LINE_BY_LINE;
+const pending = { [STDOUT]: [], [STDERR]: [] };
+const pendingUnits = { [STDOUT]: 0, [STDERR]: 0 };
 
 // The most UTF-16 code units one host call carries. A host call's arguments travel
 // JSON-encoded through the guest's output buffer, which holds 64 KiB beyond the result limit;
@@ -73,9 +87,29 @@ function send(stream, text) {
   }
 }
 
+function flushStream(stream) {
+  if (pending[stream].length === 0) return;
+  const text = pending[stream].join("");
+  pending[stream] = [];
+  pendingUnits[stream] = 0;
+  send(stream, text);
+}
+
+// Sends all pending output: at the end of a run, and before the event loop waits.
+function flushOutput() {
+  flushStream(STDOUT);
+  flushStream(STDERR);
+}
+
 function writer(stream) {
   return function (...args) {
-    if (outputOpen) send(stream, args.map(inspect).join(" ") + "\n");
+    if (!outputOpen) return;
+    const line = args.map(inspect).join(" ") + "\n";
+    pending[stream].push(line);
+    pendingUnits[stream] += line.length;
+    if (linesLeft > 0) linesLeft--;
+    else if (pendingUnits[stream] < FLUSH_AT) return;
+    flushStream(stream);
   };
 }
 
@@ -399,6 +433,17 @@ async function settle(value, maxResultBytes) {
 
 function handler(event) {
   random.seed(event.seed);
+  outputOpen = true;
+  linesLeft = LINE_BY_LINE;
+  const reply = run(event);
+  if (!isThenable(reply)) {
+    flushOutput();
+    return reply;
+  }
+  return reply.finally(flushOutput);
+}
+
+function run(event) {
   let value;
   try {
     value = evaluateProgram(event.code, event.session === true);

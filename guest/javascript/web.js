@@ -87,6 +87,7 @@ async function runEventLoop(stop) {
     const next = nextTimer();
     if (next === null || stop()) return;
     const [id, timer] = next;
+    if (timer.due > hl.now(0)) flushOutput(); // runner.js: output is seen before a wait
     for (let left = timer.due - hl.now(0); left > 0; left = timer.due - hl.now(0)) hl.sleep(left);
     if (timer.interval > 0) {
       timer.due = Math.max(timer.due + timer.interval, hl.now(0));

@@ -19,8 +19,11 @@ in a notebook cell; otherwise null. Values JSON cannot carry are rendered with r
 
 "seed" is entropy from the host for `random`; "session": true runs the program in the session's
 globals, which live on in the session's saved state; "prime": true runs PRIME instead of "code"
-(see below). Output is line-buffered, as on a terminal: a program stopped at its time limit loses an
-unfinished last line, nothing else.
+(see below). Output is buffered here, since every host call is a VM exit (see _HostStream): the
+first LINE_BY_LINE lines of a run go to the host line by line, as on a terminal, the rest in
+blocks of FLUSH_AT characters, as into a pipe; a flush() or a sleep sends what is pending. A
+program stopped at its time limit loses what is still pending: an unfinished last line, or past
+the first LINE_BY_LINE lines, at most the last block.
 """
 
 import ast
@@ -114,9 +117,11 @@ time.monotonic = time.perf_counter = _monotonic
 STDOUT = 1
 STDERR = 2
 PROGRAM = "<program>"
-# Buffered output goes to the host at a newline or once this many characters are pending: every
-# host call is a VM exit, and print() alone writes twice (the text, then the end).
+# Buffered output goes to the host once this many characters are pending, and at a newline
+# for the first LINE_BY_LINE lines of a run: every host call is a VM exit (milliseconds under
+# emulation, microseconds on hardware), and print() alone writes twice (the text, then the end).
 FLUSH_AT = 8192
+LINE_BY_LINE = 100
 # The most characters one host call carries. A host call's arguments travel through the guest's
 # output buffer, which holds 64 KiB beyond the result limit; 8192 characters are at most 32 KiB
 # of UTF-8. One larger write would abort the guest.
@@ -146,7 +151,7 @@ json.dumps({"squares": squares[:10], "text": text, "ratio": 0.5})
 
 
 class _HostStream(io.TextIOBase):
-    """sys.stdout / sys.stderr for the program: line-buffered into the host's capture."""
+    """sys.stdout / sys.stderr for the program: buffered into the host's capture (FLUSH_AT)."""
 
     def __init__(self, stream: int, name: str):
         self._stream = stream
@@ -171,7 +176,10 @@ class _HostStream(io.TextIOBase):
         if _Output.open and text:
             self._pending.append(text)
             self._pending_chars += len(text)
-            if "\n" in text or self._pending_chars >= FLUSH_AT:
+            at_line_end = _Output.lines_left > 0 and "\n" in text
+            if at_line_end:
+                _Output.lines_left -= 1
+            if at_line_end or self._pending_chars >= FLUSH_AT:
                 self.flush()
         return len(text)
 
@@ -199,6 +207,18 @@ class _Output:
     # Set to False once the host says the output cap is reached: further writes are dropped
     # here rather than sent to the host one by one.
     open = True
+    # How many more of this run's lines go to the host at their newline.
+    lines_left = LINE_BY_LINE
+
+    @staticmethod
+    def start() -> None:
+        _Output.open = True
+        _Output.lines_left = LINE_BY_LINE
+
+    @staticmethod
+    def flush() -> None:
+        _stdout.flush()
+        _stderr.flush()
 
 
 _stdout = _HostStream(STDOUT, "<stdout>")
@@ -208,6 +228,16 @@ _stderr = _HostStream(STDERR, "<stderr>")
 # drops the rest. So sys.__stdout__ and sys.__stderr__ are the runner's streams as well, and
 # every way a program writes through Python is capped (and flagged) the same way.
 sys.__stdout__, sys.__stderr__ = _stdout, _stderr
+
+
+def _sleep_after_flushing(seconds: float, sleep=time.sleep) -> None:
+    # A program about to wait has its output seen first.
+    _Output.flush()
+    sleep(seconds)
+
+
+_sleep_after_flushing.__doc__ = time.sleep.__doc__
+time.sleep = _sleep_after_flushing
 
 
 def _json_or_repr(value) -> str:
@@ -349,7 +379,7 @@ class WitWorld(wit_world.WitWorld):
         # do not share a sequence. (random.seed() would read 2.5 KB through os.urandom, in
         # several host calls: about 6 ms a request in the nested-KVM VM.)
         random.seed(int(request["seed"], 16))
-        _Output.open = True
+        _Output.start()
         sys.stdout, sys.stderr = _stdout, _stderr
         prime = bool(request.get("prime"))
         code = PRIME if prime else request["code"]
@@ -357,5 +387,4 @@ class WitWorld(wit_world.WitWorld):
         try:
             return _run(code, int(request["max_result_bytes"]), scope)
         finally:
-            _stdout.flush()
-            _stderr.flush()
+            _Output.flush()

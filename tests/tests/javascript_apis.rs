@@ -144,13 +144,21 @@ await new Promise((resolve) => setTimeout(resolve, 300));
     );
 
     // An interval never cleared runs until the time limit; the next program starts clean.
+    // Past its first 100 lines a program's output is sent in blocks, but all of it before
+    // the event loop waits for a timer: the time limit loses none of these lines.
     let forever = ExecRequest {
-        timeout_ms: Some(1_000),
-        ..js("setInterval(() => console.log('tick'), 100)")
+        timeout_ms: Some(5_000),
+        ..js(
+            "for (let i = 0; i < 150; i++) console.log('line', i);\nsetInterval(() => console.log('tick'), 100)",
+        )
     };
     let response = run(&daemon, forever).await;
     assert_eq!(response.status, ExecStatus::Timeout, "{response:?}");
-    assert!(response.stdout.starts_with("tick\n"), "{response:?}");
+    let lines: String = (0..150).map(|i| format!("line {i}\n")).collect();
+    assert!(
+        response.stdout.starts_with(&(lines + "tick\ntick\n")),
+        "{response:?}"
+    );
     let response = run(
         &daemon,
         js("await new Promise((r) => setTimeout(r, 300));\n'clean'"),

@@ -198,26 +198,36 @@ async fn state_does_not_leak_between_requests() {
 #[tokio::test]
 async fn infinite_loop_times_out_and_the_next_request_succeeds() {
     let daemon = python_daemon(&["--python-max-host-handles", "2000"]).await;
+    let lines: Vec<String> = (0..150).map(|i| format!("line {i}\n")).collect();
     let response = run(
         &daemon,
         py_with_timeout(
-            "import builtins\nbuiltins.planted = 1\nprint('started')\nwhile True:\n    pass",
-            1000,
+            "import builtins\nbuiltins.planted = 1\nfor i in range(150):\n    print('line', i)\nwhile True:\n    pass",
+            5000,
         ),
     )
     .await;
     assert_eq!(response.status, ExecStatus::Timeout, "{response:?}");
-    // A finished line printed before the loop reached the host.
-    assert_eq!(response.stdout, "started\n", "{response:?}");
+    // The first 100 lines went to the host line by line, so the loop did not lose them; the
+    // rest went into a block that was still pending.
+    assert!(
+        response.stdout.starts_with(&lines[..100].concat())
+            && lines.concat().starts_with(&response.stdout),
+        "{response:?}"
+    );
     assert_eq!(response.error.unwrap().kind, ErrorKind::Timeout);
 
-    // A sleep is bounded by the time limit too.
+    // A sleep is bounded by the time limit too, and what was printed before it is sent first.
     let sleeper = run(
         &daemon,
-        py_with_timeout("import time\ntime.sleep(30)", 1000),
+        py_with_timeout(
+            "import time\nfor i in range(150):\n    print('line', i)\ntime.sleep(30)",
+            5000,
+        ),
     )
     .await;
     assert_eq!(sleeper.status, ExecStatus::Timeout, "{sleeper:?}");
+    assert_eq!(sleeper.stdout, lines.concat(), "{sleeper:?}");
 
     // A loop of sleeps takes a host handle each time, and is stopped at the limit.
     let sleeps = run(

@@ -40,6 +40,40 @@ async fn exec_timed(client: &Client, id: &str, code: &str, timeout_ms: u64) -> E
     .unwrap_or_else(|e| panic!("session exec of {code:?} failed: {e}"))
 }
 
+/// A program that floods its output past a small cap, then one that prints a line: the cap of
+/// one exec does not silence the next (the guest's "output closed" state is reset by each run,
+/// though the session's saved state keeps it).
+async fn output_flows_again_after_a_capped_exec(
+    client: &Client,
+    id: &str,
+    flood: &str,
+    line: &str,
+) {
+    let request = SessionExecRequest {
+        max_output_bytes: Some(1000),
+        timeout_ms: Some(30_000),
+        ..SessionExecRequest::new(flood)
+    };
+    let capped = within(
+        "capped exec",
+        Duration::from_secs(120),
+        client.session_exec(id, &request),
+    )
+    .await
+    .unwrap();
+    assert_eq!(capped.status, ExecStatus::Ok, "{capped:?}");
+    assert!(
+        capped.truncated && capped.stdout.len() == 1000,
+        "{capped:?}"
+    );
+    let next = exec(client, id, line).await;
+    assert_eq!(
+        (next.stdout.as_str(), next.truncated),
+        ("next\n", false),
+        "{next:?}"
+    );
+}
+
 async fn exec(client: &Client, id: &str, code: &str) -> ExecResponse {
     exec_timed(client, id, code, 30_000).await
 }
@@ -93,6 +127,8 @@ async fn state_carries_over_execs_and_an_exception_keeps_what_ran_before_it() {
     );
     let after = value(&client, &py, "[partial, len(rows), total(rows[:3])]").await;
     assert_eq!(after, json!(["kept", 10, 3]));
+    let flood = "for i in range(300):\n    print('line', i)";
+    output_flows_again_after_a_capped_exec(&client, &py, flood, "print('next')").await;
 
     let js = create(&client, Language::Javascript).await;
     value(&client, &js, "const rows = Array.from({length: 10}, (_, n) => ({n})); let count = 1; var seen = 'v'; function total(rs) { return rs.reduce((a, r) => a + r.n, 0); } class Box { static size = 3 }").await;
@@ -105,6 +141,8 @@ async fn state_carries_over_execs_and_an_exception_keeps_what_ran_before_it() {
     assert_eq!(next, json!([45, 3, 2, "v"]));
     let awaited = value(&client, &js, "const later = await new Promise((r) => setTimeout(() => r(count * 10), 10)); async function twice(x) { return 2 * x; } await twice(later)").await;
     assert_eq!(awaited, json!(40));
+    let flood = "for (let i = 0; i < 300; i++) console.log('line', i)";
+    output_flows_again_after_a_capped_exec(&client, &js, flood, "console.log('next')").await;
     let raised = exec(
         &client,
         &js,

@@ -143,7 +143,8 @@ pub(super) fn advice(kind: ErrorKind, context: &Context<'_>) -> String {
             });
             format!(
                 "The program ran past its time limit{ran} and was stopped; output printed before \
-                 that is kept. Make it faster (less work, smaller inputs, no endless loop), or \
+                 that is kept (past its first 100 lines, up to the last 8 KiB may be missing). \
+                 Make it faster (less work, smaller inputs, no endless loop), or \
                  pass a larger timeout_ms{max} if the work really takes that long."
             )
         }
