@@ -178,7 +178,7 @@ async fn state_carries_over_execs_and_an_exception_keeps_what_ran_before_it() {
     let info = within("get", STEP_LIMIT, client.session(&py))
         .await
         .unwrap();
-    assert_eq!((info.language, info.execs), (Language::Python, 4));
+    assert_eq!((info.language, info.execs), (Language::Python, 6));
     assert!(info.memory_bytes > 0, "{info:?}");
 
     // The same through hlctl.
