@@ -13,9 +13,11 @@ use std::str::FromStr;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+mod caller;
 pub mod openapi;
 mod session;
 
+pub use self::caller::{AuditHealth, CallerLimits};
 pub use self::session::{
     CreateSessionRequest, ExecSession, SessionCounts, SessionExecRequest, SessionInfo,
     SessionLimits, SessionList,
@@ -266,6 +268,12 @@ pub enum ErrorKind {
     /// The session's earlier execs ran for the request's whole time limit; nothing ran. Retry,
     /// or allow more time.
     SessionBusy,
+    /// The caller (its uid and groups, from the connection's peer credentials) is not on the
+    /// daemon's allow list; nothing ran.
+    CallerNotAllowed,
+    /// The caller has as many executions in flight, or live sessions, as one caller may (the
+    /// message says which); nothing ran. Retry once some have finished.
+    QuotaExceeded,
     /// A fault in the daemon itself.
     Internal,
 
@@ -296,6 +304,8 @@ impl ErrorKind {
         ErrorKind::SessionNotFound,
         ErrorKind::TooManySessions,
         ErrorKind::SessionBusy,
+        ErrorKind::CallerNotAllowed,
+        ErrorKind::QuotaExceeded,
         ErrorKind::Internal,
     ];
 
@@ -320,6 +330,8 @@ impl ErrorKind {
             ErrorKind::SessionNotFound => "session_not_found",
             ErrorKind::TooManySessions => "too_many_sessions",
             ErrorKind::SessionBusy => "session_busy",
+            ErrorKind::CallerNotAllowed => "caller_not_allowed",
+            ErrorKind::QuotaExceeded => "quota_exceeded",
             ErrorKind::Internal => "internal",
             ErrorKind::Unknown => "unknown",
         }
@@ -416,6 +428,12 @@ pub struct HealthResponse {
     /// The limits sessions live under (absent from daemons without sessions).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_limits: Option<SessionLimits>,
+    /// What one caller may use at once (absent from daemons without caller quotas).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller_limits: Option<CallerLimits>,
+    /// The audit log (absent from daemons without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit: Option<AuditHealth>,
 }
 
 /// The limits every execution runs under.

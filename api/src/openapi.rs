@@ -49,6 +49,13 @@ pub const EXEC_REJECTIONS: &[Rejection] = &[
         when: "The body, or the code in it, is larger than the daemon accepts.",
     },
     Rejection {
+        status: 429,
+        kinds: &[ErrorKind::QuotaExceeded],
+        when: "The caller (its uid) has as many executions in flight in this language as one \
+               caller may (--max-execs-per-caller); nothing ran. Retry after the Retry-After \
+               header's seconds.",
+    },
+    Rejection {
         status: 500,
         kinds: &[ErrorKind::Internal],
         when: "A fault in the daemon.",
@@ -81,14 +88,22 @@ pub const SESSION_REJECTIONS: &[Rejection] = &[
     },
     Rejection {
         status: 429,
-        kinds: &[ErrorKind::TooManySessions],
-        when: "The daemon holds as many sessions, or as much session state, as it may (the \
-               message says which); no session was created.",
+        kinds: &[ErrorKind::TooManySessions, ErrorKind::QuotaExceeded],
+        when: "Nothing ran and no session was created: the daemon holds as many sessions, or \
+               as much session state, as it may (too_many_sessions; the message says which), or \
+               the caller holds as many sessions, or has as many execs in flight, as one caller \
+               may (quota_exceeded). Retry after the Retry-After header's seconds.",
     },
 ];
 
 /// Refusals any path can answer, whatever its operations.
 pub const ANY_PATH_REJECTIONS: &[Rejection] = &[
+    Rejection {
+        status: 403,
+        kinds: &[ErrorKind::CallerNotAllowed],
+        when: "The caller's uid and groups (the connection's peer credentials) are not on the \
+               daemon's allow list (--allow-uid, --allow-gid).",
+    },
     Rejection {
         status: 404,
         kinds: &[ErrorKind::NotFound],
@@ -340,7 +355,7 @@ fn session_exec_operation() -> Value {
             program did before it; a timeout, running out of memory or a crash rolls the \
             session back to its state before this exec (`session.rolled_back`).",
         "requestBody": json_body("SessionExecRequest"),
-        "responses": responses(("200", outcome_response()), &[400, 404, 408, 409, 413, 500, 503]),
+        "responses": responses(("200", outcome_response()), &[400, 404, 408, 409, 413, 429, 500, 503]),
     })
 }
 
@@ -419,7 +434,7 @@ fn metrics_operation() -> Value {
 
 fn rejection_response(rejection: &Rejection) -> Value {
     let mut headers = json!({ "x-request-id": { "$ref": "#/components/headers/RequestId" } });
-    if matches!(rejection.status, 409 | 503) {
+    if matches!(rejection.status, 409 | 429 | 503) {
         headers["Retry-After"] = json!({ "$ref": "#/components/headers/RetryAfter" });
     }
     json!({
@@ -438,6 +453,7 @@ fn rejection_response(rejection: &Rejection) -> Value {
 
 fn response_name(status: u16) -> &'static str {
     match status {
+        403 => "CallerNotAllowed",
         404 => "NotFound",
         405 => "MethodNotAllowed",
         _ => "Rejected",
@@ -497,10 +513,13 @@ mod tests {
         {
             placed.extend(names(r.kinds));
         }
+        // A kind may be listed under both the exec paths and the session paths
+        // (quota_exceeded), with the same status.
         placed.sort_unstable();
+        placed.dedup();
         let mut sorted = documented.clone();
         sorted.sort_unstable();
-        assert_eq!(sorted, placed, "every kind has exactly one place");
+        assert_eq!(sorted, placed, "every kind has a place");
         assert_eq!(ErrorKind::ALL.len(), documented.len());
     }
 

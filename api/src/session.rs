@@ -121,6 +121,9 @@ pub struct SessionCounts {
 pub struct SessionLimits {
     /// Most live sessions, all languages together.
     pub max_sessions: usize,
+    /// Most live sessions one caller (uid) may hold.
+    #[serde(default)]
+    pub max_sessions_per_caller: usize,
     /// Idle timeout of a session that names none, in seconds.
     pub default_idle_timeout_s: u64,
     /// Highest idle timeout a session may ask for, in seconds; higher ones are capped.

@@ -114,7 +114,8 @@ pub enum Error {
 
 impl Error {
     /// Whether the same request may simply be sent again: it never ran (the daemon was
-    /// unreachable, overloaded, stopping, or had no free sandbox in time). A lost connection or
+    /// unreachable, overloaded, stopping, had no free sandbox in time, or the caller was at its
+    /// quota). A lost connection or
     /// a timeout is not retryable this way: the program may have run.
     pub fn is_retryable(&self) -> bool {
         match self {
@@ -125,6 +126,7 @@ impl Error {
                     | ErrorKind::ShuttingDown
                     | ErrorKind::NoSandboxAvailable
                     | ErrorKind::SessionBusy
+                    | ErrorKind::QuotaExceeded
             ),
             Error::ConnectionLost { .. } | Error::TimedOut { .. } | Error::Protocol { .. } => false,
         }

@@ -8,6 +8,8 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use hyperlightd_api::Language;
 
+use crate::audit::AuditOptions;
+use crate::caller::{CallerOptionError, CallerOptions};
 use crate::server::ServerConfig;
 use crate::session::SessionSettings;
 
@@ -148,6 +150,14 @@ pub struct Config {
     #[arg(long, default_value_t = 4096)]
     pub session_memory_mib: u64,
 
+    /// Who may call, and how much one caller may have at once.
+    #[command(flatten)]
+    pub callers: CallerOptions,
+
+    /// The audit log.
+    #[command(flatten)]
+    pub audit: AuditOptions,
+
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -237,6 +247,9 @@ pub enum ConfigError {
         /// The maximum.
         max: u64,
     },
+    /// An allow list or a per-caller quota does not hold.
+    #[error(transparent)]
+    Caller(#[from] CallerOptionError),
     /// The default timeout is larger than the maximum.
     #[error("--default-timeout-ms ({default}) is larger than --max-timeout-ms ({max})")]
     DefaultAboveMax {
@@ -380,6 +393,7 @@ impl Config {
         }
         Ok(SessionSettings {
             max_sessions: self.max_sessions,
+            max_per_caller: self.callers.session_quota(self.max_sessions)?,
             default_idle: Duration::from_secs(self.session_idle_timeout_s),
             max_idle: Duration::from_secs(self.max_session_idle_timeout_s),
             max_lifetime: Duration::from_secs(self.max_session_lifetime_s),
@@ -431,6 +445,59 @@ mod tests {
         let limits = config.limits().unwrap();
         assert_eq!(limits.max_body_bytes, 1024 * 1024);
         assert!(config.server().max_connections > 0);
+    }
+
+    #[test]
+    fn caller_options_resolve_names_default_their_quotas_and_refuse_zero_or_unknown() {
+        let config = parse(&[
+            "--pool",
+            "javascript=5",
+            "--allow-uid",
+            "root",
+            "--allow-gid",
+            "7",
+        ])
+        .unwrap();
+        let access = config.callers.access(999).unwrap();
+        assert!(access.is_restricted());
+        let quota = config
+            .callers
+            .exec_quota(&config.pool_sizes().unwrap())
+            .unwrap();
+        assert_eq!(quota, BTreeMap::from([(Language::Javascript, 2)]));
+        assert_eq!(config.sessions().unwrap().max_per_caller, 500);
+        assert!(
+            !parse(&[])
+                .unwrap()
+                .callers
+                .access(0)
+                .unwrap()
+                .is_restricted()
+        );
+
+        let unknown = parse(&["--allow-uid", "no-such-user-here"]).unwrap();
+        let err = unknown.callers.access(0).unwrap_err().to_string();
+        assert!(err.contains("no-such-user-here"), "{err}");
+        let unknown = parse(&["--allow-gid", "no-such-group-here"]).unwrap();
+        assert!(unknown.callers.access(0).is_err());
+        let zero = parse(&["--max-execs-per-caller", "0"]).unwrap();
+        assert!(zero.callers.exec_quota(&BTreeMap::new()).is_err());
+        let zero = parse(&["--max-sessions-per-caller", "0"]).unwrap();
+        let err = zero.sessions().unwrap_err().to_string();
+        assert!(err.contains("--max-sessions-per-caller"), "{err}");
+        let set = parse(&[
+            "--max-execs-per-caller",
+            "7",
+            "--max-sessions-per-caller",
+            "3",
+        ])
+        .unwrap();
+        let sizes = BTreeMap::from([(Language::Python, 1)]);
+        assert_eq!(
+            set.callers.exec_quota(&sizes).unwrap()[&Language::Python],
+            7
+        );
+        assert_eq!(set.sessions().unwrap().max_per_caller, 3);
     }
 
     #[test]

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use hyperlightd_api::{ErrorBody, ExecSession, ExecStatus, Language, SandboxCounts, SessionCounts};
 
+use crate::caller::Caller;
 use crate::session::Sessions;
 
 /// One program to run.
@@ -32,6 +33,8 @@ pub struct Job {
     pub span: tracing::Span,
     /// The session to run it in (its language is `language`); None: a fresh interpreter.
     pub session: Option<String>,
+    /// Who asked: a session runs the job only for the caller it belongs to.
+    pub caller: Caller,
 }
 
 /// How a program's run ended. Produced for every job the executor accepts.
@@ -94,6 +97,20 @@ pub enum ExecError {
     TooManySessions {
         /// The limit.
         limit: usize,
+    },
+    /// The caller holds as many sessions as one caller may.
+    #[error(
+        "this caller (uid {uid}) holds {limit} sessions, as many as one caller may \
+         (--max-sessions-per-caller); delete sessions it no longer needs, or wait for idle ones \
+         to expire"
+    )]
+    SessionQuota {
+        /// The caller's uid.
+        uid: u32,
+        /// The quota.
+        limit: usize,
+        /// When the caller's first session expires unless used.
+        retry_after: Duration,
     },
     /// Session state holds the daemon's whole memory budget for it.
     #[error(

@@ -3,8 +3,10 @@
 //!
 //! A request flows `server` (accept, HTTP/1.1) → `http` (route, parse, map errors) →
 //! `executor::Executor` (the transport-free boundary) → `sandbox` (pools of warm guests per
-//! language, one worker thread per sandbox). `sys` holds the platform specifics, `metrics` the
-//! Prometheus registry, `config` the command line. See docs/ARCHITECTURE.md.
+//! language, one worker thread per sandbox). `caller` is who calls (peer credentials, allow
+//! lists, quotas), `audit` the audit log, `session` the sessions. `sys` holds the platform
+//! specifics, `metrics` the Prometheus registry, `config` the command line. See
+//! docs/ARCHITECTURE.md.
 
 // The Python guest's generated bindings (sandbox::python) name `::alloc`.
 extern crate alloc;
@@ -12,6 +14,8 @@ extern crate alloc;
 /// The JavaScript runner the daemon's sandboxes load (for the benchmark's direct runs).
 pub use self::sandbox::javascript::RUNNER as JAVASCRIPT_RUNNER;
 
+pub mod audit;
+pub mod caller;
 pub mod config;
 pub mod executor;
 pub mod http;
@@ -30,6 +34,8 @@ use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
+use crate::audit::{AuditLog, AuditOpenError};
+use crate::caller::{ExecQuota, Policy};
 use crate::config::{Config, ConfigError, Limits};
 use crate::http::Api;
 use crate::metrics::Metrics;
@@ -58,6 +64,9 @@ pub enum StartError {
     /// The socket could not be set up.
     #[error(transparent)]
     Socket(#[from] SocketError),
+    /// The audit log could not be opened.
+    #[error(transparent)]
+    Audit(#[from] AuditOpenError),
     /// A language's pool could not start (its guest, not the hypervisor, failed).
     #[error(transparent)]
     Pool(#[from] sandbox::StartError),
@@ -78,14 +87,14 @@ pub enum StartError {
 
 impl StartError {
     /// Exit code, after sysexits(3): 64 bad configuration, 69 hypervisor unavailable,
-    /// 73 socket cannot be created, 75 socket in use by a live daemon, 70 anything else
+    /// 73 socket or audit log cannot be created, 75 socket in use by a live daemon, 70 anything else
     /// (a pool that cannot start included).
     pub fn exit_code(&self) -> u8 {
         match self {
             StartError::Config(_) => 64,
             StartError::Hypervisor(_) | StartError::ProbeTimedOut(_) => 69,
             StartError::Socket(SocketError::InUse(_)) => 75,
-            StartError::Socket(_) => 73,
+            StartError::Socket(_) | StartError::Audit(_) => 73,
             StartError::Pool(_)
             | StartError::PythonLibrary(_)
             | StartError::PoolsTimedOut(_)
@@ -116,8 +125,15 @@ pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Resu
     let sizes = config.pool_sizes()?;
     let limits = config.limits()?;
     config.sessions()?;
+    let own_uid = nix::unistd::geteuid().as_raw();
+    let access = config.callers.access(own_uid).map_err(ConfigError::from)?;
+    let exec_quota = config
+        .callers
+        .exec_quota(&sizes)
+        .map_err(ConfigError::from)?;
     check_open_files(&config)?;
     let metrics = Metrics::new().map_err(|e| StartError::Other(format!("metrics: {e}")))?;
+    let audit = Arc::new(AuditLog::open(&config.audit)?.with_metrics(metrics.audit()));
     let hypervisor = hypervisor::detect()?;
     info!(%hypervisor, "hypervisor found");
     // Before any sandbox memory exists (see sys::memory for why).
@@ -130,7 +146,7 @@ pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Resu
     // Bound before the pools warm, so that a second daemon on the same socket is refused at
     // once; connections wait in the backlog until the pools are warm and serving starts.
     let (listener, bound) = socket::bind(&config.socket, config.socket_group.as_deref())?;
-    let starting = start_executor(&config, &sizes, limits, hypervisor, &metrics);
+    let starting = start_executor(&config, &sizes, limits, hypervisor, &metrics, &audit);
     let executor = tokio::select! {
         started = starting => started?,
         why = server::next_stop(&mut stops) => {
@@ -139,7 +155,13 @@ pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Resu
         }
     };
     info!(socket = %bound.path().display(), "serving while the pools warm");
-    let api = Arc::new(Api::new(Arc::new(executor), metrics, limits, versions()));
+    let policy = Policy {
+        access,
+        quota: ExecQuota::new(exec_quota),
+        audit,
+    };
+    let api =
+        Arc::new(Api::new(Arc::new(executor), metrics, limits, versions()).with_policy(policy));
     server::serve(listener, api, config.server(), &mut stops).await;
     drop(bound);
     info!("stopped");
@@ -184,6 +206,7 @@ async fn start_executor(
     limits: Limits,
     hypervisor: Hypervisor,
     metrics: &Metrics,
+    audit: &Arc<AuditLog>,
 ) -> Result<HyperlightExecutor, StartError> {
     let limit = Duration::from_millis(config.startup_timeout_ms);
     let started = Instant::now();
@@ -213,6 +236,7 @@ async fn start_executor(
         queue_depth: config.queue_depth,
         build_limit: limit,
         sessions: config.sessions()?,
+        audit: audit.clone(),
     };
     let (runtime, sizes, metrics) = (Handle::current(), sizes.clone(), metrics.clone());
     let hypervisor = hypervisor.to_string();

@@ -67,3 +67,21 @@ fn inconsistent_limits_exit_64_naming_the_option() {
         assert!(stderr.contains(names), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn bad_caller_options_exit_64_and_an_unopenable_audit_log_73() {
+    for args in [
+        &["--allow-uid", "no-such-user-here"][..],
+        &["--allow-gid", "no-such-group-here"],
+        &["--max-execs-per-caller", "0"],
+        &["--max-sessions-per-caller", "0"],
+    ] {
+        let (code, _, stderr) = hyperlightd(args);
+        assert_eq!(code, Some(64), "{args:?}: {stderr}");
+        assert!(stderr.contains(args[0]), "{args:?}: {stderr}");
+    }
+    // Refused before the socket is bound (the helper checks there is none).
+    let (code, _, stderr) = hyperlightd(&["--audit-log", "/nonexistent-dir/audit.log"]);
+    assert_eq!(code, Some(73), "{stderr}");
+    assert!(stderr.contains("/nonexistent-dir/audit.log"), "{stderr}");
+}

@@ -86,7 +86,12 @@ fn serve(runtime: &tokio::runtime::Runtime, input: &[u8]) -> Vec<u8> {
     runtime.block_on(async {
         let (mut client, daemon) = tokio::io::duplex(64 * 1024);
         let serving = tokio::spawn(async move {
-            let _ = server::serve_one(daemon, api(), &CONFIG).await;
+            let caller = hyperlightd::caller::Caller {
+                uid: 1000,
+                gid: 1000,
+                pid: None,
+            };
+            let _ = server::serve_one(daemon, api(), &CONFIG, caller).await;
         });
         let exchange = async {
             let (mut from_daemon, mut to_daemon) = tokio::io::split(&mut client);

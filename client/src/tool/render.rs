@@ -188,6 +188,14 @@ pub(super) fn advice(kind: ErrorKind, context: &Context<'_>) -> String {
         ErrorKind::SessionBusy => "Earlier calls in the same session were still running for \
             this call's whole time limit; nothing ran. Call again once they are done."
             .to_owned(),
+        ErrorKind::QuotaExceeded => "This caller already has as many programs running, or \
+            sessions open, as the service allows one caller; nothing ran. Wait for running calls \
+            to finish (or close sessions no longer needed), then call again."
+            .to_owned(),
+        ErrorKind::CallerNotAllowed => "The code execution service does not accept calls from \
+            this user; nothing ran, and calling again will not help. Tell the user: the \
+            service's operator must allow this user (hyperlightd --allow-uid / --allow-gid)."
+            .to_owned(),
         ErrorKind::Overloaded | ErrorKind::NoSandboxAvailable | ErrorKind::ShuttingDown => {
             "The service is busy; nothing ran. Make the same call again in a few seconds."
                 .to_owned()

@@ -92,7 +92,13 @@ impl CodeTool {
                 let response = self.client.session_exec(id, &exec).await?;
                 Ok((response, notice))
             }
-            Err(e) if kind(&e) == Some(ErrorKind::TooManySessions) => {
+            // The daemon, or this caller, holds as many sessions as it may.
+            Err(e)
+                if matches!(
+                    kind(&e),
+                    Some(ErrorKind::TooManySessions | ErrorKind::QuotaExceeded)
+                ) =>
+            {
                 let response = self.client.exec(&request).await?;
                 Ok((response, Some(NO_ROOM)))
             }

@@ -11,8 +11,8 @@ use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use hyper::{Method, Request, Response, StatusCode};
 use hyperlightd_api::{
-    ErrorBody, ErrorKind, ErrorResponse, ExecLimits, ExecRequest, ExecResponse, HealthResponse,
-    Language,
+    CallerLimits, ErrorBody, ErrorKind, ErrorResponse, ExecLimits, ExecRequest, ExecResponse,
+    HealthResponse, Language,
 };
 
 mod route;
@@ -21,8 +21,10 @@ mod sessions;
 use self::route::{Probe, Route};
 use tracing::{Instrument, info, info_span, warn};
 
+use crate::audit::ExecRecord;
+use crate::caller::{Caller, OverQuota, Policy};
 use crate::config::Limits;
-use crate::executor::{ExecError, Executor, Job};
+use crate::executor::{ExecError, Executor, Job, Outcome};
 use crate::metrics::Metrics;
 
 /// What a request asks to run, whatever its body's type.
@@ -30,6 +32,18 @@ struct Program {
     code: String,
     timeout_ms: Option<u64>,
     max_output_bytes: Option<usize>,
+}
+
+/// What every handler knows of its request besides the request itself.
+struct Ctx {
+    /// The request's id.
+    id: u64,
+    /// Who sent it.
+    caller: Caller,
+    /// When it arrived.
+    received: Instant,
+    /// Its tracing span.
+    span: tracing::Span,
 }
 
 /// The error type bodies are read with.
@@ -48,6 +62,8 @@ pub struct Api<E> {
     next_request_id: AtomicU64,
     /// Set once the daemon stops: new requests are refused.
     draining: AtomicBool,
+    /// Who may call and how much.
+    policy: Policy,
 }
 
 /// A request the API refuses. Each variant maps to one status code in [`ApiError::status`].
@@ -92,6 +108,20 @@ pub enum ApiError {
         /// The methods it accepts.
         allowed: &'static str,
     },
+    /// The caller is not on the allow lists.
+    #[error(
+        "this caller (uid {uid}, gid {gid}) may not use this daemon: it is not on its allow list \
+         (--allow-uid, --allow-gid)"
+    )]
+    CallerNotAllowed {
+        /// The caller's uid.
+        uid: u32,
+        /// Its gid.
+        gid: u32,
+    },
+    /// The caller has as many executions in flight as one caller may.
+    #[error(transparent)]
+    OverQuota(#[from] OverQuota),
     /// The daemon is stopping and takes no new requests.
     #[error("the daemon is shutting down and takes no new requests; retry once it is back")]
     ShuttingDown,
@@ -116,6 +146,12 @@ impl ApiError {
                 (StatusCode::REQUEST_TIMEOUT, ErrorKind::RequestTimeout)
             }
             ApiError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, ErrorKind::ShuttingDown),
+            ApiError::CallerNotAllowed { .. } => {
+                (StatusCode::FORBIDDEN, ErrorKind::CallerNotAllowed)
+            }
+            ApiError::OverQuota(_) | ApiError::Exec(ExecError::SessionQuota { .. }) => {
+                (StatusCode::TOO_MANY_REQUESTS, ErrorKind::QuotaExceeded)
+            }
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, ErrorKind::NotFound),
             ApiError::MethodNotAllowed { .. } => {
                 (StatusCode::METHOD_NOT_ALLOWED, ErrorKind::MethodNotAllowed)
@@ -144,26 +180,36 @@ impl ApiError {
         }
     }
 
-    fn into_response(self) -> Response<Full<Bytes>> {
-        let (status, kind) = self.status();
-        let retry = matches!(
-            self,
+    /// Seconds after which the same request may succeed, for the answers that say so.
+    fn retry_after(&self) -> Option<u64> {
+        match self {
             ApiError::Exec(
                 ExecError::Overloaded { .. }
-                    | ExecError::NoSandboxAvailable { .. }
-                    | ExecError::SessionBusy { .. }
-            ) | ApiError::ShuttingDown
-        );
+                | ExecError::NoSandboxAvailable { .. }
+                | ExecError::SessionBusy { .. },
+            )
+            | ApiError::OverQuota(_)
+            | ApiError::ShuttingDown => Some(1),
+            ApiError::Exec(ExecError::SessionQuota { retry_after, .. }) => {
+                Some(retry_after.as_secs_f64().ceil().max(1.0) as u64)
+            }
+            _ => None,
+        }
+    }
+
+    fn into_response(self) -> Response<Full<Bytes>> {
+        let (status, kind) = self.status();
+        let retry = self.retry_after();
         // A body half read, or a daemon on its way out: this connection serves no more.
         let close = matches!(self, ApiError::BodyTimeout { .. } | ApiError::ShuttingDown);
         let body = ErrorResponse {
             error: ErrorBody::new(kind, self.to_string()),
         };
         let mut response = json_response(status, &body);
-        if retry {
+        if let Some(seconds) = retry {
             response
                 .headers_mut()
-                .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+                .insert(RETRY_AFTER, HeaderValue::from(seconds));
         }
         if close {
             response
@@ -189,7 +235,15 @@ impl<E: Executor> Api<E> {
             versions,
             next_request_id: AtomicU64::new(1),
             draining: AtomicBool::new(false),
+            policy: Policy::open(),
         }
+    }
+
+    /// The API with `policy` instead of the open one (anyone who can connect, no quotas, no
+    /// audit log).
+    pub fn with_policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
     }
 
     /// The daemon's metrics.
@@ -207,20 +261,25 @@ impl<E: Executor> Api<E> {
         self.draining.load(Ordering::Relaxed)
     }
 
-    /// Answers one request. Never fails: every error becomes a JSON error response.
-    pub async fn handle<B>(&self, request: Request<B>) -> Response<Full<Bytes>>
+    /// Answers one request from `caller`. Never fails: every error becomes a JSON error
+    /// response.
+    pub async fn handle<B>(&self, request: Request<B>, caller: Caller) -> Response<Full<Bytes>>
     where
         B: hyper::body::Body<Data = Bytes>,
         B::Error: Into<BoxError>,
     {
-        let received = Instant::now();
         let id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
-        let span =
-            info_span!("request", id, method = %request.method(), path = %request.uri().path());
-        let result = self
-            .route(request, received, span.clone())
-            .instrument(span.clone())
-            .await;
+        let span = info_span!("request", id, uid = caller.uid, method = %request.method(), path = %request.uri().path());
+        let ctx = Ctx {
+            id,
+            caller,
+            received: Instant::now(),
+            span: span.clone(),
+        };
+        let result = match span.in_scope(|| self.admit(&request, ctx)) {
+            Ok(ctx) => self.route(request, ctx).instrument(span.clone()).await,
+            Err(refused) => Err(refused),
+        };
         let mut response = result.unwrap_or_else(|err| {
             let (status, kind) = err.status();
             span.in_scope(|| warn!(status = status.as_u16(), %kind, "{err}"));
@@ -233,12 +292,28 @@ impl<E: Executor> Api<E> {
         response
     }
 
+    /// Lets the caller in if the allow lists do; a refusal is logged and audited.
+    fn admit<B>(&self, request: &Request<B>, ctx: Ctx) -> Result<Ctx, ApiError> {
+        if self.policy.access.allows(&ctx.caller) {
+            return Ok(ctx);
+        }
+        self.policy.audit.denied(&crate::audit::DeniedRecord {
+            request_id: ctx.id,
+            caller: ctx.caller,
+            method: request.method().as_str(),
+            path: request.uri().path(),
+        });
+        Err(ApiError::CallerNotAllowed {
+            uid: ctx.caller.uid,
+            gid: ctx.caller.gid,
+        })
+    }
+
     /// The routing table: every path and method the API serves.
     async fn route<B>(
         &self,
         request: Request<B>,
-        received: Instant,
-        span: tracing::Span,
+        ctx: Ctx,
     ) -> Result<Response<Full<Bytes>>, ApiError>
     where
         B: hyper::body::Body<Data = Bytes>,
@@ -246,18 +321,17 @@ impl<E: Executor> Api<E> {
     {
         let path = request.uri().path().to_owned();
         let route = Route::parse(&path).ok_or_else(|| ApiError::NotFound(path.clone()))?;
+        let owner = ctx.caller.uid;
         match (request.method().clone(), route) {
-            (Method::POST, Route::Exec) => self.exec(request, received, span).await,
+            (Method::POST, Route::Exec) => self.exec(request, ctx).await,
             (Method::GET, Route::Health(probe)) => Ok(self.health(probe)),
             (Method::GET, Route::Metrics) => self.render_metrics(),
-            (Method::POST, Route::Sessions) => self.create_session(request).await,
-            (Method::GET, Route::Sessions) => Ok(self.list_sessions()),
-            (Method::GET, Route::Session(id)) => self.get_session(id),
-            (Method::DELETE, Route::Session(id)) => self.delete_session(id),
-            (Method::POST, Route::SessionExec(id)) => {
-                self.session_exec(request, id, received, span).await
-            }
-            (Method::POST, Route::SessionFork(id)) => self.fork_session(id).await,
+            (Method::POST, Route::Sessions) => self.create_session(request, &ctx).await,
+            (Method::GET, Route::Sessions) => Ok(self.list_sessions(owner)),
+            (Method::GET, Route::Session(id)) => self.get_session(owner, id),
+            (Method::DELETE, Route::Session(id)) => self.delete_session(id, &ctx),
+            (Method::POST, Route::SessionExec(id)) => self.session_exec(request, id, ctx).await,
+            (Method::POST, Route::SessionFork(id)) => self.fork_session(id, &ctx).await,
             (method, route) => Err(ApiError::MethodNotAllowed {
                 method,
                 path: route.pattern(),
@@ -269,8 +343,7 @@ impl<E: Executor> Api<E> {
     async fn exec<B>(
         &self,
         request: Request<B>,
-        received: Instant,
-        span: tracing::Span,
+        ctx: Ctx,
     ) -> Result<Response<Full<Bytes>>, ApiError>
     where
         B: hyper::body::Body<Data = Bytes>,
@@ -286,8 +359,8 @@ impl<E: Executor> Api<E> {
             max_output_bytes: exec.max_output_bytes,
         };
         self.check_code(&program.code)?;
-        let job = self.job(exec.language, program, None, received, span);
-        self.run(job, received).await
+        let job = self.job(exec.language, program, None, &ctx);
+        self.run(job, &ctx).await
     }
 
     /// Refuses a program over the size limit.
@@ -302,34 +375,45 @@ impl<E: Executor> Api<E> {
     }
 
     /// The job for `program` in `language` (and `session`), with the limits granted.
-    fn job(
-        &self,
-        language: Language,
-        program: Program,
-        session: Option<String>,
-        received: Instant,
-        span: tracing::Span,
-    ) -> Job {
+    fn job(&self, language: Language, program: Program, session: Option<String>, ctx: &Ctx) -> Job {
         let timeout = self.limits.timeout_for(program.timeout_ms);
         Job {
             language,
             code: program.code,
             max_output_bytes: self.limits.output_for(program.max_output_bytes),
             timeout,
-            deadline: received + timeout,
-            span,
+            deadline: ctx.received + timeout,
+            span: ctx.span.clone(),
             session,
+            caller: ctx.caller,
         }
     }
 
-    /// Runs `job` and answers with its outcome.
-    async fn run(&self, job: Job, received: Instant) -> Result<Response<Full<Bytes>>, ApiError> {
-        let language = job.language;
-        let outcome = {
-            let _in_flight = self.metrics.in_flight();
-            self.executor.exec(job).await?
+    /// Runs `job` within its caller's quota, writes its audit line, and answers with its
+    /// outcome.
+    async fn run(&self, job: Job, ctx: &Ctx) -> Result<Response<Full<Bytes>>, ApiError> {
+        let audit = &self.policy.audit;
+        let code = audit.is_on().then(|| audit.code(&job.code));
+        let (language, session) = (job.language, job.session.clone());
+        let ran = match self.policy.quota.admit(ctx.caller.uid, language) {
+            Ok(_slot) => {
+                let _in_flight = self.metrics.in_flight();
+                self.executor.exec(job).await.map_err(ApiError::from)
+            }
+            Err(over) => Err(ApiError::from(over)),
         };
-        let elapsed = received.elapsed();
+        let elapsed = ctx.received.elapsed();
+        if let Some(code) = &code {
+            audit.exec(&exec_record(
+                ctx,
+                language,
+                session.as_deref(),
+                code,
+                &ran,
+                elapsed,
+            ));
+        }
+        let outcome = ran?;
         self.metrics
             .record_execution(language, outcome.status, elapsed);
         info!(
@@ -425,6 +509,12 @@ impl<E: Executor> Api<E> {
             },
             sessions: health.sessions,
             session_limits: Some(self.executor.sessions().settings().limits()),
+            caller_limits: Some(CallerLimits {
+                max_execs: self.policy.quota.limits().clone(),
+                max_sessions: self.executor.sessions().settings().max_per_caller,
+                allow_list: self.policy.access.is_restricted(),
+            }),
+            audit: self.policy.audit.health(),
         };
         let up = match probe {
             Probe::Full => true,
@@ -450,6 +540,38 @@ impl<E: Executor> Api<E> {
             HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
         );
         Ok(response)
+    }
+}
+
+/// The audit line of a job that `ran` (or was refused).
+fn exec_record<'a>(
+    ctx: &Ctx,
+    language: Language,
+    session: Option<&'a str>,
+    code: &'a crate::audit::Code,
+    ran: &'a Result<Outcome, ApiError>,
+    elapsed: std::time::Duration,
+) -> ExecRecord<'a> {
+    let (status, error_kind, output_bytes, truncated) = match ran {
+        Ok(outcome) => (
+            outcome.status.as_str(),
+            outcome.error.as_ref().map(|e| e.kind),
+            outcome.stdout.len() + outcome.stderr.len(),
+            outcome.truncated,
+        ),
+        Err(refused) => ("rejected", Some(refused.status().1), 0, false),
+    };
+    ExecRecord {
+        request_id: ctx.id,
+        caller: ctx.caller,
+        language,
+        session,
+        code,
+        status,
+        error_kind,
+        duration_ms: (elapsed.as_secs_f64() * 1e6).round() / 1e3,
+        output_bytes,
+        truncated,
     }
 }
 

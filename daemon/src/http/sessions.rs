@@ -2,7 +2,7 @@
 //! call on the executor's sessions (or a [`Job`] naming the session) and answers with the API's
 //! wire types; errors go through the one mapping in [`ApiError::status`].
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -10,7 +10,8 @@ use hyper::header::{HeaderValue, LOCATION};
 use hyper::{Request, Response, StatusCode};
 use hyperlightd_api::{CreateSessionRequest, SessionExecRequest, SessionList, paths};
 
-use super::{Api, ApiError, BoxError, Program, json_response};
+use super::{Api, ApiError, BoxError, Ctx, Program, json_response};
+use crate::audit::SessionRecord;
 use crate::executor::Executor;
 
 impl<E: Executor> Api<E> {
@@ -18,6 +19,7 @@ impl<E: Executor> Api<E> {
     pub(super) async fn create_session<B>(
         &self,
         request: Request<B>,
+        ctx: &Ctx,
     ) -> Result<Response<Full<Bytes>>, ApiError>
     where
         B: hyper::body::Body<Data = Bytes>,
@@ -34,7 +36,9 @@ impl<E: Executor> Api<E> {
             ));
         }
         let idle = create.idle_timeout_s.map(Duration::from_secs);
-        let info = self.executor.sessions().create(create.language, idle)?;
+        let sessions = self.executor.sessions();
+        let info = sessions.create(ctx.caller.uid, create.language, idle)?;
+        self.audit_session("session_created", ctx, &info.id, info.language, None);
         Ok(created(&info))
     }
 
@@ -43,8 +47,7 @@ impl<E: Executor> Api<E> {
         &self,
         request: Request<B>,
         id: &str,
-        received: Instant,
-        span: tracing::Span,
+        ctx: Ctx,
     ) -> Result<Response<Full<Bytes>>, ApiError>
     where
         B: hyper::body::Body<Data = Bytes>,
@@ -60,42 +63,82 @@ impl<E: Executor> Api<E> {
             max_output_bytes: exec.max_output_bytes,
         };
         self.check_code(&program.code)?;
-        let language = self.executor.sessions().get(id)?.language;
-        let job = self.job(language, program, Some(id.to_owned()), received, span);
-        self.run(job, received).await
+        let language = self.executor.sessions().get(ctx.caller.uid, id)?.language;
+        let job = self.job(language, program, Some(id.to_owned()), &ctx);
+        self.run(job, &ctx).await
     }
 
     /// `POST /v1/sessions/{id}/fork`: 201 with the new session. Waits for the execs that
     /// arrived before it, at most the longest time limit an exec may have.
-    pub(super) async fn fork_session(&self, id: &str) -> Result<Response<Full<Bytes>>, ApiError> {
+    pub(super) async fn fork_session(
+        &self,
+        id: &str,
+        ctx: &Ctx,
+    ) -> Result<Response<Full<Bytes>>, ApiError> {
         if self.draining() {
             return Err(ApiError::ShuttingDown);
         }
         let wait = self.limits.max_timeout;
-        let info = self.executor.sessions().fork(id, wait).await?;
+        let info = self
+            .executor
+            .sessions()
+            .fork(ctx.caller.uid, id, wait)
+            .await?;
+        self.audit_session("session_forked", ctx, &info.id, info.language, Some(id));
         Ok(created(&info))
     }
 
-    /// `GET /v1/sessions/{id}`
-    pub(super) fn get_session(&self, id: &str) -> Result<Response<Full<Bytes>>, ApiError> {
-        let info = self.executor.sessions().get(id)?;
+    /// `GET /v1/sessions/{id}`: the caller's session.
+    pub(super) fn get_session(
+        &self,
+        owner: u32,
+        id: &str,
+    ) -> Result<Response<Full<Bytes>>, ApiError> {
+        let info = self.executor.sessions().get(owner, id)?;
         Ok(json_response(StatusCode::OK, &info))
     }
 
-    /// `GET /v1/sessions`
-    pub(super) fn list_sessions(&self) -> Response<Full<Bytes>> {
+    /// `GET /v1/sessions`: the caller's sessions.
+    pub(super) fn list_sessions(&self, owner: u32) -> Response<Full<Bytes>> {
         let list = SessionList {
-            sessions: self.executor.sessions().list(),
+            sessions: self.executor.sessions().list(owner),
         };
         json_response(StatusCode::OK, &list)
     }
 
     /// `DELETE /v1/sessions/{id}`: 204.
-    pub(super) fn delete_session(&self, id: &str) -> Result<Response<Full<Bytes>>, ApiError> {
-        self.executor.sessions().delete(id)?;
+    pub(super) fn delete_session(
+        &self,
+        id: &str,
+        ctx: &Ctx,
+    ) -> Result<Response<Full<Bytes>>, ApiError> {
+        let language = self.executor.sessions().delete(ctx.caller.uid, id)?;
+        self.audit_session("session_deleted", ctx, id, language, None);
         let mut response = Response::new(Full::new(Bytes::new()));
         *response.status_mut() = StatusCode::NO_CONTENT;
         Ok(response)
+    }
+
+    fn audit_session(
+        &self,
+        event: &str,
+        ctx: &Ctx,
+        session: &str,
+        language: hyperlightd_api::Language,
+        from: Option<&str>,
+    ) {
+        self.policy.audit.session(
+            event,
+            &SessionRecord {
+                request_id: Some(ctx.id),
+                caller: Some(ctx.caller),
+                owner_uid: ctx.caller.uid,
+                session,
+                language,
+                from,
+                reason: None,
+            },
+        );
     }
 }
 

@@ -1,5 +1,6 @@
 //! Unit tests of the HTTP layer against a stub executor: no KVM, no socket.
 
+mod policy;
 mod sessions;
 
 use std::sync::Mutex;
@@ -24,21 +25,34 @@ struct StubExecutor {
 
 impl StubExecutor {
     fn new(answer: impl Fn(&Job) -> Result<Outcome, ExecError> + Send + Sync + 'static) -> Self {
-        let settings = SessionSettings {
-            max_sessions: 3,
-            default_idle: Duration::from_secs(60),
-            max_idle: Duration::from_secs(600),
-            max_lifetime: Duration::from_secs(3600),
-            memory_budget: 1 << 30,
-        };
-        let languages = [Language::Javascript, Language::Python];
-        let sessions = Sessions::new(settings, &languages, Metrics::new().unwrap().sessions());
         StubExecutor {
             answer: Box::new(answer),
             seen: Mutex::new(Vec::new()),
-            sessions: Arc::new(sessions),
+            sessions: stub_sessions(3),
         }
     }
+
+    /// The same, with room for `n` sessions per caller (3 in all).
+    fn with_session_quota(mut self, n: usize) -> Self {
+        self.sessions = stub_sessions(n);
+        self
+    }
+}
+
+/// A real session table for 3 sessions, `per_caller` of them per caller.
+fn stub_sessions(per_caller: usize) -> Arc<Sessions> {
+    let settings = SessionSettings {
+        max_sessions: 3,
+        max_per_caller: per_caller,
+        default_idle: Duration::from_secs(60),
+        max_idle: Duration::from_secs(600),
+        max_lifetime: Duration::from_secs(3600),
+        memory_budget: 1 << 30,
+    };
+    let languages = [Language::Javascript, Language::Python];
+    let audit = Arc::new(crate::audit::AuditLog::off());
+    let metrics = Metrics::new().unwrap().sessions();
+    Arc::new(Sessions::new(settings, &languages, metrics, audit))
 }
 
 impl Executor for StubExecutor {
@@ -59,7 +73,7 @@ impl Executor for StubExecutor {
             })
         };
         self.sessions
-            .exec(&id, job.deadline, job.timeout, run)
+            .exec(job.caller.uid, &id, job.deadline, job.timeout, run)
             .await
     }
 
@@ -125,6 +139,24 @@ fn api(executor: StubExecutor) -> (Api<StubExecutor>, Arc<StubExecutor>) {
     (api, executor)
 }
 
+/// The caller of the tests' requests.
+const CALLER: Caller = Caller {
+    uid: 1000,
+    gid: 1000,
+    pid: Some(4242),
+};
+
+impl<E: Executor> Api<E> {
+    /// Answers `request` as from [`CALLER`].
+    async fn handle_from_test_caller<B>(&self, request: Request<B>) -> Response<Full<Bytes>>
+    where
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: Into<BoxError>,
+    {
+        self.handle(request, CALLER).await
+    }
+}
+
 fn request(method: Method, path: &str, body: &str) -> Request<Full<Bytes>> {
     Request::builder()
         .method(method)
@@ -137,7 +169,7 @@ async fn call(
     api: &Api<StubExecutor>,
     req: Request<Full<Bytes>>,
 ) -> (StatusCode, serde_json::Value) {
-    let response = api.handle(req).await;
+    let response = api.handle_from_test_caller(req).await;
     let status = response.status();
     assert!(response.headers().contains_key(REQUEST_ID_HEADER));
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
@@ -285,7 +317,7 @@ async fn body_over_limit_without_content_length_is_413() {
         .uri(paths::EXEC)
         .body(ChunkedBody { chunks: 8 })
         .unwrap();
-    let response = api.handle(req).await;
+    let response = api.handle_from_test_caller(req).await;
     assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
 }
 
@@ -336,7 +368,7 @@ async fn body_that_does_not_arrive_in_time_is_408_and_closes_the_connection() {
         .uri(paths::EXEC)
         .body(StalledBody)
         .unwrap();
-    let response = api.handle(req).await;
+    let response = api.handle_from_test_caller(req).await;
     assert_eq!(response.status(), StatusCode::REQUEST_TIMEOUT);
     assert_eq!(response.headers().get(CONNECTION).unwrap(), "close");
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
@@ -350,7 +382,7 @@ async fn while_draining_exec_is_503_shutting_down_and_health_is_not_ready() {
     let (api, executor) = api(echo_executor());
     api.drain();
     let response = api
-        .handle(request(
+        .handle_from_test_caller(request(
             Method::POST,
             paths::EXEC,
             r#"{"language":"javascript","code":"1"}"#,
@@ -380,7 +412,7 @@ async fn no_sandbox_available_is_503_with_retry_after() {
         })
     }));
     let response = api
-        .handle(request(
+        .handle_from_test_caller(request(
             Method::POST,
             paths::EXEC,
             r#"{"language":"javascript","code":"","timeout_ms":250}"#,
@@ -404,7 +436,7 @@ async fn overloaded_executor_is_503_with_retry_after() {
         })
     }));
     let response = api
-        .handle(request(
+        .handle_from_test_caller(request(
             Method::POST,
             paths::EXEC,
             r#"{"language":"javascript","code":""}"#,
@@ -480,7 +512,9 @@ async fn metrics_count_executions_and_rejections() {
     )
     .await;
     call(&api, request(Method::POST, paths::EXEC, "nope")).await;
-    let response = api.handle(request(Method::GET, paths::METRICS, "")).await;
+    let response = api
+        .handle_from_test_caller(request(Method::GET, paths::METRICS, ""))
+        .await;
     assert_eq!(response.status(), StatusCode::OK);
     let text = String::from_utf8(
         response
@@ -592,7 +626,9 @@ async fn health_is_not_ready_while_pools_are_below_their_size() {
             limits(),
             BTreeMap::new(),
         );
-        let response = api.handle(request(Method::GET, paths::HEALTH, "")).await;
+        let response = api
+            .handle_from_test_caller(request(Method::GET, paths::HEALTH, ""))
+            .await;
         assert_eq!(
             response.status(),
             StatusCode::OK,
@@ -614,7 +650,9 @@ async fn readiness_and_liveness_answer_different_questions() {
             limits(),
             BTreeMap::new(),
         );
-        let response = api.handle(request(Method::GET, path, "")).await;
+        let response = api
+            .handle_from_test_caller(request(Method::GET, path, ""))
+            .await;
         let status = response.status();
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
         let health: HealthResponse = serde_json::from_slice(&bytes).unwrap();
@@ -672,6 +710,17 @@ fn every_refusal_is_where_the_openapi_document_says() {
             timeout: Duration::from_secs(1),
         }),
         ApiError::Exec(ExecError::Internal("x".into())),
+        ApiError::Exec(ExecError::SessionQuota {
+            uid: 1,
+            limit: 1,
+            retry_after: Duration::from_secs(1),
+        }),
+        ApiError::CallerNotAllowed { uid: 1, gid: 1 },
+        ApiError::OverQuota(crate::caller::OverQuota {
+            uid: 1,
+            language: Language::Python,
+            limit: 1,
+        }),
         ApiError::Internal("x".into()),
     ];
     for error in every {

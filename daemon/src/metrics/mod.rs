@@ -56,6 +56,10 @@ pub const SANDBOXES_RESTORED_AFTER_POISON_TOTAL: &str =
 /// `language`. Each is a bug in the daemon; the log has the panic's message.
 pub const WORKER_RESTARTS_TOTAL: &str = "hyperlightd_worker_restarts_total";
 
+/// Audit log lines, by `outcome`: `written`, or `failed` (a full disk, an unwritable file;
+/// the line is lost).
+pub const AUDIT_LINES_TOTAL: &str = "hyperlightd_audit_lines_total";
+
 /// Buckets from 1 ms to 60 s: warm executions take milliseconds, time limits reach a minute.
 const DURATION_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -88,6 +92,7 @@ pub struct Metrics {
     restored_after_poison: IntCounterVec,
     worker_restarts: IntCounterVec,
     sessions: SessionMetrics,
+    audit: IntCounterVec,
 }
 
 /// A histogram by `language`.
@@ -250,6 +255,14 @@ impl Metrics {
         registry.register(Box::new(pool_sandboxes.clone()))?;
         registry.register(Box::new(pool_idle.clone()))?;
         let sessions = SessionMetrics::register(&registry)?;
+        let audit = IntCounterVec::new(
+            Opts::new(
+                AUDIT_LINES_TOTAL,
+                "Audit log lines, by outcome (written, failed: lost).",
+            ),
+            &["outcome"],
+        )?;
+        registry.register(Box::new(audit.clone()))?;
         Ok(Metrics {
             registry,
             executions,
@@ -269,7 +282,13 @@ impl Metrics {
             restored_after_poison,
             worker_restarts,
             sessions,
+            audit,
         })
+    }
+
+    /// Audit log lines, by `outcome`.
+    pub fn audit(&self) -> IntCounterVec {
+        self.audit.clone()
     }
 
     /// The metrics of sessions.

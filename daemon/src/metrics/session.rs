@@ -15,7 +15,7 @@ pub const SESSIONS_CREATED_TOTAL: &str = "hyperlightd_sessions_created_total";
 /// its `lifetime`.
 pub const SESSIONS_ENDED_TOTAL: &str = "hyperlightd_sessions_ended_total";
 /// Sessions refused at a limit, by `reason` (`count`: --max-sessions, `memory`:
-/// --session-memory-mib).
+/// --session-memory-mib, `caller`: --max-sessions-per-caller).
 pub const SESSIONS_REFUSED_TOTAL: &str = "hyperlightd_sessions_refused_total";
 /// Execs in sessions, by `language` and `status` (ok, error, timeout).
 pub const SESSION_EXECS_TOTAL: &str = "hyperlightd_session_execs_total";
@@ -71,7 +71,7 @@ impl SessionMetrics {
             )?,
             refused: counter(
                 SESSIONS_REFUSED_TOTAL,
-                "Sessions refused at a limit, by reason (count, memory).",
+                "Sessions refused at a limit, by reason (count, memory, caller).",
                 &["reason"],
             )?,
             execs: counter(

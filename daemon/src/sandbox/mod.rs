@@ -24,6 +24,7 @@ use self::javascript::JavascriptFactory;
 use self::pool::{Pool, PoolConfig, PoolError, Scope};
 use self::python::PythonFactory;
 use self::watchdog::Watchdog;
+use crate::audit::AuditLog;
 use crate::executor::{ExecError, Executor, ExecutorHealth, Job, Outcome};
 use crate::metrics::Metrics;
 use crate::session::{SessionSettings, Sessions};
@@ -51,6 +52,8 @@ pub struct SandboxSettings {
     pub build_limit: Duration,
     /// The limits of sessions.
     pub sessions: SessionSettings,
+    /// Where session expiries are recorded.
+    pub audit: Arc<AuditLog>,
 }
 
 impl SandboxSettings {
@@ -132,6 +135,7 @@ impl HyperlightExecutor {
             settings.sessions,
             &languages,
             metrics.sessions(),
+            settings.audit.clone(),
         ));
         sessions.reap_every(REAP_PERIOD, &runtime);
         let packages = settings
@@ -162,9 +166,9 @@ impl Executor for HyperlightExecutor {
         let Some(id) = job.session.take() else {
             return Ok(pool.submit(job, Scope::Fresh).await?.outcome);
         };
-        let (deadline, timeout) = (job.deadline, job.timeout);
+        let (deadline, timeout, owner) = (job.deadline, job.timeout, job.caller.uid);
         let run = move |state| async move { pool.submit(job, Scope::Session(state)).await };
-        self.sessions.exec(&id, deadline, timeout, run).await
+        self.sessions.exec(owner, &id, deadline, timeout, run).await
     }
 
     fn sessions(&self) -> &Arc<Sessions> {

@@ -35,6 +35,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use self::connections::{Admission, Admitted, Connections, Phase};
+use crate::caller::Caller;
 use crate::executor::Executor;
 use crate::http::Api;
 
@@ -136,6 +137,15 @@ impl<E: Executor> Server<E> {
                 return;
             }
         };
+        // Who connected, as the kernel saw it at connect(2): every request on the connection
+        // is theirs.
+        let caller = match Caller::of(&stream) {
+            Ok(caller) => caller,
+            Err(e) => {
+                warn!("cannot read a connection's peer credentials ({e}); closing it");
+                return;
+            }
+        };
         let metrics = self.api.metrics();
         let admitted = match self.connections.admit() {
             Admission::Admitted(admitted) => admitted,
@@ -155,7 +165,8 @@ impl<E: Executor> Server<E> {
         if graceful.is_none() {
             http.keep_alive(false);
         }
-        let connection = serve_connection(&http, stream, self.api.clone(), admitted.clone());
+        let connection =
+            serve_connection(&http, stream, self.api.clone(), admitted.clone(), caller);
         let idle_timeout = self.config.idle_timeout;
         let connections = self.connections.clone();
         let metrics = metrics.clone();
@@ -189,11 +200,16 @@ fn builder(config: &ServerConfig) -> http1::Builder {
     http
 }
 
-/// Serves one connection over any byte stream exactly as the daemon serves a client (the same
-/// HTTP settings, the API, the phases a connection goes through), until it ends: for tests and
-/// the fuzzer, which drive it in memory. The idle timeout and the connection cap are the accept
-/// loop's and are not applied here.
-pub async fn serve_one<E, I>(io: I, api: Arc<Api<E>>, config: &ServerConfig) -> hyper::Result<()>
+/// Serves one connection from `caller` over any byte stream exactly as the daemon serves a
+/// client (the same HTTP settings, the API, the phases a connection goes through), until it
+/// ends: for tests and the fuzzer, which drive it in memory. The idle timeout and the connection
+/// cap are the accept loop's and are not applied here.
+pub async fn serve_one<E, I>(
+    io: I,
+    api: Arc<Api<E>>,
+    config: &ServerConfig,
+    caller: Caller,
+) -> hyper::Result<()>
 where
     E: Executor,
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -202,15 +218,16 @@ where
         Admission::Admitted(admitted) | Admission::Replaced(admitted) => Arc::new(admitted),
         Admission::Refused => unreachable!("an empty tracker admits"),
     };
-    serve_connection(&builder(config), io, api, admitted).await
+    serve_connection(&builder(config), io, api, admitted, caller).await
 }
 
-/// One connection served by `api`, reporting its phases to `admitted`.
+/// One connection from `caller` served by `api`, reporting its phases to `admitted`.
 fn serve_connection<E, I>(
     http: &http1::Builder,
     io: I,
     api: Arc<Api<E>>,
     admitted: Arc<Admitted>,
+    caller: Caller,
 ) -> impl GracefulConnection<Error = hyper::Error> + Send + use<E, I>
 where
     E: Executor,
@@ -229,7 +246,7 @@ where
                 body,
                 admitted: admitted.clone(),
             });
-            let response = api.handle(request).await;
+            let response = api.handle(request, caller).await;
             admitted.set(Phase::Waiting);
             Ok::<_, Infallible>(response)
         }

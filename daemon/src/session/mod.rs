@@ -14,6 +14,9 @@
 //! limit. An exec, once its turn has come, runs to the end even if its client goes away, so that
 //! the session's state is always that of every exec it accepted.
 //!
+//! A session belongs to the uid that created it (or forked it): every other caller is told it
+//! does not exist, and lists only its own. Each uid may hold at most `max_per_caller` sessions.
+//!
 //! The memory images hold is counted by language in a ledger: an image adds its bytes when it is
 //! made and takes them back when its last holder drops it, so the count is right whatever
 //! deleted, expired, forked or rolled back what.
@@ -33,6 +36,7 @@ use hyperlightd_api::{ExecSession, Language, SessionCounts, SessionInfo, Session
 use tokio::sync::oneshot;
 use tracing::{Instrument, debug, error, info};
 
+use crate::audit::{AuditLog, SessionRecord};
 use crate::executor::{ExecError, Outcome};
 use crate::metrics::SessionMetrics;
 use crate::sandbox::guest::SavedState;
@@ -42,6 +46,8 @@ use crate::sandbox::guest::SavedState;
 pub struct SessionSettings {
     /// Most live sessions, all languages together.
     pub max_sessions: usize,
+    /// Most live sessions one caller (uid) may hold.
+    pub max_per_caller: usize,
     /// Idle timeout of a session that names none.
     pub default_idle: Duration,
     /// Highest idle timeout a session may have.
@@ -57,6 +63,7 @@ impl SessionSettings {
     pub fn limits(&self) -> SessionLimits {
         SessionLimits {
             max_sessions: self.max_sessions,
+            max_sessions_per_caller: self.max_per_caller,
             default_idle_timeout_s: self.default_idle.as_secs(),
             max_idle_timeout_s: self.max_idle.as_secs(),
             max_lifetime_s: self.max_lifetime.as_secs(),
@@ -105,6 +112,8 @@ pub struct Ran {
 #[derive(Debug)]
 struct Session {
     id: String,
+    /// The uid it belongs to.
+    owner: u32,
     language: Language,
     created_at: SystemTime,
     created: Instant,
@@ -168,11 +177,17 @@ pub struct Sessions {
     table: Mutex<BTreeMap<String, Arc<Session>>>,
     ledgers: BTreeMap<Language, Arc<Ledger>>,
     metrics: SessionMetrics,
+    audit: Arc<AuditLog>,
 }
 
 impl Sessions {
-    /// An empty table for sessions of `languages`.
-    pub fn new(settings: SessionSettings, languages: &[Language], metrics: SessionMetrics) -> Self {
+    /// An empty table for sessions of `languages`; expiries are written to `audit`.
+    pub fn new(
+        settings: SessionSettings,
+        languages: &[Language],
+        metrics: SessionMetrics,
+        audit: Arc<AuditLog>,
+    ) -> Self {
         Sessions {
             settings,
             table: Mutex::new(BTreeMap::new()),
@@ -181,6 +196,7 @@ impl Sessions {
                 .map(|&language| (language, Arc::new(Ledger::default())))
                 .collect(),
             metrics,
+            audit,
         }
     }
 
@@ -210,10 +226,12 @@ impl Sessions {
         self.ledgers.values().map(|ledger| ledger.bytes()).sum()
     }
 
-    /// Creates a session of `language`, idle for at most `idle_timeout` (the default when None,
-    /// capped at the maximum). Refused past the session limits; nothing else changes then.
+    /// Creates a session of `language` for `owner`, idle for at most `idle_timeout` (the
+    /// default when None, capped at the maximum). Refused past the session limits; nothing else
+    /// changes then.
     pub fn create(
         &self,
+        owner: u32,
         language: Language,
         idle_timeout: Option<Duration>,
     ) -> Result<SessionInfo, ExecError> {
@@ -223,23 +241,34 @@ impl Sessions {
         let idle = idle_timeout
             .unwrap_or(self.settings.default_idle)
             .min(self.settings.max_idle);
-        let session = self.insert(language, idle, None, 0)?;
+        let session = self.insert(owner, language, idle, None, 0)?;
         self.metrics.created(language, "new");
         info!(session = %session.id, %language, idle_s = idle.as_secs(), "session created");
         Ok(session.info(&self.settings))
     }
 
-    /// A new session whose state is a copy of session `id`'s, as its last exec left it: waits
-    /// for the execs that arrived before, at most `wait`.
-    pub async fn fork(&self, id: &str, wait: Duration) -> Result<SessionInfo, ExecError> {
-        let origin = self.find(id)?;
+    /// A new session of `owner` whose state is a copy of its session `id`'s, as its last exec
+    /// left it: waits for the execs that arrived before, at most `wait`.
+    pub async fn fork(
+        &self,
+        owner: u32,
+        id: &str,
+        wait: Duration,
+    ) -> Result<SessionInfo, ExecError> {
+        let origin = self.find(owner, id)?;
         let turn = tokio::time::timeout(wait, origin.image.clone().lock_owned());
         let Ok(image) = turn.await else {
             return Err(ExecError::SessionBusy { timeout: wait });
         };
-        self.find(id)?;
+        self.find(owner, id)?;
         let bytes = image.as_ref().map_or(0, |image| image.bytes());
-        let fork = self.insert(origin.language, origin.idle_timeout, image.clone(), bytes)?;
+        let fork = self.insert(
+            owner,
+            origin.language,
+            origin.idle_timeout,
+            image.clone(),
+            bytes,
+        )?;
         drop(image);
         self.metrics.created(origin.language, "fork");
         info!(session = %fork.id, origin = %id, "session forked");
@@ -249,6 +278,7 @@ impl Sessions {
     /// Adds a session after checking the limits.
     fn insert(
         &self,
+        owner: u32,
         language: Language,
         idle_timeout: Duration,
         image: Option<Arc<Image>>,
@@ -259,6 +289,18 @@ impl Sessions {
             self.metrics.refused("count");
             return Err(ExecError::TooManySessions {
                 limit: self.settings.max_sessions,
+            });
+        }
+        let owned = table.values().filter(|s| s.owner == owner);
+        if owned.clone().count() >= self.settings.max_per_caller {
+            self.metrics.refused("caller");
+            let now = Instant::now();
+            let next_expiry = owned.map(|s| s.expires(&self.settings)).min();
+            return Err(ExecError::SessionQuota {
+                uid: owner,
+                limit: self.settings.max_per_caller,
+                retry_after: next_expiry
+                    .map_or(Duration::ZERO, |at| at.saturating_duration_since(now)),
             });
         }
         let held = self.memory_held();
@@ -272,6 +314,7 @@ impl Sessions {
         let now = Instant::now();
         let session = Arc::new(Session {
             id: new_id()?,
+            owner,
             language,
             created_at: SystemTime::now(),
             created: now,
@@ -288,10 +331,13 @@ impl Sessions {
         Ok(session)
     }
 
-    /// Session `id`, unless it is unknown, deleted or expired.
-    fn find(&self, id: &str) -> Result<Arc<Session>, ExecError> {
+    /// Session `id` of `owner`, unless it is unknown, another caller's, deleted or expired.
+    fn find(&self, owner: u32, id: &str) -> Result<Arc<Session>, ExecError> {
         let not_found = || ExecError::SessionNotFound(id.to_owned());
         let session = self.table().get(id).cloned().ok_or_else(not_found)?;
+        if session.owner != owner {
+            return Err(not_found());
+        }
         let meta = *session.meta();
         if !meta.busy && session.expired(&self.settings, Instant::now()).is_some() {
             self.reap();
@@ -300,14 +346,19 @@ impl Sessions {
         Ok(session)
     }
 
-    /// Session `id`.
-    pub fn get(&self, id: &str) -> Result<SessionInfo, ExecError> {
-        Ok(self.find(id)?.info(&self.settings))
+    /// Session `id` of `owner`.
+    pub fn get(&self, owner: u32, id: &str) -> Result<SessionInfo, ExecError> {
+        Ok(self.find(owner, id)?.info(&self.settings))
     }
 
-    /// Every live session, oldest first.
-    pub fn list(&self) -> Vec<SessionInfo> {
-        let mut sessions: Vec<Arc<Session>> = self.table().values().cloned().collect();
+    /// Every live session of `owner`, oldest first.
+    pub fn list(&self, owner: u32) -> Vec<SessionInfo> {
+        let mut sessions: Vec<Arc<Session>> = self
+            .table()
+            .values()
+            .filter(|s| s.owner == owner)
+            .cloned()
+            .collect();
         sessions.sort_by_key(|s| s.created);
         let now = Instant::now();
         sessions
@@ -317,40 +368,59 @@ impl Sessions {
             .collect()
     }
 
-    /// Deletes session `id` and drops its state. An exec already running finishes and is
-    /// answered; what it leaves is dropped.
-    pub fn delete(&self, id: &str) -> Result<(), ExecError> {
-        let session = self
-            .table()
-            .remove(id)
-            .ok_or_else(|| ExecError::SessionNotFound(id.to_owned()))?;
+    /// Deletes `owner`'s session `id` and drops its state. An exec already running finishes and
+    /// is answered; what it leaves is dropped. Returns its language.
+    pub fn delete(&self, owner: u32, id: &str) -> Result<Language, ExecError> {
+        let not_found = || ExecError::SessionNotFound(id.to_owned());
+        let mut table = self.table();
+        if table.get(id).is_none_or(|s| s.owner != owner) {
+            return Err(not_found());
+        }
+        let session = table.remove(id).ok_or_else(not_found)?;
+        drop(table);
         self.metrics.ended(session.language, "deleted");
         info!(session = %id, "session deleted");
-        Ok(())
+        Ok(session.language)
     }
 
     /// Deletes every session that has expired and is not running an exec; returns how many.
     pub fn reap(&self) -> usize {
         let now = Instant::now();
         let mut table = self.table();
-        let expired: Vec<(String, Language, &'static str)> = table
+        let expired: Vec<(Arc<Session>, &'static str)> = table
             .values()
             .filter(|s| !s.meta().busy)
-            .filter_map(|s| Some((s.id.clone(), s.language, s.expired(&self.settings, now)?)))
+            .filter_map(|s| Some((s.clone(), s.expired(&self.settings, now)?)))
             .collect();
-        for (id, language, reason) in &expired {
-            table.remove(id);
-            self.metrics.ended(*language, reason);
-            info!(session = %id, reason, "session expired");
+        for (session, _) in &expired {
+            table.remove(&session.id);
+        }
+        drop(table);
+        for (session, reason) in &expired {
+            self.metrics.ended(session.language, reason);
+            info!(session = %session.id, reason, "session expired");
+            self.audit.session(
+                "session_expired",
+                &SessionRecord {
+                    request_id: None,
+                    caller: None,
+                    owner_uid: session.owner,
+                    session: &session.id,
+                    language: session.language,
+                    from: None,
+                    reason: Some(reason),
+                },
+            );
         }
         expired.len()
     }
 
-    /// Runs an exec in session `id`: waits for its turn until `deadline`, then calls `run` with
+    /// Runs an exec in `owner`'s session `id`: waits for its turn until `deadline`, then calls `run` with
     /// the session's image (None: the warm state), and keeps what the worker says to keep. Returns as soon as the worker answers; the state the exec leaves is stored, and
     /// the session's next exec let in, when the worker has saved it.
     pub async fn exec<F, Fut>(
         self: &Arc<Self>,
+        owner: u32,
         id: &str,
         deadline: Instant,
         timeout: Duration,
@@ -360,13 +430,13 @@ impl Sessions {
         F: FnOnce(Option<SavedState>) -> Fut + Send + 'static,
         Fut: Future<Output = Result<Ran, ExecError>> + Send + 'static,
     {
-        let session = self.find(id)?;
+        let session = self.find(owner, id)?;
         let Ok(image) =
             tokio::time::timeout_at(deadline.into(), session.image.clone().lock_owned()).await
         else {
             return Err(ExecError::SessionBusy { timeout });
         };
-        let session = self.find(id)?;
+        let session = self.find(owner, id)?;
         session.meta().busy = true;
         let start = image.as_ref().map(|image| image.state());
         // From here on the exec runs to its end whether or not its caller still waits.

@@ -7,9 +7,17 @@ use hyperlightd_api::ExecStatus;
 use super::*;
 use crate::metrics::Metrics;
 
+/// The uid the tests' sessions belong to.
+const OWNER: u32 = 1000;
+
+fn audit_off() -> Arc<AuditLog> {
+    Arc::new(AuditLog::off())
+}
+
 fn settings() -> SessionSettings {
     SessionSettings {
         max_sessions: 4,
+        max_per_caller: 4,
         default_idle: Duration::from_secs(60),
         max_idle: Duration::from_secs(120),
         max_lifetime: Duration::from_secs(3600),
@@ -23,6 +31,7 @@ fn sessions(settings: SessionSettings) -> Arc<Sessions> {
         settings,
         &[Language::Javascript, Language::Python],
         metrics,
+        audit_off(),
     ))
 }
 
@@ -64,7 +73,7 @@ async fn exec_saving(sessions: &Arc<Sessions>, id: &str, value: u32, bytes: u64)
     };
     let deadline = Instant::now() + Duration::from_secs(5);
     let outcome = sessions
-        .exec(id, deadline, Duration::from_secs(5), run)
+        .exec(OWNER, id, deadline, Duration::from_secs(5), run)
         .await
         .unwrap();
     assert!(!outcome.session.unwrap().rolled_back);
@@ -80,21 +89,21 @@ async fn exec_rolling_back(sessions: &Arc<Sessions>, id: &str) -> Outcome {
     };
     let deadline = Instant::now() + Duration::from_secs(5);
     sessions
-        .exec(id, deadline, Duration::from_secs(5), run)
+        .exec(OWNER, id, deadline, Duration::from_secs(5), run)
         .await
         .unwrap()
 }
 
 /// Waits until the session's saved state is in (saving happens after the answer).
 async fn settled(sessions: &Arc<Sessions>, id: &str) {
-    let session = sessions.find(id).unwrap();
+    let session = sessions.find(OWNER, id).unwrap();
     drop(session.image.lock().await);
 }
 
 #[tokio::test]
 async fn state_carries_from_one_exec_to_the_next_and_memory_is_counted() {
     let sessions = sessions(settings());
-    let info = sessions.create(Language::Python, None).unwrap();
+    let info = sessions.create(OWNER, Language::Python, None).unwrap();
     assert_eq!(info.id.len(), 32);
     assert!(info.id.chars().all(|c| c.is_ascii_hexdigit()));
     assert_eq!(exec_saving(&sessions, &info.id, 1, 100).await, None);
@@ -103,14 +112,14 @@ async fn state_carries_from_one_exec_to_the_next_and_memory_is_counted() {
     settled(&sessions, &info.id).await;
     assert_eq!(exec_saving(&sessions, &info.id, 3, 200).await, Some(2));
     settled(&sessions, &info.id).await;
-    let info = sessions.get(&info.id).unwrap();
+    let info = sessions.get(OWNER, &info.id).unwrap();
     assert_eq!((info.execs, info.memory_bytes), (3, 200));
     assert_eq!(sessions.counts()[&Language::Python].memory_bytes, 200);
     assert_eq!(sessions.counts()[&Language::Javascript].live, 0);
-    sessions.delete(&info.id).unwrap();
+    sessions.delete(OWNER, &info.id).unwrap();
     assert_eq!(sessions.counts()[&Language::Python].memory_bytes, 0);
     assert!(matches!(
-        sessions.get(&info.id),
+        sessions.get(OWNER, &info.id),
         Err(ExecError::SessionNotFound(_))
     ));
 }
@@ -118,7 +127,10 @@ async fn state_carries_from_one_exec_to_the_next_and_memory_is_counted() {
 #[tokio::test]
 async fn a_rolled_back_exec_leaves_the_state_from_before_it() {
     let sessions = sessions(settings());
-    let id = sessions.create(Language::Javascript, None).unwrap().id;
+    let id = sessions
+        .create(OWNER, Language::Javascript, None)
+        .unwrap()
+        .id;
     exec_saving(&sessions, &id, 7, 10).await;
     settled(&sessions, &id).await;
     let outcome = exec_rolling_back(&sessions, &id).await;
@@ -129,10 +141,10 @@ async fn a_rolled_back_exec_leaves_the_state_from_before_it() {
 #[tokio::test]
 async fn a_fork_shares_the_state_until_either_changes_and_memory_is_counted_once() {
     let sessions = sessions(settings());
-    let origin = sessions.create(Language::Python, None).unwrap().id;
+    let origin = sessions.create(OWNER, Language::Python, None).unwrap().id;
     exec_saving(&sessions, &origin, 5, 400).await;
     let fork = sessions
-        .fork(&origin, Duration::from_secs(5))
+        .fork(OWNER, &origin, Duration::from_secs(5))
         .await
         .unwrap();
     assert_ne!(fork.id, origin);
@@ -150,7 +162,7 @@ async fn a_fork_shares_the_state_until_either_changes_and_memory_is_counted_once
 #[tokio::test]
 async fn execs_of_one_session_run_one_at_a_time_in_arrival_order() {
     let sessions = sessions(settings());
-    let id = sessions.create(Language::Python, None).unwrap().id;
+    let id = sessions.create(OWNER, Language::Python, None).unwrap().id;
     let running = Arc::new(AtomicUsize::new(0));
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut execs = Vec::new();
@@ -177,7 +189,7 @@ async fn execs_of_one_session_run_one_at_a_time_in_arrival_order() {
             };
             let deadline = Instant::now() + Duration::from_secs(10);
             sessions
-                .exec(&id, deadline, Duration::from_secs(10), run)
+                .exec(OWNER, &id, deadline, Duration::from_secs(10), run)
                 .await
                 .unwrap();
         }));
@@ -203,8 +215,8 @@ async fn execs_of_one_session_run_one_at_a_time_in_arrival_order() {
 #[tokio::test]
 async fn waiting_for_a_turn_past_the_deadline_is_session_busy_and_nothing_runs() {
     let sessions = sessions(settings());
-    let id = sessions.create(Language::Python, None).unwrap().id;
-    let session = sessions.find(&id).unwrap();
+    let id = sessions.create(OWNER, Language::Python, None).unwrap().id;
+    let session = sessions.find(OWNER, &id).unwrap();
     let held = session.image.clone().lock_owned().await;
     let ran = Arc::new(AtomicUsize::new(0));
     let counted = ran.clone();
@@ -217,7 +229,7 @@ async fn waiting_for_a_turn_past_the_deadline_is_session_busy_and_nothing_runs()
     };
     let deadline = Instant::now() + Duration::from_millis(50);
     let result = sessions
-        .exec(&id, deadline, Duration::from_millis(50), run)
+        .exec(OWNER, &id, deadline, Duration::from_millis(50), run)
         .await;
     assert!(
         matches!(result, Err(ExecError::SessionBusy { .. })),
@@ -231,29 +243,29 @@ async fn waiting_for_a_turn_past_the_deadline_is_session_busy_and_nothing_runs()
 async fn limits_refuse_new_sessions_and_change_nothing_else() {
     let sessions = sessions(settings());
     let ids: Vec<String> = (0..4)
-        .map(|_| sessions.create(Language::Python, None).unwrap().id)
+        .map(|_| sessions.create(OWNER, Language::Python, None).unwrap().id)
         .collect();
     assert!(matches!(
-        sessions.create(Language::Python, None),
+        sessions.create(OWNER, Language::Python, None),
         Err(ExecError::TooManySessions { limit: 4 })
     ));
     assert!(matches!(
-        sessions.fork(&ids[0], Duration::from_secs(1)).await,
+        sessions.fork(OWNER, &ids[0], Duration::from_secs(1)).await,
         Err(ExecError::TooManySessions { .. })
     ));
-    assert_eq!(sessions.list().len(), 4);
-    sessions.delete(&ids[3]).unwrap();
+    assert_eq!(sessions.list(OWNER).len(), 4);
+    sessions.delete(OWNER, &ids[3]).unwrap();
     // Memory: one session holding the whole budget refuses the next.
     exec_saving(&sessions, &ids[0], 1, 1000).await;
     settled(&sessions, &ids[0]).await;
     assert!(matches!(
-        sessions.create(Language::Javascript, None),
+        sessions.create(OWNER, Language::Javascript, None),
         Err(ExecError::SessionMemoryFull {
             held: 1000,
             budget: 1000
         })
     ));
-    assert_eq!(sessions.list().len(), 3);
+    assert_eq!(sessions.list(OWNER).len(), 3);
     // An exec in an existing session still runs.
     assert_eq!(exec_saving(&sessions, &ids[0], 2, 10).await, Some(1));
 }
@@ -265,9 +277,9 @@ async fn idle_timeouts_are_defaulted_capped_and_expired_sessions_are_reaped() {
         max_idle: Duration::from_millis(200),
         ..settings()
     });
-    let short = sessions.create(Language::Python, None).unwrap();
+    let short = sessions.create(OWNER, Language::Python, None).unwrap();
     let long = sessions
-        .create(Language::Python, Some(Duration::from_secs(3600)))
+        .create(OWNER, Language::Python, Some(Duration::from_secs(3600)))
         .unwrap();
     assert_eq!(short.idle_timeout_s, 0);
     exec_saving(&sessions, &short.id, 1, 50).await;
@@ -275,16 +287,16 @@ async fn idle_timeouts_are_defaulted_capped_and_expired_sessions_are_reaped() {
     tokio::time::sleep(Duration::from_millis(150)).await;
     // Expired: not found even before the reaper runs, and then gone with its memory.
     assert!(matches!(
-        sessions.get(&short.id),
+        sessions.get(OWNER, &short.id),
         Err(ExecError::SessionNotFound(_))
     ));
     assert!(
-        sessions.get(&long.id).is_ok(),
+        sessions.get(OWNER, &long.id).is_ok(),
         "capped at 200 ms, not yet over"
     );
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(sessions.reap(), 1);
-    assert!(sessions.list().is_empty());
+    assert!(sessions.list(OWNER).is_empty());
     assert_eq!(sessions.counts()[&Language::Python].memory_bytes, 0);
 }
 
@@ -294,7 +306,7 @@ async fn the_reaper_runs_without_requests() {
         default_idle: Duration::from_millis(50),
         ..settings()
     });
-    sessions.create(Language::Javascript, None).unwrap();
+    sessions.create(OWNER, Language::Javascript, None).unwrap();
     sessions.reap_every(
         Duration::from_millis(20),
         &tokio::runtime::Handle::current(),
@@ -306,9 +318,108 @@ async fn the_reaper_runs_without_requests() {
 #[tokio::test]
 async fn a_language_without_a_pool_has_no_sessions() {
     let metrics = Metrics::new().unwrap().sessions();
-    let sessions = Sessions::new(settings(), &[Language::Javascript], metrics);
+    let sessions = Sessions::new(settings(), &[Language::Javascript], metrics, audit_off());
     assert!(matches!(
-        sessions.create(Language::Python, None),
+        sessions.create(OWNER, Language::Python, None),
         Err(ExecError::LanguageNotServed(Language::Python))
     ));
+}
+
+#[tokio::test]
+async fn a_session_is_its_creators_alone_and_others_are_told_it_does_not_exist() {
+    let sessions = sessions(settings());
+    let id = sessions.create(OWNER, Language::Python, None).unwrap().id;
+    let other = OWNER + 1;
+    let not_found = |result: Result<SessionInfo, ExecError>| matches!(result, Err(ExecError::SessionNotFound(ref x)) if *x == id);
+    assert!(not_found(sessions.get(other, &id)));
+    assert!(not_found(
+        sessions.fork(other, &id, Duration::from_secs(1)).await
+    ));
+    assert!(matches!(
+        sessions.delete(other, &id),
+        Err(ExecError::SessionNotFound(_))
+    ));
+    let run = |_: Option<SavedState>| async {
+        Err::<Ran, _>(ExecError::Internal("another caller's exec ran".into()))
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    assert!(matches!(
+        sessions
+            .exec(other, &id, deadline, Duration::from_secs(5), run)
+            .await,
+        Err(ExecError::SessionNotFound(_))
+    ));
+    assert!(sessions.list(other).is_empty());
+    // The owner still has it, untouched.
+    assert_eq!(sessions.list(OWNER).len(), 1);
+    assert_eq!(sessions.get(OWNER, &id).unwrap().execs, 0);
+    assert_eq!(sessions.delete(OWNER, &id).unwrap(), Language::Python);
+}
+
+#[tokio::test]
+async fn each_caller_holds_at_most_its_quota_of_sessions_forks_included() {
+    let sessions = sessions(SessionSettings {
+        max_per_caller: 2,
+        default_idle: Duration::from_secs(30),
+        ..settings()
+    });
+    let first = sessions.create(OWNER, Language::Python, None).unwrap().id;
+    sessions
+        .fork(OWNER, &first, Duration::from_secs(1))
+        .await
+        .unwrap();
+    let over = sessions
+        .create(OWNER, Language::Javascript, None)
+        .unwrap_err();
+    let ExecError::SessionQuota {
+        uid,
+        limit,
+        retry_after,
+    } = over.clone()
+    else {
+        panic!("{over:?}");
+    };
+    assert_eq!((uid, limit), (OWNER, 2));
+    assert!(retry_after <= Duration::from_secs(30) && retry_after > Duration::from_secs(25));
+    assert!(
+        over.to_string().contains("--max-sessions-per-caller"),
+        "{over}"
+    );
+    assert!(matches!(
+        sessions.fork(OWNER, &first, Duration::from_secs(1)).await,
+        Err(ExecError::SessionQuota { .. })
+    ));
+    // Another caller is not affected, and a deletion makes room.
+    sessions.create(OWNER + 1, Language::Python, None).unwrap();
+    sessions.delete(OWNER, &first).unwrap();
+    sessions.create(OWNER, Language::Javascript, None).unwrap();
+}
+
+#[tokio::test]
+async fn an_expiry_is_written_to_the_audit_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.log");
+    let options = crate::audit::AuditOptions {
+        audit_log: Some(path.clone()),
+        audit_code: false,
+    };
+    let audit = Arc::new(AuditLog::open(&options).unwrap());
+    let metrics = Metrics::new().unwrap().sessions();
+    let settings = SessionSettings {
+        default_idle: Duration::from_millis(10),
+        ..settings()
+    };
+    let sessions = Sessions::new(settings, &[Language::Javascript], metrics, audit);
+    let id = sessions
+        .create(OWNER, Language::Javascript, None)
+        .unwrap()
+        .id;
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(sessions.reap(), 1);
+    let line: serde_json::Value =
+        serde_json::from_str(std::fs::read_to_string(&path).unwrap().trim()).unwrap();
+    assert_eq!(line["audit"], "session_expired");
+    assert_eq!(line["session"], id.as_str());
+    assert_eq!(line["owner_uid"], OWNER);
+    assert_eq!(line["reason"], "idle");
 }

@@ -1,9 +1,10 @@
 //! Platform- and privilege-specific code, kept in one place: the socket file (ownership, mode,
 //! stale files), hypervisor detection, signals (stop requests, and the mask of threads that run
-//! guests), the process's memory policy and its open-file limit.
+//! guests), the process's memory policy, its open-file limit, and the user database.
 
 pub mod files;
 pub mod hypervisor;
 pub mod memory;
 pub mod signals;
 pub mod socket;
+pub mod users;

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hyperlightd::audit::AuditLog;
 use hyperlightd::executor::{ExecError, Executor, ExecutorHealth, Job, Outcome};
 use hyperlightd::metrics::Metrics;
 use hyperlightd::session::{SessionSettings, Sessions};
@@ -21,6 +22,7 @@ impl Stub {
     pub fn new() -> Self {
         let settings = SessionSettings {
             max_sessions: 8,
+            max_per_caller: 8,
             default_idle: Duration::from_secs(60),
             max_idle: Duration::from_secs(60),
             max_lifetime: Duration::from_secs(60),
@@ -28,7 +30,12 @@ impl Stub {
         };
         let metrics = Metrics::new().expect("metrics").sessions();
         Stub {
-            sessions: Arc::new(Sessions::new(settings, &[Language::Javascript], metrics)),
+            sessions: Arc::new(Sessions::new(
+                settings,
+                &[Language::Javascript],
+                metrics,
+                Arc::new(AuditLog::off()),
+            )),
         }
     }
 }

@@ -10,7 +10,7 @@ async fn create(api: &Api<StubExecutor>, body: &str) -> (StatusCode, serde_json:
 async fn a_session_is_created_read_listed_used_and_deleted() {
     let (api, executor) = api(echo_executor());
     let response = api
-        .handle(request(
+        .handle_from_test_caller(request(
             Method::POST,
             paths::SESSIONS,
             r#"{"language":"python"}"#,
@@ -49,7 +49,9 @@ async fn a_session_is_created_read_listed_used_and_deleted() {
         "the session's language"
     );
 
-    let response = api.handle(request(Method::DELETE, &location, "")).await;
+    let response = api
+        .handle_from_test_caller(request(Method::DELETE, &location, ""))
+        .await;
     assert_eq!(response.status(), StatusCode::NO_CONTENT);
     for (method, path) in [
         (Method::GET, location.clone()),
@@ -129,7 +131,7 @@ async fn past_the_session_limit_creating_and_forking_are_refused_with_429() {
     let (status, _) = call(&api, request(Method::POST, &fork, "")).await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
     let response = api
-        .handle(request(Method::DELETE, &paths::session(&ids[1]), ""))
+        .handle_from_test_caller(request(Method::DELETE, &paths::session(&ids[1]), ""))
         .await;
     assert_eq!(response.status(), StatusCode::NO_CONTENT);
     let (status, forked) = call(&api, request(Method::POST, &fork, "")).await;
@@ -155,7 +157,7 @@ async fn a_draining_daemon_creates_and_runs_no_sessions_but_still_deletes_them()
     .await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     let response = api
-        .handle(request(Method::DELETE, &paths::session(&id), ""))
+        .handle_from_test_caller(request(Method::DELETE, &paths::session(&id), ""))
         .await;
     assert_eq!(response.status(), StatusCode::NO_CONTENT);
 }

@@ -195,6 +195,11 @@ fn job(code: &str, timeout_ms: u64) -> Job {
         max_output_bytes: 1000,
         span: tracing::Span::none(),
         session: None,
+        caller: crate::caller::Caller {
+            uid: 1000,
+            gid: 1000,
+            pid: None,
+        },
     }
 }
 

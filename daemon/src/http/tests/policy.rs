@@ -1,0 +1,230 @@
+//! Who may call, how much, and what the audit log says of it, against the stub executor.
+
+use hyper::header::RETRY_AFTER;
+use serde_json::json;
+
+use super::*;
+use crate::audit::{AuditLog, AuditOptions};
+use crate::caller::{Access, ExecQuota, Policy};
+
+const OTHER: Caller = Caller {
+    uid: 2000,
+    gid: 2000,
+    pid: Some(5151),
+};
+
+/// An API whose audit log is a file in `dir`, with `access` and an exec quota of `quota`.
+fn api_with(
+    dir: &tempfile::TempDir,
+    access: Access,
+    quota: usize,
+) -> (Api<StubExecutor>, Arc<StubExecutor>, std::path::PathBuf) {
+    let (api, executor) = api(echo_executor().with_session_quota(2));
+    let path = dir.path().join("audit.log");
+    let options = AuditOptions {
+        audit_log: Some(path.clone()),
+        audit_code: false,
+    };
+    let policy = Policy {
+        access,
+        quota: ExecQuota::new(BTreeMap::from([
+            (Language::Javascript, quota),
+            (Language::Python, quota),
+        ])),
+        audit: Arc::new(AuditLog::open(&options).unwrap()),
+    };
+    (api.with_policy(policy), executor, path)
+}
+
+fn audit_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+async fn call_as(
+    api: &Api<StubExecutor>,
+    caller: Caller,
+    req: Request<Full<Bytes>>,
+) -> Response<Full<Bytes>> {
+    api.handle(req, caller).await
+}
+
+async fn body_of(response: Response<Full<Bytes>>) -> serde_json::Value {
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+const EXEC: &str = r#"{"language":"javascript","code":"1 + 1"}"#;
+
+#[tokio::test]
+async fn a_caller_off_the_allow_list_is_refused_403_audited_and_nothing_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let access = Access::new(&[CALLER.uid], &[], 999);
+    let (api, executor, audit) = api_with(&dir, access, 8);
+    for (method, path) in [
+        (Method::POST, paths::EXEC),
+        (Method::GET, paths::HEALTH),
+        (Method::GET, paths::SESSIONS),
+    ] {
+        let response = call_as(&api, OTHER, request(method.clone(), path, EXEC)).await;
+        assert_eq!(response.status(), StatusCode::FORBIDDEN, "{path}");
+        let body = body_of(response).await;
+        assert_eq!(body["error"]["kind"], "caller_not_allowed");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("uid 2000") && message.contains("--allow-uid"),
+            "{message}"
+        );
+    }
+    assert!(executor.seen.lock().unwrap().is_empty(), "nothing ran");
+    let lines = audit_lines(&audit);
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines[0]["audit"], "denied");
+    assert_eq!(
+        lines[0]["caller"],
+        json!({"uid": 2000, "gid": 2000, "pid": 5151})
+    );
+    assert_eq!(lines[0]["path"], paths::EXEC);
+    // The listed caller is served.
+    let response = call_as(&api, CALLER, request(Method::POST, paths::EXEC, EXEC)).await;
+    assert_eq!(response.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn past_its_quota_a_caller_gets_429_with_retry_after_and_others_are_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let (api, executor, audit) = api_with(&dir, Access::default(), 2);
+    // Two executions of CALLER in flight.
+    let held = [
+        api.policy
+            .quota
+            .admit(CALLER.uid, Language::Javascript)
+            .unwrap(),
+        api.policy
+            .quota
+            .admit(CALLER.uid, Language::Javascript)
+            .unwrap(),
+    ];
+    let response = call_as(&api, CALLER, request(Method::POST, paths::EXEC, EXEC)).await;
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(response.headers()[RETRY_AFTER], "1");
+    let body = body_of(response).await;
+    assert_eq!(body["error"]["kind"], "quota_exceeded");
+    assert!(executor.seen.lock().unwrap().is_empty(), "nothing ran");
+    // Another caller, and another language, are not affected.
+    let response = call_as(&api, OTHER, request(Method::POST, paths::EXEC, EXEC)).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let python = r#"{"language":"python","code":"1"}"#;
+    let response = call_as(&api, CALLER, request(Method::POST, paths::EXEC, python)).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    // Once one finishes, the caller is served again, and its slot is given back.
+    drop(held);
+    let response = call_as(&api, CALLER, request(Method::POST, paths::EXEC, EXEC)).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        api.policy.quota.in_flight(CALLER.uid, Language::Javascript),
+        0
+    );
+    let lines = audit_lines(&audit);
+    assert_eq!(lines[0]["status"], "rejected");
+    assert_eq!(lines[0]["error_kind"], "quota_exceeded");
+    assert_eq!(lines[1]["status"], "ok");
+}
+
+#[tokio::test]
+async fn every_execution_has_an_audit_line_matching_its_request_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let (api, _, audit) = api_with(&dir, Access::default(), 8);
+    let response = call_as(&api, CALLER, request(Method::POST, paths::EXEC, EXEC)).await;
+    let request_id: u64 = response.headers()[REQUEST_ID_HEADER]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let [line] = audit_lines(&audit).try_into().unwrap();
+    assert_eq!(line["audit"], "exec");
+    assert_eq!(line["request_id"], request_id);
+    assert_eq!(line["caller"]["uid"], CALLER.uid);
+    assert_eq!(line["language"], "javascript");
+    assert_eq!(line["code_bytes"], 5);
+    assert_eq!(line["code_sha256"].as_str().unwrap().len(), 64);
+    assert!(
+        line.get("code").is_none(),
+        "the code only with --audit-code"
+    );
+    assert_eq!(line["status"], "ok");
+    assert_eq!(line["error_kind"], serde_json::Value::Null);
+    assert!(line["duration_ms"].as_f64().unwrap() >= 0.0);
+}
+
+#[tokio::test]
+async fn sessions_are_their_callers_own_audited_and_held_to_a_quota() {
+    let dir = tempfile::tempdir().unwrap();
+    let (api, _, audit) = api_with(&dir, Access::default(), 8);
+    let create = || request(Method::POST, paths::SESSIONS, r#"{"language":"python"}"#);
+    let response = call_as(&api, CALLER, create()).await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let id = body_of(response).await["id"].as_str().unwrap().to_owned();
+    // Another caller neither sees nor touches it.
+    let other_exec = request(Method::POST, &paths::session_exec(&id), r#"{"code":"1"}"#);
+    let response = call_as(&api, OTHER, other_exec).await;
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    let list = body_of(call_as(&api, OTHER, request(Method::GET, paths::SESSIONS, "")).await).await;
+    assert_eq!(list["sessions"], json!([]));
+    let response = call_as(
+        &api,
+        OTHER,
+        request(Method::DELETE, &paths::session(&id), ""),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    // Two sessions per caller here (of 3 in all).
+    assert_eq!(
+        call_as(&api, CALLER, create()).await.status(),
+        StatusCode::CREATED
+    );
+    let response = call_as(&api, CALLER, create()).await;
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        response.headers()[RETRY_AFTER],
+        "60",
+        "the first one's idle timeout"
+    );
+    assert_eq!(body_of(response).await["error"]["kind"], "quota_exceeded");
+    let response = call_as(
+        &api,
+        CALLER,
+        request(Method::DELETE, &paths::session(&id), ""),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    let events: Vec<String> = audit_lines(&audit)
+        .iter()
+        .map(|l| format!("{} {}", l["audit"].as_str().unwrap(), l["caller"]["uid"]))
+        .collect();
+    assert_eq!(
+        events,
+        [
+            "session_created 1000",
+            "session_created 1000",
+            "session_deleted 1000"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn health_states_the_caller_limits_and_the_audit_logs_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let (api, _, audit) = api_with(&dir, Access::new(&[CALLER.uid], &[7], 999), 3);
+    let health = body_of(call_as(&api, CALLER, request(Method::GET, paths::HEALTH, "")).await);
+    let health = health.await;
+    assert_eq!(
+        health["caller_limits"],
+        json!({"max_execs": {"javascript": 3, "python": 3}, "max_sessions": 2, "allow_list": true})
+    );
+    assert_eq!(health["audit"]["destination"], audit.display().to_string());
+    assert_eq!(health["audit"]["failed_lines"], 0);
+}
