@@ -202,13 +202,31 @@ impl Daemon {
 
     /// Runs `hlctl` against this daemon with `args`, feeding it `stdin`.
     pub async fn hlctl(&self, args: &[&str], stdin: &str) -> Output {
+        self.hlctl_as(None, args, stdin).await
+    }
+
+    /// Runs `hlctl` as the user `uid` in the group `gid` (None: as this process), with `args`
+    /// and `stdin`. Needs root, and [`open_socket_to_everyone`](Self::open_socket_to_everyone).
+    pub async fn hlctl_as(&self, user: Option<(u32, u32)>, args: &[&str], stdin: &str) -> Output {
         let socket = self.socket.clone();
         let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
         let stdin = stdin.to_owned();
-        let run = tokio::task::spawn_blocking(move || run_hlctl(&socket, &args, &stdin));
+        let run = tokio::task::spawn_blocking(move || run_hlctl_as(user, &socket, &args, &stdin));
         within("hlctl", STEP_LIMIT, run)
             .await
             .expect("the hlctl thread")
+    }
+
+    /// Lets every user reach the socket (its directory and the socket itself), so that a test
+    /// can call as other users; the daemon's allow lists then decide who may.
+    pub fn open_socket_to_everyone(&self) {
+        use std::os::unix::fs::PermissionsExt;
+        let open = |path: &Path, mode| {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+                .unwrap_or_else(|e| panic!("chmod {}: {e}", path.display()));
+        };
+        open(self.dir.path(), 0o755);
+        open(&self.socket, 0o666);
     }
 }
 
@@ -286,8 +304,23 @@ pub fn assert_capped_and_finished(
 
 /// Runs `hlctl --socket SOCKET ARGS...` with `stdin` and returns its output.
 pub fn run_hlctl(socket: &Path, args: &[String], stdin: &str) -> Output {
+    run_hlctl_as(None, socket, args, stdin)
+}
+
+/// [`run_hlctl`] as the user and group `user` (uid, gid), or as this process.
+pub fn run_hlctl_as(
+    user: Option<(u32, u32)>,
+    socket: &Path,
+    args: &[String],
+    stdin: &str,
+) -> Output {
     use std::io::Write;
-    let mut child = Command::new(binary("hlctl"))
+    use std::os::unix::process::CommandExt;
+    let mut command = Command::new(binary("hlctl"));
+    if let Some((uid, gid)) = user {
+        command.uid(uid).gid(gid);
+    }
+    let mut child = command
         .arg("--socket")
         .arg(socket)
         .args(args)

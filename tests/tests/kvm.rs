@@ -14,6 +14,9 @@ use hyperlightd_e2e::{
 use nix::sys::signal::Signal;
 use serde_json::json;
 
+#[path = "kvm/callers.rs"]
+mod callers;
+
 fn js(code: &str) -> ExecRequest {
     ExecRequest::new(Language::Javascript, code)
 }

@@ -1,0 +1,154 @@
+//! Callers told apart by the kernel's peer credentials: allow lists, per-caller quotas and the
+//! audit log, with `hlctl` run as other users (the tests run as root in the VM).
+
+use std::process::Output;
+
+use super::*;
+
+const ALICE: (u32, u32) = (1000, 1000);
+const BOB: (u32, u32) = (1001, 1000);
+const MALLORY: (u32, u32) = (1002, 1002);
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn audit_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn callers_are_allowed_refused_and_held_to_their_own_quota_and_each_run_is_audited() {
+    let audit_dir = tempfile::tempdir().unwrap();
+    let audit = audit_dir.path().join("audit.log");
+    let audit_arg = audit.to_string_lossy().into_owned();
+    let daemon = Daemon::start(&[
+        "--pool",
+        "javascript=2",
+        "--allow-uid",
+        "1000",
+        "--allow-uid",
+        "1001",
+        "--max-execs-per-caller",
+        "1",
+        "--audit-log",
+        &audit_arg,
+    ])
+    .await;
+    daemon.open_socket_to_everyone();
+    let exec = |code: &str| {
+        vec!["exec", "--lang", "js", "--timeout-ms", "30000", "-e"]
+            .into_iter()
+            .chain([code])
+            .map(str::to_owned)
+            .collect::<Vec<String>>()
+    };
+    let as_user = |user, code: &str| {
+        let args = exec(code);
+        let daemon = &daemon;
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            daemon.hlctl_as(Some(user), &args, "").await
+        }
+    };
+
+    // Not on the allow list: refused, whatever it asks.
+    let refused = as_user(MALLORY, "console.log('mallory')").await;
+    assert_eq!(refused.status.code(), Some(4), "{refused:?}");
+    assert!(
+        stderr(&refused).contains("caller_not_allowed"),
+        "{refused:?}"
+    );
+    assert!(stderr(&refused).contains("uid 1002"), "{refused:?}");
+
+    // Alice runs a long program; a second one of hers is past her quota of one, while Bob,
+    // another caller, is served by the pool's other sandbox.
+    let busy = "const end = Date.now() + 6000; while (Date.now() < end) {} 'done'";
+    let long = tokio::spawn({
+        let socket = daemon.socket().to_owned();
+        let args = exec(busy);
+        async move {
+            tokio::task::spawn_blocking(move || {
+                hyperlightd_e2e::run_hlctl_as(Some(ALICE), &socket, &args, "")
+            })
+            .await
+            .unwrap()
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let metrics = within("metrics", STEP_LIMIT, daemon.client().metrics())
+            .await
+            .unwrap();
+        if metric(&metrics, "hyperlightd_executions_in_flight") >= 1.0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "Alice's program never started");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let over = as_user(ALICE, "1").await;
+    assert_eq!(over.status.code(), Some(4), "{over:?}");
+    assert!(stderr(&over).contains("quota_exceeded"), "{over:?}");
+    let bob = as_user(BOB, "console.log('bob')").await;
+    assert!(bob.status.success(), "{bob:?}");
+    assert_eq!(String::from_utf8_lossy(&bob.stdout), "bob\n");
+    let alice = within("Alice's long program", STEP_LIMIT, long)
+        .await
+        .unwrap();
+    assert!(alice.status.success(), "{alice:?}");
+    assert_eq!(String::from_utf8_lossy(&alice.stdout), "done\n");
+    // The daemon's own user (root here) is allowed without being listed.
+    assert_eq!(run(&daemon, js("6 * 7")).await.result, json!(42));
+
+    // One line per refusal and per run, each with the caller's credentials.
+    let lines = audit_lines(&audit);
+    let summary: Vec<String> = lines
+        .iter()
+        .map(|l| {
+            let status = l["status"].as_str().unwrap_or("");
+            format!(
+                "{} {} {status}",
+                l["audit"].as_str().unwrap(),
+                l["caller"]["uid"]
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            "denied 1002 ",
+            "exec 1000 rejected",
+            "exec 1001 ok",
+            "exec 1000 ok",
+            "exec 0 ok"
+        ],
+        "{lines:#?}"
+    );
+    let alice_line = &lines[3];
+    assert!(
+        alice_line["caller"]["pid"].as_i64().unwrap() > 1,
+        "{alice_line}"
+    );
+    assert_eq!(alice_line["caller"]["gid"], 1000);
+    assert_eq!(alice_line["language"], "javascript");
+    assert_eq!(alice_line["code_bytes"], busy.len());
+    assert!(
+        alice_line["duration_ms"].as_f64().unwrap() >= 6000.0,
+        "{alice_line}"
+    );
+    assert_eq!(lines[1]["error_kind"], "quota_exceeded");
+
+    // Health reports the audit log and the quotas.
+    let health = within("health", STEP_LIMIT, daemon.client().health())
+        .await
+        .unwrap();
+    let audit_health = health.audit.unwrap();
+    assert_eq!((audit_health.lines, audit_health.failed_lines), (5, 0));
+    let limits = health.caller_limits.unwrap();
+    assert_eq!(limits.max_execs[&Language::Javascript], 1);
+    assert!(limits.allow_list);
+}
