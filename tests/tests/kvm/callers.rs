@@ -100,7 +100,11 @@ async fn callers_are_allowed_refused_and_held_to_their_own_quota_and_each_run_is
         .await
         .unwrap();
     assert!(alice.status.success(), "{alice:?}");
-    assert_eq!(String::from_utf8_lossy(&alice.stdout), "done\n");
+    assert_eq!(
+        String::from_utf8_lossy(&alice.stdout),
+        "\"done\"\n",
+        "the result, as JSON"
+    );
     // The daemon's own user (root here) is allowed without being listed.
     assert_eq!(run(&daemon, js("6 * 7")).await.result, json!(42));
 
