@@ -7,7 +7,8 @@
 #  - python3 with venv, for componentize-py (from PyPI), which builds the Python guest;
 #  - node and npm, for the JavaScript guest's web APIs (npm packages bundled by esbuild);
 #  - qemu-system-x86, linux-image-amd64, busybox-static, cpio: the nested-KVM VM that
-#    `cargo xtask vm` boots where the host's own KVM cannot run Hyperlight guests.
+#    `cargo xtask vm` boots where the host's own KVM cannot run Hyperlight guests;
+#  - systemd-analyze and kubectl, which check the systemd unit and the Kubernetes manifests.
 # Idempotent and quick when everything is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +30,10 @@ fi
 if ! command -v npm >/dev/null; then
     missing+=(nodejs npm)
 fi
+# The deployment checks: systemd-analyze (verify, security) for the systemd unit, and kubectl's
+# kustomize for the Kubernetes manifests (any kubectl will do; Debian's is kubernetes-client).
+command -v systemd-analyze >/dev/null || missing+=(systemd)
+command -v kubectl >/dev/null || missing+=(kubernetes-client)
 if [ "${#missing[@]}" -gt 0 ]; then
     echo "setup: installing Debian packages: ${missing[*]}"
     $sudo apt-get update -q

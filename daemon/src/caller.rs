@@ -172,6 +172,8 @@ impl Access {
 pub struct ExecQuota {
     /// Per language; a language not listed has no quota.
     limits: BTreeMap<Language, usize>,
+    /// A uid held to no quota: the daemon's own user, its operator rather than a tenant.
+    exempt: Option<u32>,
     in_flight: Mutex<HashMap<(u32, Language), usize>>,
 }
 
@@ -191,10 +193,11 @@ pub struct OverQuota {
 }
 
 impl ExecQuota {
-    /// A quota of `limits` per caller and language.
-    pub fn new(limits: BTreeMap<Language, usize>) -> Arc<Self> {
+    /// A quota of `limits` per caller and language, for every caller but `exempt`.
+    pub fn new(limits: BTreeMap<Language, usize>, exempt: Option<u32>) -> Arc<Self> {
         Arc::new(ExecQuota {
             limits,
+            exempt,
             in_flight: Mutex::new(HashMap::new()),
         })
     }
@@ -214,6 +217,7 @@ impl ExecQuota {
         let count = in_flight.entry((uid, language)).or_insert(0);
         if let Some(&limit) = self.limits.get(&language)
             && *count >= limit
+            && self.exempt != Some(uid)
         {
             return Err(OverQuota {
                 uid,
@@ -278,7 +282,7 @@ impl Policy {
     pub fn open() -> Self {
         Policy {
             access: Access::default(),
-            quota: ExecQuota::new(BTreeMap::new()),
+            quota: ExecQuota::new(BTreeMap::new(), None),
             audit: Arc::new(AuditLog::off()),
         }
     }
@@ -344,7 +348,7 @@ mod tests {
 
     #[test]
     fn the_quota_counts_per_caller_and_language_and_frees_on_drop() {
-        let quota = ExecQuota::new(BTreeMap::from([(Language::Javascript, 2)]));
+        let quota = ExecQuota::new(BTreeMap::from([(Language::Javascript, 2)]), Some(999));
         let first = quota.admit(1000, Language::Javascript).unwrap();
         let second = quota.admit(1000, Language::Javascript).unwrap();
         let refused = quota.admit(1000, Language::Javascript).unwrap_err();
@@ -362,6 +366,12 @@ mod tests {
         let python: Vec<Slot> = (0..5)
             .map(|_| quota.admit(1000, Language::Python).unwrap())
             .collect();
+        // The daemon's own user is held to none.
+        let own: Vec<Slot> = (0..5)
+            .map(|_| quota.admit(999, Language::Javascript).unwrap())
+            .collect();
+        assert_eq!(quota.in_flight(999, Language::Javascript), 5);
+        drop(own);
         drop(first);
         assert_eq!(quota.in_flight(1000, Language::Javascript), 1);
         let again = quota.admit(1000, Language::Javascript).unwrap();

@@ -394,6 +394,7 @@ impl Config {
         Ok(SessionSettings {
             max_sessions: self.max_sessions,
             max_per_caller: self.callers.session_quota(self.max_sessions)?,
+            exempt_uid: None,
             default_idle: Duration::from_secs(self.session_idle_timeout_s),
             max_idle: Duration::from_secs(self.max_session_idle_timeout_s),
             max_lifetime: Duration::from_secs(self.max_session_lifetime_s),

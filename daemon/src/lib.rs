@@ -42,6 +42,7 @@ use crate::metrics::Metrics;
 use crate::sandbox::guest::GuestSizes;
 use crate::sandbox::{HyperlightExecutor, SandboxSettings};
 use crate::server::StopRequest;
+use crate::session::SessionSettings;
 use crate::sys::hypervisor::{self, Hypervisor, HypervisorError};
 use crate::sys::socket::{self, SocketError};
 
@@ -124,8 +125,12 @@ fn versions() -> BTreeMap<String, String> {
 pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Result<(), StartError> {
     let sizes = config.pool_sizes()?;
     let limits = config.limits()?;
-    config.sessions()?;
+    // The daemon's own user is its operator: always allowed, held to no per-caller quota.
     let own_uid = nix::unistd::geteuid().as_raw();
+    let sessions = SessionSettings {
+        exempt_uid: Some(own_uid),
+        ..config.sessions()?
+    };
     let access = config.callers.access(own_uid).map_err(ConfigError::from)?;
     let exec_quota = config
         .callers
@@ -146,7 +151,8 @@ pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Resu
     // Bound before the pools warm, so that a second daemon on the same socket is refused at
     // once; connections wait in the backlog until the pools are warm and serving starts.
     let (listener, bound) = socket::bind(&config.socket, config.socket_group.as_deref())?;
-    let starting = start_executor(&config, &sizes, limits, hypervisor, &metrics, &audit);
+    let settings = (limits, sessions);
+    let starting = start_executor(&config, &sizes, settings, hypervisor, &metrics, &audit);
     let executor = tokio::select! {
         started = starting => started?,
         why = server::next_stop(&mut stops) => {
@@ -155,9 +161,14 @@ pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Resu
         }
     };
     info!(socket = %bound.path().display(), "serving while the pools warm");
+    sys::notify::ready(&format!(
+        "serving on {}; pools {}",
+        bound.path().display(),
+        pools_text(&sizes)
+    ));
     let policy = Policy {
         access,
-        quota: ExecQuota::new(exec_quota),
+        quota: ExecQuota::new(exec_quota, Some(own_uid)),
         audit,
     };
     let api =
@@ -166,6 +177,12 @@ pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Resu
     drop(bound);
     info!("stopped");
     Ok(())
+}
+
+/// `javascript=2 python=1`.
+fn pools_text(sizes: &BTreeMap<Language, usize>) -> String {
+    let pools: Vec<String> = sizes.iter().map(|(l, n)| format!("{l}={n}")).collect();
+    pools.join(" ")
 }
 
 /// Raises the open-file limit and checks that `--max-connections` fits in it.
@@ -203,7 +220,7 @@ async fn load_python_library(
 async fn start_executor(
     config: &Config,
     sizes: &BTreeMap<Language, usize>,
-    limits: Limits,
+    (limits, sessions): (Limits, SessionSettings),
     hypervisor: Hypervisor,
     metrics: &Metrics,
     audit: &Arc<AuditLog>,
@@ -235,7 +252,7 @@ async fn start_executor(
         python_max_host_handles: config.python_max_host_handles,
         queue_depth: config.queue_depth,
         build_limit: limit,
-        sessions: config.sessions()?,
+        sessions,
         audit: audit.clone(),
     };
     let (runtime, sizes, metrics) = (Handle::current(), sizes.clone(), metrics.clone());

@@ -97,6 +97,11 @@ impl Daemon {
     /// Starts `hyperlightd` with `args` (plus `--socket`) and waits until it is ready: every
     /// pool at its size.
     pub async fn start(args: &[&str]) -> Daemon {
+        Self::start_with_env(args, &[]).await
+    }
+
+    /// [`start`](Self::start) with `env` added to the daemon's environment.
+    pub async fn start_with_env(args: &[&str], env: &[(&str, &Path)]) -> Daemon {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let socket = dir.path().join("hyperlightd.sock");
         let log = std::fs::File::create(dir.path().join("daemon.log")).expect("a log file");
@@ -104,6 +109,7 @@ impl Daemon {
             .arg("--socket")
             .arg(&socket)
             .args(args)
+            .envs(env.iter().copied())
             .env("HYPERLIGHTD_LOG", "info,hyperlightd=debug")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("a log handle"))

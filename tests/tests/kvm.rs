@@ -16,6 +16,8 @@ use serde_json::json;
 
 #[path = "kvm/callers.rs"]
 mod callers;
+#[path = "kvm/service.rs"]
+mod service;
 
 fn js(code: &str) -> ExecRequest {
     ExecRequest::new(Language::Javascript, code)

@@ -2,7 +2,8 @@
 //! runs setup first).
 //!
 //! - `vm -- CMD...`: run a command inside the nested-KVM VM (see [`vm`]);
-//! - `test`: unit tests on the host, the end-to-end suite where KVM can run Hyperlight guests;
+//! - `test`: unit tests on the host, the checks of the systemd unit and the Kubernetes
+//!   manifests ([`deploy`]), the end-to-end suite where KVM can run Hyperlight guests;
 //! - `demo`: build, start the daemon (in the VM where the host cannot run guests) and run sample
 //!   programs through `hlctl`;
 //! - `bench`: the side-by-side benchmark (release build), on real KVM;
@@ -15,10 +16,12 @@
 //!
 //! Every step runs under a time limit and a timeout names the step.
 
+mod deploy;
 mod js_vendor;
 mod python_guest;
 mod vm;
 
+use self::deploy::check_deploy;
 use self::js_vendor::{check_js_vendor, js_vendor};
 use self::python_guest::{python_guest, python_guest_for_package_tests};
 
@@ -58,6 +61,8 @@ enum Cmd {
     },
     /// Unit tests on the host, then the end-to-end suite on real KVM (in the VM if need be).
     Test,
+    /// Check the systemd unit and the Kubernetes manifests (part of `test`).
+    CheckDeploy,
     /// Build, start the daemon and run sample programs through hlctl.
     Demo,
     /// Release build, then the side-by-side benchmark on real KVM (in the VM if need be).
@@ -104,6 +109,7 @@ fn main() -> ExitCode {
         )
         .map(exit_code),
         Cmd::Test => test().map(|()| ExitCode::SUCCESS),
+        Cmd::CheckDeploy => check_deploy().map(|()| ExitCode::SUCCESS),
         Cmd::Demo => demo().map(|()| ExitCode::SUCCESS),
         Cmd::Bench { args } => bench(&args).map(|()| ExitCode::SUCCESS),
         Cmd::PythonGuest { requirements } => python_guest(requirements.as_deref()).map(|path| {
@@ -395,6 +401,7 @@ fn test() -> Result<()> {
             .env("PROPTEST_CASES", FUZZ_CASES),
         Duration::from_secs(1800),
     )?;
+    check_deploy()?;
     let binaries = e2e_test_binaries()?;
 
     let startup = find_binary(&binaries, "startup")?;

@@ -44,6 +44,7 @@ fn stub_sessions(per_caller: usize) -> Arc<Sessions> {
     let settings = SessionSettings {
         max_sessions: 3,
         max_per_caller: per_caller,
+        exempt_uid: None,
         default_idle: Duration::from_secs(60),
         max_idle: Duration::from_secs(600),
         max_lifetime: Duration::from_secs(3600),

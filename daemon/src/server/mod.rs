@@ -92,6 +92,7 @@ pub async fn serve<E: Executor>(
         "{why}: draining; new requests are refused while open connections finish"
     );
     server.api.drain();
+    crate::sys::notify::stopping(&format!("{why}: draining {open} connections"));
     let drained = graceful.shutdown();
     tokio::pin!(drained);
     let deadline = tokio::time::sleep(config.drain);

@@ -48,6 +48,8 @@ pub struct SessionSettings {
     pub max_sessions: usize,
     /// Most live sessions one caller (uid) may hold.
     pub max_per_caller: usize,
+    /// A uid held to no per-caller limit: the daemon's own user, its operator.
+    pub exempt_uid: Option<u32>,
     /// Idle timeout of a session that names none.
     pub default_idle: Duration,
     /// Highest idle timeout a session may have.
@@ -292,7 +294,9 @@ impl Sessions {
             });
         }
         let owned = table.values().filter(|s| s.owner == owner);
-        if owned.clone().count() >= self.settings.max_per_caller {
+        if self.settings.exempt_uid != Some(owner)
+            && owned.clone().count() >= self.settings.max_per_caller
+        {
             self.metrics.refused("caller");
             let now = Instant::now();
             let next_expiry = owned.map(|s| s.expires(&self.settings)).min();

@@ -18,6 +18,7 @@ fn settings() -> SessionSettings {
     SessionSettings {
         max_sessions: 4,
         max_per_caller: 4,
+        exempt_uid: None,
         default_idle: Duration::from_secs(60),
         max_idle: Duration::from_secs(120),
         max_lifetime: Duration::from_secs(3600),
@@ -393,6 +394,23 @@ async fn each_caller_holds_at_most_its_quota_of_sessions_forks_included() {
     sessions.create(OWNER + 1, Language::Python, None).unwrap();
     sessions.delete(OWNER, &first).unwrap();
     sessions.create(OWNER, Language::Javascript, None).unwrap();
+}
+
+#[tokio::test]
+async fn the_daemons_own_user_is_held_to_no_session_quota() {
+    let sessions = sessions(SessionSettings {
+        max_per_caller: 1,
+        exempt_uid: Some(OWNER),
+        ..settings()
+    });
+    for _ in 0..3 {
+        sessions.create(OWNER, Language::Python, None).unwrap();
+    }
+    sessions.create(OWNER + 1, Language::Python, None).unwrap();
+    assert!(matches!(
+        sessions.create(OWNER + 1, Language::Python, None),
+        Err(ExecError::SessionQuota { .. } | ExecError::TooManySessions { .. })
+    ));
 }
 
 #[tokio::test]

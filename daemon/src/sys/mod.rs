@@ -1,10 +1,12 @@
 //! Platform- and privilege-specific code, kept in one place: the socket file (ownership, mode,
 //! stale files), hypervisor detection, signals (stop requests, and the mask of threads that run
-//! guests), the process's memory policy, its open-file limit, and the user database.
+//! guests), the process's memory policy, its open-file limit, the user database, and the
+//! service manager's notifications.
 
 pub mod files;
 pub mod hypervisor;
 pub mod memory;
+pub mod notify;
 pub mod signals;
 pub mod socket;
 pub mod users;

@@ -23,6 +23,7 @@ impl Stub {
         let settings = SessionSettings {
             max_sessions: 8,
             max_per_caller: 8,
+            exempt_uid: None,
             default_idle: Duration::from_secs(60),
             max_idle: Duration::from_secs(60),
             max_lifetime: Duration::from_secs(60),

@@ -27,10 +27,10 @@ fn api_with(
     };
     let policy = Policy {
         access,
-        quota: ExecQuota::new(BTreeMap::from([
-            (Language::Javascript, quota),
-            (Language::Python, quota),
-        ])),
+        quota: ExecQuota::new(
+            BTreeMap::from([(Language::Javascript, quota), (Language::Python, quota)]),
+            None,
+        ),
         audit: Arc::new(AuditLog::open(&options).unwrap()),
     };
     (api.with_policy(policy), executor, path)
