@@ -12,11 +12,13 @@
 //!   `guest/python/runner.py`, and hyperlight-wasm-aot (from crates.io) compiles it ahead of time;
 //! - `js-vendor`: rebuild the JavaScript guest's web APIs (`guest/javascript/web-apis.js`)
 //!   from npm with esbuild;
+//! - `dist`: the Debian package (see [`dist`]);
 //! - `kvm`: say whether this host's KVM can run Hyperlight guests directly.
 //!
 //! Every step runs under a time limit and a timeout names the step.
 
 mod deploy;
+mod dist;
 mod js_vendor;
 mod python_guest;
 mod vm;
@@ -55,6 +57,10 @@ enum Cmd {
         /// How QEMU runs the vCPUs: one host thread for all (reliable) or one each (faster).
         #[arg(long, value_enum, default_value_t = vm::Tcg::Single)]
         tcg: vm::Tcg,
+        /// Boot systemd (on a writable overlay of the host's root) and run the command as one
+        /// of its services.
+        #[arg(long)]
+        systemd: bool,
         /// The command and its arguments.
         #[arg(trailing_var_arg = true, required = true)]
         command: Vec<String>,
@@ -63,6 +69,12 @@ enum Cmd {
     Test,
     /// Check the systemd unit and the Kubernetes manifests (part of `test`).
     CheckDeploy,
+    /// Build the Debian package: target/dist/hyperlightd_VERSION_amd64.deb.
+    Dist {
+        /// Package the debug build (quicker; for tests) instead of a release build.
+        #[arg(long)]
+        debug: bool,
+    },
     /// Build, start the daemon and run sample programs through hlctl.
     Demo,
     /// Release build, then the side-by-side benchmark on real KVM (in the VM if need be).
@@ -95,6 +107,7 @@ fn main() -> ExitCode {
             memory,
             cpus,
             tcg,
+            systemd,
             command,
         } => vm::run(
             &command,
@@ -105,11 +118,16 @@ fn main() -> ExitCode {
                 step: "vm".into(),
                 writable: Vec::new(),
                 tcg,
+                systemd,
             },
         )
         .map(exit_code),
         Cmd::Test => test().map(|()| ExitCode::SUCCESS),
         Cmd::CheckDeploy => check_deploy().map(|()| ExitCode::SUCCESS),
+        Cmd::Dist { debug } => dist::dist(debug).map(|deb| {
+            println!("{}", deb.display());
+            ExitCode::SUCCESS
+        }),
         Cmd::Demo => demo().map(|()| ExitCode::SUCCESS),
         Cmd::Bench { args } => bench(&args).map(|()| ExitCode::SUCCESS),
         Cmd::PythonGuest { requirements } => python_guest(requirements.as_deref()).map(|path| {
@@ -232,7 +250,6 @@ fn on_kvm(
         }
         GuestHost::Vm(why) => {
             eprintln!("==> {name} (in the nested-KVM VM: {why})");
-            let started = Instant::now();
             let options = vm::VmOptions {
                 memory_mib: 6144,
                 cpus: 2,
@@ -240,42 +257,48 @@ fn on_kvm(
                 step: name.into(),
                 writable: writable.to_vec(),
                 tcg,
+                systemd: false,
             };
-            // A VM that froze (outlived its limit, although every test inside carries time
-            // limits of its own) or whose kernel panicked broke by itself: that is the emulator
-            // (QEMU TCG with nested KVM: soft lockups on the console, most often while a sandbox
-            // is being built, and now and then a panic in the VM's scheduler). The step is run
-            // again, up to BROKEN_VM_RETRIES times, and says so. A test that fails is never
-            // retried.
-            let mut attempt = 0;
-            let status = loop {
-                let error = match vm::run(command, &options) {
-                    Ok(status) => break status,
-                    Err(error) => error,
-                };
-                let Some(broke) = error.downcast_ref::<vm::VmBroke>() else {
-                    return Err(error);
-                };
-                if attempt == BROKEN_VM_RETRIES {
-                    return Err(error);
-                }
-                attempt += 1;
-                eprintln!("{error:#}");
-                eprintln!(
-                    "==> {name}: THE VM {} (the emulator, not a test); running the step again ({attempt}/{BROKEN_VM_RETRIES})",
-                    broke.what.to_uppercase()
-                );
-            };
-            if status != 0 {
-                bail!("step '{name}' failed in the VM (exit status {status})");
-            }
-            eprintln!(
-                "==> {name}: done in {:.1} s",
-                started.elapsed().as_secs_f64()
-            );
-            Ok(())
+            in_vm(name, command, &options)
         }
     }
+}
+
+/// Runs `command` in the VM as the step `name`, again if the VM broke (froze or panicked).
+fn in_vm(name: &str, command: &[String], options: &vm::VmOptions) -> Result<()> {
+    let started = Instant::now();
+    // A VM that froze (outlived its limit, although every test inside carries time limits of
+    // its own) or whose kernel panicked broke by itself: that is the emulator (QEMU TCG with
+    // nested KVM: soft lockups on the console, most often while a sandbox is being built, and
+    // now and then a panic in the VM's scheduler). The step is run again, up to
+    // BROKEN_VM_RETRIES times, and says so. A test that fails is never retried.
+    let mut attempt = 0;
+    let status = loop {
+        let error = match vm::run(command, options) {
+            Ok(status) => break status,
+            Err(error) => error,
+        };
+        let Some(broke) = error.downcast_ref::<vm::VmBroke>() else {
+            return Err(error);
+        };
+        if attempt == BROKEN_VM_RETRIES {
+            return Err(error);
+        }
+        attempt += 1;
+        eprintln!("{error:#}");
+        eprintln!(
+            "==> {name}: THE VM {} (the emulator, not a test); running the step again ({attempt}/{BROKEN_VM_RETRIES})",
+            broke.what.to_uppercase()
+        );
+    };
+    if status != 0 {
+        bail!("step '{name}' failed in the VM (exit status {status})");
+    }
+    eprintln!(
+        "==> {name}: done in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 fn cargo() -> Command {
@@ -428,7 +451,33 @@ fn test() -> Result<()> {
         let binary = find_binary(&binaries, target)?;
         e2e_on_kvm(&binary, &format!("end-to-end: {what} on real KVM"))?;
     }
-    Ok(())
+    package_under_systemd()
+}
+
+/// Installs the Debian package (debug build) in the VM booted with systemd, and runs
+/// `tests/systemd/package.sh` there: the unit started, a program run through its socket as a
+/// member of its group, the unit stopped. Always in the VM, even on a host with KVM: it
+/// installs a package and starts a service.
+fn package_under_systemd() -> Result<()> {
+    let deb = dist::dist(true)?;
+    let script = workspace_root()?.join("tests/systemd/package.sh");
+    let name = "end-to-end: the Debian package under systemd";
+    eprintln!("==> {name} (in the VM, booted with systemd)");
+    let options = vm::VmOptions {
+        memory_mib: 6144,
+        cpus: 2,
+        timeout: Duration::from_secs(900),
+        step: name.into(),
+        writable: Vec::new(),
+        tcg: vm::Tcg::Single,
+        systemd: true,
+    };
+    let command = [
+        "sh".to_owned(),
+        script.to_string_lossy().into_owned(),
+        deb.to_string_lossy().into_owned(),
+    ];
+    in_vm(name, &command, &options)
 }
 
 /// Runs the tests of one end-to-end binary on real KVM.

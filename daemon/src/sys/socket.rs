@@ -205,7 +205,12 @@ impl Staging {
             std::os::unix::net::UnixListener::bind(&socket).map_err(io_err("binding", &socket))?;
         std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(SOCKET_MODE))
             .map_err(io_err("setting the mode of", &socket))?;
-        if let Some(gid) = gid {
+        // A socket made in the group it needs is left as it is: no chown(2), which a hardened
+        // service may not be allowed (systemd's `SystemCallFilter=~@privileged`).
+        let current = std::fs::symlink_metadata(&socket)
+            .map_err(io_err("reading", &socket))?
+            .gid();
+        if let Some(gid) = gid.filter(|gid| gid.as_raw() != current) {
             std::os::unix::fs::lchown(&socket, None, Some(gid.as_raw()))
                 .map_err(io_err("changing the group of", &socket))?;
         }

@@ -12,6 +12,42 @@
 B=/bin/busybox
 
 stage() { echo "$1" > /share/stage 2>/dev/null; }
+
+# Hands the VM to systemd, which runs the command as hl-command.service (after basic.target:
+# journald, udev, tmpfiles, sysusers) and powers off after it. The host's fstab names disks
+# this VM does not have, so it is emptied.
+boot_systemd() {
+    stage "booting systemd"
+    units=/host/etc/systemd/system
+    $B mkdir -p "$units"
+    : > /host/etc/fstab
+    {
+        echo "[Unit]"
+        echo "Description=The harness's command"
+        echo "Requires=basic.target hl-command.service"
+        echo "After=basic.target"
+        echo "AllowIsolate=yes"
+    } > "$units/hl-command.target"
+    {
+        echo "[Unit]"
+        echo "Description=The harness's command"
+        echo "After=basic.target"
+        echo "[Service]"
+        echo "Type=oneshot"
+        echo "StandardOutput=journal+console"
+        echo "ExecStart=/bin/sh $hlshare/systemd-command.sh"
+    } > "$units/hl-command.service"
+    {
+        echo "echo 'running the command' > $hlshare/stage"
+        echo "/bin/sh $hlshare/cmd.sh > $hlshare/stdout 2> $hlshare/stderr"
+        echo "echo \$? > $hlshare/status.tmp"
+        echo "mv $hlshare/status.tmp $hlshare/status"
+        echo "echo 'powering off' > $hlshare/stage"
+        echo "sync"
+        echo "systemctl poweroff --force --force"
+    } > "/host$hlshare/systemd-command.sh"
+    exec $B switch_root /host /lib/systemd/systemd --unit=hl-command.target
+}
 die() {
     echo "vm init: $1" > /dev/console
     echo "$1" > /share/init-error 2>/dev/null
@@ -37,8 +73,20 @@ $B insmod /modules/kvm-amd.ko nested=1 || die "loading kvm-amd failed (does QEMU
 
 stage "mounting the host filesystem"
 # cache=loose: without it every program start re-reads its binary over 9p and takes seconds.
-$B mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=524288,cache=loose hostroot /host \
-    || die "mounting the host root failed"
+if [ -n "$hlsystemd" ]; then
+    # systemd needs a writable root: the host's, read-only, under a tmpfs overlay.
+    $B insmod /modules/overlay.ko || die "loading module overlay failed"
+    $B mkdir -p /lower /ovl
+    $B mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=524288,cache=loose hostroot /lower \
+        || die "mounting the host root failed"
+    $B mount -t tmpfs -o mode=0755 ovl /ovl
+    $B mkdir -p /ovl/upper /ovl/work
+    $B mount -t overlay -o lowerdir=/lower,upperdir=/ovl/upper,workdir=/ovl/work overlay /host \
+        || die "mounting the overlay of the host root failed"
+else
+    $B mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=524288,cache=loose hostroot /host \
+        || die "mounting the host root failed"
+fi
 $B mount -t proc proc /host/proc
 $B mount -t sysfs sys /host/sys
 $B mount -t devtmpfs dev /host/dev
@@ -62,6 +110,10 @@ for dir in $hlrw; do
     n=$((n + 1))
 done
 unset IFS
+
+if [ -n "$hlsystemd" ]; then
+    boot_systemd
+fi
 
 stage "running the command"
 $B chroot /host /bin/sh "$hlshare/cmd.sh" > /share/stdout 2> /share/stderr

@@ -35,6 +35,7 @@ const MODULES: &[&str] = &[
     "ccp",
     "kvm",
     "kvm-amd",
+    "overlay",
 ];
 
 /// Environment variables passed into the VM when set on the host.
@@ -83,6 +84,9 @@ pub struct VmOptions {
     pub writable: Vec<PathBuf>,
     /// How QEMU runs the virtual CPUs.
     pub tcg: Tcg,
+    /// Boot systemd, on a writable overlay of the host's root, and run the command as a
+    /// service of it; otherwise the init runs the command itself, chrooted.
+    pub systemd: bool,
 }
 
 /// How QEMU's TCG runs the VM's virtual CPUs.
@@ -296,7 +300,8 @@ pub fn run(command: &[String], options: &VmOptions) -> Result<i32> {
         .arg(&initrd)
         .arg("-append")
         .arg(format!(
-            "console=ttyS0 quiet panic=-1 hlshare={} hlkeep={} hlrw={}",
+            "console=ttyS0 quiet panic=-1 hlsystemd={} hlshare={} hlkeep={} hlrw={}",
+            if options.systemd { "1" } else { "" },
             share.display(),
             keep.join(":"),
             writable

@@ -1,0 +1,76 @@
+#!/bin/sh
+# The Debian package under a real systemd: run by `cargo xtask test` in the VM booted with
+# systemd (`cargo xtask vm --systemd -- sh tests/systemd/package.sh DEB`), as root, with the
+# package `cargo xtask dist --debug` made. Installs it, starts hyperlightd.service with the
+# package's default options (a JavaScript and a Python pool), checks READY and the status line,
+# runs programs through the socket as a member of the group hyperlightd (and is refused as a
+# user outside it), reads the audit log, and stops the service cleanly.
+set -u
+deb=$1
+
+fail() {
+    echo "FAIL: $*" >&2
+    systemctl status --no-pager hyperlightd >&2 || true
+    journalctl --no-pager -u hyperlightd -n 80 >&2 || true
+    exit 1
+}
+check() { echo "== $*"; }
+
+check "PID 1 is $(cat /proc/1/comm); $(systemctl --version | head -n 1)"
+[ "$(cat /proc/1/comm)" = systemd ] || fail "PID 1 is not systemd"
+
+check "dpkg -i $(basename "$deb")"
+dpkg -i "$deb" || fail "installing the package"
+id hyperlightd || fail "the package made no user hyperlightd"
+getent group kvm | grep -qw hyperlightd || fail "hyperlightd is not in the group kvm"
+ls -l /dev/kvm
+
+check "systemd-analyze verify, on the installed unit"
+systemd-analyze verify hyperlightd.service || fail "systemd-analyze verify"
+
+check "systemctl start (Type=notify: returns once the daemon says READY)"
+started=$(date +%s)
+timeout 600 systemctl start hyperlightd || fail "starting the service"
+echo "started in $(( $(date +%s) - started )) s"
+[ "$(systemctl is-active hyperlightd)" = active ] || fail "the service is not active"
+status=$(systemctl show -p StatusText --value hyperlightd)
+echo "status: $status"
+case "$status" in
+    "serving on /run/hyperlightd/hyperlightd.sock; pools javascript=2 python=1") ;;
+    *) fail "unexpected status line: $status" ;;
+esac
+socket=/run/hyperlightd/hyperlightd.sock
+[ "$(stat -c '%a %U %G' "$socket")" = "660 hyperlightd hyperlightd" ] \
+    || fail "socket mode and owner: $(stat -c '%a %U %G' "$socket")"
+
+check "a program as alice, a member of the group hyperlightd"
+useradd --no-create-home alice && usermod -aG hyperlightd alice || fail "making alice"
+useradd --no-create-home bob || fail "making bob"
+js=$(runuser -u alice -- hlctl exec --lang js -e '6 * 7') || fail "alice's JavaScript"
+[ "$js" = 42 ] || fail "alice's JavaScript printed $js"
+py=$(runuser -u alice -- hlctl exec --lang python -e 'sum(range(10))') || fail "alice's Python"
+[ "$py" = 45 ] || fail "alice's Python printed $py"
+
+check "bob, outside the group, cannot reach the socket"
+runuser -u bob -- hlctl health > /dev/null 2>&1
+code=$?
+[ "$code" = 5 ] || fail "bob's hlctl health exited $code, not 5 (unreachable)"
+
+check "the audit log"
+audit=/var/log/hyperlightd/audit.log
+cat "$audit"
+alice=$(id -u alice)
+[ "$(grep -c "\"audit\":\"exec\".*\"uid\":$alice," "$audit")" = 2 ] || fail "not two exec lines of alice"
+[ "$(stat -c '%a %U' "$audit")" = "640 hyperlightd" ] || fail "audit log mode: $(stat -c '%a %U' "$audit")"
+
+check "systemd-analyze security, on the running unit"
+systemd-analyze security --no-pager hyperlightd.service | tail -n 1
+
+check "systemctl stop"
+timeout 120 systemctl stop hyperlightd || fail "stopping the service"
+result=$(systemctl show -p Result --value hyperlightd)
+main=$(systemctl show -p ExecMainStatus --value hyperlightd)
+[ "$result" = success ] && [ "$main" = 0 ] || fail "stopped with result $result, exit status $main"
+[ ! -e "$socket" ] || fail "the socket is still there"
+journalctl --no-pager -u hyperlightd | grep -q "stopped" || fail "the daemon did not log its stop"
+echo "PASS"
