@@ -64,8 +64,9 @@ if [ \"$1\" = remove ] && [ -d /run/systemd/system ]; then
 fi
 ";
 
-/// Builds the package and returns its path.
-pub fn dist(debug: bool) -> Result<PathBuf> {
+/// Builds the package and returns its path. `guest` is the compiled Python guest when it was
+/// just built (by `test`); otherwise it is built here.
+pub fn dist(debug: bool, guest: Option<PathBuf>) -> Result<PathBuf> {
     let mut build = cargo();
     build.args(["build", "--bins", "-p", "hyperlightd", "-p", "hlctl"]);
     if !debug {
@@ -77,7 +78,10 @@ pub fn dist(debug: bool) -> Result<PathBuf> {
         &mut build,
         Duration::from_secs(3600),
     )?;
-    let guest = python_guest(None)?;
+    let guest = match guest {
+        Some(guest) => guest,
+        None => python_guest(None)?,
+    };
     let target = vm::target_dir()?;
     let version = env!("CARGO_PKG_VERSION");
     let name = format!("hyperlightd_{version}_amd64");

@@ -124,7 +124,7 @@ fn main() -> ExitCode {
         .map(exit_code),
         Cmd::Test => test().map(|()| ExitCode::SUCCESS),
         Cmd::CheckDeploy => check_deploy().map(|()| ExitCode::SUCCESS),
-        Cmd::Dist { debug } => dist::dist(debug).map(|deb| {
+        Cmd::Dist { debug } => dist::dist(debug, None).map(|deb| {
             println!("{}", deb.display());
             ExitCode::SUCCESS
         }),
@@ -414,7 +414,7 @@ pub fn virtualenv(what: &str, venv: &Path, pip_args: &[&str]) -> Result<()> {
 fn test() -> Result<()> {
     check_js_vendor()?;
     build_daemon_and_hlctl()?;
-    python_guest(None)?;
+    let python = python_guest(None)?;
     python_guest_for_package_tests()?;
     mcp_client()?;
     step(
@@ -451,15 +451,15 @@ fn test() -> Result<()> {
         let binary = find_binary(&binaries, target)?;
         e2e_on_kvm(&binary, &format!("end-to-end: {what} on real KVM"))?;
     }
-    package_under_systemd()
+    package_under_systemd(python)
 }
 
 /// Installs the Debian package (debug build) in the VM booted with systemd, and runs
 /// `tests/systemd/package.sh` there: the unit started, a program run through its socket as a
 /// member of its group, the unit stopped. Always in the VM, even on a host with KVM: it
 /// installs a package and starts a service.
-fn package_under_systemd() -> Result<()> {
-    let deb = dist::dist(true)?;
+fn package_under_systemd(python: PathBuf) -> Result<()> {
+    let deb = dist::dist(true, Some(python))?;
     let script = workspace_root()?.join("tests/systemd/package.sh");
     let name = "end-to-end: the Debian package under systemd";
     eprintln!("==> {name} (in the VM, booted with systemd)");
