@@ -21,6 +21,10 @@ pub fn gid_of(group: &str) -> Option<u32> {
 
 /// The groups the user database gives `uid` (its primary group `gid` included), or just `gid`
 /// when `uid` has no entry (a user of another container, say) or the lookup fails.
+///
+/// Not the connecting process's own supplementary groups: the kernel gives those too
+/// (`SO_PEERGROUPS`), but nix 0.30 has no wrapper for it and this workspace forbids `unsafe`.
+/// A process that dropped a group its user has still counts as a member here.
 pub fn groups_of(uid: u32, gid: u32) -> Vec<u32> {
     let groups = || -> Option<Vec<u32>> {
         let user = User::from_uid(Uid::from_raw(uid)).ok()??;
