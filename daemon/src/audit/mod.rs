@@ -311,4 +311,6 @@ fn now() -> String {
 }
 
 #[cfg(test)]
+pub(crate) mod testing;
+#[cfg(test)]
 mod tests;

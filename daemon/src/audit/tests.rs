@@ -2,6 +2,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use super::testing::{lines, log_in};
 use super::*;
 
 fn caller() -> Caller {
@@ -10,23 +11,6 @@ fn caller() -> Caller {
         gid: 1001,
         pid: Some(4242),
     }
-}
-
-fn log_in(dir: &tempfile::TempDir, with_code: bool) -> (AuditLog, PathBuf) {
-    let path = dir.path().join("audit.log");
-    let options = AuditOptions {
-        audit_log: Some(path.clone()),
-        audit_code: with_code,
-    };
-    (AuditLog::open(&options).unwrap(), path)
-}
-
-fn lines(path: &std::path::Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect()
 }
 
 fn exec_of<'a>(code: &'a Code, session: Option<&'a str>) -> ExecRecord<'a> {

@@ -416,12 +416,8 @@ async fn the_daemons_own_user_is_held_to_no_session_quota() {
 #[tokio::test]
 async fn an_expiry_is_written_to_the_audit_log() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("audit.log");
-    let options = crate::audit::AuditOptions {
-        audit_log: Some(path.clone()),
-        audit_code: false,
-    };
-    let audit = Arc::new(AuditLog::open(&options).unwrap());
+    let (audit, path) = crate::audit::testing::log_in(&dir, false);
+    let audit = Arc::new(audit);
     let metrics = Metrics::new().unwrap().sessions();
     let settings = SessionSettings {
         default_idle: Duration::from_millis(10),
@@ -434,8 +430,7 @@ async fn an_expiry_is_written_to_the_audit_log() {
         .id;
     tokio::time::sleep(Duration::from_millis(30)).await;
     assert_eq!(sessions.reap(), 1);
-    let line: serde_json::Value =
-        serde_json::from_str(std::fs::read_to_string(&path).unwrap().trim()).unwrap();
+    let [line] = crate::audit::testing::lines(&path).try_into().unwrap();
     assert_eq!(line["audit"], "session_expired");
     assert_eq!(line["session"], id.as_str());
     assert_eq!(line["owner_uid"], OWNER);

@@ -4,7 +4,7 @@ use hyper::header::RETRY_AFTER;
 use serde_json::json;
 
 use super::*;
-use crate::audit::{AuditLog, AuditOptions};
+use crate::audit::testing::{lines as audit_lines, log_in};
 use crate::caller::{Access, ExecQuota, Policy};
 
 const OTHER: Caller = Caller {
@@ -20,28 +20,16 @@ fn api_with(
     quota: usize,
 ) -> (Api<StubExecutor>, Arc<StubExecutor>, std::path::PathBuf) {
     let (api, executor) = api(echo_executor().with_session_quota(2));
-    let path = dir.path().join("audit.log");
-    let options = AuditOptions {
-        audit_log: Some(path.clone()),
-        audit_code: false,
-    };
+    let (audit, path) = log_in(dir, false);
     let policy = Policy {
         access,
         quota: ExecQuota::new(
             BTreeMap::from([(Language::Javascript, quota), (Language::Python, quota)]),
             None,
         ),
-        audit: Arc::new(AuditLog::open(&options).unwrap()),
+        audit: Arc::new(audit),
     };
     (api.with_policy(policy), executor, path)
-}
-
-fn audit_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect()
 }
 
 async fn call_as(
