@@ -151,8 +151,9 @@ pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Resu
     // Bound before the pools warm, so that a second daemon on the same socket is refused at
     // once; connections wait in the backlog until the pools are warm and serving starts.
     let (listener, bound) = socket::bind(&config.socket, config.socket_group.as_deref())?;
-    let settings = (limits, sessions);
-    let starting = start_executor(&config, &sizes, settings, hypervisor, &metrics, &audit);
+    let starting = start_executor(
+        &config, &sizes, limits, sessions, hypervisor, &metrics, &audit,
+    );
     let executor = tokio::select! {
         started = starting => started?,
         why = server::next_stop(&mut stops) => {
@@ -220,7 +221,8 @@ async fn load_python_library(
 async fn start_executor(
     config: &Config,
     sizes: &BTreeMap<Language, usize>,
-    (limits, sessions): (Limits, SessionSettings),
+    limits: Limits,
+    sessions: SessionSettings,
     hypervisor: Hypervisor,
     metrics: &Metrics,
     audit: &Arc<AuditLog>,
