@@ -39,7 +39,10 @@ pub const QUEUE_WAIT_SECONDS: &str = "hyperlightd_queue_wait_seconds";
 /// Time spent inside the guest per execution (the call into the micro-VM), by `language`: the
 /// execution duration less this is the daemon's own cost.
 pub const GUEST_CALL_SECONDS: &str = "hyperlightd_guest_call_seconds";
-/// Time to build a warm sandbox (runtime loaded, runner registered, snapshot taken), by `language`.
+/// Time to build a language's template from scratch (runtime loaded, runner registered, primed,
+/// snapshot taken), by `language`: once per pool.
+pub const SANDBOX_TEMPLATE_SECONDS: &str = "hyperlightd_sandbox_template_seconds";
+/// Time to build a warm sandbox from its language's template, by `language`.
 pub const SANDBOX_CREATE_SECONDS: &str = "hyperlightd_sandbox_create_seconds";
 /// Time to restore a sandbox to its warm snapshot after a request, by `language`.
 pub const SANDBOX_RESTORE_SECONDS: &str = "hyperlightd_sandbox_restore_seconds";
@@ -85,6 +88,7 @@ pub struct Metrics {
     pool_idle: IntGaugeVec,
     queue_wait: HistogramVec,
     guest_call: HistogramVec,
+    template: HistogramVec,
     create: HistogramVec,
     restore: HistogramVec,
     prime: HistogramVec,
@@ -111,7 +115,9 @@ pub struct PoolMetrics {
     pub queue_wait: Histogram,
     /// Time inside the guest per execution.
     pub guest_call: Histogram,
-    /// Time to build a warm sandbox.
+    /// Time to build the template, from scratch.
+    pub template: Histogram,
+    /// Time to build a warm sandbox from the template.
     pub create: Histogram,
     /// Time to restore a sandbox after a request.
     pub restore: Histogram,
@@ -202,9 +208,14 @@ impl Metrics {
             "Time spent inside the guest per execution.",
             DURATION_BUCKETS,
         )?;
+        let template = histogram(
+            SANDBOX_TEMPLATE_SECONDS,
+            "Time to build a language's template sandbox snapshot from scratch.",
+            DURATION_BUCKETS,
+        )?;
         let create = histogram(
             SANDBOX_CREATE_SECONDS,
-            "Time to build a warm sandbox.",
+            "Time to build a warm sandbox from its language's template.",
             SANDBOX_BUCKETS,
         )?;
         let restore = histogram(
@@ -240,6 +251,7 @@ impl Metrics {
         )?;
         registry.register(Box::new(queue_wait.clone()))?;
         registry.register(Box::new(guest_call.clone()))?;
+        registry.register(Box::new(template.clone()))?;
         registry.register(Box::new(create.clone()))?;
         registry.register(Box::new(restore.clone()))?;
         registry.register(Box::new(prime.clone()))?;
@@ -275,6 +287,7 @@ impl Metrics {
             pool_idle,
             queue_wait,
             guest_call,
+            template,
             create,
             restore,
             prime,
@@ -303,6 +316,7 @@ impl Metrics {
             language,
             queue_wait: self.queue_wait.with_label_values(&label),
             guest_call: self.guest_call.with_label_values(&label),
+            template: self.template.with_label_values(&label),
             create: self.create.with_label_values(&label),
             restore: self.restore.with_label_values(&label),
             prime: self.prime.with_label_values(&label),

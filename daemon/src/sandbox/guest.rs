@@ -6,7 +6,7 @@
 
 use std::any::Any;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use hyperlight_host::HyperlightError;
 use hyperlightd_api::ErrorKind;
@@ -164,8 +164,50 @@ impl GuestSizes {
 
 /// Builds warm sandboxes of one language.
 pub trait GuestFactory: Send + Sync + 'static {
+    /// Makes ready, once, the template every sandbox is built from (a snapshot of a guest with
+    /// its runtime loaded and its runner ready), and says how long building it took when this
+    /// call built it. [`create`](Self::create) prepares too; a pool prepares first, to time it.
+    fn prepare(&self) -> Result<Option<Duration>, HyperlightError> {
+        Ok(None)
+    }
+
     /// Builds a sandbox whose output goes to `output`.
     fn create(&self, output: Arc<OutputCapture>) -> Result<Box<dyn Guest>, HyperlightError>;
+}
+
+/// What every sandbox of a factory is built from, built once, on first use. Callers that find
+/// it being built wait for it rather than build their own.
+pub struct Template<T>(Mutex<Option<T>>);
+
+impl<T> Default for Template<T> {
+    fn default() -> Self {
+        Template(Mutex::new(None))
+    }
+}
+
+impl<T> std::fmt::Debug for Template<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let built = self.0.lock().is_ok_and(|t| t.is_some());
+        f.debug_struct("Template").field("built", &built).finish()
+    }
+}
+
+impl<T: Clone> Template<T> {
+    /// The template, built with `build` if there is none yet, and how long building it took
+    /// when this call did. A failed build leaves none, for the next call to try again.
+    pub fn get_or_build(
+        &self,
+        build: impl FnOnce() -> Result<T, HyperlightError>,
+    ) -> Result<(T, Option<Duration>), HyperlightError> {
+        let mut template = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(built) = template.as_ref() {
+            return Ok((built.clone(), None));
+        }
+        let started = Instant::now();
+        let built = build()?;
+        *template = Some(built.clone());
+        Ok((built, Some(started.elapsed())))
+    }
 }
 
 /// Which output stream a write goes to. The numbers are the runner protocol's.

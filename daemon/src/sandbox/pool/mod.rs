@@ -256,14 +256,17 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// Builds the pool's first sandbox here and now, so that a language whose sandboxes cannot
-    /// be built at all fails the start. The other sandboxes warm in the background;
+    /// Prepares the language's template and builds the pool's first sandbox from it here and
+    /// now, so that a language whose sandboxes cannot be built at all fails the start. The other sandboxes warm in the background;
     /// [`Pool::counts`] shows their progress.
     pub fn start(
         config: PoolConfig,
         watchdog: Watchdog,
         metrics: PoolMetrics,
     ) -> Result<Pool, PoolError> {
+        if let Some(took) = config.factory.prepare().map_err(PoolError::Build)? {
+            metrics.template.observe(took.as_secs_f64());
+        }
         let first =
             worker::build_sandbox(config.factory.as_ref(), &metrics).map_err(PoolError::Build)?;
         let (queue, jobs) = crossbeam_channel::bounded::<Task>(config.queue_depth);

@@ -4,8 +4,10 @@
 //!
 //! The component imports WASI 0.2 (see [`wasi`] for what the host grants) and hyperlightd's
 //! `host.write`, and exports `run(event) -> reply` with the same JSON protocol as every runner.
-//! A sandbox is built once: runtime loaded, component loaded (the file is mapped copy-on-write,
-//! not copied), one warm-up call so that the interpreter is instantiated, then snapshotted.
+//! The template is built once per factory: runtime loaded, component loaded, one warm-up call so
+//! that the interpreter is instantiated, then snapshotted. Every sandbox is built from it
+//! (hyperlight-host's `SandboxBuilder::from_snapshot`, with the same host functions, and a copy
+//! of the template's host-side resource tables).
 
 mod library;
 mod wasi;
@@ -17,14 +19,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hyperlight_common::resource::ResourceEntry;
-use hyperlight_host::HyperlightError;
-use hyperlight_wasm::{LoadedWasmSandbox, Snapshot};
+use hyperlight_host::sandbox::Callable;
+use hyperlight_host::{HostFunctions, HyperlightError, MultiUseSandbox};
+use hyperlight_wasm::Snapshot;
 use serde::Serialize;
 
 use self::bindings::root::component::RootExports;
 use self::wasi::{CallState, WasiHost};
 use super::guest::{
-    Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, RunnerReply, SavedState, seed,
+    Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, RunnerReply, SavedState, Template,
+    seed,
 };
 use super::watchdog::{self, Interrupt, Watchdog};
 
@@ -126,13 +130,14 @@ impl<T: Clone> ResourceTable for std::collections::VecDeque<ResourceEntry<T>> {
 const KEPT_TABLE_CAPACITY: usize = 1024;
 
 /// Builds Python sandboxes from the compiled component at `component`.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct PythonFactory {
     sizes: GuestSizes,
     component: PathBuf,
     library: Option<Arc<Library>>,
     max_host_handles: u64,
     watchdog: Watchdog,
+    template: Template<Arc<PythonState>>,
 }
 
 impl PythonFactory {
@@ -152,12 +157,17 @@ impl PythonFactory {
             library,
             max_host_handles,
             watchdog,
+            template: Template::default(),
         }
     }
 }
 
-impl GuestFactory for PythonFactory {
-    fn create(&self, output: Arc<OutputCapture>) -> Result<Box<dyn Guest>, HyperlightError> {
+impl PythonFactory {
+    /// Builds the template from scratch: runtime loaded, component loaded (the file is mapped
+    /// copy-on-write, not copied), the interpreter instantiated and primed, snapshotted with a
+    /// copy of the host's resource tables, whose entries the guest's handles name.
+    fn build_template(&self) -> Result<Arc<PythonState>, HyperlightError> {
+        let output = Arc::new(OutputCapture::new());
         let call = CallState::new(self.max_host_handles);
         let mut proto = hyperlight_wasm::SandboxBuilder::new()
             .with_guest_heap_size(self.sizes.heap_bytes)
@@ -180,7 +190,6 @@ impl GuestFactory for PythonFactory {
         })?;
         let interrupt = loaded.interrupt_handle()?;
         call.set_interrupt(interrupt.clone());
-        let interrupt: Arc<dyn Interrupt> = Arc::new(watchdog::Hyperlight(interrupt));
         let mut sandbox = bindings::RootSandbox {
             sb: loaded,
             rt: resources,
@@ -188,17 +197,56 @@ impl GuestFactory for PythonFactory {
         // Instantiate the interpreter and run the runner once, so that the snapshot holds
         // everything a request needs and no request pays for the first call. It is the
         // guest's first run of Python code: a guest that hangs there is stopped.
-        let timer = self.watchdog.arm(interrupt.clone(), PRIME_LIMIT);
+        let timer = self
+            .watchdog
+            .arm(Arc::new(watchdog::Hyperlight(interrupt)), PRIME_LIMIT);
         let warmed = prime(&mut sandbox, &call, &output, self.sizes.max_result_bytes);
         drop(timer);
         warmed.map_err(|e| HyperlightError::Error(format!("the warm-up call failed: {e}")))?;
-        let warm = sandbox.sb.snapshot()?;
-        let warm_tables = lock(&sandbox.rt).lengths();
+        let snapshot = sandbox.sb.snapshot()?;
+        let tables = std::sync::Mutex::new(lock(&sandbox.rt).copy());
+        Ok(Arc::new(PythonState { snapshot, tables }))
+    }
+
+    fn template(&self) -> Result<(Arc<PythonState>, Option<Duration>), HyperlightError> {
+        self.template.get_or_build(|| self.build_template())
+    }
+}
+
+impl GuestFactory for PythonFactory {
+    fn prepare(&self) -> Result<Option<Duration>, HyperlightError> {
+        Ok(self.template()?.1)
+    }
+
+    /// A new micro-VM over the template's memory, with host functions of its own and a copy of
+    /// the template's resource tables.
+    fn create(&self, output: Arc<OutputCapture>) -> Result<Box<dyn Guest>, HyperlightError> {
+        let (template, _) = self.template()?;
+        let call = CallState::new(self.max_host_handles);
+        let mut functions = HostFunctions::default();
+        let resources = bindings::register_host_functions(
+            &mut functions,
+            WasiHost::new(output.clone(), call.clone(), self.library.clone()),
+        )
+        .map_err(|e| HyperlightError::Error(format!("registering the WASI imports: {e}")))?;
+        let warm_tables = {
+            let tables = lock(&template.tables);
+            *lock(&resources) = tables.copy();
+            tables.lengths()
+        };
+        let sandbox = hyperlight_host::SandboxBuilder::from_snapshot(template.snapshot.clone())
+            .host_functions(functions)
+            .build()?;
+        let interrupt = sandbox.interrupt_handle();
+        call.set_interrupt(interrupt.clone());
         Ok(Box::new(PythonGuest {
-            sandbox,
-            warm,
+            sandbox: bindings::RootSandbox {
+                sb: sandbox,
+                rt: resources,
+            },
+            warm: template.snapshot.clone(),
             warm_tables,
-            interrupt,
+            interrupt: Arc::new(watchdog::Hyperlight(interrupt)),
             call,
             output,
             max_result_bytes: self.sizes.max_result_bytes,
@@ -246,8 +294,8 @@ impl<'a> Event<'a> {
 }
 
 /// Runs the runner's priming program (see `PRIME` in runner.py), with its output refused.
-fn prime(
-    sandbox: &mut bindings::RootSandbox<WasiHost, LoadedWasmSandbox>,
+fn prime<S: Callable>(
+    sandbox: &mut bindings::RootSandbox<WasiHost, S>,
     call: &CallState,
     output: &OutputCapture,
     max_result_bytes: usize,
@@ -270,8 +318,8 @@ fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Calls the runner's `run` export with `event` and returns its reply.
-fn call_runner(
-    sandbox: &mut bindings::RootSandbox<WasiHost, LoadedWasmSandbox>,
+fn call_runner<S: Callable>(
+    sandbox: &mut bindings::RootSandbox<WasiHost, S>,
     event: &Event<'_>,
 ) -> Result<String, HyperlightError> {
     let event = serde_json::to_string(event)
@@ -314,7 +362,7 @@ struct PythonState {
 
 /// A warm Python sandbox and the snapshot it returns to after every program.
 struct PythonGuest {
-    sandbox: bindings::RootSandbox<WasiHost, LoadedWasmSandbox>,
+    sandbox: bindings::RootSandbox<WasiHost, MultiUseSandbox>,
     warm: Arc<Snapshot>,
     /// The lengths of the host-side resource tables when `warm` was taken.
     warm_tables: Vec<usize>,
@@ -387,10 +435,7 @@ impl Guest for PythonGuest {
     }
 
     fn is_poisoned(&self) -> bool {
-        self.sandbox
-            .sb
-            .status()
-            .map_or(true, |status| !status.is_ready())
+        !self.sandbox.sb.status().is_ready()
     }
 }
 

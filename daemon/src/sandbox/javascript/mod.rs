@@ -1,0 +1,221 @@
+//! The JavaScript guest: hyperlight-js's QuickJS runtime, with hyperlightd's runner
+//! (`guest/javascript/runner.js`) registered as a handler.
+//!
+//! hyperlight-js builds one sandbox per factory, the template: runtime loaded, runner
+//! registered, snapshotted. Every sandbox of the pool is built from that snapshot
+//! (hyperlight-host's `SandboxBuilder::from_snapshot`) with the host functions of [`host`], so a
+//! sandbox costs a new micro-VM over the template's memory, not a runtime load; a request pays
+//! for neither. After each restore the sandbox is primed with a fixed program, so that the pages
+//! a request writes are already copied from the snapshot.
+
+mod host;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hyperlight_host::{HyperlightError, MultiUseSandbox};
+use hyperlight_js::{HostPrintFn, SandboxBuilder, Script, Snapshot};
+
+use self::host::{CallClock, Host};
+use super::guest::{
+    Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, RunnerReply, SavedState, Template,
+    seed,
+};
+use super::watchdog::{self, Interrupt};
+
+/// The runner, compiled into the daemon so that the daemon and its guest protocol always match:
+/// the web APIs bundled from npm (`cargo xtask js-vendor`), those built on the host functions
+/// below (timers and the event loop, `crypto`, `performance`), then the runner itself, as one
+/// module.
+pub const RUNNER: &str = concat!(
+    include_str!("../../../../guest/javascript/web-apis.js"),
+    "\n",
+    include_str!("../../../../guest/javascript/web.js"),
+    "\n",
+    include_str!("../../../../guest/javascript/runner.js"),
+);
+/// Name under which the runner is registered.
+const HANDLER: &str = "run";
+
+/// The program a restored sandbox runs before its next request, its output refused: it
+/// touches what a typical program touches (the runner's paths, the heap, strings, JSON,
+/// console), so that the next request does not pay the copy-on-write faults of its first
+/// writes. Fixed text: nothing of any request reaches it.
+const PRIME: &str = "const xs = []; for (let i = 0; i < 100; i++) xs.push({ i, s: String(i * i) }); \
+                     console.log(JSON.stringify(xs).length); JSON.parse(JSON.stringify(xs)).length";
+
+/// Builds the smallest JavaScript sandbox there is and starts its runtime, which runs guest
+/// code: whether this works tells whether the hypervisor can run Hyperlight guests at all,
+/// apart from any pool's settings or guest files. The guest is hyperlight-js's own, built into
+/// the daemon.
+pub fn probe_hypervisor() -> Result<(), HyperlightError> {
+    SandboxBuilder::new().build()?.load_runtime()?;
+    Ok(())
+}
+
+/// `sizes` with an input buffer that also carries the runner, once, when it is registered (at
+/// most twice its size, JSON-encoded), whatever the request limits: the input buffer holds six
+/// times the largest body.
+fn with_room_for_the_runner(sizes: GuestSizes) -> GuestSizes {
+    GuestSizes {
+        max_body_bytes: sizes.max_body_bytes.max((2 * RUNNER.len()).div_ceil(6)),
+        ..sizes
+    }
+}
+
+/// Builds JavaScript sandboxes from one template.
+#[derive(Debug)]
+pub struct JavascriptFactory {
+    sizes: GuestSizes,
+    template: Template<Arc<Snapshot>>,
+}
+
+impl JavascriptFactory {
+    /// A factory whose sandboxes are built with `sizes`, their input buffer large enough for
+    /// the runner too.
+    pub fn new(sizes: GuestSizes) -> Self {
+        JavascriptFactory {
+            sizes: with_room_for_the_runner(sizes),
+            template: Template::default(),
+        }
+    }
+
+    fn template(&self) -> Result<(Arc<Snapshot>, Option<Duration>), HyperlightError> {
+        self.template.get_or_build(|| build_template(self.sizes))
+    }
+}
+
+/// Builds the template with hyperlight-js: a sandbox with the runtime loaded and the runner
+/// registered, snapshotted. Its host functions write nowhere: the template runs no program.
+/// The snapshot records the names and signatures of the host functions, which every sandbox
+/// built from it registers again (see host.rs).
+fn build_template(sizes: GuestSizes) -> Result<Arc<Snapshot>, HyperlightError> {
+    let host = Host::new(Arc::new(OutputCapture::new()));
+    let print_host = host.clone();
+    let print = HostPrintFn::from(move |text: String| -> i32 { print_host.print(&text) });
+    let mut proto = SandboxBuilder::new()
+        .with_guest_heap_size(sizes.heap_bytes)
+        .with_guest_scratch_size(sizes.scratch())
+        .with_guest_input_buffer_size(sizes.input_buffer())
+        .with_guest_output_buffer_size(sizes.output_buffer())
+        .with_host_print_fn(print)
+        .build()?;
+    host.register_on_template(&mut proto)?;
+    let mut runtime = proto.load_runtime()?;
+    runtime.add_handler(HANDLER, Script::from_content(RUNNER))?;
+    runtime.get_loaded_sandbox()?.snapshot()
+}
+
+impl GuestFactory for JavascriptFactory {
+    fn prepare(&self) -> Result<Option<Duration>, HyperlightError> {
+        Ok(self.template()?.1)
+    }
+
+    fn create(&self, output: Arc<OutputCapture>) -> Result<Box<dyn Guest>, HyperlightError> {
+        let (template, _) = self.template()?;
+        let host = Host::new(output.clone());
+        let sandbox = hyperlight_host::SandboxBuilder::from_snapshot(template.clone())
+            .host_functions(host.functions()?)
+            .build()?;
+        Ok(Box::new(JavascriptGuest {
+            sandbox,
+            warm: template,
+            clock: host.clock,
+            output,
+            max_result_bytes: self.sizes.max_result_bytes,
+        }))
+    }
+}
+
+/// A JavaScript sandbox and the snapshot it returns to after every program: the template.
+struct JavascriptGuest {
+    sandbox: MultiUseSandbox,
+    warm: Arc<Snapshot>,
+    clock: Arc<CallClock>,
+    output: Arc<OutputCapture>,
+    max_result_bytes: usize,
+}
+
+impl JavascriptGuest {
+    /// Calls the runner with `code`, as hyperlight-js's `handle_event` would.
+    fn call_runner(&mut self, code: &str, session: bool) -> Result<String, HyperlightError> {
+        let event = serde_json::json!({
+            "code": code,
+            "max_result_bytes": self.max_result_bytes,
+            // Every request starts from the same snapshot: Math.random is reseeded from this.
+            "seed": seed(),
+            "session": session,
+        })
+        .to_string();
+        // No garbage collection after the call: the sandbox is restored to its snapshot anyway.
+        self.sandbox
+            .call("RunHandler", (HANDLER.to_owned(), event, false))
+    }
+}
+
+impl Guest for JavascriptGuest {
+    fn run(&mut self, code: &str, deadline: Instant, session: bool) -> Result<String, GuestError> {
+        self.clock.start(deadline);
+        Ok(self.call_runner(code, session)?)
+    }
+
+    fn interrupt_handle(&self) -> Arc<dyn Interrupt> {
+        Arc::new(watchdog::Hyperlight(self.sandbox.interrupt_handle()))
+    }
+
+    fn save(&mut self) -> Result<SavedState, GuestError> {
+        Ok(SavedState::new(self.sandbox.snapshot()?))
+    }
+
+    /// Every JavaScript sandbox registers the same host functions, which is all a restore of
+    /// another sandbox's snapshot asks; the host keeps no other state for the guest.
+    fn load(&mut self, state: &SavedState) -> Result<(), GuestError> {
+        let snapshot: &Arc<Snapshot> = state.get()?;
+        Ok(self.sandbox.restore(snapshot.clone())?)
+    }
+
+    fn reset(&mut self) -> Result<(), GuestError> {
+        Ok(self.sandbox.restore(self.warm.clone())?)
+    }
+
+    /// Runs [`PRIME`], its output refused, within the priming call's time limit (the watchdog
+    /// stops it there; the worker restores the sandbox then).
+    fn prime(&mut self) -> Result<bool, GuestError> {
+        self.clock.start(Instant::now() + PRIME_LIMIT);
+        self.output.begin(0);
+        let reply = self.call_runner(PRIME, false)?;
+        match RunnerReply::parse(&reply) {
+            Ok(RunnerReply::Completed { .. }) => Ok(true),
+            _ => Err(GuestError::Hyperlight(HyperlightError::Error(format!(
+                "the priming program failed: {reply}"
+            )))),
+        }
+    }
+
+    fn is_poisoned(&self) -> bool {
+        !self.sandbox.status().is_ready()
+    }
+}
+
+/// How long the priming program may wait on a timer (it sets none).
+const PRIME_LIMIT: Duration = Duration::from_secs(1);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_input_buffer_holds_the_runner_whatever_the_largest_body() {
+        let small = GuestSizes {
+            heap_bytes: 1 << 20,
+            max_body_bytes: 1,
+            max_result_bytes: 1,
+        };
+        assert!(with_room_for_the_runner(small).input_buffer() >= 2 * RUNNER.len());
+        let large = GuestSizes {
+            max_body_bytes: 64 << 20,
+            ..small
+        };
+        assert_eq!(with_room_for_the_runner(large), large);
+    }
+}
