@@ -119,6 +119,7 @@ fn main() -> ExitCode {
                 writable: Vec::new(),
                 tcg,
                 systemd,
+                stall: None,
             },
         )
         .map(exit_code),
@@ -243,6 +244,19 @@ fn on_kvm(
     writable: &[PathBuf],
     tcg: vm::Tcg,
 ) -> Result<()> {
+    on_kvm_watched(name, command, limit, writable, tcg, None)
+}
+
+/// [`on_kvm`], the VM counted as broken (and the step run again) should it stall: print
+/// nothing for `stall`, or its kernel report a stuck CPU.
+fn on_kvm_watched(
+    name: &str,
+    command: &[String],
+    limit: Duration,
+    writable: &[PathBuf],
+    tcg: vm::Tcg,
+    stall: Option<Duration>,
+) -> Result<()> {
     match guest_host() {
         GuestHost::Here(why) => {
             eprintln!("({name}: on this host, {why})");
@@ -258,6 +272,7 @@ fn on_kvm(
                 writable: writable.to_vec(),
                 tcg,
                 systemd: false,
+                stall,
             };
             in_vm(name, command, &options)
         }
@@ -268,7 +283,7 @@ fn on_kvm(
 fn in_vm(name: &str, command: &[String], options: &vm::VmOptions) -> Result<()> {
     let started = Instant::now();
     // A VM that froze (outlived its limit, although every test inside carries time limits of
-    // its own) or whose kernel panicked broke by itself: that is the emulator (QEMU TCG with
+    // its own), stalled (see `vm::VmOptions::stall`) or whose kernel panicked broke by itself: that is the emulator (QEMU TCG with
     // nested KVM: soft lockups on the console, most often while a sandbox is being built, and
     // now and then a panic in the VM's scheduler). The step is run again, up to
     // BROKEN_VM_RETRIES times, and says so. A test that fails is never retried.
@@ -471,6 +486,7 @@ fn package_under_systemd(python: PathBuf) -> Result<()> {
         writable: Vec::new(),
         tcg: vm::Tcg::Single,
         systemd: true,
+        stall: None,
     };
     let command = [
         "sh".to_owned(),
@@ -564,7 +580,28 @@ fn demo() -> Result<()> {
     )
 }
 
+/// The benchmark's parts (see bench/src/main.rs), each in a VM boot of its own, in the
+/// emulation mode its figures need.
+const BENCH_PARTS: &[(&str, vm::Tcg)] = &[
+    ("latency", vm::Tcg::Single),
+    ("process", vm::Tcg::Single),
+    // Two requests at once need two host threads running the two vCPUs.
+    ("concurrency", vm::Tcg::Multi),
+    ("refill", vm::Tcg::Single),
+    ("start", vm::Tcg::Single),
+    ("sustained", vm::Tcg::Single),
+    ("library", vm::Tcg::Single),
+    ("sessions", vm::Tcg::Single),
+];
+
+/// How long a part of the benchmark may print nothing before its VM counts as stalled: every
+/// part reports each step as it starts, and no step takes a minute.
+const BENCH_STALL: Duration = Duration::from_secs(120);
+
+/// Release build, then each part of the benchmark (`--part NAME`, repeatable, picks some) in
+/// its own VM boot, run again should the VM stall; then every target, from the parts' files.
 fn bench(args: &[String]) -> Result<()> {
+    let (chosen, args) = bench_parts(args)?;
     let python = python_guest(None)?;
     let packages = python_guest_for_package_tests()?;
     step(
@@ -582,25 +619,83 @@ fn bench(args: &[String]) -> Result<()> {
     let bin = vm::target_dir()?.join("release");
     let out = vm::target_dir()?.join("bench");
     std::fs::create_dir_all(&out)?;
-    let json = out.join("bench.json");
+    let bench = bin.join("hyperlightd-bench").to_string_lossy().into_owned();
     let mut command = vec![
-        bin.join("hyperlightd-bench").to_string_lossy().into_owned(),
+        bench.clone(),
         "--daemon".into(),
         bin.join("hyperlightd").to_string_lossy().into_owned(),
-        "--json".into(),
-        json.to_string_lossy().into_owned(),
+        "--out".into(),
+        out.to_string_lossy().into_owned(),
         "--python-guest".into(),
         python.to_string_lossy().into_owned(),
         "--python-packages-guest".into(),
         packages.to_string_lossy().into_owned(),
     ];
-    command.extend(args.iter().cloned());
-    // Two host threads: the throughput row measures two requests running at once.
-    on_kvm(
-        "benchmark",
-        &command,
-        Duration::from_secs(1800),
-        &[out],
-        vm::Tcg::Multi,
-    )
+    command.extend(args);
+    let mut failed = Vec::new();
+    for &(part, tcg) in BENCH_PARTS
+        .iter()
+        .filter(|(p, _)| chosen.is_empty() || chosen.contains(&p.to_string()))
+    {
+        let _ = std::fs::remove_file(out.join(format!("{part}.json")));
+        let mut command = command.clone();
+        command.extend(["--part".to_owned(), part.to_owned()]);
+        let name = format!("benchmark: {part}");
+        if let Err(e) = on_kvm_watched(
+            &name,
+            &command,
+            Duration::from_secs(1800),
+            std::slice::from_ref(&out),
+            tcg,
+            Some(BENCH_STALL),
+        ) {
+            eprintln!("{e:#}");
+            failed.push(part);
+        }
+    }
+    let mut summary = Command::new(&bench);
+    summary
+        .args(["--daemon", "-", "--summary", "--out"])
+        .arg(&out);
+    for &(part, _) in BENCH_PARTS
+        .iter()
+        .filter(|(p, _)| chosen.is_empty() || chosen.contains(&p.to_string()))
+    {
+        summary.args(["--part", part]);
+    }
+    step(
+        "benchmark: the targets",
+        &mut summary,
+        Duration::from_secs(60),
+    )?;
+    if !failed.is_empty() {
+        bail!("benchmark parts failed: {}", failed.join(", "));
+    }
+    Ok(())
+}
+
+/// Splits the `--part NAME` pairs (the parts to run) from the benchmark's other arguments.
+fn bench_parts(args: &[String]) -> Result<(Vec<String>, Vec<String>)> {
+    let (mut parts, mut rest) = (Vec::new(), Vec::new());
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        if let Some(part) = arg.strip_prefix("--part=") {
+            parts.push(part.to_owned());
+        } else if arg == "--part" {
+            parts.push(args.next().context("--part needs a part's name")?.clone());
+        } else {
+            rest.push(arg.clone());
+        }
+    }
+    if let Some(unknown) = parts
+        .iter()
+        .find(|p| !BENCH_PARTS.iter().any(|(name, _)| name == p))
+    {
+        let known: Vec<&str> = BENCH_PARTS.iter().map(|(name, _)| *name).collect();
+        bail!(
+            "no benchmark part {unknown:?}; the parts: {}",
+            known.join(", ")
+        );
+    }
+    Ok((parts, rest))
 }

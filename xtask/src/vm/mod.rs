@@ -87,6 +87,25 @@ pub struct VmOptions {
     /// Boot systemd, on a writable overlay of the host's root, and run the command as a
     /// service of it; otherwise the init runs the command itself, chrooted.
     pub systemd: bool,
+    /// Count the VM as stalled, and stop it, when the command prints nothing for this long or
+    /// the VM's kernel reports a CPU stuck (a soft lockup, an RCU stall): for commands that
+    /// print as they go, such as the benchmark, whose figures a stall would spoil anyway.
+    pub stall: Option<Duration>,
+}
+
+/// What the VM's kernel prints when a CPU has not been scheduled for seconds: under emulation,
+/// the emulator stopped running the VM.
+const STALL_MARKERS: &[&str] = &[
+    "soft lockup",
+    "stuck for",
+    "self-detected stall",
+    "rcu_sched detected stalls",
+];
+
+/// The first line of `text` that shows the VM's kernel reporting a stuck CPU.
+fn stall_line(text: &str) -> Option<&str> {
+    text.lines()
+        .find(|line| STALL_MARKERS.iter().any(|marker| line.contains(marker)))
 }
 
 /// How QEMU's TCG runs the VM's virtual CPUs.
@@ -221,20 +240,34 @@ fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-/// Copies whatever was appended to `path` since `offset` to `out`.
-fn forward(path: &Path, offset: &mut u64, out: &mut dyn Write) {
+/// What was appended to `path` since `offset`, which moves past it.
+fn appended(path: &Path, offset: &mut u64) -> Vec<u8> {
+    let mut buf = Vec::new();
     let Ok(mut file) = fs::File::open(path) else {
-        return;
+        return buf;
     };
     if file.seek(SeekFrom::Start(*offset)).is_err() {
-        return;
+        return buf;
     }
-    let mut buf = Vec::new();
     if let Ok(n) = file.read_to_end(&mut buf) {
         *offset += n as u64;
-        let _ = out.write_all(&buf);
-        let _ = out.flush();
     }
+    buf
+}
+
+/// Copies whatever was appended to `path` since `offset` to `out`; says whether there was any.
+fn forward(path: &Path, offset: &mut u64, out: &mut dyn Write) -> bool {
+    let buf = appended(path, offset);
+    let _ = out.write_all(&buf);
+    let _ = out.flush();
+    !buf.is_empty()
+}
+
+/// How a VM run ended, seen from the host.
+enum Ended {
+    Exited,
+    TimedOut,
+    Stalled(String),
 }
 
 /// Runs `command` (with its arguments) in the VM, in the current directory, streaming its
@@ -335,20 +368,37 @@ pub fn run(command: &[String], options: &VmOptions) -> Result<i32> {
         )?;
 
     let started = Instant::now();
-    let (mut out_at, mut err_at) = (0u64, 0u64);
+    let (mut out_at, mut err_at, mut console_at) = (0u64, 0u64, 0u64);
+    let mut last_output = Instant::now();
     let (mut stdout, mut stderr) = (std::io::stdout(), std::io::stderr());
-    let exited = loop {
-        forward(&share.join("stdout"), &mut out_at, &mut stdout);
-        forward(&share.join("stderr"), &mut err_at, &mut stderr);
-        if let Some(status) = qemu.try_wait()? {
-            break Some(status);
+    let ended = loop {
+        let printed = forward(&share.join("stdout"), &mut out_at, &mut stdout)
+            | forward(&share.join("stderr"), &mut err_at, &mut stderr);
+        if printed {
+            last_output = Instant::now();
         }
-        if started.elapsed() > options.timeout {
-            let _ = qemu.kill();
-            let _ = qemu.wait();
-            break None;
+        if qemu.try_wait()?.is_some() {
+            break Ended::Exited;
         }
-        std::thread::sleep(Duration::from_millis(100));
+        let stalled = options.stall.and_then(|stall| {
+            let console = appended(&console_path, &mut console_at);
+            if let Some(line) = stall_line(&String::from_utf8_lossy(&console)) {
+                return Some(format!("the VM's kernel reported: {}", line.trim()));
+            }
+            (last_output.elapsed() > stall)
+                .then(|| format!("the command printed nothing for {} s", stall.as_secs()))
+        });
+        let ended = match stalled {
+            Some(why) => Ended::Stalled(why),
+            None if started.elapsed() > options.timeout => Ended::TimedOut,
+            None => {
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        };
+        let _ = qemu.kill();
+        let _ = qemu.wait();
+        break ended;
     };
     forward(&share.join("stdout"), &mut out_at, &mut stdout);
     forward(&share.join("stderr"), &mut err_at, &mut stderr);
@@ -360,7 +410,18 @@ pub fn run(command: &[String], options: &VmOptions) -> Result<i32> {
         let lines: Vec<&str> = console.lines().collect();
         lines[lines.len().saturating_sub(30)..].join("\n")
     };
-    if exited.is_none() {
+    if let Ended::Stalled(why) = ended {
+        return Err(VmBroke {
+            what: "stalled",
+            message: format!(
+                "vm: step '{}' stalled while the VM was {stage}: {why}\n--- VM console (last lines) ---\n{}",
+                options.step,
+                console_tail()
+            ),
+        }
+        .into());
+    }
+    if let Ended::TimedOut = ended {
         return Err(VmBroke {
             what: "froze",
             message: format!(
@@ -420,7 +481,21 @@ pub fn target_dir() -> Result<PathBuf> {
 
 #[cfg(test)]
 mod tests {
-    use super::kernel_panicked;
+    use super::{kernel_panicked, stall_line};
+
+    #[test]
+    fn a_stuck_cpu_on_the_console_is_recognised() {
+        // The line the benchmark's VM printed when it froze.
+        let console = "[   40.1] Run /init as init process\n\
+                       [ 1311.2] watchdog: BUG: soft lockup - CPU#0 stuck for 1277s! [tokio-rt-worker:412]\n";
+        assert_eq!(
+            stall_line(console),
+            Some(
+                "[ 1311.2] watchdog: BUG: soft lockup - CPU#0 stuck for 1277s! [tokio-rt-worker:412]"
+            )
+        );
+        assert_eq!(stall_line("[    1.0] Run /init as init process\n"), None);
+    }
 
     #[test]
     fn a_kernel_panic_on_the_console_is_recognised() {

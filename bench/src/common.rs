@@ -1,0 +1,243 @@
+//! What every part of the benchmark uses: latency figures, a daemon to measure, its metrics.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use hyperlightd_client::{Client, ExecRequest, ExecStatus};
+use serde::{Deserialize, Serialize};
+
+use crate::EXPECTED;
+
+/// Latency figures in milliseconds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Latency {
+    pub samples: usize,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub mean_ms: f64,
+}
+
+impl Latency {
+    pub fn of(mut samples: Vec<Duration>) -> Latency {
+        samples.sort();
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let at = |q: f64| ms(samples[((samples.len() - 1) as f64 * q).round() as usize]);
+        Latency {
+            samples: samples.len(),
+            p50_ms: at(0.50),
+            p99_ms: at(0.99),
+            mean_ms: samples.iter().map(|d| ms(*d)).sum::<f64>() / samples.len() as f64,
+        }
+    }
+}
+
+/// Means over (b)'s timed requests, from the daemon's histograms, in milliseconds.
+#[derive(Debug, Default, Serialize)]
+pub struct Breakdown {
+    /// Arrival to the end of the execution, without the client and the socket.
+    server_side_mean_ms: f64,
+    /// Waiting for a sandbox.
+    queue_wait_mean_ms: f64,
+    /// Inside the guest.
+    guest_call_mean_ms: f64,
+    /// Restoring after the answer went out (off the request's path).
+    restore_mean_ms: f64,
+    /// Priming after the restore (Python; off the next request's path).
+    prime_mean_ms: f64,
+}
+
+impl Breakdown {
+    /// The means of what the daemon recorded between two scrapes, for series whose labels start
+    /// with `labels` (empty for the first series of each name).
+    pub fn between(before: &str, after: &str, labels: &str) -> Breakdown {
+        let mean = |name: &str| {
+            let (sum0, count0) = histogram_totals(before, name, labels);
+            let (sum1, count1) = histogram_totals(after, name, labels);
+            if count1 == count0 {
+                return 0.0;
+            }
+            (sum1 - sum0) / (count1 - count0) * 1e3
+        };
+        Breakdown {
+            server_side_mean_ms: mean("hyperlightd_execution_duration_seconds"),
+            queue_wait_mean_ms: mean("hyperlightd_queue_wait_seconds"),
+            guest_call_mean_ms: mean("hyperlightd_guest_call_seconds"),
+            restore_mean_ms: mean("hyperlightd_sandbox_restore_seconds"),
+            prime_mean_ms: mean("hyperlightd_sandbox_prime_seconds"),
+        }
+    }
+
+    pub fn print(&self, label: &str) {
+        println!(
+            "    {label} inside the daemon, means: arrival to answer {:.3} ms = queue wait {:.3} + \
+             guest call {:.3} + the daemon's own {:.3}; after the answer: restore {:.3}, prime {:.3}",
+            self.server_side_mean_ms,
+            self.queue_wait_mean_ms,
+            self.guest_call_mean_ms,
+            self.server_side_mean_ms - self.queue_wait_mean_ms - self.guest_call_mean_ms,
+            self.restore_mean_ms,
+            self.prime_mean_ms,
+        );
+    }
+}
+
+/// The sum and count of a Prometheus histogram: the first series of that name whose labels
+/// start with `labels` (e.g. `{language="python"`, or empty for any).
+pub fn histogram_totals(metrics: &str, name: &str, labels: &str) -> (f64, f64) {
+    let value = |suffix: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}_{suffix}{labels}")))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
+    (value("sum"), value("count"))
+}
+
+/// A daemon on a temporary socket, killed when dropped.
+#[derive(Debug)]
+pub struct Daemon {
+    pub child: Child,
+    pub client: Client,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts the daemon and returns it once ready, with the time that took.
+pub async fn start_daemon(
+    binary: &Path,
+    pool: usize,
+    extra: &[String],
+) -> Result<(Daemon, Duration)> {
+    let dir = tempfile::tempdir()?;
+    let socket = dir.path().join("bench.sock");
+    let started = Instant::now();
+    let child = Command::new(binary)
+        .arg("--socket")
+        .arg(&socket)
+        .args([
+            "--pool",
+            &format!("javascript={pool}"),
+            "--queue-depth",
+            "1024",
+        ])
+        .args(extra)
+        .env("HYPERLIGHTD_LOG", "warn")
+        .stdin(Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting {}", binary.display()))?;
+    let mut daemon = Daemon {
+        child,
+        client: Client::connect(&socket),
+        _dir: dir,
+    };
+    loop {
+        if let Ok(health) = daemon.client.health().await
+            && health.ready
+        {
+            return Ok((daemon, started.elapsed()));
+        }
+        if let Some(status) = daemon.child.try_wait()? {
+            bail!("the daemon exited during startup ({status})");
+        }
+        if started.elapsed() > Duration::from_secs(120) {
+            bail!("the daemon was not ready within 120 s");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+pub async fn exec_checked(client: &Client, request: &ExecRequest) -> Result<()> {
+    let response = client.exec(request).await?;
+    if response.status != ExecStatus::Ok || response.result != serde_json::json!(EXPECTED) {
+        bail!("the daemon answered {response:?}");
+    }
+    Ok(())
+}
+
+/// Polls the daemon's health until every sandbox is idle: restored, primed, and not running
+/// anything that would share the CPUs with the request about to be timed.
+pub async fn wait_until_idle(client: &Client) -> Result<()> {
+    let give_up = Instant::now() + Duration::from_secs(30);
+    loop {
+        let health = client.health().await?;
+        if health.sandboxes.values().all(|c| c.ready == c.target) {
+            return Ok(());
+        }
+        if Instant::now() > give_up {
+            bail!("the daemon's sandboxes were not all idle after 30 s: {health:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// One latency row of the table.
+pub fn print_row(name: &str, l: &Latency) {
+    println!(
+        "{name:<52} {:>10.3} {:>10.3} {:>10.3} {:>6}",
+        l.p50_ms, l.p99_ms, l.mean_ms, l.samples
+    );
+}
+
+/// Daemon arguments for a Python pool of `size` running `guest`, then `extra`.
+pub fn python_pool(guest: &Path, size: usize, extra: &[String]) -> Vec<String> {
+    let mut args = vec![
+        "--pool".to_owned(),
+        format!("python={size}"),
+        "--python-guest".to_owned(),
+        guest.to_string_lossy().into_owned(),
+    ];
+    args.extend(extra.iter().cloned());
+    args
+}
+
+/// Times `request` once every sandbox of the daemon is idle (restored, primed): a warm
+/// request, nothing else running beside it.
+pub async fn warm_once(client: &Client, request: &ExecRequest) -> Result<Duration> {
+    wait_until_idle(client).await?;
+    let start = Instant::now();
+    exec_checked(client, request).await?;
+    Ok(start.elapsed())
+}
+
+/// `n` warm requests (see [`warm_once`]).
+pub async fn warm(client: &Client, request: &ExecRequest, n: usize) -> Result<Latency> {
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        samples.push(warm_once(client, request).await?);
+    }
+    Ok(Latency::of(samples))
+}
+
+/// `n` requests sent back to back, each as soon as the last is answered, per second.
+pub async fn back_to_back(client: &Client, request: &ExecRequest, n: usize) -> Result<f64> {
+    wait_until_idle(client).await?;
+    let start = Instant::now();
+    for _ in 0..n {
+        exec_checked(client, request).await?;
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+/// The mean of a histogram of the daemon's, in milliseconds (NaN when it has no samples).
+pub fn mean_ms(metrics: &str, name: &str, labels: &str) -> f64 {
+    let (sum, count) = histogram_totals(metrics, name, labels);
+    if count > 0.0 {
+        sum / count * 1e3
+    } else {
+        f64::NAN
+    }
+}
+
+/// The `{language="..."` label prefix of a language's series.
+pub fn language_label(language: hyperlightd_client::Language) -> String {
+    format!("{{language=\"{}\"", language.as_str())
+}

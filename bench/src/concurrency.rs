@@ -1,0 +1,94 @@
+//! R3: throughput at concurrency 2 against concurrency 1 on a pool of two, three times, beside
+//! hyperlight-js in this process on one and two threads (how far Hyperlight itself scales on
+//! this machine).
+
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use hyperlightd_client::{Client, ExecRequest, Language};
+use serde_json::json;
+
+use crate::common::{exec_checked, start_daemon, wait_until_idle};
+use crate::direct::direct_threads;
+use crate::targets::{PartReport, Target};
+use crate::{Args, BODY};
+
+/// Runs of the pair (concurrency 1, concurrency 2): R3 asks for its ratio in three of three.
+const RUNS: usize = 3;
+
+pub async fn run(args: &Args) -> Result<PartReport> {
+    nix::sys::prctl::set_thp_disable(true).context("turning transparent huge pages off")?;
+    eprintln!("(c') hyperlight-js in-process, 1 and 2 threads ...");
+    let direct: Vec<(usize, f64)> = [1, 2]
+        .into_iter()
+        .map(|threads| direct_threads(threads, args.throughput_requests).map(|r| (threads, r)))
+        .collect::<Result<_>>()?;
+    let (daemon, _) = start_daemon(&args.daemon, 2, &args.daemon_args).await?;
+    let request = ExecRequest::new(Language::Javascript, BODY);
+    for _ in 0..20 {
+        exec_checked(&daemon.client, &request).await?;
+    }
+    let mut runs = Vec::with_capacity(RUNS);
+    for run in 1..=RUNS {
+        eprintln!("(c) through the daemon, run {run} of {RUNS} ...");
+        let one = throughput(&daemon.client, &request, 1, args.throughput_requests).await?;
+        let two = throughput(&daemon.client, &request, 2, args.throughput_requests).await?;
+        runs.push((one, two));
+    }
+    println!("\n== R3: concurrency (pool of 2, two vCPUs) ==");
+    for (threads, per_s) in &direct {
+        println!("(c') hyperlight-js in-process, {threads} thread(s): {per_s:.1} calls+restores/s");
+    }
+    let direct_ratio = direct[1].1 / direct[0].1;
+    println!("(c') 2 threads / 1 thread = {direct_ratio:.2}");
+    let mut targets = Vec::new();
+    for (i, (one, two)) in runs.iter().enumerate() {
+        println!(
+            "(c) run {}: concurrency 1 {one:.1} executions/s, concurrency 2 {two:.1} executions/s",
+            i + 1
+        );
+        targets.push(Target::at_least(
+            &format!("R3 run {}", i + 1),
+            "daemon throughput, concurrency 2 / concurrency 1",
+            two / one,
+            1.8,
+        ));
+    }
+    Ok(PartReport {
+        part: "concurrency".into(),
+        figures: json!({
+            "direct_per_s": direct,
+            "direct_2_over_1": direct_ratio,
+            "daemon_runs_per_s": runs,
+        }),
+        targets,
+    })
+}
+
+/// Executions per second with `concurrency` clients each sending requests back to back.
+async fn throughput(
+    client: &Client,
+    request: &ExecRequest,
+    concurrency: usize,
+    requests: usize,
+) -> Result<f64> {
+    wait_until_idle(client).await?;
+    let per_task = requests / concurrency;
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let client = client.clone();
+            let request = request.clone();
+            tokio::spawn(async move {
+                for _ in 0..per_task {
+                    exec_checked(&client, &request).await?;
+                }
+                anyhow::Ok(())
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await??;
+    }
+    Ok((per_task * concurrency) as f64 / start.elapsed().as_secs_f64())
+}
