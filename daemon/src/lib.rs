@@ -40,6 +40,7 @@ use crate::config::{Config, ConfigError, Limits};
 use crate::http::Api;
 use crate::metrics::Metrics;
 use crate::sandbox::guest::GuestSizes;
+use crate::sandbox::stored::SnapshotStore;
 use crate::sandbox::{HyperlightExecutor, SandboxSettings};
 use crate::server::StopRequest;
 use crate::session::SessionSettings;
@@ -68,6 +69,12 @@ pub enum StartError {
     /// The audit log could not be opened.
     #[error(transparent)]
     Audit(#[from] AuditOpenError),
+    /// The snapshot directory could not be created or read.
+    #[error("the snapshot directory {}: {error}", dir.display())]
+    SnapshotDir {
+        dir: std::path::PathBuf,
+        error: std::io::Error,
+    },
     /// A language's pool could not start (its guest, not the hypervisor, failed).
     #[error(transparent)]
     Pool(#[from] sandbox::StartError),
@@ -88,14 +95,14 @@ pub enum StartError {
 
 impl StartError {
     /// Exit code, after sysexits(3): 64 bad configuration, 69 hypervisor unavailable,
-    /// 73 socket or audit log cannot be created, 75 socket in use by a live daemon, 70 anything else
+    /// 73 socket, audit log or snapshot directory cannot be created, 75 socket in use by a live daemon, 70 anything else
     /// (a pool that cannot start included).
     pub fn exit_code(&self) -> u8 {
         match self {
             StartError::Config(_) => 64,
             StartError::Hypervisor(_) | StartError::ProbeTimedOut(_) => 69,
             StartError::Socket(SocketError::InUse(_)) => 75,
-            StartError::Socket(_) | StartError::Audit(_) => 73,
+            StartError::Socket(_) | StartError::Audit(_) | StartError::SnapshotDir { .. } => 73,
             StartError::Pool(_)
             | StartError::PythonLibrary(_)
             | StartError::PoolsTimedOut(_)
@@ -139,6 +146,7 @@ pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Resu
     check_open_files(&config)?;
     let metrics = Metrics::new().map_err(|e| StartError::Other(format!("metrics: {e}")))?;
     let audit = Arc::new(AuditLog::open(&config.audit)?.with_metrics(metrics.audit()));
+    let snapshots = open_snapshot_store(&config)?;
     let hypervisor = hypervisor::detect()?;
     info!(%hypervisor, "hypervisor found");
     // Before any sandbox memory exists (see sys::memory for why).
@@ -152,7 +160,16 @@ pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Resu
     // once; connections wait in the backlog until the pools are warm and serving starts.
     let (listener, bound) = socket::bind(&config.socket, config.socket_group.as_deref())?;
     let starting = start_executor(
-        &config, &sizes, limits, sessions, hypervisor, &metrics, &audit,
+        &config,
+        &sizes,
+        limits,
+        sessions,
+        hypervisor,
+        &metrics,
+        Stores {
+            audit: audit.clone(),
+            snapshots,
+        },
     );
     let executor = tokio::select! {
         started = starting => started?,
@@ -225,7 +242,7 @@ async fn start_executor(
     sessions: SessionSettings,
     hypervisor: Hypervisor,
     metrics: &Metrics,
-    audit: &Arc<AuditLog>,
+    stores: Stores,
 ) -> Result<HyperlightExecutor, StartError> {
     let limit = Duration::from_millis(config.startup_timeout_ms);
     let started = Instant::now();
@@ -251,11 +268,13 @@ async fn start_executor(
         python_sizes: sizes_with_heap(config.python_heap_mib),
         python_component: config.python_guest.clone(),
         python_library,
+        python_library_file: Some(config.python_library()),
         python_max_host_handles: config.python_max_host_handles,
+        snapshots: stores.snapshots,
         queue_depth: config.queue_depth,
         build_limit: limit,
         sessions,
-        audit: audit.clone(),
+        audit: stores.audit,
     };
     let (runtime, sizes, metrics) = (Handle::current(), sizes.clone(), metrics.clone());
     let hypervisor = hypervisor.to_string();
@@ -269,6 +288,25 @@ async fn start_executor(
         "every pool has a warm sandbox"
     );
     Ok(executor)
+}
+
+/// Where the executor keeps what outlives a request: the audit log (session expiries), the
+/// saved templates.
+struct Stores {
+    audit: Arc<AuditLog>,
+    snapshots: Option<Arc<SnapshotStore>>,
+}
+
+/// The store of `--snapshot-dir`, created if need be (None without the option).
+fn open_snapshot_store(config: &Config) -> Result<Option<Arc<SnapshotStore>>, StartError> {
+    let Some(dir) = &config.snapshot_dir else {
+        return Ok(None);
+    };
+    let store = SnapshotStore::open(dir).map_err(|error| StartError::SnapshotDir {
+        dir: dir.clone(),
+        error,
+    })?;
+    Ok(Some(Arc::new(store)))
 }
 
 /// Runs `work` on a blocking thread, with the process's signals blocked there (it builds

@@ -69,7 +69,7 @@ fn inconsistent_limits_exit_64_naming_the_option() {
 }
 
 #[test]
-fn bad_caller_options_exit_64_and_an_unopenable_audit_log_73() {
+fn bad_caller_options_exit_64_and_an_unopenable_audit_log_or_snapshot_dir_73() {
     for args in [
         &["--allow-uid", "no-such-user-here"][..],
         &["--allow-gid", "no-such-group-here"],
@@ -84,4 +84,7 @@ fn bad_caller_options_exit_64_and_an_unopenable_audit_log_73() {
     let (code, _, stderr) = hyperlightd(&["--audit-log", "/nonexistent-dir/audit.log"]);
     assert_eq!(code, Some(73), "{stderr}");
     assert!(stderr.contains("/nonexistent-dir/audit.log"), "{stderr}");
+    let (code, _, stderr) = hyperlightd(&["--snapshot-dir", "/proc/hyperlightd-snapshots"]);
+    assert_eq!(code, Some(73), "{stderr}");
+    assert!(stderr.contains("/proc/hyperlightd-snapshots"), "{stderr}");
 }

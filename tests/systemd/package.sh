@@ -4,7 +4,8 @@
 # package `cargo xtask dist --debug` made. Installs it, starts hyperlightd.service with the
 # package's default options (a JavaScript and a Python pool), checks READY and the status line,
 # runs programs through the socket as a member of the group hyperlightd (and is refused as a
-# user outside it), reads the audit log, and stops the service cleanly.
+# user outside it), reads the audit log, waits for the templates to be saved in the state
+# directory, restarts the service (which loads them), and stops the service cleanly.
 set -u
 deb=$1
 
@@ -65,6 +66,31 @@ alice=$(id -u alice)
 
 check "systemd-analyze security, on the running unit"
 systemd-analyze security --no-pager hyperlightd.service | tail -n 1
+
+check "the templates, saved in the state directory"
+snapshots=/var/lib/hyperlightd/snapshots
+waited=0
+until ls "$snapshots"/javascript-*/key.json "$snapshots"/python-*/key.json > /dev/null 2>&1; do
+    [ "$waited" -lt 300 ] || fail "the templates were not saved in $snapshots within 300 s"
+    sleep 2
+    waited=$((waited + 2))
+done
+ls -la "$snapshots"
+[ "$(stat -c '%a %U' "$snapshots")" = "700 hyperlightd" ] \
+    || fail "snapshot directory mode and owner: $(stat -c '%a %U' "$snapshots")"
+
+check "systemctl restart: the templates are loaded, not built"
+started=$(date +%s)
+timeout 600 systemctl restart hyperlightd || fail "restarting the service"
+echo "restarted in $(( $(date +%s) - started )) s"
+loaded=$(journalctl --no-pager -u hyperlightd _PID="$(systemctl show -p MainPID --value hyperlightd)" \
+    | grep -c "template loaded")
+[ "$loaded" = 2 ] || fail "$loaded templates loaded at the restart, not 2"
+js=$(runuser -u alice -- hlctl exec --lang js -e '6 * 7') || fail "JavaScript after the restart"
+[ "$js" = 42 ] || fail "JavaScript after the restart printed $js"
+py=$(runuser -u alice -- hlctl exec --lang python -e 'import json; sum(json.loads("[1, 2, 3]"))') \
+    || fail "Python after the restart"
+[ "$py" = 6 ] || fail "Python after the restart printed $py"
 
 check "systemctl stop"
 timeout 120 systemctl stop hyperlightd || fail "stopping the service"

@@ -11,6 +11,9 @@ use hyperlightd_client::{ErrorKind, ExecRequest, ExecStatus, Language};
 use hyperlightd_e2e::{Daemon, STEP_LIMIT, assert_capped_and_finished, python_guest, within};
 use serde_json::json;
 
+#[path = "python/snapshots.rs"]
+mod snapshots;
+
 fn py(code: &str) -> ExecRequest {
     ExecRequest::new(Language::Python, code)
 }

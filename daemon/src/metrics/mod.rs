@@ -10,6 +10,7 @@ use prometheus::{
 };
 
 use crate::executor::ExecutorHealth;
+use crate::sandbox::guest::Prepared;
 
 mod session;
 
@@ -39,8 +40,9 @@ pub const QUEUE_WAIT_SECONDS: &str = "hyperlightd_queue_wait_seconds";
 /// Time spent inside the guest per execution (the call into the micro-VM), by `language`: the
 /// execution duration less this is the daemon's own cost.
 pub const GUEST_CALL_SECONDS: &str = "hyperlightd_guest_call_seconds";
-/// Time to build a language's template from scratch (runtime loaded, runner registered, primed,
-/// snapshot taken), by `language`: once per pool.
+/// Time to make a language's template ready, by `language` and `source`: `built` from scratch
+/// (runtime loaded, runner registered, primed, snapshot taken), or `loaded` from a snapshot
+/// saved on disk. Once per pool.
 pub const SANDBOX_TEMPLATE_SECONDS: &str = "hyperlightd_sandbox_template_seconds";
 /// Time to build a warm sandbox from its language's template, by `language`.
 pub const SANDBOX_CREATE_SECONDS: &str = "hyperlightd_sandbox_create_seconds";
@@ -115,8 +117,7 @@ pub struct PoolMetrics {
     pub queue_wait: Histogram,
     /// Time inside the guest per execution.
     pub guest_call: Histogram,
-    /// Time to build the template, from scratch.
-    pub template: Histogram,
+    template: HistogramVec,
     /// Time to build a warm sandbox from the template.
     pub create: Histogram,
     /// Time to restore a sandbox after a request.
@@ -133,6 +134,13 @@ pub struct PoolMetrics {
 }
 
 impl PoolMetrics {
+    /// Records how the pool's template was made ready.
+    pub fn template(&self, prepared: Prepared) {
+        self.template
+            .with_label_values(&[self.language.as_str(), prepared.source.as_str()])
+            .observe(prepared.took.as_secs_f64());
+    }
+
     /// Counts a sandbox dropped and rebuilt for `reason`.
     pub fn recycled(&self, reason: &str) {
         self.recycled
@@ -208,10 +216,13 @@ impl Metrics {
             "Time spent inside the guest per execution.",
             DURATION_BUCKETS,
         )?;
-        let template = histogram(
-            SANDBOX_TEMPLATE_SECONDS,
-            "Time to build a language's template sandbox snapshot from scratch.",
-            DURATION_BUCKETS,
+        let template = HistogramVec::new(
+            HistogramOpts::new(
+                SANDBOX_TEMPLATE_SECONDS,
+                "Time to make a language's template ready: built from scratch, or loaded.",
+            )
+            .buckets(DURATION_BUCKETS.to_vec()),
+            &["language", "source"],
         )?;
         let create = histogram(
             SANDBOX_CREATE_SECONDS,
@@ -316,7 +327,7 @@ impl Metrics {
             language,
             queue_wait: self.queue_wait.with_label_values(&label),
             guest_call: self.guest_call.with_label_values(&label),
-            template: self.template.with_label_values(&label),
+            template: self.template.clone(),
             create: self.create.with_label_values(&label),
             restore: self.restore.with_label_values(&label),
             prime: self.prime.with_label_values(&label),

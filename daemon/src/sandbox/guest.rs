@@ -165,9 +165,9 @@ impl GuestSizes {
 /// Builds warm sandboxes of one language.
 pub trait GuestFactory: Send + Sync + 'static {
     /// Makes ready, once, the template every sandbox is built from (a snapshot of a guest with
-    /// its runtime loaded and its runner ready), and says how long building it took when this
-    /// call built it. [`create`](Self::create) prepares too; a pool prepares first, to time it.
-    fn prepare(&self) -> Result<Option<Duration>, HyperlightError> {
+    /// its runtime loaded and its runner ready), and says how long that took and how, when this
+    /// call did it. [`create`](Self::create) prepares too; a pool prepares first, to time it.
+    fn prepare(&self) -> Result<Option<Prepared>, HyperlightError> {
         Ok(None)
     }
 
@@ -175,8 +175,34 @@ pub trait GuestFactory: Send + Sync + 'static {
     fn create(&self, output: Arc<OutputCapture>) -> Result<Box<dyn Guest>, HyperlightError>;
 }
 
-/// What every sandbox of a factory is built from, built once, on first use. Callers that find
-/// it being built wait for it rather than build their own.
+/// How a template was made ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// Built from scratch.
+    Built,
+    /// Loaded from a snapshot saved on disk.
+    Loaded,
+}
+
+impl Source {
+    /// The `source` label of the template metric.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Built => "built",
+            Source::Loaded => "loaded",
+        }
+    }
+}
+
+/// A template made ready: how, and how long it took.
+#[derive(Debug, Clone, Copy)]
+pub struct Prepared {
+    pub source: Source,
+    pub took: Duration,
+}
+
+/// What every sandbox of a factory is built from, made ready once, on first use. Callers that
+/// find it being made wait for it rather than make their own.
 pub struct Template<T>(Mutex<Option<T>>);
 
 impl<T> Default for Template<T> {
@@ -187,26 +213,27 @@ impl<T> Default for Template<T> {
 
 impl<T> std::fmt::Debug for Template<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let built = self.0.lock().is_ok_and(|t| t.is_some());
-        f.debug_struct("Template").field("built", &built).finish()
+        let ready = self.0.lock().is_ok_and(|t| t.is_some());
+        f.debug_struct("Template").field("ready", &ready).finish()
     }
 }
 
 impl<T: Clone> Template<T> {
-    /// The template, built with `build` if there is none yet, and how long building it took
-    /// when this call did. A failed build leaves none, for the next call to try again.
-    pub fn get_or_build(
+    /// The template, made with `make` if there is none yet, and how when this call made it. A
+    /// failure leaves none, for the next call to try again.
+    pub fn get_or_make(
         &self,
-        build: impl FnOnce() -> Result<T, HyperlightError>,
-    ) -> Result<(T, Option<Duration>), HyperlightError> {
+        make: impl FnOnce() -> Result<(T, Source), HyperlightError>,
+    ) -> Result<(T, Option<Prepared>), HyperlightError> {
         let mut template = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(built) = template.as_ref() {
-            return Ok((built.clone(), None));
+        if let Some(ready) = template.as_ref() {
+            return Ok((ready.clone(), None));
         }
         let started = Instant::now();
-        let built = build()?;
-        *template = Some(built.clone());
-        Ok((built, Some(started.elapsed())))
+        let (ready, source) = make()?;
+        *template = Some(ready.clone());
+        let took = started.elapsed();
+        Ok((ready, Some(Prepared { source, took })))
     }
 }
 

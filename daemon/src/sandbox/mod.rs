@@ -4,12 +4,14 @@
 //! - [`javascript`]: the QuickJS guest from hyperlight-js;
 //! - [`python`]: CPython as a WebAssembly component, run by hyperlight-wasm;
 //! - [`pool`]: worker threads, the bounded queue, time limits, restore after each request;
+//! - [`stored`]: templates saved on disk, so that a daemon starts without building them;
 //! - [`watchdog`]: the timers that interrupt a guest at its limit.
 
 pub mod guest;
 pub mod javascript;
 pub mod pool;
 pub mod python;
+pub mod stored;
 pub mod watchdog;
 
 use std::collections::BTreeMap;
@@ -23,6 +25,7 @@ use self::guest::{GuestFactory, GuestSizes};
 use self::javascript::JavascriptFactory;
 use self::pool::{Pool, PoolConfig, PoolError, Scope};
 use self::python::PythonFactory;
+use self::stored::SnapshotStore;
 use self::watchdog::Watchdog;
 use crate::audit::AuditLog;
 use crate::executor::{ExecError, Executor, ExecutorHealth, Job, Outcome};
@@ -44,8 +47,12 @@ pub struct SandboxSettings {
     pub python_component: PathBuf,
     /// The Python guest's library, shared by every Python sandbox (None without a Python pool).
     pub python_library: Option<Arc<python::Library>>,
+    /// The file the Python library was read from.
+    pub python_library_file: Option<PathBuf>,
     /// Host handles a Python program may take in one run.
     pub python_max_host_handles: u64,
+    /// Where templates are saved and loaded from (`--snapshot-dir`).
+    pub snapshots: Option<Arc<SnapshotStore>>,
     /// Jobs that may wait per language.
     pub queue_depth: usize,
     /// How long building one sandbox may take before its worker counts as stuck.
@@ -68,14 +75,24 @@ impl SandboxSettings {
     /// The factory for `language`'s sandboxes.
     fn factory(&self, language: Language, watchdog: &Watchdog) -> Arc<dyn GuestFactory> {
         match language {
-            Language::Javascript => Arc::new(JavascriptFactory::new(self.sizes)),
-            Language::Python => Arc::new(PythonFactory::new(
-                self.python_sizes,
-                self.python_component.clone(),
-                self.python_library.clone(),
-                self.python_max_host_handles,
-                watchdog.clone(),
-            )),
+            Language::Javascript => {
+                Arc::new(JavascriptFactory::new(self.sizes, self.snapshots.clone()))
+            }
+            Language::Python => {
+                let factory = PythonFactory::new(
+                    self.python_sizes,
+                    self.python_component.clone(),
+                    self.python_library.clone(),
+                    self.python_max_host_handles,
+                    watchdog.clone(),
+                );
+                Arc::new(match &self.snapshots {
+                    Some(store) => {
+                        factory.with_store(store.clone(), self.python_library_file.clone())
+                    }
+                    None => factory,
+                })
+            }
         }
     }
 }

@@ -18,9 +18,10 @@ use hyperlight_js::{HostPrintFn, SandboxBuilder, Script, Snapshot};
 
 use self::host::{CallClock, Host};
 use super::guest::{
-    Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, RunnerReply, SavedState, Template,
-    seed,
+    Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, Prepared, RunnerReply, SavedState,
+    Template, seed,
 };
+use super::stored::{self, Codec, Key, SnapshotStore, Stored};
 use super::watchdog::{self, Interrupt};
 
 /// The runner, compiled into the daemon so that the daemon and its guest protocol always match:
@@ -67,21 +68,49 @@ fn with_room_for_the_runner(sizes: GuestSizes) -> GuestSizes {
 #[derive(Debug)]
 pub struct JavascriptFactory {
     sizes: GuestSizes,
+    store: Option<Arc<SnapshotStore>>,
     template: Template<Arc<Snapshot>>,
 }
 
 impl JavascriptFactory {
     /// A factory whose sandboxes are built with `sizes`, their input buffer large enough for
-    /// the runner too.
-    pub fn new(sizes: GuestSizes) -> Self {
+    /// the runner too; its template is saved in `store`, and loaded from it when it fits.
+    pub fn new(sizes: GuestSizes, store: Option<Arc<SnapshotStore>>) -> Self {
         JavascriptFactory {
             sizes: with_room_for_the_runner(sizes),
+            store,
             template: Template::default(),
         }
     }
 
-    fn template(&self) -> Result<(Arc<Snapshot>, Option<Duration>), HyperlightError> {
-        self.template.get_or_build(|| build_template(self.sizes))
+    fn template(&self) -> Result<(Arc<Snapshot>, Option<Prepared>), HyperlightError> {
+        self.template.get_or_make(|| {
+            stored::load_or_build(
+                self.store.as_ref(),
+                || Key::new("javascript", format!("{:?}", self.sizes), &[]),
+                || build_template(self.sizes),
+                codec(),
+            )
+        })
+    }
+}
+
+/// The JavaScript template: a snapshot, and nothing beside it (every sandbox registers the
+/// same host functions, which keep no state of the guest's).
+fn codec() -> Codec<Arc<Snapshot>> {
+    Codec {
+        encode: |snapshot| {
+            Ok(Stored {
+                snapshot: snapshot.clone(),
+                extra: Vec::new(),
+            })
+        },
+        decode: Box::new(|stored: Stored| {
+            if !stored.extra.is_empty() {
+                return Err("a JavaScript template keeps nothing beside its snapshot".to_owned());
+            }
+            Ok(stored.snapshot)
+        }),
     }
 }
 
@@ -107,7 +136,7 @@ fn build_template(sizes: GuestSizes) -> Result<Arc<Snapshot>, HyperlightError> {
 }
 
 impl GuestFactory for JavascriptFactory {
-    fn prepare(&self) -> Result<Option<Duration>, HyperlightError> {
+    fn prepare(&self) -> Result<Option<Prepared>, HyperlightError> {
         Ok(self.template()?.1)
     }
 

@@ -264,8 +264,8 @@ impl Pool {
         watchdog: Watchdog,
         metrics: PoolMetrics,
     ) -> Result<Pool, PoolError> {
-        if let Some(took) = config.factory.prepare().map_err(PoolError::Build)? {
-            metrics.template.observe(took.as_secs_f64());
+        if let Some(prepared) = config.factory.prepare().map_err(PoolError::Build)? {
+            metrics.template(prepared);
         }
         let first =
             worker::build_sandbox(config.factory.as_ref(), &metrics).map_err(PoolError::Build)?;

@@ -108,6 +108,11 @@ impl Library {
         &self.nodes[index]
     }
 
+    /// How many nodes (files and directories) there are: every index is below this.
+    pub fn nodes(&self) -> usize {
+        self.nodes.len()
+    }
+
     /// The bytes of the file at `index`, or None for a directory.
     pub fn file(&self, index: usize) -> Option<&[u8]> {
         match &self.nodes[index] {

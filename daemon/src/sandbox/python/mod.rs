@@ -25,11 +25,12 @@ use hyperlight_wasm::Snapshot;
 use serde::Serialize;
 
 use self::bindings::root::component::RootExports;
-use self::wasi::{CallState, WasiHost};
+use self::wasi::{CallState, Portable, ToPortable, WasiHost};
 use super::guest::{
-    Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, RunnerReply, SavedState, Template,
-    seed,
+    Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, Prepared, RunnerReply, SavedState,
+    Template, seed,
 };
+use super::stored::{self, Codec, Key, SnapshotStore, Stored};
 use super::watchdog::{self, Interrupt, Watchdog};
 
 #[allow(missing_debug_implementations, clippy::all)]
@@ -62,6 +63,30 @@ mod bindings {
                     copy
                 }
 
+                /// Empty tables.
+                #[cfg(test)]
+                pub(crate) fn empty() -> Self {
+                    Self::new()
+                }
+
+                /// Every table's entries as plain data (None for an empty entry), to save
+                /// beside a template's snapshot.
+                pub(crate) fn portable(&self) -> Vec<Vec<Option<super::wasi::Portable>>> {
+                    let RootResources { $($field,)* .. } = self;
+                    vec![$(super::ResourceTable::portable($field)),*]
+                }
+
+                /// Tables holding `saved` (from [`portable`](Self::portable)); None when
+                /// `saved` does not fit these tables.
+                pub(crate) fn from_portable(
+                    saved: &[Vec<Option<super::wasi::Portable>>],
+                ) -> Option<Self> {
+                    let mut tables = Self::new();
+                    let mut saved = saved.iter();
+                    $(tables.$field = super::ResourceTable::from_portable(saved.next()?)?;)*
+                    saved.next().is_none().then_some(tables)
+                }
+
                 pub(crate) fn truncate(&mut self, lengths: &[usize]) {
                     // Tables keep their capacity when truncated: give back what a call that
                     // took many resources left allocated.
@@ -88,10 +113,12 @@ mod bindings {
 }
 
 /// A field of the bindings' resource tables (see `resource_tables!`).
-trait ResourceTable {
+trait ResourceTable: Sized {
     fn len(&self) -> usize;
     fn truncate(&mut self, len: usize);
     fn copy(&self) -> Self;
+    fn portable(&self) -> Vec<Option<Portable>>;
+    fn from_portable(saved: &[Option<Portable>]) -> Option<Self>;
 }
 
 /// A resource type the host does not own: no table.
@@ -101,11 +128,35 @@ impl ResourceTable for () {
     }
     fn truncate(&mut self, _: usize) {}
     fn copy(&self) -> Self {}
+    fn portable(&self) -> Vec<Option<Portable>> {
+        Vec::new()
+    }
+    fn from_portable(saved: &[Option<Portable>]) -> Option<Self> {
+        saved.is_empty().then_some(())
+    }
 }
 
-impl<T: Clone> ResourceTable for std::collections::VecDeque<ResourceEntry<T>> {
+impl<T: Clone + ToPortable> ResourceTable for std::collections::VecDeque<ResourceEntry<T>> {
     fn len(&self) -> usize {
         std::collections::VecDeque::len(self)
+    }
+    /// A borrowed entry only lives during a call; between calls there is none.
+    fn portable(&self) -> Vec<Option<Portable>> {
+        self.iter()
+            .map(|entry| match entry {
+                ResourceEntry::Owned(value) => Some(value.to_portable()),
+                ResourceEntry::Empty | ResourceEntry::Borrowed(..) => None,
+            })
+            .collect()
+    }
+    fn from_portable(saved: &[Option<Portable>]) -> Option<Self> {
+        saved
+            .iter()
+            .map(|entry| match entry {
+                Some(portable) => T::from_portable(portable).map(ResourceEntry::Owned),
+                None => Some(ResourceEntry::Empty),
+            })
+            .collect()
     }
     /// Owned entries are copied; a borrowed one only lives during a call, so between calls
     /// there is none, and it would be empty anyway.
@@ -135,8 +186,10 @@ pub struct PythonFactory {
     sizes: GuestSizes,
     component: PathBuf,
     library: Option<Arc<Library>>,
+    library_file: Option<PathBuf>,
     max_host_handles: u64,
     watchdog: Watchdog,
+    store: Option<Arc<SnapshotStore>>,
     template: Template<Arc<PythonState>>,
 }
 
@@ -155,9 +208,21 @@ impl PythonFactory {
             sizes,
             component,
             library,
+            library_file: None,
             max_host_handles,
             watchdog,
+            store: None,
             template: Template::default(),
+        }
+    }
+
+    /// The factory saving its template in `store`, and loading it from there when it fits;
+    /// `library_file` is the file `library` was read from (the template depends on it).
+    pub fn with_store(self, store: Arc<SnapshotStore>, library_file: Option<PathBuf>) -> Self {
+        PythonFactory {
+            store: Some(store),
+            library_file,
+            ..self
         }
     }
 }
@@ -208,13 +273,64 @@ impl PythonFactory {
         Ok(Arc::new(PythonState { snapshot, tables }))
     }
 
-    fn template(&self) -> Result<(Arc<PythonState>, Option<Duration>), HyperlightError> {
-        self.template.get_or_build(|| self.build_template())
+    fn template(&self) -> Result<(Arc<PythonState>, Option<Prepared>), HyperlightError> {
+        self.template.get_or_make(|| {
+            stored::load_or_build(
+                self.store.as_ref(),
+                || self.key(),
+                || self.build_template(),
+                self.codec(),
+            )
+        })
+    }
+
+    /// What the template depends on: the sizes and limits, the component, the library.
+    fn key(&self) -> std::io::Result<Key> {
+        let sizes = format!(
+            "{:?}, max_host_handles {}",
+            self.sizes, self.max_host_handles
+        );
+        let mut files = vec![self.component.as_path()];
+        files.extend(self.library_file.as_deref());
+        Key::new("python", sizes, &files)
+    }
+
+    /// The snapshot, and the host's resource tables as plain data (JSON); read back, every
+    /// entry must name a node of this factory's library.
+    fn codec(&self) -> Codec<Arc<PythonState>> {
+        let nodes = self.library.as_ref().map_or(0, |library| library.nodes());
+        Codec {
+            encode: |state| {
+                let tables = lock(&state.tables).portable();
+                let tables = serde_json::to_vec(&tables).map_err(|e| e.to_string())?;
+                Ok(Stored {
+                    snapshot: state.snapshot.clone(),
+                    extra: tables,
+                })
+            },
+            decode: Box::new(move |stored: Stored| {
+                let saved: Vec<Vec<Option<Portable>>> = serde_json::from_slice(&stored.extra)
+                    .map_err(|e| format!("reading the resource tables: {e}"))?;
+                if let Some(node) = saved.iter().flatten().flatten().find_map(Portable::node)
+                    && node >= nodes
+                {
+                    return Err(format!(
+                        "an entry names node {node} of a library of {nodes}"
+                    ));
+                }
+                let tables = Tables::from_portable(&saved)
+                    .ok_or("the resource tables do not fit this guest's")?;
+                Ok(Arc::new(PythonState {
+                    snapshot: stored.snapshot,
+                    tables: std::sync::Mutex::new(tables),
+                }))
+            }),
+        }
     }
 }
 
 impl GuestFactory for PythonFactory {
-    fn prepare(&self) -> Result<Option<Duration>, HyperlightError> {
+    fn prepare(&self) -> Result<Option<Prepared>, HyperlightError> {
         Ok(self.template()?.1)
     }
 
@@ -459,6 +575,59 @@ mod tests {
             (9734, 2_417_251_151_237_529_688),
             "guest/python/wit/component/world.wasm changed: check resource_tables!"
         );
+    }
+
+    /// Test entries: a number, saved as a descriptor of that node.
+    impl ToPortable for u32 {
+        fn to_portable(&self) -> Portable {
+            Portable::Descriptor {
+                node: *self as usize,
+            }
+        }
+        fn from_portable(portable: &Portable) -> Option<Self> {
+            match *portable {
+                Portable::Descriptor { node } => u32::try_from(node).ok(),
+                _ => None,
+            }
+        }
+    }
+
+    #[test]
+    fn a_table_saved_as_plain_data_reads_back_the_same() {
+        let table: std::collections::VecDeque<ResourceEntry<u32>> = [
+            ResourceEntry::Owned(3),
+            ResourceEntry::Empty,
+            ResourceEntry::Owned(5),
+        ]
+        .into();
+        let saved = ResourceTable::portable(&table);
+        let json = serde_json::to_string(&saved).unwrap();
+        let saved: Vec<Option<Portable>> = serde_json::from_str(&json).unwrap();
+        let read: std::collections::VecDeque<ResourceEntry<u32>> =
+            ResourceTable::from_portable(&saved).unwrap();
+        assert_eq!(owned(&read), [Some(3), None, Some(5)]);
+        // An entry of another kind does not fit the table.
+        let stdin = [Some(Portable::Stdin)];
+        let refused: Option<std::collections::VecDeque<ResourceEntry<u32>>> =
+            ResourceTable::from_portable(&stdin);
+        assert!(refused.is_none());
+        // A table the host does not keep holds nothing.
+        assert!(<() as ResourceTable>::from_portable(&saved).is_none());
+        assert!(<() as ResourceTable>::from_portable(&[]).is_some());
+    }
+
+    #[test]
+    fn tables_saved_for_another_world_do_not_fit() {
+        let tables = Tables::empty();
+        let mut saved = tables.portable();
+        assert!(Tables::from_portable(&saved).is_some());
+        saved.push(Vec::new());
+        assert!(
+            Tables::from_portable(&saved).is_none(),
+            "one table too many"
+        );
+        saved.truncate(saved.len() - 2);
+        assert!(Tables::from_portable(&saved).is_none(), "one table too few");
     }
 
     fn owned(table: &std::collections::VecDeque<ResourceEntry<u32>>) -> Vec<Option<u32>> {

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use hyperlight_common::component::Negative as N;
 use hyperlight_common::resource::BorrowedResourceGuard as B;
 
-use super::{Input, Output, WasiHost};
+use super::{Input, Output, Portable, ToPortable, WasiHost};
 use crate::sandbox::python::bindings::wasi::clocks::wall_clock::Datetime;
 use crate::sandbox::python::bindings::wasi::filesystem;
 use crate::sandbox::python::library::{Library, Lookup, Node};
@@ -58,6 +58,54 @@ impl Clone for Listing {
         Listing {
             dir: self.dir,
             next: AtomicUsize::new(self.next.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+impl ToPortable for FileStream {
+    fn to_portable(&self) -> Portable {
+        Portable::File {
+            node: self.file,
+            at: self.at.load(Ordering::Relaxed),
+        }
+    }
+    fn from_portable(portable: &Portable) -> Option<Self> {
+        match *portable {
+            Portable::File { node, at } => Some(FileStream {
+                file: node,
+                at: AtomicU64::new(at),
+            }),
+            _ => None,
+        }
+    }
+}
+
+impl ToPortable for Descriptor {
+    fn to_portable(&self) -> Portable {
+        Portable::Descriptor { node: self.0 }
+    }
+    fn from_portable(portable: &Portable) -> Option<Self> {
+        match *portable {
+            Portable::Descriptor { node } => Some(Descriptor(node)),
+            _ => None,
+        }
+    }
+}
+
+impl ToPortable for Listing {
+    fn to_portable(&self) -> Portable {
+        Portable::Listing {
+            node: self.dir,
+            next: self.next.load(Ordering::Relaxed),
+        }
+    }
+    fn from_portable(portable: &Portable) -> Option<Self> {
+        match *portable {
+            Portable::Listing { node, next } => Some(Listing {
+                dir: node,
+                next: AtomicUsize::new(next),
+            }),
+            _ => None,
         }
     }
 }

@@ -16,8 +16,10 @@
 mod call;
 mod denied;
 mod files;
+mod portable;
 
 pub use self::call::CallState;
+pub use self::portable::{Portable, ToPortable};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
