@@ -117,10 +117,34 @@ pub async fn start_daemon(
     pool: usize,
     extra: &[String],
 ) -> Result<(Daemon, Duration)> {
+    start_daemon_logging(binary, pool, extra, None).await
+}
+
+/// [`start_daemon`], its log (JSON lines, info and up) written to `log` when given.
+pub async fn start_daemon_logging(
+    binary: &Path,
+    pool: usize,
+    extra: &[String],
+    log: Option<&Path>,
+) -> Result<(Daemon, Duration)> {
     let dir = tempfile::tempdir()?;
     let socket = dir.path().join("bench.sock");
+    let mut command = Command::new(binary);
+    // hyperlight-host logs every interrupted call as an error; the daemon reports what matters
+    // itself.
+    command.env(
+        "HYPERLIGHTD_LOG",
+        "warn,hyperlight_host=off,hyperlight_js=off",
+    );
+    if let Some(log) = log {
+        let file = std::fs::File::create(log)?;
+        command.stderr(file).args(["--log-format", "json"]).env(
+            "HYPERLIGHTD_LOG",
+            "info,hyperlight_host=off,hyperlight_js=off",
+        );
+    }
     let started = Instant::now();
-    let child = Command::new(binary)
+    let child = command
         .arg("--socket")
         .arg(&socket)
         .args([
@@ -130,7 +154,6 @@ pub async fn start_daemon(
             "1024",
         ])
         .args(extra)
-        .env("HYPERLIGHTD_LOG", "warn")
         .stdin(Stdio::null())
         .spawn()
         .with_context(|| format!("starting {}", binary.display()))?;

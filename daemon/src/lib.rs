@@ -159,6 +159,7 @@ pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Resu
     // Bound before the pools warm, so that a second daemon on the same socket is refused at
     // once; connections wait in the backlog until the pools are warm and serving starts.
     let (listener, bound) = socket::bind(&config.socket, config.socket_group.as_deref())?;
+    let saves = snapshots.clone();
     let starting = start_executor(
         &config,
         &sizes,
@@ -179,6 +180,9 @@ pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Resu
         }
     };
     info!(socket = %bound.path().display(), "serving while the pools warm");
+    if let Some(store) = saves {
+        store.serving();
+    }
     sys::notify::ready(&format!(
         "serving on {}; pools {}",
         bound.path().display(),
@@ -224,11 +228,16 @@ fn check_open_files(config: &Config) -> Result<(), StartError> {
 async fn load_python_library(
     path: std::path::PathBuf,
 ) -> Result<Arc<sandbox::python::Library>, StartError> {
+    let started = Instant::now();
     let library = tokio::task::spawn_blocking(move || sandbox::python::Library::load(&path))
         .await
         .map_err(|e| StartError::Other(format!("loading the Python library: {e}")))??;
     let (files, bytes) = library.size();
-    info!(files, bytes, "loaded the Python guest's library");
+    let elapsed_ms = started.elapsed().as_millis() as u64;
+    info!(
+        files,
+        bytes, elapsed_ms, "loaded the Python guest's library"
+    );
     Ok(Arc::new(library))
 }
 

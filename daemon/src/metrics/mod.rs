@@ -50,7 +50,7 @@ pub const SANDBOX_CREATE_SECONDS: &str = "hyperlightd_sandbox_create_seconds";
 pub const SANDBOX_RESTORE_SECONDS: &str = "hyperlightd_sandbox_restore_seconds";
 /// Time a sandbox spent priming after its restore (Python), by `language`.
 pub const SANDBOX_PRIME_SECONDS: &str = "hyperlightd_sandbox_prime_seconds";
-/// Sandboxes dropped and rebuilt from scratch, by `language` and `reason`: what left them
+/// Sandboxes dropped and replaced from the template, by `language` and `reason`: what left them
 /// unusable (see `sandbox::pool::Recycle`).
 pub const SANDBOXES_RECYCLED_TOTAL: &str = "hyperlightd_sandboxes_recycled_total";
 /// Sandboxes that a call poisoned and a restore to their warm snapshot put back in service, by
@@ -242,7 +242,7 @@ impl Metrics {
         let recycled = IntCounterVec::new(
             Opts::new(
                 SANDBOXES_RECYCLED_TOTAL,
-                "Sandboxes dropped and rebuilt from scratch, by reason.",
+                "Sandboxes dropped and replaced by a new one from the template, by reason.",
             ),
             &["language", "reason"],
         )?;

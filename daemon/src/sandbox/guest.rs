@@ -162,6 +162,23 @@ impl GuestSizes {
     }
 }
 
+/// A sandbox built from `template` (a snapshot of a guest built with `sizes`) with `functions`.
+/// The template fixes the memory layout; the builder is told the same sizes, so that
+/// hyperlight-host has nothing to override (and warn about).
+pub fn from_template(
+    template: Arc<hyperlight_host::sandbox::snapshot::Snapshot>,
+    sizes: &GuestSizes,
+    functions: hyperlight_host::HostFunctions,
+) -> Result<hyperlight_host::MultiUseSandbox, HyperlightError> {
+    hyperlight_host::SandboxBuilder::from_snapshot(template)
+        .input_data_size(sizes.input_buffer())
+        .output_data_size(sizes.output_buffer())
+        .heap_size(sizes.heap_bytes)
+        .scratch_size(sizes.scratch())
+        .host_functions(functions)
+        .build()
+}
+
 /// Builds warm sandboxes of one language.
 pub trait GuestFactory: Send + Sync + 'static {
     /// Makes ready, once, the template every sandbox is built from (a snapshot of a guest with

@@ -18,7 +18,7 @@
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 use hyperlight_host::HyperlightError;
 use hyperlight_host::sandbox::snapshot::{OciTag, Snapshot};
@@ -35,6 +35,9 @@ const TAG: &str = "template";
 #[derive(Debug)]
 pub struct SnapshotStore {
     dir: PathBuf,
+    /// Opened once the daemon serves: saves wait for it, so that writing hundreds of MiB never
+    /// slows the start it would speed up next time.
+    serving: (Mutex<bool>, Condvar),
 }
 
 /// What a template's fitness depends on, for one language. Serialized, hashed, and compared.
@@ -129,7 +132,26 @@ impl SnapshotStore {
         }
         Ok(SnapshotStore {
             dir: dir.to_owned(),
+            serving: (Mutex::new(false), Condvar::new()),
         })
+    }
+
+    /// The daemon serves: saves waiting for it may go.
+    pub fn serving(&self) {
+        let (serving, changed) = &self.serving;
+        *serving.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        changed.notify_all();
+    }
+
+    /// Waits until the daemon serves.
+    fn wait_serving(&self) {
+        let (serving, changed) = &self.serving;
+        let mut serving = serving.lock().unwrap_or_else(PoisonError::into_inner);
+        while !*serving {
+            serving = changed
+                .wait(serving)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
     }
 
     /// The template saved under `key`, if one is and it passes every check. One that fails is
@@ -140,8 +162,13 @@ impl SnapshotStore {
             info!(language = %key.language, dir = %dir.display(), "no saved template for this daemon");
             return None;
         }
+        let started = std::time::Instant::now();
         match read(&dir, key) {
-            Ok(stored) => Some(stored),
+            Ok(stored) => {
+                let elapsed_ms = started.elapsed().as_millis() as u64;
+                info!(language = %key.language, elapsed_ms, "saved template read and checked");
+                Some(stored)
+            }
             Err(why) => {
                 warn!(language = %key.language, dir = %dir.display(), "the saved template is not used, and is removed: {why}");
                 let _ = fs::remove_dir_all(&dir);
@@ -162,7 +189,9 @@ impl SnapshotStore {
         let renamed = written.and_then(|()| {
             let dir = self.dir.join(&name);
             let _ = fs::remove_dir_all(&dir);
-            fs::rename(&partial, &dir).map_err(|e| format!("renaming {}: {e}", partial.display()))
+            fs::rename(&partial, &dir)
+                .and_then(|()| fs::File::open(&self.dir)?.sync_all())
+                .map_err(|e| format!("renaming {}: {e}", partial.display()))
         });
         if let Err(why) = renamed {
             let _ = fs::remove_dir_all(&partial);
@@ -198,7 +227,8 @@ pub struct Codec<T> {
 }
 
 /// The template saved under the key `key` gives, when `store` has a fitting one; otherwise one
-/// from `build`, then saved in the background (a save is not on the way of the daemon's start).
+/// from `build`, then saved in the background once the daemon serves (a save is not on the way
+/// of the daemon's start).
 pub fn load_or_build<T>(
     store: Option<&Arc<SnapshotStore>>,
     key: impl FnOnce() -> io::Result<Key>,
@@ -234,6 +264,7 @@ pub fn load_or_build<T>(
             let spawned = std::thread::Builder::new()
                 .name(format!("save-{}", key.language))
                 .spawn(move || {
+                    store.wait_serving();
                     let started = std::time::Instant::now();
                     match store.save(&key, &snapshot, &extra) {
                         Ok(()) => info!(language = %key.language, elapsed_ms = started.elapsed().as_millis() as u64, "template saved in {}", store.dir.display()),
@@ -255,13 +286,26 @@ fn write(dir: &Path, key: &Key, snapshot: &Snapshot, extra: &[u8]) -> Result<(),
     snapshot
         .save(dir.join("oci"), &tag)
         .map_err(|e| format!("saving the snapshot: {e}"))?;
-    fs::write(dir.join("extra"), extra).map_err(|e| format!("writing extra: {e}"))?;
+    write_synced(&dir.join("extra"), extra).map_err(|e| format!("writing extra: {e}"))?;
     let stamp = Stamp {
         key: key.clone(),
         extra_sha256: hex(&Sha256::digest(extra)),
     };
     let stamp = serde_json::to_vec_pretty(&stamp).map_err(|e| e.to_string())?;
-    fs::write(dir.join("key.json"), stamp).map_err(|e| format!("writing key.json: {e}"))
+    write_synced(&dir.join("key.json"), &stamp).map_err(|e| format!("writing key.json: {e}"))?;
+    // The directory's entries are on disk before it is renamed into place: a crash leaves a
+    // whole template or none.
+    fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| format!("syncing {}: {e}", dir.display()))
+}
+
+/// Writes `bytes` to a new file at `path` and waits until they are on disk.
+fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    let mut file = fs::File::create(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
 }
 
 fn read(dir: &Path, key: &Key) -> Result<Stored, String> {

@@ -19,7 +19,7 @@ use hyperlight_js::{HostPrintFn, SandboxBuilder, Script, Snapshot};
 use self::host::{CallClock, Host};
 use super::guest::{
     Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, Prepared, RunnerReply, SavedState,
-    Template, seed,
+    Template, from_template, seed,
 };
 use super::stored::{self, Codec, Key, SnapshotStore, Stored};
 use super::watchdog::{self, Interrupt};
@@ -132,7 +132,38 @@ fn build_template(sizes: GuestSizes) -> Result<Arc<Snapshot>, HyperlightError> {
     host.register_on_template(&mut proto)?;
     let mut runtime = proto.load_runtime()?;
     runtime.add_handler(HANDLER, Script::from_content(RUNNER))?;
-    runtime.get_loaded_sandbox()?.snapshot()
+    let mut loaded = runtime.get_loaded_sandbox()?;
+    // Run the priming program once before the snapshot, as the Python template does: what the
+    // runtime builds on a first run (shapes, atoms, caches) is then in the template, and no
+    // sandbox pays for it after every restore. Fixed text, its output refused (the capture
+    // keeps nothing before a request begins): the template holds nothing of any request.
+    host.clock.start(Instant::now() + PRIME_LIMIT);
+    let reply = loaded.handle_event(
+        HANDLER,
+        event(PRIME, sizes.max_result_bytes, false),
+        Some(false),
+    )?;
+    if !matches!(
+        RunnerReply::parse(&reply),
+        Ok(RunnerReply::Completed { .. })
+    ) {
+        return Err(HyperlightError::Error(format!(
+            "the priming program failed while building the template: {reply}"
+        )));
+    }
+    loaded.snapshot()
+}
+
+/// The runner's event for `code` (see guest/javascript/runner.js).
+fn event(code: &str, max_result_bytes: usize, session: bool) -> String {
+    serde_json::json!({
+        "code": code,
+        "max_result_bytes": max_result_bytes,
+        // Every request starts from the same snapshot: Math.random is reseeded from this.
+        "seed": seed(),
+        "session": session,
+    })
+    .to_string()
 }
 
 impl GuestFactory for JavascriptFactory {
@@ -143,9 +174,7 @@ impl GuestFactory for JavascriptFactory {
     fn create(&self, output: Arc<OutputCapture>) -> Result<Box<dyn Guest>, HyperlightError> {
         let (template, _) = self.template()?;
         let host = Host::new(output.clone());
-        let sandbox = hyperlight_host::SandboxBuilder::from_snapshot(template.clone())
-            .host_functions(host.functions()?)
-            .build()?;
+        let sandbox = from_template(template.clone(), &self.sizes, host.functions()?)?;
         Ok(Box::new(JavascriptGuest {
             sandbox,
             warm: template,
@@ -168,14 +197,7 @@ struct JavascriptGuest {
 impl JavascriptGuest {
     /// Calls the runner with `code`, as hyperlight-js's `handle_event` would.
     fn call_runner(&mut self, code: &str, session: bool) -> Result<String, HyperlightError> {
-        let event = serde_json::json!({
-            "code": code,
-            "max_result_bytes": self.max_result_bytes,
-            // Every request starts from the same snapshot: Math.random is reseeded from this.
-            "seed": seed(),
-            "session": session,
-        })
-        .to_string();
+        let event = event(code, self.max_result_bytes, session);
         // No garbage collection after the call: the sandbox is restored to its snapshot anyway.
         self.sandbox
             .call("RunHandler", (HANDLER.to_owned(), event, false))

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Sender, TrySendError};
 use hyperlightd_api::{Language, SandboxCounts};
 use tokio::sync::oneshot;
-use tracing::error;
+use tracing::{error, info};
 
 use self::worker::{Worker, timeout_outcome};
 use super::guest::{Captured, Guest, GuestFactory, OutputCapture, SavedState};
@@ -266,9 +266,21 @@ impl Pool {
     ) -> Result<Pool, PoolError> {
         if let Some(prepared) = config.factory.prepare().map_err(PoolError::Build)? {
             metrics.template(prepared);
+            info!(
+                language = %config.language,
+                source = prepared.source.as_str(),
+                elapsed_ms = prepared.took.as_millis() as u64,
+                "template ready"
+            );
         }
+        let started = Instant::now();
         let first =
             worker::build_sandbox(config.factory.as_ref(), &metrics).map_err(PoolError::Build)?;
+        info!(
+            language = %config.language,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "first sandbox built from the template"
+        );
         let (queue, jobs) = crossbeam_channel::bounded::<Task>(config.queue_depth);
         let shared = Arc::new(Shared::new(config.size));
         let mut first = Some(first);

@@ -28,7 +28,7 @@ use self::bindings::root::component::RootExports;
 use self::wasi::{CallState, Portable, ToPortable, WasiHost};
 use super::guest::{
     Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, Prepared, RunnerReply, SavedState,
-    Template, seed,
+    Template, from_template, seed,
 };
 use super::stored::{self, Codec, Key, SnapshotStore, Stored};
 use super::watchdog::{self, Interrupt, Watchdog};
@@ -350,9 +350,7 @@ impl GuestFactory for PythonFactory {
             *lock(&resources) = tables.copy();
             tables.lengths()
         };
-        let sandbox = hyperlight_host::SandboxBuilder::from_snapshot(template.snapshot.clone())
-            .host_functions(functions)
-            .build()?;
+        let sandbox = from_template(template.snapshot.clone(), &self.sizes, functions)?;
         let interrupt = sandbox.interrupt_handle();
         call.set_interrupt(interrupt.clone());
         Ok(Box::new(PythonGuest {
