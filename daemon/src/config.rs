@@ -120,8 +120,9 @@ pub struct Config {
 
     /// Where to save each language's template (a snapshot of a guest with its runtime loaded
     /// and its runner ready), and load it from at the next start instead of building it: start
-    /// to ready in well under a second. Saved snapshots are checked before use (digests, the
-    /// daemon's build, the guest's settings and files) and rebuilt when they do not fit. The
+    /// to ready without building the guests. Saved snapshots are checked before use (every
+    /// byte, the daemon's build, the guest's settings and files) and rebuilt when they do not
+    /// fit. The
     /// directory is created, private to the daemon's user. None: build at every start.
     #[arg(long, env = "HYPERLIGHTD_SNAPSHOT_DIR")]
     pub snapshot_dir: Option<std::path::PathBuf>,

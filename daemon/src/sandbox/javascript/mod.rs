@@ -39,11 +39,12 @@ pub const RUNNER: &str = concat!(
 const HANDLER: &str = "run";
 
 /// The program a restored sandbox runs before its next request, its output refused: it
-/// touches what a typical program touches (the runner's paths, the heap, strings, JSON,
-/// console), so that the next request does not pay the copy-on-write faults of its first
-/// writes. Fixed text: nothing of any request reaches it.
+/// touches what a typical program touches (the runner's paths, the heap, strings, JSON), so
+/// that the next request does not pay the copy-on-write faults of its first writes. It makes no
+/// host call (each is a VM exit, which priming could not pay in advance). Fixed text: nothing of
+/// any request reaches it.
 const PRIME: &str = "const xs = []; for (let i = 0; i < 100; i++) xs.push({ i, s: String(i * i) }); \
-                     console.log(JSON.stringify(xs).length); JSON.parse(JSON.stringify(xs)).length";
+                     JSON.parse(JSON.stringify(xs)).length";
 
 /// Builds the smallest JavaScript sandbox there is and starts its runtime, which runs guest
 /// code: whether this works tells whether the hypervisor can run Hyperlight guests at all,
@@ -132,26 +133,7 @@ fn build_template(sizes: GuestSizes) -> Result<Arc<Snapshot>, HyperlightError> {
     host.register_on_template(&mut proto)?;
     let mut runtime = proto.load_runtime()?;
     runtime.add_handler(HANDLER, Script::from_content(RUNNER))?;
-    let mut loaded = runtime.get_loaded_sandbox()?;
-    // Run the priming program once before the snapshot, as the Python template does: what the
-    // runtime builds on a first run (shapes, atoms, caches) is then in the template, and no
-    // sandbox pays for it after every restore. Fixed text, its output refused (the capture
-    // keeps nothing before a request begins): the template holds nothing of any request.
-    host.clock.start(Instant::now() + PRIME_LIMIT);
-    let reply = loaded.handle_event(
-        HANDLER,
-        event(PRIME, sizes.max_result_bytes, false),
-        Some(false),
-    )?;
-    if !matches!(
-        RunnerReply::parse(&reply),
-        Ok(RunnerReply::Completed { .. })
-    ) {
-        return Err(HyperlightError::Error(format!(
-            "the priming program failed while building the template: {reply}"
-        )));
-    }
-    loaded.snapshot()
+    runtime.get_loaded_sandbox()?.snapshot()
 }
 
 /// The runner's event for `code` (see guest/javascript/runner.js).
