@@ -166,6 +166,17 @@ async fn templates_are_saved_loaded_and_rebuilt_when_corrupt_or_stale() {
     );
     assert_eq!(templates(&daemon, "python", "loaded").await, 1);
     both_work(&daemon).await;
+    // Saved under the new key, and then the stale one removed.
+    let started = Instant::now();
+    while saved(&snapshots, "javascript").iter().any(|dir| *dir == js) {
+        assert!(
+            started.elapsed() < SAVE_LIMIT,
+            "the stale template is still there after {} s; daemon log:\n{}",
+            SAVE_LIMIT.as_secs(),
+            daemon.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let (js_other, _) = wait_saved(&snapshots, &daemon).await;
     assert_ne!(js_other, js);
     assert!(!js.exists(), "the stale template is removed");
