@@ -168,7 +168,7 @@ async fn templates_are_saved_loaded_and_rebuilt_when_corrupt_or_stale() {
     both_work(&daemon).await;
     // Saved under the new key, and then the stale one removed.
     let started = Instant::now();
-    while saved(&snapshots, "javascript").iter().any(|dir| *dir == js) {
+    while saved(&snapshots, "javascript").contains(&js) {
         assert!(
             started.elapsed() < SAVE_LIMIT,
             "the stale template is still there after {} s; daemon log:\n{}",
