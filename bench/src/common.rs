@@ -222,6 +222,15 @@ pub fn python_pool(guest: &Path, size: usize, extra: &[String]) -> Vec<String> {
     args
 }
 
+/// The daemon's extra arguments for a part: `args.daemon_args`, after a Python pool of
+/// `python` sandboxes when the benchmark was given a Python guest.
+pub fn daemon_args(args: &crate::Args, python: usize) -> Vec<String> {
+    match &args.python_guest {
+        Some(guest) => python_pool(guest, python, &args.daemon_args),
+        None => args.daemon_args.clone(),
+    }
+}
+
 /// Times `request` once every sandbox of the daemon is idle (restored, primed): a warm
 /// request, nothing else running beside it.
 pub async fn warm_once(client: &Client, request: &ExecRequest) -> Result<Duration> {

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use hyperlightd_client::{Client, ExecRequest, Language};
 use serde_json::json;
 
@@ -17,7 +17,6 @@ use crate::{Args, BODY};
 const RUNS: usize = 3;
 
 pub async fn run(args: &Args) -> Result<PartReport> {
-    nix::sys::prctl::set_thp_disable(true).context("turning transparent huge pages off")?;
     eprintln!("(c') hyperlight-js in-process, 1 and 2 threads ...");
     let direct: Vec<(usize, f64)> = [1, 2]
         .into_iter()

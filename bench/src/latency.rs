@@ -8,7 +8,7 @@ use hyperlightd_client::{ExecRequest, Language};
 use serde_json::json;
 
 use crate::common::{
-    Breakdown, Latency, exec_checked, language_label, print_row, python_pool, start_daemon, warm,
+    Breakdown, Latency, daemon_args, exec_checked, language_label, print_row, start_daemon, warm,
 };
 use crate::direct::{direct, direct_runner};
 use crate::targets::{PartReport, Target};
@@ -26,10 +26,7 @@ pub async fn run(args: &Args) -> Result<PartReport> {
     let (runner, runner_restore) = direct_runner(args.iterations)?;
 
     eprintln!("(b) through the daemon ...");
-    let extra = match &args.python_guest {
-        Some(guest) => python_pool(guest, 1, &args.daemon_args),
-        None => args.daemon_args.clone(),
-    };
+    let extra = daemon_args(args, 1);
     let (daemon, _) = start_daemon(&args.daemon, args.pool, &extra).await?;
     let client = &daemon.client;
     let js = ExecRequest::new(Language::Javascript, BODY);

@@ -149,6 +149,12 @@ fn runtime(part: Part) -> Result<tokio::runtime::Runtime> {
 }
 
 async fn run(part: Part, args: &Args) -> Result<PartReport> {
+    // The daemon turns transparent huge pages off (daemon/src/sys/memory.rs), and so does this
+    // process, so that both sides manage memory alike; `latency` measures the direct calls
+    // with the system's policy first, and turns them off itself.
+    if part != Part::Latency {
+        nix::sys::prctl::set_thp_disable(true).context("turning transparent huge pages off")?;
+    }
     match part {
         Part::Latency => latency::run(args).await,
         Part::Process => process::run(args).await,
@@ -158,7 +164,6 @@ async fn run(part: Part, args: &Args) -> Result<PartReport> {
         Part::Sustained => sustained::run(args).await,
         Part::Library => library(args).await,
         Part::Sessions => {
-            nix::sys::prctl::set_thp_disable(true).context("turning transparent huge pages off")?;
             let figures = sessions::session_costs(args).await?;
             sessions::print(&figures, common::print_row);
             Ok(PartReport {
@@ -171,7 +176,6 @@ async fn run(part: Part, args: &Args) -> Result<PartReport> {
 }
 
 async fn library(args: &Args) -> Result<PartReport> {
-    nix::sys::prctl::set_thp_disable(true).context("turning transparent huge pages off")?;
     let figures = match (&args.python_guest, &args.python_packages_guest) {
         (Some(guest), Some(packages)) => {
             let figures = python_library::library_costs(args, guest, packages).await?;

@@ -8,16 +8,12 @@ use anyhow::{Context, Result, bail};
 use hyperlightd_client::{ExecRequest, Language};
 use serde_json::json;
 
-use crate::common::{Latency, print_row, python_pool, start_daemon, warm};
+use crate::common::{Latency, daemon_args, print_row, start_daemon, warm};
 use crate::targets::{PartReport, Target};
 use crate::{Args, BODY, EXPECTED, PYTHON_BODY};
 
 pub async fn run(args: &Args) -> Result<PartReport> {
-    nix::sys::prctl::set_thp_disable(true).context("turning transparent huge pages off")?;
-    let extra = match &args.python_guest {
-        Some(guest) => python_pool(guest, 1, &args.daemon_args),
-        None => args.daemon_args.clone(),
-    };
+    let extra = daemon_args(args, 1);
     let (daemon, _) = start_daemon(&args.daemon, 1, &extra).await?;
     let n = args.iterations.min(100);
     eprintln!("(b) the daemon, warm ...");

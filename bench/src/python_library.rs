@@ -176,7 +176,7 @@ pub fn print(figures: &[LibraryFigures], row: impl Fn(&str, &Latency)) {
             row(&format!("(g) ... importing {}", f.imports), import);
         }
         println!(
-            "(g) ... library {:.1} MB; sandbox build {:.1} ms; {:.1} MiB per sandbox; daemon with one: {:.1} MiB",
+            "(g) ... library {:.1} MB; a sandbox from the template {:.1} ms; {:.1} MiB per sandbox; daemon with one: {:.1} MiB",
             f.library_bytes as f64 / 1e6,
             f.sandbox_create_ms,
             f.memory_per_sandbox_mib,

@@ -9,13 +9,13 @@
 
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use hyperlightd_client::{Client, ExecRequest, ExecStatus, Language};
 use serde_json::json;
 
 use crate::Args;
 use crate::common::{
-    Latency, language_label, mean_ms, print_row, python_pool, start_daemon, wait_until_idle,
+    Latency, daemon_args, language_label, mean_ms, print_row, start_daemon, wait_until_idle,
 };
 use crate::targets::{PartReport, Target};
 
@@ -43,16 +43,11 @@ fn poisons(language: Language) -> [(&'static str, &'static str); 2] {
 }
 
 pub async fn run(args: &Args) -> Result<PartReport> {
-    nix::sys::prctl::set_thp_disable(true).context("turning transparent huge pages off")?;
     let mut languages = vec![Language::Javascript];
-    let extra = match &args.python_guest {
-        Some(guest) => {
-            languages.push(Language::Python);
-            python_pool(guest, 2, &args.daemon_args)
-        }
-        None => args.daemon_args.clone(),
-    };
-    let (daemon, _) = start_daemon(&args.daemon, 2, &extra).await?;
+    if args.python_guest.is_some() {
+        languages.push(Language::Python);
+    }
+    let (daemon, _) = start_daemon(&args.daemon, 2, &daemon_args(args, 2)).await?;
     wait_until_idle(&daemon.client).await?;
     println!("\n== Refill: a poisoned sandbox against one built from scratch ==");
     let mut targets = Vec::new();

@@ -7,15 +7,11 @@ use anyhow::{Context, Result};
 use serde_json::json;
 
 use crate::Args;
-use crate::common::{Latency, print_row, python_pool, start_daemon, start_daemon_logging};
+use crate::common::{Latency, daemon_args, print_row, start_daemon, start_daemon_logging};
 use crate::targets::{PartReport, Target};
 
 pub async fn run(args: &Args) -> Result<PartReport> {
-    nix::sys::prctl::set_thp_disable(true).context("turning transparent huge pages off")?;
-    let base = match &args.python_guest {
-        Some(guest) => python_pool(guest, 1, &args.daemon_args),
-        None => args.daemon_args.clone(),
-    };
+    let base = daemon_args(args, 1);
     let dir = tempfile::tempdir()?;
     let with_dir = |dir: &std::path::Path| {
         let mut extra = base.clone();

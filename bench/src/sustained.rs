@@ -1,7 +1,7 @@
 //! Sustained: back to back on a pool of one, each request sent as soon as the last is answered,
 //! so that the restore (and priming) after each request is on the next one's way.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use hyperlightd_client::{ExecRequest, Language};
 use serde_json::json;
 
@@ -10,7 +10,6 @@ use crate::targets::{PartReport, Target};
 use crate::{Args, BODY, PYTHON_BODY};
 
 pub async fn run(args: &Args) -> Result<PartReport> {
-    nix::sys::prctl::set_thp_disable(true).context("turning transparent huge pages off")?;
     let Some(guest) = &args.python_guest else {
         println!("\n(sustained) NOT RUN: it compares Python with JavaScript (no --python-guest)");
         return Ok(PartReport {

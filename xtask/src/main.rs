@@ -580,9 +580,12 @@ fn demo() -> Result<()> {
     )
 }
 
+/// A part of the benchmark, and how QEMU runs the VM it runs in.
+type BenchPart = (&'static str, vm::Tcg);
+
 /// The benchmark's parts (see bench/src/main.rs), each in a VM boot of its own, in the
 /// emulation mode its figures need.
-const BENCH_PARTS: &[(&str, vm::Tcg)] = &[
+const BENCH_PARTS: &[BenchPart] = &[
     ("latency", vm::Tcg::Single),
     ("process", vm::Tcg::Single),
     // Two requests at once need two host threads running the two vCPUs.
@@ -633,10 +636,7 @@ fn bench(args: &[String]) -> Result<()> {
     ];
     command.extend(args);
     let mut failed = Vec::new();
-    for &(part, tcg) in BENCH_PARTS
-        .iter()
-        .filter(|(p, _)| chosen.is_empty() || chosen.contains(&p.to_string()))
-    {
+    for &(part, tcg) in &chosen {
         let _ = std::fs::remove_file(out.join(format!("{part}.json")));
         let mut command = command.clone();
         command.extend(["--part".to_owned(), part.to_owned()]);
@@ -657,10 +657,7 @@ fn bench(args: &[String]) -> Result<()> {
     summary
         .args(["--daemon", "-", "--summary", "--out"])
         .arg(&out);
-    for &(part, _) in BENCH_PARTS
-        .iter()
-        .filter(|(p, _)| chosen.is_empty() || chosen.contains(&p.to_string()))
-    {
+    for &(part, _) in &chosen {
         summary.args(["--part", part]);
     }
     step(
@@ -674,8 +671,9 @@ fn bench(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// Splits the `--part NAME` pairs (the parts to run) from the benchmark's other arguments.
-fn bench_parts(args: &[String]) -> Result<(Vec<String>, Vec<String>)> {
+/// Splits the `--part NAME` pairs from the benchmark's other arguments: the parts to run (all
+/// when none is named), in the order of [`BENCH_PARTS`], and the rest.
+fn bench_parts(args: &[String]) -> Result<(Vec<BenchPart>, Vec<String>)> {
     let (mut parts, mut rest) = (Vec::new(), Vec::new());
     let mut args = args.iter();
     while let Some(arg) = args.next() {
@@ -697,5 +695,10 @@ fn bench_parts(args: &[String]) -> Result<(Vec<String>, Vec<String>)> {
             known.join(", ")
         );
     }
-    Ok((parts, rest))
+    let chosen = BENCH_PARTS
+        .iter()
+        .copied()
+        .filter(|(name, _)| parts.is_empty() || parts.iter().any(|p| p == name))
+        .collect();
+    Ok((chosen, rest))
 }

@@ -389,6 +389,16 @@ impl From<RunnerErrorKind> for ErrorKind {
 }
 
 impl RunnerReply {
+    /// Checks the reply to a runner's priming program: it must have completed.
+    pub fn primed(json: &str) -> Result<(), HyperlightError> {
+        match RunnerReply::parse(json) {
+            Ok(RunnerReply::Completed { .. }) => Ok(()),
+            _ => Err(HyperlightError::Error(format!(
+                "the runner's priming program failed: {json}"
+            ))),
+        }
+    }
+
     /// Parses a runner's reply. Spelled out by hand because serde's enum tags are strings and
     /// the protocol's tag is a bool.
     pub fn parse(json: &str) -> Result<RunnerReply, String> {

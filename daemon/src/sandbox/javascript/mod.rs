@@ -218,12 +218,8 @@ impl Guest for JavascriptGuest {
         self.clock.start(Instant::now() + PRIME_LIMIT);
         self.output.begin(0);
         let reply = self.call_runner(PRIME, false)?;
-        match RunnerReply::parse(&reply) {
-            Ok(RunnerReply::Completed { .. }) => Ok(true),
-            _ => Err(GuestError::Hyperlight(HyperlightError::Error(format!(
-                "the priming program failed: {reply}"
-            )))),
-        }
+        RunnerReply::primed(&reply)?;
+        Ok(true)
     }
 
     fn is_poisoned(&self) -> bool {

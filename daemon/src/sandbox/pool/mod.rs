@@ -257,7 +257,8 @@ pub struct Pool {
 
 impl Pool {
     /// Prepares the language's template and builds the pool's first sandbox from it here and
-    /// now, so that a language whose sandboxes cannot be built at all fails the start. The other sandboxes warm in the background;
+    /// now, so that a language whose sandboxes cannot be built at all fails the start. The
+    /// other sandboxes warm in the background;
     /// [`Pool::counts`] shows their progress.
     pub fn start(
         config: PoolConfig,

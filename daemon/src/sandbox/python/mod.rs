@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hyperlight_common::resource::ResourceEntry;
+use hyperlight_host::func::Registerable;
 use hyperlight_host::sandbox::Callable;
 use hyperlight_host::{HostFunctions, HyperlightError, MultiUseSandbox};
 use hyperlight_wasm::Snapshot;
@@ -240,11 +241,7 @@ impl PythonFactory {
             .with_guest_input_buffer_size(self.sizes.input_buffer())
             .with_guest_output_buffer_size(self.sizes.output_buffer())
             .build()?;
-        let resources = bindings::register_host_functions(
-            &mut proto,
-            WasiHost::new(output.clone(), call.clone(), self.library.clone()),
-        )
-        .map_err(|e| HyperlightError::Error(format!("registering the WASI imports: {e}")))?;
+        let resources = self.register_imports(&mut proto, &output, &call)?;
         let runtime = proto.load_runtime()?;
         let loaded = runtime.load_module(&self.component).map_err(|e| {
             HyperlightError::Error(format!(
@@ -271,6 +268,19 @@ impl PythonFactory {
         let snapshot = sandbox.sb.snapshot()?;
         let tables = std::sync::Mutex::new(lock(&sandbox.rt).copy());
         Ok(Arc::new(PythonState { snapshot, tables }))
+    }
+
+    /// Registers the component's imports (WASI and hyperlightd's own) on `on`, answered by a
+    /// host writing to `output` for the call `call`; returns the host's resource tables.
+    fn register_imports(
+        &self,
+        on: &mut impl Registerable,
+        output: &Arc<OutputCapture>,
+        call: &CallState,
+    ) -> Result<Arc<std::sync::Mutex<Tables>>, HyperlightError> {
+        let host = WasiHost::new(output.clone(), call.clone(), self.library.clone());
+        bindings::register_host_functions(on, host)
+            .map_err(|e| HyperlightError::Error(format!("registering the WASI imports: {e}")))
     }
 
     fn template(&self) -> Result<(Arc<PythonState>, Option<Prepared>), HyperlightError> {
@@ -340,11 +350,7 @@ impl GuestFactory for PythonFactory {
         let (template, _) = self.template()?;
         let call = CallState::new(self.max_host_handles);
         let mut functions = HostFunctions::default();
-        let resources = bindings::register_host_functions(
-            &mut functions,
-            WasiHost::new(output.clone(), call.clone(), self.library.clone()),
-        )
-        .map_err(|e| HyperlightError::Error(format!("registering the WASI imports: {e}")))?;
+        let resources = self.register_imports(&mut functions, &output, &call)?;
         let warm_tables = {
             let tables = lock(&template.tables);
             *lock(&resources) = tables.copy();
@@ -417,12 +423,7 @@ fn prime<S: Callable>(
     call.begin(Instant::now() + PRIME_LIMIT);
     output.begin(0);
     let reply = call_runner(sandbox, &Event::prime(max_result_bytes))?;
-    match RunnerReply::parse(&reply) {
-        Ok(RunnerReply::Completed { .. }) => Ok(()),
-        _ => Err(HyperlightError::Error(format!(
-            "the runner's priming program failed: {reply}"
-        ))),
-    }
+    RunnerReply::primed(&reply)
 }
 
 fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
