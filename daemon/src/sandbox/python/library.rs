@@ -61,16 +61,18 @@ impl Library {
             path: path.to_owned(),
             why,
         };
-        let file = std::fs::File::open(path).map_err(|e| error(e.to_string()))?;
-        Library::from_tar(std::io::BufReader::new(file)).map_err(error)
+        let archive = std::fs::read(path).map_err(|e| error(e.to_string()))?;
+        Library::from_tar(archive).map_err(error)
     }
 
-    /// Reads a tar archive of directories and regular files with relative paths.
-    pub fn from_tar(reader: impl Read) -> Result<Library, String> {
+    /// Reads a tar archive of directories and regular files with relative paths. The archive
+    /// stays whole in memory, each file a range of it: reading it is one read and a walk over
+    /// its headers, with no file's bytes copied.
+    pub fn from_tar(archive: Vec<u8>) -> Result<Library, String> {
         let mut builder = Builder::default();
-        let mut archive = tar::Archive::new(reader);
-        for entry in archive.entries().map_err(|e| e.to_string())? {
-            let mut entry = entry.map_err(|e| e.to_string())?;
+        let mut reader = tar::Archive::new(std::io::Cursor::new(&archive[..]));
+        for entry in reader.entries_with_seek().map_err(|e| e.to_string())? {
+            let entry = entry.map_err(|e| e.to_string())?;
             let path = entry.path().map_err(|e| e.to_string())?.into_owned();
             let names = components(&path)?;
             match entry.header().entry_type() {
@@ -78,11 +80,9 @@ impl Library {
                     builder.dir(&names);
                 }
                 tar::EntryType::Regular => {
-                    let mut bytes = Vec::new();
-                    entry
-                        .read_to_end(&mut bytes)
-                        .map_err(|e| format!("{}: {e}", path.display()))?;
-                    builder.file(&names, bytes)?;
+                    let range = file_range(&entry, archive.len())
+                        .ok_or_else(|| format!("{}: the archive ends inside it", path.display()))?;
+                    builder.file(&names, range)?;
                 }
                 other => {
                     return Err(format!(
@@ -92,7 +92,7 @@ impl Library {
                 }
             }
         }
-        Ok(builder.finish())
+        Ok(builder.finish(archive))
     }
 
     /// The preopened directories: the root's entries.
@@ -123,12 +123,12 @@ impl Library {
 
     /// Files, and their bytes in all.
     pub fn size(&self) -> (usize, usize) {
-        let files = self
-            .nodes
+        self.nodes
             .iter()
-            .filter(|n| matches!(n, Node::File(_)))
-            .count();
-        (files, self.data.len())
+            .fold((0, 0), |(files, bytes), node| match node {
+                Node::File(range) => (files + 1, bytes + range.len()),
+                Node::Dir(_) => (files, bytes),
+            })
     }
 
     /// The packages installed beside the runner (each preopened directory's `*.dist-info`), by
@@ -189,6 +189,13 @@ impl Library {
 
 /// A package's `Name` and `Version` from its core metadata (email-style headers, which end at
 /// the first empty line).
+/// Where `entry`'s bytes are in an archive of `len` bytes, if they are all in it.
+fn file_range<R: Read>(entry: &tar::Entry<'_, R>, len: usize) -> Option<Range<usize>> {
+    let start = usize::try_from(entry.raw_file_position()).ok()?;
+    let end = start.checked_add(usize::try_from(entry.size()).ok()?)?;
+    (end <= len).then_some(start..end)
+}
+
 fn name_and_version(metadata: &str) -> Option<(String, String)> {
     let header = |key: &str| {
         metadata
@@ -225,7 +232,6 @@ struct Builder {
     dirs: Vec<std::collections::BTreeMap<String, usize>>,
     kinds: Vec<Option<Range<usize>>>,
     parents: Vec<usize>,
-    data: Vec<u8>,
 }
 
 impl Builder {
@@ -257,7 +263,7 @@ impl Builder {
         at
     }
 
-    fn file(&mut self, names: &[String], bytes: Vec<u8>) -> Result<(), String> {
+    fn file(&mut self, names: &[String], range: Range<usize>) -> Result<(), String> {
         let Some((name, parent)) = names.split_last() else {
             return Err("a file with an empty name".into());
         };
@@ -266,16 +272,14 @@ impl Builder {
             return Err(format!("{} is in it twice", names.join("/")));
         }
         let index = self.kinds.len();
-        let start = self.data.len();
-        self.data.extend_from_slice(&bytes);
         self.dirs.push(Default::default());
-        self.kinds.push(Some(start..self.data.len()));
+        self.kinds.push(Some(range));
         self.parents.push(parent);
         self.dirs[parent].insert(name.clone(), index);
         Ok(())
     }
 
-    fn finish(mut self) -> Library {
+    fn finish(mut self, data: Vec<u8>) -> Library {
         self.ensure_root();
         let nodes = self
             .dirs
@@ -286,8 +290,6 @@ impl Builder {
                 None => Node::Dir(entries.into_iter().collect()),
             })
             .collect();
-        let mut data = self.data;
-        data.shrink_to_fit();
         Library {
             nodes,
             parents: self.parents,
@@ -311,7 +313,7 @@ mod tests {
                 .append_data(&mut header, path, text.as_bytes())
                 .unwrap();
         }
-        Library::from_tar(&archive.into_inner().unwrap()[..]).unwrap()
+        Library::from_tar(archive.into_inner().unwrap()).unwrap()
     }
 
     #[test]
@@ -368,7 +370,7 @@ mod tests {
         archive
             .append_link(&mut header, "python/evil", "/etc/passwd")
             .unwrap();
-        let err = Library::from_tar(&archive.into_inner().unwrap()[..]).unwrap_err();
+        let err = Library::from_tar(archive.into_inner().unwrap()).unwrap_err();
         assert!(err.contains("python/evil"), "{err}");
 
         // A path with `..` cannot even be written by the tar crate's builder; write the name
@@ -380,7 +382,30 @@ mod tests {
         header.set_cksum();
         let mut bytes = header.as_bytes().to_vec();
         bytes.extend_from_slice(&[0u8; 1024]);
-        let err = Library::from_tar(&bytes[..]).unwrap_err();
+        let err = Library::from_tar(bytes).unwrap_err();
         assert!(err.contains("without `..`"), "{err}");
+    }
+
+    #[test]
+    fn a_truncated_archive_is_refused() {
+        let mut archive = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        let text = vec![b'x'; 2000];
+        header.set_size(text.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        archive
+            .append_data(&mut header, "python/big.py", &text[..])
+            .unwrap();
+        let mut bytes = archive.into_inner().unwrap();
+        bytes.truncate(512 + 1000);
+        let err = Library::from_tar(bytes).unwrap_err();
+        assert!(err.contains("python/big.py"), "{err}");
+    }
+
+    #[test]
+    fn its_size_counts_the_files_bytes_not_the_archive_s() {
+        let lib = library(&[("python/a.py", "12345"), ("0/b.py", "678")]);
+        assert_eq!(lib.size(), (2, 8));
     }
 }
