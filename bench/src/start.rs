@@ -102,6 +102,16 @@ fn steps(log: &std::path::Path) -> Result<Vec<(String, u64)>> {
             if let Some(language) = fields.get("language").and_then(|l| l.as_str()) {
                 what = format!("{language}: {what}");
             }
+            // The step's other figures (bytes read, the parts of its time), as logged.
+            let figures: Vec<String> = fields
+                .as_object()?
+                .iter()
+                .filter(|(name, value)| *name != "elapsed_ms" && value.is_u64())
+                .map(|(name, value)| format!("{name} {value}"))
+                .collect();
+            if !figures.is_empty() {
+                what = format!("{what} ({})", figures.join(", "));
+            }
             Some((what, ms))
         })
         .collect())

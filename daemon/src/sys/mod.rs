@@ -1,10 +1,11 @@
 //! Platform- and privilege-specific code, kept in one place: the socket file (ownership, mode,
-//! stale files), hypervisor detection, signals (stop requests, and the mask of threads that run
+//! stale files), hypervisor detection, files read through a mapping, signals (stop requests, and the mask of threads that run
 //! guests), the process's memory policy, its open-file limit, the user database, and the
 //! service manager's notifications.
 
 pub mod files;
 pub mod hypervisor;
+pub mod mapped;
 pub mod memory;
 pub mod notify;
 pub mod signals;
