@@ -126,8 +126,8 @@ fn versions() -> BTreeMap<String, String> {
 }
 
 /// Runs the daemon until a stop request arrives on `stops` (see `sys::signals`): checks the
-/// hypervisor, binds the socket, probes that guests run, builds one sandbox per language,
-/// serves while the pools warm to their size, then drains. A stop request during startup ends
+/// hypervisor, binds the socket, builds one sandbox per language (a probe sandbox says whose
+/// fault a failure is), serves while the pools warm to their size, then drains. A stop request during startup ends
 /// it at once, removing the socket.
 pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Result<(), StartError> {
     let sizes = config.pool_sizes()?;
@@ -241,9 +241,10 @@ async fn load_python_library(
     Ok(Arc::new(library))
 }
 
-/// Probes the hypervisor, then starts the pools, each step on a blocking thread and within
-/// `--startup-timeout-ms`. A failure of the probe is the hypervisor's; a failure after it is
-/// the failing language's guest.
+/// Starts the pools, on a blocking thread and within `--startup-timeout-ms`. Building the
+/// first sandbox is what shows that the hypervisor runs guests; only when a pool fails (or
+/// does not finish in time) does a probe sandbox decide whom to blame: a probe that fails too
+/// is the hypervisor's failure, one that runs leaves the failing language's guest to blame.
 async fn start_executor(
     config: &Config,
     sizes: &BTreeMap<Language, usize>,
@@ -255,14 +256,6 @@ async fn start_executor(
 ) -> Result<HyperlightExecutor, StartError> {
     let limit = Duration::from_millis(config.startup_timeout_ms);
     let started = Instant::now();
-    blocking_within(limit, sandbox::javascript::probe_hypervisor)
-        .await
-        .ok_or(StartError::ProbeTimedOut(limit))??
-        .map_err(|e| hypervisor::probe_failed(hypervisor.clone(), &e))?;
-    info!(
-        elapsed_ms = started.elapsed().as_millis() as u64,
-        "the hypervisor runs guests"
-    );
     let sizes_with_heap = |heap_mib: u64| GuestSizes {
         heap_bytes: heap_mib * 1024 * 1024,
         max_body_bytes: limits.max_body_bytes,
@@ -286,17 +279,39 @@ async fn start_executor(
         audit: stores.audit,
     };
     let (runtime, sizes, metrics) = (Handle::current(), sizes.clone(), metrics.clone());
-    let hypervisor = hypervisor.to_string();
-    let executor = blocking_within(limit, move || {
-        HyperlightExecutor::start(hypervisor, &sizes, settings, runtime, &metrics)
-    })
-    .await
-    .ok_or(StartError::PoolsTimedOut(limit))???;
-    info!(
-        elapsed_ms = started.elapsed().as_millis() as u64,
-        "every pool has a warm sandbox"
-    );
-    Ok(executor)
+    let name = hypervisor.to_string();
+    let starting = blocking_within(limit, move || {
+        HyperlightExecutor::start(name, &sizes, settings, runtime, &metrics)
+    });
+    let failed = match starting.await {
+        Some(Ok(Ok(executor))) => {
+            info!(
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "every pool has a warm sandbox"
+            );
+            return Ok(executor);
+        }
+        Some(Ok(Err(pool))) => StartError::Pool(pool),
+        Some(Err(thread)) => return Err(thread),
+        None => StartError::PoolsTimedOut(limit),
+    };
+    Err(blame(hypervisor, limit, failed).await)
+}
+
+/// The error to report for a start that `failed`: the hypervisor's, when a probe sandbox (of
+/// the daemon's own JavaScript guest, built in) fails or does not finish within `limit`;
+/// otherwise `failed` itself.
+async fn blame(hypervisor: Hypervisor, limit: Duration, failed: StartError) -> StartError {
+    warn!("{failed}; checking the hypervisor with a probe sandbox");
+    match blocking_within(limit, sandbox::javascript::probe_hypervisor).await {
+        None => StartError::ProbeTimedOut(limit),
+        Some(Err(thread)) => thread,
+        Some(Ok(Err(probe))) => hypervisor::probe_failed(hypervisor, &probe).into(),
+        Some(Ok(Ok(()))) => {
+            info!("the hypervisor runs guests: the failure is the guest's");
+            failed
+        }
+    }
 }
 
 /// Where the executor keeps what outlives a request: the audit log (session expiries), the
