@@ -15,9 +15,11 @@ use serde::{Deserialize, Serialize};
 
 mod caller;
 pub mod openapi;
+mod policy;
 mod session;
 
 pub use self::caller::{AuditHealth, CallerLimits};
+pub use self::policy::{Policy, Violation};
 pub use self::session::{
     CreateSessionRequest, ExecSession, SessionCounts, SessionExecRequest, SessionInfo,
     SessionLimits, SessionList,
@@ -182,6 +184,10 @@ pub struct ExecRequest {
     /// values above its maximum are capped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_output_bytes: Option<usize>,
+    /// What the program may not name; checked before it runs (`policy_violation` when it
+    /// does, and nothing runs). Narrows the daemon's default policy, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<Policy>,
 }
 
 impl ExecRequest {
@@ -192,6 +198,7 @@ impl ExecRequest {
             code: code.into(),
             timeout_ms: None,
             max_output_bytes: None,
+            policy: None,
         }
     }
 }
@@ -241,6 +248,9 @@ pub enum ErrorKind {
     /// The program used up a limit the host keeps on it besides time, memory and output (the
     /// message says which), and was stopped.
     ResourceLimit,
+    /// The program names what its policy refuses (`violations` says what, and on which
+    /// line); it did not run.
+    PolicyViolation,
 
     // Rejections of a request (status 4xx/5xx, nothing ran).
     /// The body is not a valid request (malformed JSON, missing or unknown field, bad value).
@@ -293,6 +303,7 @@ impl ErrorKind {
         ErrorKind::OutOfMemory,
         ErrorKind::SandboxFailure,
         ErrorKind::ResourceLimit,
+        ErrorKind::PolicyViolation,
         ErrorKind::InvalidRequest,
         ErrorKind::PayloadTooLarge,
         ErrorKind::NotFound,
@@ -319,6 +330,7 @@ impl ErrorKind {
             ErrorKind::OutOfMemory => "out_of_memory",
             ErrorKind::SandboxFailure => "sandbox_failure",
             ErrorKind::ResourceLimit => "resource_limit",
+            ErrorKind::PolicyViolation => "policy_violation",
             ErrorKind::InvalidRequest => "invalid_request",
             ErrorKind::PayloadTooLarge => "payload_too_large",
             ErrorKind::NotFound => "not_found",
@@ -351,6 +363,9 @@ pub struct ErrorBody {
     pub kind: ErrorKind,
     /// Human-readable message.
     pub message: String,
+    /// For `policy_violation`: everything the program names that its policy refuses.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub violations: Vec<Violation>,
 }
 
 impl ErrorBody {
@@ -359,6 +374,7 @@ impl ErrorBody {
         ErrorBody {
             kind,
             message: message.into(),
+            violations: Vec::new(),
         }
     }
 }

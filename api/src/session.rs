@@ -50,6 +50,9 @@ pub struct SessionExecRequest {
     /// Cap on stdout and stderr together, in bytes, as for `POST /v1/exec`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_output_bytes: Option<usize>,
+    /// What the program may not name, as for `POST /v1/exec`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<crate::Policy>,
 }
 
 impl SessionExecRequest {
@@ -59,6 +62,7 @@ impl SessionExecRequest {
             code: code.into(),
             timeout_ms: None,
             max_output_bytes: None,
+            policy: None,
         }
     }
 }

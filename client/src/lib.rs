@@ -49,8 +49,9 @@ const EXEC_MARGIN: Duration = Duration::from_secs(15);
 
 pub use hyperlightd_api::{
     CreateSessionRequest, DEFAULT_SOCKET, ErrorBody, ErrorKind, ExecLimits, ExecRequest,
-    ExecResponse, ExecSession, ExecStatus, HealthResponse, Language, SOCKET_ENV, SandboxCounts,
-    SessionCounts, SessionExecRequest, SessionInfo, SessionLimits, SessionList,
+    ExecResponse, ExecSession, ExecStatus, HealthResponse, Language, Policy, SOCKET_ENV,
+    SandboxCounts, SessionCounts, SessionExecRequest, SessionInfo, SessionLimits, SessionList,
+    Violation,
 };
 
 /// What can go wrong talking to the daemon.

@@ -127,6 +127,13 @@ pub struct Config {
     #[arg(long, env = "HYPERLIGHTD_SNAPSHOT_DIR")]
     pub snapshot_dir: Option<std::path::PathBuf>,
 
+    /// The default policy every program is checked against before it runs: a JSON file with
+    /// the fields of a request's `policy` (`allowed_modules`, `blocked_functions`,
+    /// `blocked_globals`). A request's own policy can only narrow it. None: only what requests
+    /// ask is checked.
+    #[arg(long, env = "HYPERLIGHTD_POLICY")]
+    pub policy: Option<std::path::PathBuf>,
+
     /// How long building the first sandbox of each language (the startup probe) may take, in
     /// milliseconds, before the daemon gives up and exits.
     #[arg(long, default_value_t = 120_000)]
@@ -259,6 +266,14 @@ pub enum ConfigError {
     /// An allow list or a per-caller quota does not hold.
     #[error(transparent)]
     Caller(#[from] CallerOptionError),
+    /// The default policy file cannot be read or is not a valid policy.
+    #[error("--policy {}: {why}", path.display())]
+    Policy {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
     /// The default timeout is larger than the maximum.
     #[error("--default-timeout-ms ({default}) is larger than --max-timeout-ms ({max})")]
     DefaultAboveMax {
@@ -311,6 +326,22 @@ impl Limits {
 }
 
 impl Config {
+    /// The default policy (`--policy`), checked; an empty one without the option.
+    pub fn code_policy(&self) -> Result<hyperlightd_api::Policy, ConfigError> {
+        let Some(path) = &self.policy else {
+            return Ok(hyperlightd_api::Policy::default());
+        };
+        let error = |why: String| ConfigError::Policy {
+            path: path.clone(),
+            why,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
+        let policy: hyperlightd_api::Policy =
+            serde_json::from_str(&text).map_err(|e| error(e.to_string()))?;
+        crate::code_policy::validate(&policy).map_err(|e| error(e.to_string()))?;
+        Ok(policy)
+    }
+
     /// The Python guest's library: `--python-lib`, or `python-lib.tar` beside the guest.
     pub fn python_library(&self) -> std::path::PathBuf {
         self.python_lib

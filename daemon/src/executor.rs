@@ -29,6 +29,9 @@ pub struct Job {
     pub deadline: Instant,
     /// Cap on stdout plus stderr, as granted.
     pub max_output_bytes: usize,
+    /// What the program may not name (the daemon's default and the request's, the language's
+    /// part of them); None: nothing is checked.
+    pub policy: Option<hyperlightd_api::Policy>,
     /// The request's tracing span, entered by whichever thread runs the job.
     pub span: tracing::Span,
     /// The session to run it in (its language is `language`); None: a fresh interpreter.

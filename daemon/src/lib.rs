@@ -16,6 +16,7 @@ pub use self::sandbox::javascript::RUNNER as JAVASCRIPT_RUNNER;
 
 pub mod audit;
 pub mod caller;
+pub mod code_policy;
 pub mod config;
 pub mod executor;
 pub mod http;
@@ -132,6 +133,7 @@ fn versions() -> BTreeMap<String, String> {
 pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Result<(), StartError> {
     let sizes = config.pool_sizes()?;
     let limits = config.limits()?;
+    let code_policy = config.code_policy()?;
     // The daemon's own user is its operator: always allowed, held to no per-caller quota.
     let own_uid = nix::unistd::geteuid().as_raw();
     let sessions = SessionSettings {
@@ -193,8 +195,11 @@ pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Resu
         quota: ExecQuota::new(exec_quota, Some(own_uid)),
         audit,
     };
-    let api =
-        Arc::new(Api::new(Arc::new(executor), metrics, limits, versions()).with_policy(policy));
+    let api = Arc::new(
+        Api::new(Arc::new(executor), metrics, limits, versions())
+            .with_policy(policy)
+            .with_code_policy(code_policy),
+    );
     server::serve(listener, api, config.server(), &mut stops).await;
     drop(bound);
     info!("stopped");

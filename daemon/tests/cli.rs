@@ -88,3 +88,32 @@ fn bad_caller_options_exit_64_and_an_unopenable_audit_log_or_snapshot_dir_73() {
     assert_eq!(code, Some(73), "{stderr}");
     assert!(stderr.contains("/proc/hyperlightd-snapshots"), "{stderr}");
 }
+
+#[test]
+fn a_default_policy_that_cannot_be_read_or_is_not_valid_exits_64() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_string_lossy().into_owned()
+    };
+    let missing = dir
+        .path()
+        .join("missing.json")
+        .to_string_lossy()
+        .into_owned();
+    for (file, says) in [
+        (missing, "missing.json"),
+        (write("syntax.json", "{"), "EOF"),
+        (write("unknown.json", r#"{"allowed": []}"#), "unknown field"),
+        (
+            write("names.json", r#"{"blocked_globals": ["not a name"]}"#),
+            "not a name",
+        ),
+    ] {
+        let (code, _, stderr) = hyperlightd(&["--policy", &file, "--pool", "javascript=1"]);
+        assert_eq!(code, Some(64), "{file}: {stderr}");
+        assert!(stderr.contains("--policy"), "{file}: {stderr}");
+        assert!(stderr.contains(says), "{file}: {stderr}");
+    }
+}

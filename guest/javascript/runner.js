@@ -6,10 +6,12 @@
 //
 // Contract with the daemon (the same for every language):
 //   event:  {"code": "<program text>", "max_result_bytes": N, "seed": "<32 hex digits>",
-//            "session": <bool: run in the session's scope, which lives on in its saved state>}
+//            "session": <bool: run in the session's scope, which lives on in its saved state>,
+//            "policy": {"blocked_globals": [...]} (optional: checked before the program runs)}
 //   reply:  {"ok": true, "result": <JSON value>}
 //         | {"ok": false, "error": {"kind": "syntax_error" | "exception" | "result_too_large"
-//                                           | "out_of_memory", "message": "..."}}
+//                                           | "out_of_memory" | "policy_violation",
+//                                   "message": "...", "violations": [...]}}
 //   output: written through the host function hyperlightd.write(stream, text),
 //           stream 1 = stdout, 2 = stderr; it answers false once the request's output cap is
 //           reached. Every host call is a VM exit, so output is buffered here: the first
@@ -443,7 +445,97 @@ function handler(event) {
   return reply.finally(flushOutput);
 }
 
+// At most this many violations go back; the message says how many more there were.
+const MAX_VIOLATIONS = 100;
+// Objects whose properties are the globals: `globalThis.eval` names `eval`.
+const GLOBAL_OBJECTS = new Set(["globalThis", "self", "window", "global"]);
+
+// Whether `node`, found under `parent[key]`, is a name that refers to no variable: a property
+// or method name written after a dot or as a key, a label.
+function isPropertyName(parent, key) {
+  if (parent === null) return false;
+  switch (parent.type) {
+    case "MemberExpression":
+      return key === "property" && !parent.computed;
+    case "Property":
+      // A shorthand `{ eval }` names the variable in its value, visited on its own.
+      return key === "key" && !parent.computed;
+    case "MethodDefinition":
+    case "PropertyDefinition":
+      return key === "key" && !parent.computed;
+    case "LabeledStatement":
+    case "BreakStatement":
+    case "ContinueStatement":
+      return key === "label";
+    case "MetaProperty":
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The name a computed property `[...]` spells out literally, if it does.
+function literalName(node) {
+  if (node.type === "Literal" && typeof node.value === "string") return node.value;
+  if (node.type === "TemplateLiteral" && node.expressions.length === 0) return node.quasis[0].value.cooked;
+  return undefined;
+}
+
+// What the program's syntax tree names that `blocked` (blocked_globals) refuses: the names as
+// variables, and as properties of the global object (`globalThis.eval`, `this["Function"]`).
+// A guard rail, not a boundary: a program bent on it can reach a global some other way.
+function violations(ast, blocked) {
+  const names = new Set(blocked);
+  const found = [];
+  const refuse = (node, name) => found.push({ line: node.loc.start.line, rule: "blocked_globals", name: name });
+  const visit = (node, parent, key) => {
+    if (Array.isArray(node)) {
+      for (const child of node) visit(child, parent, key);
+      return;
+    }
+    if (node === null || typeof node !== "object" || typeof node.type !== "string") return;
+    if (node.type === "Identifier" && names.has(node.name) && !isPropertyName(parent, key)) {
+      refuse(node, node.name);
+    }
+    if (node.type === "MemberExpression") {
+      const object = node.object;
+      const global = object.type === "ThisExpression" ||
+        (object.type === "Identifier" && GLOBAL_OBJECTS.has(object.name));
+      const name = node.computed ? literalName(node.property) : node.property.name;
+      if (global && names.has(name)) refuse(node, name);
+    }
+    for (const child of Object.keys(node)) {
+      if (child !== "loc") visit(node[child], node, child);
+    }
+  };
+  visit(ast, null, null);
+  return found;
+}
+
+// The reply refusing `code` under `policy`, or null when nothing is refused.
+function refused(code, policy) {
+  const blocked = (policy && policy.blocked_globals) || [];
+  if (blocked.length === 0) return null;
+  let ast;
+  try {
+    ast = vendor.parse(code, {
+      ecmaVersion: "latest", sourceType: "script", allowAwaitOutsideFunction: true, locations: true,
+    });
+  } catch (e) {
+    return failure("syntax_error", e);
+  }
+  const found = violations(ast, blocked).sort((a, b) => a.line - b.line);
+  if (found.length === 0) return null;
+  const shown = found.slice(0, MAX_VIOLATIONS);
+  const listed = shown.map((v) => `line ${v.line}: ${v.name} (${v.rule})`).join("; ");
+  const more = found.length > shown.length ? `; and ${found.length - shown.length} more` : "";
+  const message = `the program was not run: it names what its policy refuses: ${listed}${more}`;
+  return { ok: false, error: { kind: "policy_violation", message: message, violations: shown } };
+}
+
 function run(event) {
+  const refusal = refused(event.code, event.policy);
+  if (refusal !== null) return refusal;
   let value;
   try {
     value = evaluateProgram(event.code, event.session === true);

@@ -7,10 +7,11 @@ request.
 
 Contract with the daemon (the same for every language, plus Python's "prime"):
   event:  {"code": "<program text>", "max_result_bytes": N, "seed": "<hex>", "session": false,
-           "prime": false}
+           "prime": false, "policy": {"allowed_modules": [...], "blocked_functions": [...]}}
   reply:  {"ok": true, "result": <JSON value>}
         | {"ok": false, "error": {"kind": "syntax_error" | "exception" | "result_too_large"
-                                          | "out_of_memory", "message": "..."}}
+                                          | "out_of_memory" | "policy_violation",
+                                  "message": "...", "violations": [...]}}
   output: written through the host function `write(stream, text)`, 1 = stdout, 2 = stderr;
           it answers False once the request's output cap is reached.
 
@@ -307,12 +308,106 @@ def _split(code: str):
     return body, last
 
 
-def _compile(code: str):
-    """The program's statements, and its last expression apart when it ends with one."""
-    split = _split(code)
-    if split is not None:
-        return split
-    tree = ast.parse(code, PROGRAM, "exec")
+# At most this many violations go back; the message says how many more there were.
+MAX_VIOLATIONS = 100
+
+
+class _PolicyCheck(ast.NodeVisitor):
+    """What a program's syntax tree names that its policy refuses (see hyperlightd_api::Policy):
+    imports of modules outside `allowed_modules` (relative imports and `__import__` too, when
+    there is a list), and names in `blocked_functions`, also as attributes of `builtins` or
+    `__builtins__`, imported from `builtins`, or fetched with getattr by a literal name. A guard
+    rail, not a boundary: a program bent on it can reach any function some other way."""
+
+    def __init__(self, policy: dict):
+        allowed = policy.get("allowed_modules")
+        self.allowed = None if allowed is None else tuple(allowed)
+        self.blocked = frozenset(policy.get("blocked_functions") or ())
+        self.found = []
+
+    def _refuse(self, node, rule: str, name: str) -> None:
+        self.found.append({"line": node.lineno, "rule": rule, "name": name})
+
+    def _allows(self, module: str) -> bool:
+        return any(module == a or module.startswith(a + ".") for a in self.allowed)
+
+    def visit_Import(self, node):
+        for alias in node.names:
+            if self.allowed is not None and not self._allows(alias.name):
+                self._refuse(node, "allowed_modules", alias.name)
+        self.generic_visit(node)
+
+    def visit_ImportFrom(self, node):
+        module = node.module or ""
+        if self.allowed is not None:
+            if node.level:
+                self._refuse(node, "allowed_modules", "." * node.level + module)
+            elif not self._allows(module) and not all(
+                self._allows(f"{module}.{alias.name}") for alias in node.names
+            ):
+                self._refuse(node, "allowed_modules", module)
+        if module == "builtins" and not node.level:
+            for alias in node.names:
+                if alias.name in self.blocked:
+                    self._refuse(node, "blocked_functions", alias.name)
+        self.generic_visit(node)
+
+    def visit_Name(self, node):
+        if self.allowed is not None and node.id == "__import__":
+            self._refuse(node, "allowed_modules", "__import__")
+        elif node.id in self.blocked:
+            self._refuse(node, "blocked_functions", node.id)
+        elif self.blocked and node.id == "__builtins__":
+            self._refuse(node, "blocked_functions", "__builtins__")
+        self.generic_visit(node)
+
+    def visit_Attribute(self, node):
+        value = node.value
+        if (
+            node.attr in self.blocked
+            and isinstance(value, ast.Name)
+            and value.id in ("builtins", "__builtins__")
+        ):
+            self._refuse(node, "blocked_functions", node.attr)
+        self.generic_visit(node)
+
+    def visit_Call(self, node):
+        func, args = node.func, node.args
+        if (
+            isinstance(func, ast.Name)
+            and func.id == "getattr"
+            and len(args) >= 2
+            and isinstance(args[1], ast.Constant)
+            and args[1].value in self.blocked
+        ):
+            self._refuse(node, "blocked_functions", args[1].value)
+        self.generic_visit(node)
+
+
+def _refused(tree, policy: dict):
+    """The reply refusing the program in `tree` under `policy`, or None when nothing is refused."""
+    check = _PolicyCheck(policy)
+    check.visit(tree)
+    if not check.found:
+        return None
+    found = sorted(check.found, key=lambda v: v["line"])
+    shown = found[:MAX_VIOLATIONS]
+    listed = "; ".join(f"line {v['line']}: {v['name']} ({v['rule']})" for v in shown)
+    more = f"; and {len(found) - len(shown)} more" if len(found) > len(shown) else ""
+    message = f"the program was not run: it names what its policy refuses: {listed}{more}"
+    error = {"kind": "policy_violation", "message": message, "violations": shown}
+    reply = {"ok": False, "error": error}
+    return json.dumps(reply, ensure_ascii=False)
+
+
+def _compile(code: str, tree=None):
+    """The program's statements, and its last expression apart when it ends with one; from
+    `tree`, its syntax tree, when the caller has it."""
+    if tree is None:
+        split = _split(code)
+        if split is not None:
+            return split
+        tree = ast.parse(code, PROGRAM, "exec")
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):
         last = ast.Expression(tree.body.pop().value)
@@ -338,9 +433,16 @@ def _scope(session: bool) -> dict:
     return _session_scope
 
 
-def _run(code: str, max_result_bytes: int, scope: dict) -> str:
+def _run(code: str, max_result_bytes: int, scope: dict, policy=None) -> str:
     try:
-        body, last = _compile(code)
+        tree = None
+        if policy:
+            # The check reads the program's syntax tree; compiling goes on from the same tree.
+            tree = ast.parse(code, PROGRAM, "exec")
+            refused = _refused(tree, policy)
+            if refused is not None:
+                return refused
+        body, last = _compile(code, tree)
     except (SyntaxError, ValueError) as error:
         # ValueError: source code string cannot contain null bytes.
         _stderr.write("".join(traceback.format_exception_only(error)))
@@ -385,6 +487,7 @@ class WitWorld(wit_world.WitWorld):
         code = PRIME if prime else request["code"]
         scope = _scope(bool(request.get("session")) and not prime)
         try:
-            return _run(code, int(request["max_result_bytes"]), scope)
+            policy = None if prime else request.get("policy")
+            return _run(code, int(request["max_result_bytes"]), scope, policy)
         finally:
             _Output.flush()

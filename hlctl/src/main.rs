@@ -57,12 +57,8 @@ enum Command {
             conflicts_with = "file"
         )]
         code: Option<String>,
-        /// Time limit in milliseconds (the daemon caps it).
-        #[arg(long, value_name = "MS")]
-        timeout_ms: Option<u64>,
-        /// Cap on the program's stdout and stderr together, in bytes (the daemon caps it).
-        #[arg(long, value_name = "BYTES")]
-        max_output_bytes: Option<usize>,
+        #[command(flatten)]
+        limits: Limits,
         /// Print the daemon's whole JSON response instead of the program's output.
         #[arg(long)]
         json: bool,
@@ -119,17 +115,10 @@ fn main() -> ExitCode {
             Command::Exec {
                 lang,
                 code,
-                timeout_ms,
-                max_output_bytes,
+                limits,
                 json,
                 file,
-            } => {
-                let limits = Limits {
-                    timeout_ms,
-                    max_output_bytes,
-                };
-                exec(&client, lang, code, file, limits, json).await
-            }
+            } => exec(&client, lang, code, file, limits, json).await,
             Command::Health { live } => health(&client, live).await,
             Command::Session(command) => session::run(&client, command).await,
             Command::Mcp {
@@ -188,11 +177,38 @@ fn read_program(
     Ok((text, guessed))
 }
 
-/// The limits a request asks for.
-#[derive(Debug, Clone, Copy)]
+/// The limits a request asks for, and its policy.
+#[derive(Debug, Clone, clap::Args)]
 struct Limits {
+    /// Time limit in milliseconds (the daemon caps it; in a session, waiting for its earlier
+    /// execs counts).
+    #[arg(long, value_name = "MS")]
     timeout_ms: Option<u64>,
+    /// Cap on the program's stdout and stderr together, in bytes (the daemon caps it).
+    #[arg(long, value_name = "BYTES")]
     max_output_bytes: Option<usize>,
+    /// Python: the only module the program may import (and its submodules); repeat for more.
+    /// With any, relative imports and `__import__` are refused.
+    #[arg(long, value_name = "MODULE")]
+    allow_module: Vec<String>,
+    /// Python: a function the program may not name (eval, exec, open, compile); repeatable.
+    #[arg(long, value_name = "NAME")]
+    block_function: Vec<String>,
+    /// JavaScript: a global the program may not name (eval, Function); repeatable.
+    #[arg(long, value_name = "NAME")]
+    block_global: Vec<String>,
+}
+
+impl Limits {
+    /// The policy the options ask for; None without any.
+    fn policy(&self) -> Option<hyperlightd_client::Policy> {
+        let policy = hyperlightd_client::Policy {
+            allowed_modules: (!self.allow_module.is_empty()).then(|| self.allow_module.clone()),
+            blocked_functions: self.block_function.clone(),
+            blocked_globals: self.block_global.clone(),
+        };
+        (!policy.is_empty()).then_some(policy)
+    }
 }
 
 async fn exec(
@@ -215,6 +231,7 @@ async fn exec(
         code: text,
         timeout_ms: limits.timeout_ms,
         max_output_bytes: limits.max_output_bytes,
+        policy: limits.policy(),
     };
     let response = match client.exec(&request).await {
         Ok(response) => response,

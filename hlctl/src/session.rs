@@ -36,12 +36,8 @@ pub enum SessionCommand {
             conflicts_with = "file"
         )]
         code: Option<String>,
-        /// Time limit in milliseconds, waiting for the session's earlier execs included.
-        #[arg(long, value_name = "MS")]
-        timeout_ms: Option<u64>,
-        /// Cap on the program's stdout and stderr together, in bytes.
-        #[arg(long, value_name = "BYTES")]
-        max_output_bytes: Option<usize>,
+        #[command(flatten)]
+        limits: Limits,
         /// Print the daemon's whole JSON response instead of the program's output.
         #[arg(long)]
         json: bool,
@@ -90,17 +86,10 @@ pub async fn run(client: &Client, command: SessionCommand) -> u8 {
         SessionCommand::Exec {
             id,
             code,
-            timeout_ms,
-            max_output_bytes,
+            limits,
             json,
             file,
-        } => {
-            let limits = Limits {
-                timeout_ms,
-                max_output_bytes,
-            };
-            exec(client, &id, code, file, limits, json).await
-        }
+        } => exec(client, &id, code, file, limits, json).await,
         SessionCommand::Fork { id, json } => print_session(client.fork_session(&id).await, json),
         SessionCommand::Show { id } => print_session(client.session(&id).await, true),
         SessionCommand::Ls { json } => match client.sessions().await {
@@ -148,6 +137,7 @@ async fn exec(
         code: text,
         timeout_ms: limits.timeout_ms,
         max_output_bytes: limits.max_output_bytes,
+        policy: limits.policy(),
     };
     let response = match client.session_exec(id, &request).await {
         Ok(response) => response,

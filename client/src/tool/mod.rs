@@ -265,6 +265,7 @@ impl CodeTool {
             code: arguments.code,
             timeout_ms: arguments.timeout_ms,
             max_output_bytes: None,
+            policy: None,
         };
         let timeout_ms = self.timeout_in_force(arguments.timeout_ms);
         let answer = match &self.conversation {

@@ -169,6 +169,10 @@ pub(super) fn advice(kind: ErrorKind, context: &Context<'_>) -> String {
         ErrorKind::ResourceLimit => "The program used up a limit of the host (the message says \
             which) and was stopped. Do the same work with fewer of that resource."
             .to_owned(),
+        ErrorKind::PolicyViolation => "The program uses modules or functions this service does \
+            not allow (the message lists each, with its line); nothing ran. Rewrite it without \
+            them, and run it again."
+            .to_owned(),
         ErrorKind::InvalidRequest => "The service refused the request as invalid (the message \
             says why); nothing ran. Fix the arguments and call again."
             .to_owned(),

@@ -71,6 +71,7 @@ impl CodeTool {
             code: request.code.clone(),
             timeout_ms: request.timeout_ms,
             max_output_bytes: request.max_output_bytes,
+            policy: request.policy.clone(),
         };
         let mut notice = None;
         if let Some(id) = sessions.get(&language) {

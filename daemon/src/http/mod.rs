@@ -23,6 +23,7 @@ use tracing::{Instrument, info, info_span, warn};
 
 use crate::audit::ExecRecord;
 use crate::caller::{Caller, OverQuota, Policy};
+use crate::code_policy::{self, CodePolicy};
 use crate::config::Limits;
 use crate::executor::{ExecError, Executor, Job, Outcome};
 use crate::metrics::Metrics;
@@ -32,6 +33,7 @@ struct Program {
     code: String,
     timeout_ms: Option<u64>,
     max_output_bytes: Option<usize>,
+    policy: Option<CodePolicy>,
 }
 
 /// What every handler knows of its request besides the request itself.
@@ -64,6 +66,8 @@ pub struct Api<E> {
     draining: AtomicBool,
     /// Who may call and how much.
     policy: Policy,
+    /// What every program is checked against before it runs (`--policy`).
+    code_policy: CodePolicy,
 }
 
 /// A request the API refuses. Each variant maps to one status code in [`ApiError::status`].
@@ -236,6 +240,7 @@ impl<E: Executor> Api<E> {
             next_request_id: AtomicU64::new(1),
             draining: AtomicBool::new(false),
             policy: Policy::open(),
+            code_policy: CodePolicy::default(),
         }
     }
 
@@ -243,6 +248,12 @@ impl<E: Executor> Api<E> {
     /// audit log).
     pub fn with_policy(mut self, policy: Policy) -> Self {
         self.policy = policy;
+        self
+    }
+
+    /// The same API, checking every program against `policy` (narrowed by each request's own).
+    pub fn with_code_policy(mut self, policy: CodePolicy) -> Self {
+        self.code_policy = policy;
         self
     }
 
@@ -357,19 +368,27 @@ impl<E: Executor> Api<E> {
             code: exec.code,
             timeout_ms: exec.timeout_ms,
             max_output_bytes: exec.max_output_bytes,
+            policy: exec.policy,
         };
-        self.check_code(&program.code)?;
+        self.check_program(&program, exec.language)?;
         let job = self.job(exec.language, program, None, &ctx);
         self.run(job, &ctx).await
     }
 
-    /// Refuses a program over the size limit.
-    fn check_code(&self, code: &str) -> Result<(), ApiError> {
+    /// Refuses a program over the size limit, or with a policy that is not valid for
+    /// `language`.
+    fn check_program(&self, program: &Program, language: Language) -> Result<(), ApiError> {
+        let code = &program.code;
         if code.len() > self.limits.max_code_bytes {
             return Err(ApiError::CodeTooLarge {
                 size: code.len(),
                 limit: self.limits.max_code_bytes,
             });
+        }
+        if let Some(policy) = &program.policy {
+            code_policy::validate(policy)
+                .and_then(|()| code_policy::fits(policy, language))
+                .map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
         }
         Ok(())
     }
@@ -381,6 +400,7 @@ impl<E: Executor> Api<E> {
             language,
             code: program.code,
             max_output_bytes: self.limits.output_for(program.max_output_bytes),
+            policy: code_policy::effective(&self.code_policy, program.policy.as_ref(), language),
             timeout,
             deadline: ctx.received + timeout,
             span: ctx.span.clone(),

@@ -61,9 +61,10 @@ impl<E: Executor> Api<E> {
             code: exec.code,
             timeout_ms: exec.timeout_ms,
             max_output_bytes: exec.max_output_bytes,
+            policy: exec.policy,
         };
-        self.check_code(&program.code)?;
         let language = self.executor.sessions().get(ctx.caller.uid, id)?.language;
+        self.check_program(&program, language)?;
         let job = self.job(language, program, Some(id.to_owned()), &ctx);
         self.run(job, &ctx).await
     }

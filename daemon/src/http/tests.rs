@@ -1,5 +1,6 @@
 //! Unit tests of the HTTP layer against a stub executor: no KVM, no socket.
 
+mod code_policy;
 mod policy;
 mod sessions;
 

@@ -9,18 +9,29 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use hyperlight_host::HyperlightError;
-use hyperlightd_api::ErrorKind;
-use serde::Deserialize;
+use hyperlightd_api::{ErrorKind, Policy, Violation};
+use serde::{Deserialize, Serialize};
 
 use super::watchdog::Interrupt;
+
+/// What a guest is asked to run.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Program<'a> {
+    /// The program's source.
+    pub code: &'a str,
+    /// Checked first, by the runner: a program that names what it refuses does not run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<&'a Policy>,
+    /// Run in the session's scope (see [`Guest::load`]).
+    pub session: bool,
+}
 
 /// A sandbox with a language runtime loaded and its runner registered, snapshotted warm.
 /// Lives on one worker thread.
 pub trait Guest: Send {
-    /// Runs `code` and returns the runner's JSON reply. `deadline` is when the call will be
-    /// interrupted; a guest whose host functions can block (a sleep) ends them there. With
-    /// `session`, the program runs in the session's scope (see [`load`](Self::load)).
-    fn run(&mut self, code: &str, deadline: Instant, session: bool) -> Result<String, GuestError>;
+    /// Runs `program` and returns the runner's JSON reply. `deadline` is when the call will be
+    /// interrupted; a guest whose host functions can block (a sleep) ends them there.
+    fn run(&mut self, program: &Program<'_>, deadline: Instant) -> Result<String, GuestError>;
 
     /// The guest's state now, for a session: memory, vCPU and what the host keeps beside them.
     /// Any sandbox of the same factory can [`load`](Self::load) it.
@@ -361,6 +372,9 @@ pub struct RunnerError {
     pub kind: RunnerErrorKind,
     /// Exception type and message.
     pub message: String,
+    /// For `policy_violation`: what the program names that its policy refuses.
+    #[serde(default)]
+    pub violations: Vec<Violation>,
 }
 
 /// The failure kinds a runner reports.
@@ -375,6 +389,8 @@ pub enum RunnerErrorKind {
     ResultTooLarge,
     /// The language runtime ran out of memory and said so.
     OutOfMemory,
+    /// The program names what its policy refuses; it did not run.
+    PolicyViolation,
 }
 
 impl From<RunnerErrorKind> for ErrorKind {
@@ -384,6 +400,7 @@ impl From<RunnerErrorKind> for ErrorKind {
             RunnerErrorKind::Exception => ErrorKind::Exception,
             RunnerErrorKind::ResultTooLarge => ErrorKind::ResultTooLarge,
             RunnerErrorKind::OutOfMemory => ErrorKind::OutOfMemory,
+            RunnerErrorKind::PolicyViolation => ErrorKind::PolicyViolation,
         }
     }
 }

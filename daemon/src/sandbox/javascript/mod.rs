@@ -18,8 +18,8 @@ use hyperlight_js::{HostPrintFn, SandboxBuilder, Script, Snapshot};
 
 use self::host::{CallClock, Host};
 use super::guest::{
-    Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, Prepared, RunnerReply, SavedState,
-    Template, from_template, seed,
+    Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, Prepared, Program, RunnerReply,
+    SavedState, Template, from_template, seed,
 };
 use super::stored::{self, Codec, Key, SnapshotStore, Stored};
 use super::watchdog::{self, Interrupt};
@@ -137,14 +137,15 @@ fn build_template(sizes: GuestSizes) -> Result<Arc<Snapshot>, HyperlightError> {
     runtime.get_loaded_sandbox()?.snapshot()
 }
 
-/// The runner's event for `code` (see guest/javascript/runner.js).
-fn event(code: &str, max_result_bytes: usize, session: bool) -> String {
+/// The runner's event for `program` (see guest/javascript/runner.js).
+fn event(program: &Program<'_>, max_result_bytes: usize) -> String {
     serde_json::json!({
-        "code": code,
+        "code": program.code,
+        "policy": program.policy,
         "max_result_bytes": max_result_bytes,
         // Every request starts from the same snapshot: Math.random is reseeded from this.
         "seed": seed(),
-        "session": session,
+        "session": program.session,
     })
     .to_string()
 }
@@ -178,9 +179,9 @@ struct JavascriptGuest {
 }
 
 impl JavascriptGuest {
-    /// Calls the runner with `code`, as hyperlight-js's `handle_event` would.
-    fn call_runner(&mut self, code: &str, session: bool) -> Result<String, HyperlightError> {
-        let event = event(code, self.max_result_bytes, session);
+    /// Calls the runner with `program`, as hyperlight-js's `handle_event` would.
+    fn call_runner(&mut self, program: &Program<'_>) -> Result<String, HyperlightError> {
+        let event = event(program, self.max_result_bytes);
         // No garbage collection after the call: the sandbox is restored to its snapshot anyway.
         self.sandbox
             .call("RunHandler", (HANDLER.to_owned(), event, false))
@@ -188,9 +189,9 @@ impl JavascriptGuest {
 }
 
 impl Guest for JavascriptGuest {
-    fn run(&mut self, code: &str, deadline: Instant, session: bool) -> Result<String, GuestError> {
+    fn run(&mut self, program: &Program<'_>, deadline: Instant) -> Result<String, GuestError> {
         self.clock.start(deadline);
-        Ok(self.call_runner(code, session)?)
+        Ok(self.call_runner(program)?)
     }
 
     fn interrupt_handle(&self) -> Arc<dyn Interrupt> {
@@ -217,7 +218,11 @@ impl Guest for JavascriptGuest {
     fn prime(&mut self) -> Result<bool, GuestError> {
         self.clock.start(Instant::now() + PRIME_LIMIT);
         self.output.begin(0);
-        let reply = self.call_runner(PRIME, false)?;
+        let reply = self.call_runner(&Program {
+            code: PRIME,
+            policy: None,
+            session: false,
+        })?;
         RunnerReply::primed(&reply)?;
         Ok(true)
     }

@@ -11,7 +11,7 @@ use hyperlightd_api::{ErrorKind, ExecStatus};
 use super::*;
 use crate::executor::{ExecutorHealth, Outcome};
 use crate::metrics::Metrics;
-use crate::sandbox::guest::GuestError;
+use crate::sandbox::guest::{GuestError, Program};
 use crate::sandbox::watchdog::Interrupt;
 
 /// What the test controls and observes, shared by every fake sandbox of a pool.
@@ -69,13 +69,21 @@ struct FakeGuest {
 impl Guest for FakeGuest {
     /// `ok:JSON` answers JSON; `spin` runs until interrupted; `sleep:MS` takes MS milliseconds
     /// unless interrupted; `abort` fails as a guest abort; `host-panic` panics as a host
-    /// function would; `seen` answers how many programs ran before it since the last reset.
-    fn run(
-        &mut self,
-        code: &str,
-        _deadline: Instant,
-        _session: bool,
-    ) -> Result<String, GuestError> {
+    /// function would; `seen` answers how many programs ran before it since the last reset;
+    /// with a policy, `refused:NAME` is refused as a runner refuses a program naming NAME.
+    fn run(&mut self, program: &Program<'_>, _deadline: Instant) -> Result<String, GuestError> {
+        let code = program.code;
+        if let (Some(_), Some(name)) = (program.policy, code.strip_prefix("refused:")) {
+            return Ok(serde_json::json!({
+                "ok": false,
+                "error": {
+                    "kind": "policy_violation",
+                    "message": format!("the program names {name}"),
+                    "violations": [{"line": 1, "rule": "blocked_functions", "name": name}],
+                },
+            })
+            .to_string());
+        }
         *self.interrupt.killed.lock().unwrap() = false;
         self.runs_since_reset += 1;
         let ok = |result: &str| Ok(format!(r#"{{"ok":true,"result":{result}}}"#));
@@ -193,6 +201,7 @@ fn job(code: &str, timeout_ms: u64) -> Job {
         timeout,
         deadline: Instant::now() + timeout,
         max_output_bytes: 1000,
+        policy: None,
         span: tracing::Span::none(),
         session: None,
         caller: crate::caller::Caller {
@@ -451,5 +460,27 @@ async fn a_session_job_that_poisons_its_sandbox_rolls_back_and_one_that_does_not
             &metrics,
             r#"hyperlightd_session_load_seconds_count{language="javascript"}"#
         ) >= 4.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_job_s_policy_reaches_the_guest_and_its_violations_reach_the_outcome() {
+    let (pool, _control, _metrics) = pool(1);
+    let mut checked = job("refused:eval", 5_000);
+    checked.policy = Some(hyperlightd_api::Policy {
+        blocked_functions: vec!["eval".into()],
+        ..Default::default()
+    });
+    let refused = submit(&pool, checked).await.unwrap();
+    assert_eq!(refused.status, ExecStatus::Error);
+    let error = refused.error.unwrap();
+    assert_eq!(error.kind, ErrorKind::PolicyViolation);
+    assert_eq!(
+        error.violations,
+        [hyperlightd_api::Violation {
+            line: 1,
+            rule: "blocked_functions".into(),
+            name: "eval".into(),
+        }]
     );
 }

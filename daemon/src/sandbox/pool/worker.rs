@@ -22,7 +22,7 @@ use super::{Sandbox, Shared, SlotState, Task};
 use crate::executor::{ExecError, Job, Outcome};
 use crate::metrics::PoolMetrics;
 use crate::sandbox::guest::{
-    Captured, Guest, GuestError, GuestFactory, OutputCapture, RunnerReply,
+    Captured, Guest, GuestError, GuestFactory, OutputCapture, Program, RunnerReply,
 };
 use crate::sandbox::watchdog::Watchdog;
 use crate::sys::signals::block_process_signals_on_this_thread;
@@ -299,7 +299,12 @@ impl Worker {
         output.begin(job.max_output_bytes);
         let call = Instant::now();
         let result = self.guarded(guest, budget, |guest| {
-            guest.run(&job.code, job.deadline, session)
+            let program = Program {
+                code: &job.code,
+                policy: job.policy.as_ref(),
+                session,
+            };
+            guest.run(&program, job.deadline)
         });
         let call = call.elapsed();
         self.metrics.guest_call.observe(call.as_secs_f64());
@@ -319,10 +324,11 @@ impl Worker {
                     },
                     Fate::Sound,
                 ),
-                Ok(RunnerReply::Failed { error }) => (
-                    error_outcome(ErrorBody::new(error.kind.into(), error.message), captured),
-                    Fate::Sound,
-                ),
+                Ok(RunnerReply::Failed { error }) => {
+                    let mut body = ErrorBody::new(error.kind.into(), error.message);
+                    body.violations = error.violations;
+                    (error_outcome(body, captured), Fate::Sound)
+                }
                 Err(message) => (
                     error_outcome(ErrorBody::new(ErrorKind::SandboxFailure, message), captured),
                     Fate::Poisoned(Recycle::GuestFailure),

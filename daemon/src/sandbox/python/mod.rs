@@ -28,8 +28,8 @@ use serde::Serialize;
 use self::bindings::root::component::RootExports;
 use self::wasi::{CallState, Portable, ToPortable, WasiHost};
 use super::guest::{
-    Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, Prepared, RunnerReply, SavedState,
-    Template, from_template, seed,
+    Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, Prepared, Program, RunnerReply,
+    SavedState, Template, from_template, seed,
 };
 use super::stored::{self, Codec, Key, SnapshotStore, Stored};
 use super::watchdog::{self, Interrupt, Watchdog};
@@ -382,6 +382,8 @@ const PRIME_LIMIT: Duration = Duration::from_secs(30);
 #[derive(Serialize)]
 struct Event<'a> {
     code: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    policy: Option<&'a hyperlightd_api::Policy>,
     max_result_bytes: usize,
     /// 128 bits from the host's getrandom, in hex: the seed of the program's `random`.
     seed: String,
@@ -392,12 +394,13 @@ struct Event<'a> {
 }
 
 impl<'a> Event<'a> {
-    fn program(code: &'a str, max_result_bytes: usize, session: bool) -> Event<'a> {
+    fn program(program: &Program<'a>, max_result_bytes: usize) -> Event<'a> {
         Event {
-            code,
+            code: program.code,
+            policy: program.policy,
             max_result_bytes,
             seed: seed(),
-            session,
+            session: program.session,
             prime: false,
         }
     }
@@ -405,6 +408,7 @@ impl<'a> Event<'a> {
     fn prime(max_result_bytes: usize) -> Event<'static> {
         Event {
             code: "",
+            policy: None,
             max_result_bytes,
             seed: seed(),
             session: false,
@@ -488,11 +492,11 @@ struct PythonGuest {
 }
 
 impl Guest for PythonGuest {
-    fn run(&mut self, code: &str, deadline: Instant, session: bool) -> Result<String, GuestError> {
+    fn run(&mut self, program: &Program<'_>, deadline: Instant) -> Result<String, GuestError> {
         self.call.begin(deadline);
         let reply = call_runner(
             &mut self.sandbox,
-            &Event::program(code, self.max_result_bytes, session),
+            &Event::program(program, self.max_result_bytes),
         );
         if let Some(success) = self.call.exited() {
             return Ok(exit_reply(success));
