@@ -28,6 +28,7 @@ pub const OUTCOME_KINDS: &[ErrorKind] = &[
     ErrorKind::OutOfMemory,
     ErrorKind::SandboxFailure,
     ErrorKind::ResourceLimit,
+    ErrorKind::PolicyViolation,
 ];
 
 /// The refusals of `POST /v1/exec`: each status with the error kinds it carries and when.
@@ -35,8 +36,9 @@ pub const EXEC_REJECTIONS: &[Rejection] = &[
     Rejection {
         status: 400,
         kinds: &[ErrorKind::InvalidRequest],
-        when: "Malformed JSON, a missing or unknown field, an unknown language, or a language this \
-               daemon has no pool for. Nothing ran.",
+        when: "Malformed JSON, a missing or unknown field, an unknown language, a language this \
+               daemon has no pool for, or a policy with a rule of the other language or a name \
+               no rule can match. Nothing ran.",
     },
     Rejection {
         status: 408,
