@@ -13,6 +13,16 @@ fn violation(line: u32, rule: &str, name: &str) -> Violation {
     }
 }
 
+/// The violations of a program refused by its policy: it must not have run.
+fn violations_of(refused: hyperlightd_client::ExecResponse) -> Vec<Violation> {
+    assert_eq!(refused.status, ExecStatus::Error, "{refused:?}");
+    assert_eq!(refused.stdout, "", "nothing ran");
+    let error = refused.error.unwrap();
+    assert_eq!(error.kind, ErrorKind::PolicyViolation);
+    assert!(error.message.contains("line "), "{}", error.message);
+    error.violations
+}
+
 fn with_policy(request: ExecRequest, policy: Policy) -> ExecRequest {
     ExecRequest {
         policy: Some(policy),
@@ -35,12 +45,8 @@ async fn python_imports_and_functions_are_refused_with_their_lines_also_in_a_ses
     let code = "print('ran')\nimport os.path, socket\nfrom . import sibling\nx = eval('1')\n\
                 f = open\nc = compile('1', 'x', 'eval')\n__import__('sys')";
     let refused = run(&daemon, with_policy(py(code), policy.clone())).await;
-    assert_eq!(refused.status, ExecStatus::Error, "{refused:?}");
-    assert_eq!(refused.stdout, "", "nothing ran");
-    let error = refused.error.unwrap();
-    assert_eq!(error.kind, ErrorKind::PolicyViolation);
     assert_eq!(
-        error.violations,
+        violations_of(refused),
         [
             violation(2, "allowed_modules", "socket"),
             violation(3, "allowed_modules", "."),
@@ -110,12 +116,8 @@ async fn javascript_globals_are_refused_with_their_lines_but_properties_of_that_
     let code = "console.log('ran');\nconst f = Function('return 1');\nglobalThis['eval']('2');\n\
                 const g = { eval };";
     let refused = run(&daemon, js(code)).await;
-    assert_eq!(refused.status, ExecStatus::Error, "{refused:?}");
-    assert_eq!(refused.stdout, "", "nothing ran");
-    let error = refused.error.unwrap();
-    assert_eq!(error.kind, ErrorKind::PolicyViolation);
     assert_eq!(
-        error.violations,
+        violations_of(refused),
         [
             violation(2, "blocked_globals", "Function"),
             violation(3, "blocked_globals", "eval"),
