@@ -56,11 +56,6 @@ async fn python_imports_and_functions_are_refused_with_their_lines_also_in_a_ses
             violation(7, "allowed_modules", "__import__"),
         ]
     );
-    assert!(
-        error.message.contains("line 2: socket"),
-        "{}",
-        error.message
-    );
 
     let passes = "import json\nimport os.path\nprint(os.path.join('a', 'b'))\njson.dumps([1])";
     let ran = run(&daemon, with_policy(py(passes), policy.clone())).await;
