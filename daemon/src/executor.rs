@@ -32,6 +32,8 @@ pub struct Job {
     /// What the program may not name (the daemon's default and the request's, the language's
     /// part of them); None: nothing is checked.
     pub policy: Option<hyperlightd_api::Policy>,
+    /// Where its output goes as it is written, besides the outcome; None: only the outcome.
+    pub output: Option<OutputSink>,
     /// The request's tracing span, entered by whichever thread runs the job.
     pub span: tracing::Span,
     /// The session to run it in (its language is `language`); None: a fresh interpreter.
@@ -39,6 +41,39 @@ pub struct Job {
     /// Who asked: a session runs the job only for the caller it belongs to.
     pub caller: Caller,
 }
+
+/// Which output stream a write goes to. The numbers are the runner protocol's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+impl Stream {
+    /// The stream a runner's stream number names; anything unknown is treated as stderr, so
+    /// that no output is silently lost.
+    pub fn from_number(n: u8) -> Stream {
+        match n {
+            1 => Stream::Stdout,
+            _ => Stream::Stderr,
+        }
+    }
+}
+
+/// A piece of a program's output, as the program wrote it (within its output cap).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputChunk {
+    /// Where it was written.
+    pub stream: Stream,
+    /// What was written.
+    pub text: String,
+}
+
+/// Where a job's output goes while it runs, for a caller that sees it as it comes. The caller
+/// going away (the receiver dropped) stops the program. The output cap bounds what it holds.
+pub type OutputSink = tokio::sync::mpsc::UnboundedSender<OutputChunk>;
 
 /// How a program's run ended. Produced for every job the executor accepts.
 #[derive(Debug, Clone, PartialEq)]

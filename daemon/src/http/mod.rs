@@ -401,6 +401,7 @@ impl<E: Executor> Api<E> {
             code: program.code,
             max_output_bytes: self.limits.output_for(program.max_output_bytes),
             policy: code_policy::effective(&self.code_policy, program.policy.as_ref(), language),
+            output: None,
             timeout,
             deadline: ctx.received + timeout,
             span: ctx.span.clone(),

@@ -265,25 +265,7 @@ impl<T: Clone> Template<T> {
     }
 }
 
-/// Which output stream a write goes to. The numbers are the runner protocol's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stream {
-    /// Standard output.
-    Stdout,
-    /// Standard error.
-    Stderr,
-}
-
-impl Stream {
-    /// The stream a runner's stream number names; anything unknown is treated as stderr, so
-    /// that no output is silently lost.
-    pub fn from_number(n: u8) -> Stream {
-        match n {
-            1 => Stream::Stdout,
-            _ => Stream::Stderr,
-        }
-    }
-}
+pub use crate::executor::{OutputChunk, OutputSink, Stream};
 
 /// Output of the current execution, shared between the host functions a guest writes through
 /// and the worker that owns the guest. Holds at most the execution's limit of stdout and stderr
@@ -297,6 +279,8 @@ pub struct OutputCapture {
 struct CaptureState {
     limit: usize,
     captured: Captured,
+    /// Where what is kept also goes as it is written.
+    sink: Option<OutputSink>,
 }
 
 /// What one execution wrote.
@@ -316,11 +300,13 @@ impl OutputCapture {
         OutputCapture::default()
     }
 
-    /// Starts an execution: empties the capture and keeps at most `limit` bytes from now on.
-    pub fn begin(&self, limit: usize) {
+    /// Starts an execution: empties the capture and keeps at most `limit` bytes from now on,
+    /// each write's kept part also sent to `sink` when there is one.
+    pub fn begin(&self, limit: usize, sink: Option<OutputSink>) {
         *self.state.lock().unwrap_or_else(PoisonError::into_inner) = CaptureState {
             limit,
             captured: Captured::default(),
+            sink,
         };
     }
 
@@ -328,7 +314,11 @@ impl OutputCapture {
     /// Returns whether there is room for more, so a runner can stop sending output early.
     pub fn write(&self, stream: Stream, text: &str) -> bool {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let CaptureState { limit, captured } = &mut *state;
+        let CaptureState {
+            limit,
+            captured,
+            sink,
+        } = &mut *state;
         let room = limit.saturating_sub(captured.stdout.len() + captured.stderr.len());
         let take = if text.len() <= room {
             text.len()
@@ -341,10 +331,18 @@ impl OutputCapture {
             Stream::Stderr => &mut captured.stderr,
         };
         target.push_str(&text[..take]);
+        if let Some(sink) = sink.as_ref().filter(|_| take > 0) {
+            // A caller that went away is the watchdog's business: the program is stopped.
+            let _ = sink.send(OutputChunk {
+                stream,
+                text: text[..take].to_owned(),
+            });
+        }
         !captured.truncated
     }
 
-    /// Takes what was written since `begin`, leaving the capture empty with no room.
+    /// Takes what was written since `begin`, leaving the capture empty with no room (and no
+    /// sink).
     pub fn take(&self) -> Captured {
         std::mem::take(&mut *self.state.lock().unwrap_or_else(PoisonError::into_inner)).captured
     }
@@ -461,7 +459,7 @@ mod tests {
     #[test]
     fn capture_keeps_streams_apart() {
         let capture = OutputCapture::new();
-        capture.begin(100);
+        capture.begin(100, None);
         assert!(capture.write(Stream::Stdout, "out\n"));
         assert!(capture.write(Stream::Stderr, "err\n"));
         let captured = capture.take();
@@ -474,7 +472,7 @@ mod tests {
     #[test]
     fn capture_past_limit_is_cut_at_char_boundary_and_flagged() {
         let capture = OutputCapture::new();
-        capture.begin(5);
+        capture.begin(5, None);
         assert!(capture.write(Stream::Stdout, "abc"));
         // 4 bytes; only 2 fit, which is one character.
         assert!(!capture.write(Stream::Stderr, "дд"));
@@ -486,11 +484,42 @@ mod tests {
     }
 
     #[test]
+    fn a_sink_gets_each_write_s_kept_part_as_it_is_written() {
+        let capture = OutputCapture::new();
+        let (sink, mut chunks) = tokio::sync::mpsc::unbounded_channel();
+        capture.begin(6, Some(sink));
+        capture.write(Stream::Stdout, "ab");
+        capture.write(Stream::Stderr, "");
+        capture.write(Stream::Stderr, "cdefgh");
+        capture.write(Stream::Stdout, "past the cap");
+        let chunk = |stream, text: &str| OutputChunk {
+            stream,
+            text: text.to_owned(),
+        };
+        assert_eq!(chunks.try_recv(), Ok(chunk(Stream::Stdout, "ab")));
+        assert_eq!(chunks.try_recv(), Ok(chunk(Stream::Stderr, "cdef")));
+        assert!(
+            chunks.try_recv().is_err(),
+            "nothing empty, nothing past the cap"
+        );
+        let captured = capture.take();
+        assert_eq!(
+            (captured.stdout.as_str(), captured.stderr.as_str()),
+            ("ab", "cdef")
+        );
+        assert_eq!(
+            chunks.try_recv(),
+            Err(tokio::sync::mpsc::error::TryRecvError::Disconnected),
+            "the capture lets go of the sink once the execution's output is taken"
+        );
+    }
+
+    #[test]
     fn capture_begin_resets_the_previous_execution() {
         let capture = OutputCapture::new();
-        capture.begin(3);
+        capture.begin(3, None);
         capture.write(Stream::Stdout, "abcdef");
-        capture.begin(10);
+        capture.begin(10, None);
         assert!(capture.write(Stream::Stdout, "xyz"));
         let captured = capture.take();
         assert_eq!(captured.stdout, "xyz");

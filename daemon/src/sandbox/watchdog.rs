@@ -10,6 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::runtime::Handle;
+
+use crate::executor::OutputSink;
 use tokio::task::JoinHandle;
 
 /// How often an expired timer interrupts its target again, until it is disarmed. Hyperlight
@@ -63,8 +65,25 @@ impl Watchdog {
     /// Interrupts `target` once `limit` has passed, and again every [`REPEAT`] until the
     /// returned timer is dropped.
     pub fn arm(&self, target: Arc<dyn Interrupt>, limit: Duration) -> Armed {
+        self.arm_for(target, limit, None)
+    }
+
+    /// The same, interrupting as soon as `caller` is closed too (the caller that watches the
+    /// output went away: nobody waits for the program any more).
+    pub fn arm_for(
+        &self,
+        target: Arc<dyn Interrupt>,
+        limit: Duration,
+        caller: Option<OutputSink>,
+    ) -> Armed {
         Armed(self.runtime.spawn(async move {
-            tokio::time::sleep(limit).await;
+            match caller {
+                Some(caller) => tokio::select! {
+                    () = tokio::time::sleep(limit) => {}
+                    () = caller.closed() => {}
+                },
+                None => tokio::time::sleep(limit).await,
+            }
             loop {
                 target.interrupt();
                 tokio::time::sleep(REPEAT).await;
@@ -109,5 +128,22 @@ mod tests {
         tokio::time::sleep(REPEAT * 2).await;
         assert_eq!(fired.0.load(Ordering::SeqCst), 3, "nothing once disarmed");
         assert_eq!(disarmed.0.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_timer_for_a_caller_fires_as_soon_as_the_caller_goes_away() {
+        let watchdog = Watchdog::new(Handle::current());
+        let fired = Arc::new(Count::default());
+        let (caller, watching) = tokio::sync::mpsc::unbounded_channel();
+        let _armed = watchdog.arm_for(fired.clone(), Duration::from_secs(60), Some(caller));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(
+            fired.0.load(Ordering::SeqCst),
+            0,
+            "the caller still watches"
+        );
+        drop(watching);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(fired.0.load(Ordering::SeqCst), 1, "long before the limit");
     }
 }

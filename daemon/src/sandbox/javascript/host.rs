@@ -240,7 +240,7 @@ mod tests {
     #[test]
     fn every_function_of_the_module_answers_json() {
         let output = Arc::new(OutputCapture::new());
-        output.begin(5);
+        output.begin(5, None);
         let host = Host::new(output.clone());
         host.clock.start(Instant::now() + Duration::from_secs(1));
         let args = ["[1, \"hello world\"]", "[0]", "[1]", "[4]"];

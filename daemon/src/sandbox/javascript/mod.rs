@@ -217,7 +217,7 @@ impl Guest for JavascriptGuest {
     /// stops it there; the worker restores the sandbox then).
     fn prime(&mut self) -> Result<bool, GuestError> {
         self.clock.start(Instant::now() + PRIME_LIMIT);
-        self.output.begin(0);
+        self.output.begin(0, None);
         let reply = self.call_runner(&Program {
             code: PRIME,
             policy: None,

@@ -11,7 +11,7 @@ use hyperlightd_api::{ErrorKind, ExecStatus};
 use super::*;
 use crate::executor::{ExecutorHealth, Outcome};
 use crate::metrics::Metrics;
-use crate::sandbox::guest::{GuestError, Program};
+use crate::sandbox::guest::{GuestError, Program, Stream};
 use crate::sandbox::watchdog::Interrupt;
 
 /// What the test controls and observes, shared by every fake sandbox of a pool.
@@ -60,6 +60,7 @@ impl FakeInterrupt {
 
 struct FakeGuest {
     control: Arc<Control>,
+    output: Arc<OutputCapture>,
     interrupt: Arc<FakeInterrupt>,
     poisoned: bool,
     /// Programs run since the last reset: what a program would see of the ones before it.
@@ -69,7 +70,8 @@ struct FakeGuest {
 impl Guest for FakeGuest {
     /// `ok:JSON` answers JSON; `spin` runs until interrupted; `sleep:MS` takes MS milliseconds
     /// unless interrupted; `abort` fails as a guest abort; `host-panic` panics as a host
-    /// function would; `seen` answers how many programs ran before it since the last reset;
+    /// function would; `print:TEXT` writes TEXT to stdout, `print-spin:TEXT` too, then spins;
+    /// `seen` answers how many programs ran before it since the last reset;
     /// with a policy, `refused:NAME` is refused as a runner refuses a program naming NAME.
     fn run(&mut self, program: &Program<'_>, _deadline: Instant) -> Result<String, GuestError> {
         let code = program.code;
@@ -94,6 +96,19 @@ impl Guest for FakeGuest {
         };
         match code.split_once(':').unwrap_or((code, "")) {
             ("ok", json) => ok(json),
+            ("print", text) => {
+                self.output.write(Stream::Stdout, text);
+                ok("null")
+            }
+            ("print-spin", text) => {
+                self.output.write(Stream::Stdout, text);
+                self.poisoned = true;
+                assert!(
+                    self.interrupt.wait(Duration::from_secs(30)),
+                    "never interrupted"
+                );
+                cancelled()
+            }
             ("seen", _) => ok(&(self.runs_since_reset - 1).to_string()),
             ("spin", _) => {
                 self.poisoned = true;
@@ -165,10 +180,11 @@ impl Guest for FakeGuest {
 struct FakeFactory(Arc<Control>);
 
 impl GuestFactory for FakeFactory {
-    fn create(&self, _output: Arc<OutputCapture>) -> Result<Box<dyn Guest>, HyperlightError> {
+    fn create(&self, output: Arc<OutputCapture>) -> Result<Box<dyn Guest>, HyperlightError> {
         self.0.builds.fetch_add(1, Ordering::SeqCst);
         Ok(Box::new(FakeGuest {
             control: self.0.clone(),
+            output,
             interrupt: Arc::default(),
             poisoned: false,
             runs_since_reset: 0,
@@ -202,6 +218,7 @@ fn job(code: &str, timeout_ms: u64) -> Job {
         deadline: Instant::now() + timeout,
         max_output_bytes: 1000,
         policy: None,
+        output: None,
         span: tracing::Span::none(),
         session: None,
         caller: crate::caller::Caller {
@@ -482,5 +499,37 @@ async fn the_job_s_policy_reaches_the_guest_and_its_violations_reach_the_outcome
             rule: "blocked_functions".into(),
             name: "eval".into(),
         }]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn output_reaches_a_watching_caller_as_it_is_written_and_its_going_away_stops_the_program() {
+    let (pool, _control, _metrics) = pool(1);
+    let (sink, mut chunks) = tokio::sync::mpsc::unbounded_channel();
+    let mut printed = job("print:hello", 5_000);
+    printed.output = Some(sink);
+    let outcome = submit(&pool, printed).await.unwrap();
+    assert_eq!(
+        outcome.stdout, "hello",
+        "the outcome keeps the whole output"
+    );
+    let chunk = chunks.recv().await.unwrap();
+    assert_eq!(
+        (chunk.stream, chunk.text.as_str()),
+        (Stream::Stdout, "hello")
+    );
+
+    let (sink, mut chunks) = tokio::sync::mpsc::unbounded_channel();
+    let mut spinning = job("print-spin:working", 60_000);
+    spinning.output = Some(sink);
+    let running = tokio::spawn(async move { submit(&pool, spinning).await });
+    assert_eq!(chunks.recv().await.unwrap().text, "working");
+    drop(chunks);
+    // The program spins until interrupted, and its limit is a minute away: only the caller's
+    // going away can end it within the bound of this wait.
+    let ended = tokio::time::timeout(Duration::from_secs(20), running).await;
+    assert!(
+        ended.is_ok(),
+        "the program was not stopped when its caller went away"
     );
 }

@@ -22,7 +22,7 @@ use super::{Sandbox, Shared, SlotState, Task};
 use crate::executor::{ExecError, Job, Outcome};
 use crate::metrics::PoolMetrics;
 use crate::sandbox::guest::{
-    Captured, Guest, GuestError, GuestFactory, OutputCapture, Program, RunnerReply,
+    Captured, Guest, GuestError, GuestFactory, OutputCapture, OutputSink, Program, RunnerReply,
 };
 use crate::sandbox::watchdog::Watchdog;
 use crate::sys::signals::block_process_signals_on_this_thread;
@@ -277,8 +277,21 @@ impl Worker {
         limit: Duration,
         step: impl FnOnce(&mut dyn Guest) -> Result<T, GuestError>,
     ) -> Result<T, GuestError> {
+        self.guarded_for(guest, limit, None, step)
+    }
+
+    /// [`guarded`](Self::guarded), stopping the guest as soon as `caller` is closed too.
+    fn guarded_for<T>(
+        &self,
+        guest: &mut dyn Guest,
+        limit: Duration,
+        caller: Option<OutputSink>,
+        step: impl FnOnce(&mut dyn Guest) -> Result<T, GuestError>,
+    ) -> Result<T, GuestError> {
         self.shared.step_started(self.index, limit);
-        let timer = self.watchdog.arm(guest.interrupt_handle(), limit);
+        let timer = self
+            .watchdog
+            .arm_for(guest.interrupt_handle(), limit, caller);
         let result = panic::catch_unwind(AssertUnwindSafe(|| step(guest)))
             .unwrap_or_else(|panic| Err(GuestError::HostPanic(panic_message(&panic))));
         drop(timer);
@@ -296,9 +309,9 @@ impl Worker {
         session: bool,
     ) -> (Outcome, Fate) {
         let budget = job.deadline.saturating_duration_since(Instant::now());
-        output.begin(job.max_output_bytes);
+        output.begin(job.max_output_bytes, job.output.clone());
         let call = Instant::now();
-        let result = self.guarded(guest, budget, |guest| {
+        let result = self.guarded_for(guest, budget, job.output.clone(), |guest| {
             let program = Program {
                 code: &job.code,
                 policy: job.policy.as_ref(),

@@ -425,7 +425,7 @@ fn prime<S: Callable>(
     max_result_bytes: usize,
 ) -> Result<(), HyperlightError> {
     call.begin(Instant::now() + PRIME_LIMIT);
-    output.begin(0);
+    output.begin(0, None);
     let reply = call_runner(sandbox, &Event::prime(max_result_bytes))?;
     RunnerReply::primed(&reply)
 }
