@@ -188,6 +188,38 @@ pub struct ExecRequest {
     /// does, and nothing runs). Narrows the daemon's default policy, if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<Policy>,
+    /// Answer with the program's output as it is written, then the response, as
+    /// newline-delimited JSON [`ExecEvent`]s (`application/x-ndjson`; also chosen by
+    /// `Accept: application/x-ndjson`). A client that goes away stops the program.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stream: bool,
+}
+
+/// The content type of a streamed exec's answer: one JSON [`ExecEvent`] per line.
+pub const NDJSON: &str = "application/x-ndjson";
+
+/// One line of a streamed exec's answer: the program's output as it is written (within the
+/// output cap), then the response, exactly as `POST /v1/exec` would have answered it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ExecEvent {
+    /// Written to standard output.
+    Stdout {
+        /// The text, as the program wrote it.
+        text: String,
+    },
+    /// Written to standard error.
+    Stderr {
+        /// The text, as the program wrote it.
+        text: String,
+    },
+    /// The program ended: the last line. Its `stdout` and `stderr` hold the whole output.
+    Result(ExecResponse),
+    /// The request failed after its answer began (a fault in the daemon): the last line.
+    Error {
+        /// What went wrong.
+        error: ErrorBody,
+    },
 }
 
 impl ExecRequest {
@@ -199,6 +231,7 @@ impl ExecRequest {
             timeout_ms: None,
             max_output_bytes: None,
             policy: None,
+            stream: false,
         }
     }
 }

@@ -53,6 +53,9 @@ pub struct SessionExecRequest {
     /// What the program may not name, as for `POST /v1/exec`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<crate::Policy>,
+    /// Answer as a stream of events, as for `POST /v1/exec`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stream: bool,
 }
 
 impl SessionExecRequest {
@@ -63,6 +66,7 @@ impl SessionExecRequest {
             timeout_ms: None,
             max_output_bytes: None,
             policy: None,
+            stream: false,
         }
     }
 }

@@ -232,6 +232,7 @@ async fn exec(
         timeout_ms: limits.timeout_ms,
         max_output_bytes: limits.max_output_bytes,
         policy: limits.policy(),
+        stream: false,
     };
     let response = match client.exec(&request).await {
         Ok(response) => response,

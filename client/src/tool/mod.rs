@@ -266,6 +266,7 @@ impl CodeTool {
             timeout_ms: arguments.timeout_ms,
             max_output_bytes: None,
             policy: None,
+            stream: false,
         };
         let timeout_ms = self.timeout_in_force(arguments.timeout_ms);
         let answer = match &self.conversation {

@@ -72,6 +72,7 @@ impl CodeTool {
             timeout_ms: request.timeout_ms,
             max_output_bytes: request.max_output_bytes,
             policy: request.policy.clone(),
+            stream: false,
         };
         let mut notice = None;
         if let Some(id) = sessions.get(&language) {

@@ -7,8 +7,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
-use hyper::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use http_body_util::{BodyExt, Either, Full, LengthLimitError, Limited};
+use hyper::header::{
+    ACCEPT, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER,
+};
 use hyper::{Method, Request, Response, StatusCode};
 use hyperlightd_api::{
     CallerLimits, ErrorBody, ErrorKind, ErrorResponse, ExecLimits, ExecRequest, ExecResponse,
@@ -17,8 +19,10 @@ use hyperlightd_api::{
 
 mod route;
 mod sessions;
+mod stream;
 
 use self::route::{Probe, Route};
+pub use self::stream::Body;
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::audit::ExecRecord;
@@ -37,6 +41,7 @@ struct Program {
 }
 
 /// What every handler knows of its request besides the request itself.
+#[derive(Clone)]
 struct Ctx {
     /// The request's id.
     id: u64,
@@ -274,7 +279,7 @@ impl<E: Executor> Api<E> {
 
     /// Answers one request from `caller`. Never fails: every error becomes a JSON error
     /// response.
-    pub async fn handle<B>(&self, request: Request<B>, caller: Caller) -> Response<Full<Bytes>>
+    pub async fn handle<B>(&self, request: Request<B>, caller: Caller) -> Response<Body>
     where
         B: hyper::body::Body<Data = Bytes>,
         B::Error: Into<BoxError>,
@@ -295,7 +300,7 @@ impl<E: Executor> Api<E> {
             let (status, kind) = err.status();
             span.in_scope(|| warn!(status = status.as_u16(), %kind, "{err}"));
             self.metrics.record_rejection(kind.as_str());
-            err.into_response()
+            err.into_response().map(Either::Left)
         });
         response
             .headers_mut()
@@ -321,28 +326,25 @@ impl<E: Executor> Api<E> {
     }
 
     /// The routing table: every path and method the API serves.
-    async fn route<B>(
-        &self,
-        request: Request<B>,
-        ctx: Ctx,
-    ) -> Result<Response<Full<Bytes>>, ApiError>
+    async fn route<B>(&self, request: Request<B>, ctx: Ctx) -> Result<Response<Body>, ApiError>
     where
         B: hyper::body::Body<Data = Bytes>,
         B::Error: Into<BoxError>,
     {
+        let whole = |response: Response<Full<Bytes>>| response.map(Either::Left);
         let path = request.uri().path().to_owned();
         let route = Route::parse(&path).ok_or_else(|| ApiError::NotFound(path.clone()))?;
         let owner = ctx.caller.uid;
         match (request.method().clone(), route) {
             (Method::POST, Route::Exec) => self.exec(request, ctx).await,
-            (Method::GET, Route::Health(probe)) => Ok(self.health(probe)),
-            (Method::GET, Route::Metrics) => self.render_metrics(),
-            (Method::POST, Route::Sessions) => self.create_session(request, &ctx).await,
-            (Method::GET, Route::Sessions) => Ok(self.list_sessions(owner)),
-            (Method::GET, Route::Session(id)) => self.get_session(owner, id),
-            (Method::DELETE, Route::Session(id)) => self.delete_session(id, &ctx),
+            (Method::GET, Route::Health(probe)) => Ok(whole(self.health(probe))),
+            (Method::GET, Route::Metrics) => self.render_metrics().map(whole),
+            (Method::POST, Route::Sessions) => self.create_session(request, &ctx).await.map(whole),
+            (Method::GET, Route::Sessions) => Ok(whole(self.list_sessions(owner))),
+            (Method::GET, Route::Session(id)) => self.get_session(owner, id).map(whole),
+            (Method::DELETE, Route::Session(id)) => self.delete_session(id, &ctx).map(whole),
             (Method::POST, Route::SessionExec(id)) => self.session_exec(request, id, ctx).await,
-            (Method::POST, Route::SessionFork(id)) => self.fork_session(id, &ctx).await,
+            (Method::POST, Route::SessionFork(id)) => self.fork_session(id, &ctx).await.map(whole),
             (method, route) => Err(ApiError::MethodNotAllowed {
                 method,
                 path: route.pattern(),
@@ -351,11 +353,7 @@ impl<E: Executor> Api<E> {
         }
     }
 
-    async fn exec<B>(
-        &self,
-        request: Request<B>,
-        ctx: Ctx,
-    ) -> Result<Response<Full<Bytes>>, ApiError>
+    async fn exec<B>(&self, request: Request<B>, ctx: Ctx) -> Result<Response<Body>, ApiError>
     where
         B: hyper::body::Body<Data = Bytes>,
         B::Error: Into<BoxError>,
@@ -363,6 +361,7 @@ impl<E: Executor> Api<E> {
         if self.draining() {
             return Err(ApiError::ShuttingDown);
         }
+        let accepts_lines = accepts_ndjson(request.headers());
         let exec: ExecRequest = self.read_json(request).await?;
         let program = Program {
             code: exec.code,
@@ -372,7 +371,7 @@ impl<E: Executor> Api<E> {
         };
         self.check_program(&program, exec.language)?;
         let job = self.job(exec.language, program, None, &ctx);
-        self.run(job, &ctx).await
+        self.run(job, &ctx, exec.stream || accepts_lines).await
     }
 
     /// Refuses a program over the size limit, or with a policy that is not valid for
@@ -411,49 +410,22 @@ impl<E: Executor> Api<E> {
     }
 
     /// Runs `job` within its caller's quota, writes its audit line, and answers with its
-    /// outcome.
-    async fn run(&self, job: Job, ctx: &Ctx) -> Result<Response<Full<Bytes>>, ApiError> {
-        let audit = &self.policy.audit;
-        let code = audit.is_on().then(|| audit.code(&job.code));
-        let (language, session) = (job.language, job.session.clone());
-        let ran = match self.policy.quota.admit(ctx.caller.uid, language) {
-            Ok(_slot) => {
-                let _in_flight = self.metrics.in_flight();
-                self.executor.exec(job).await.map_err(ApiError::from)
-            }
-            Err(over) => Err(ApiError::from(over)),
+    /// outcome: whole, or with `stream`, its output as it is written first.
+    async fn run(&self, mut job: Job, ctx: &Ctx, stream: bool) -> Result<Response<Body>, ApiError> {
+        let runner = Runner {
+            executor: self.executor.clone(),
+            metrics: self.metrics.clone(),
+            audit: self.policy.audit.clone(),
+            quota: self.policy.quota.clone(),
         };
-        let elapsed = ctx.received.elapsed();
-        if let Some(code) = &code {
-            audit.exec(&exec_record(
-                ctx,
-                language,
-                session.as_deref(),
-                code,
-                &ran,
-                elapsed,
-            ));
+        if !stream {
+            let response = runner.run(job, ctx.clone()).await?;
+            return Ok(json_response(StatusCode::OK, &response).map(Either::Left));
         }
-        let outcome = ran?;
-        self.metrics
-            .record_execution(language, outcome.status, elapsed);
-        info!(
-            %language,
-            status = outcome.status.as_str(),
-            duration_ms = elapsed.as_secs_f64() * 1e3,
-            "executed"
-        );
-        let response = ExecResponse {
-            status: outcome.status,
-            stdout: outcome.stdout,
-            stderr: outcome.stderr,
-            truncated: outcome.truncated,
-            result: outcome.result,
-            error: outcome.error,
-            duration_ms: (elapsed.as_secs_f64() * 1e6).round() / 1e3,
-            session: outcome.session,
-        };
-        Ok(json_response(StatusCode::OK, &response))
+        let (sink, chunks) = tokio::sync::mpsc::unbounded_channel();
+        job.output = Some(sink);
+        let finished = tokio::spawn(runner.run(job, ctx.clone()).instrument(ctx.span.clone()));
+        stream::answer(chunks, finished).await
     }
 
     /// Reads the body as a `T`.
@@ -598,6 +570,72 @@ fn exec_record<'a>(
 
 fn millis(duration: std::time::Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// What running a job needs, owned: a streamed job ends in a task of its own, after its
+/// handler has answered.
+struct Runner<E> {
+    executor: Arc<E>,
+    metrics: Metrics,
+    audit: Arc<crate::audit::AuditLog>,
+    quota: Arc<crate::caller::ExecQuota>,
+}
+
+impl<E: Executor> Runner<E> {
+    /// Runs `job` within its caller's quota and writes its audit line and metrics.
+    async fn run(self, job: Job, ctx: Ctx) -> Result<ExecResponse, ApiError> {
+        let audit = &self.audit;
+        let code = audit.is_on().then(|| audit.code(&job.code));
+        let (language, session) = (job.language, job.session.clone());
+        let ran = match self.quota.admit(ctx.caller.uid, language) {
+            Ok(_slot) => {
+                let _in_flight = self.metrics.in_flight();
+                self.executor.exec(job).await.map_err(ApiError::from)
+            }
+            Err(over) => Err(ApiError::from(over)),
+        };
+        let elapsed = ctx.received.elapsed();
+        if let Some(code) = &code {
+            audit.exec(&exec_record(
+                &ctx,
+                language,
+                session.as_deref(),
+                code,
+                &ran,
+                elapsed,
+            ));
+        }
+        let outcome = ran?;
+        self.metrics
+            .record_execution(language, outcome.status, elapsed);
+        let _entered = ctx.span.enter();
+        info!(
+            %language,
+            status = outcome.status.as_str(),
+            duration_ms = elapsed.as_secs_f64() * 1e3,
+            "executed"
+        );
+        Ok(ExecResponse {
+            status: outcome.status,
+            stdout: outcome.stdout,
+            stderr: outcome.stderr,
+            truncated: outcome.truncated,
+            result: outcome.result,
+            error: outcome.error,
+            duration_ms: (elapsed.as_secs_f64() * 1e6).round() / 1e3,
+            session: outcome.session,
+        })
+    }
+}
+
+/// Whether the request's `Accept` header asks for newline-delimited JSON.
+fn accepts_ndjson(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|kind| kind.split(';').next().unwrap_or("").trim() == hyperlightd_api::NDJSON)
 }
 
 fn json_response<T: serde::Serialize>(status: StatusCode, body: &T) -> Response<Full<Bytes>> {

@@ -10,7 +10,7 @@ use hyper::header::{HeaderValue, LOCATION};
 use hyper::{Request, Response, StatusCode};
 use hyperlightd_api::{CreateSessionRequest, SessionExecRequest, SessionList, paths};
 
-use super::{Api, ApiError, BoxError, Ctx, Program, json_response};
+use super::{Api, ApiError, Body, BoxError, Ctx, Program, json_response};
 use crate::audit::SessionRecord;
 use crate::executor::Executor;
 
@@ -48,7 +48,7 @@ impl<E: Executor> Api<E> {
         request: Request<B>,
         id: &str,
         ctx: Ctx,
-    ) -> Result<Response<Full<Bytes>>, ApiError>
+    ) -> Result<Response<Body>, ApiError>
     where
         B: hyper::body::Body<Data = Bytes>,
         B::Error: Into<BoxError>,
@@ -56,6 +56,7 @@ impl<E: Executor> Api<E> {
         if self.draining() {
             return Err(ApiError::ShuttingDown);
         }
+        let accepts_lines = super::accepts_ndjson(request.headers());
         let exec: SessionExecRequest = self.read_json(request).await?;
         let program = Program {
             code: exec.code,
@@ -66,7 +67,7 @@ impl<E: Executor> Api<E> {
         let language = self.executor.sessions().get(ctx.caller.uid, id)?.language;
         self.check_program(&program, language)?;
         let job = self.job(language, program, Some(id.to_owned()), &ctx);
-        self.run(job, &ctx).await
+        self.run(job, &ctx, exec.stream || accepts_lines).await
     }
 
     /// `POST /v1/sessions/{id}/fork`: 201 with the new session. Waits for the execs that

@@ -3,6 +3,7 @@
 mod code_policy;
 mod policy;
 mod sessions;
+mod stream;
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -150,7 +151,7 @@ const CALLER: Caller = Caller {
 
 impl<E: Executor> Api<E> {
     /// Answers `request` as from [`CALLER`].
-    async fn handle_from_test_caller<B>(&self, request: Request<B>) -> Response<Full<Bytes>>
+    async fn handle_from_test_caller<B>(&self, request: Request<B>) -> Response<Body>
     where
         B: hyper::body::Body<Data = Bytes>,
         B::Error: Into<BoxError>,

@@ -249,7 +249,7 @@ where
             });
             let response = api.handle(request, caller).await;
             admitted.set(Phase::Waiting);
-            Ok::<_, Infallible>(response)
+            Ok::<_, Infallible>(response.map(|body| Answering { body, admitted }))
         }
     });
     http.serve_connection(TokioIo::new(io), service)
@@ -306,6 +306,40 @@ async fn sleep_until(at: Option<std::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at.into()).await,
         None => std::future::pending().await,
+    }
+}
+
+/// A response body that keeps its connection [`Phase::Running`] while the answer waits on the
+/// daemon (a streamed program that has not written yet), and [`Phase::Waiting`] while it waits
+/// on the client to take what was sent: so a slow reader is closed at the idle timeout, and a
+/// quiet program is not.
+struct Answering<B> {
+    body: B,
+    admitted: Arc<Admitted>,
+}
+
+impl<B: Body + Unpin> Body for Answering<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let frame = Pin::new(&mut self.body).poll_frame(cx);
+        self.admitted.set(match frame {
+            Poll::Pending => Phase::Running,
+            Poll::Ready(_) => Phase::Waiting,
+        });
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
     }
 }
 

@@ -36,11 +36,11 @@ async fn call_as(
     api: &Api<StubExecutor>,
     caller: Caller,
     req: Request<Full<Bytes>>,
-) -> Response<Full<Bytes>> {
+) -> Response<Body> {
     api.handle(req, caller).await
 }
 
-async fn body_of(response: Response<Full<Bytes>>) -> serde_json::Value {
+async fn body_of(response: Response<Body>) -> serde_json::Value {
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
     serde_json::from_slice(&bytes).unwrap()
 }

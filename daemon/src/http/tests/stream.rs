@@ -1,0 +1,200 @@
+//! Streamed execs (`"stream": true` or `Accept: application/x-ndjson`) against stub executors.
+
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
+
+use hyper::header::{ACCEPT, CONTENT_TYPE};
+use hyperlightd_api::{ExecEvent, NDJSON};
+
+use super::*;
+use crate::executor::{OutputChunk, Stream};
+
+/// Writes each `(stream, text)` of `writes` to the job's output sink, then answers with all
+/// of it as the outcome's stdout and stderr.
+fn writer(writes: &'static [(Stream, &'static str)]) -> StubExecutor {
+    StubExecutor::new(move |job| {
+        let sink = job.output.as_ref();
+        for (stream, text) in writes {
+            if let Some(sink) = sink {
+                let _ = sink.send(OutputChunk {
+                    stream: *stream,
+                    text: text.to_string(),
+                });
+            }
+        }
+        let of = |s: Stream| -> String {
+            writes
+                .iter()
+                .filter(|(w, _)| *w == s)
+                .map(|(_, t)| *t)
+                .collect()
+        };
+        let mut outcome = ok_outcome(&of(Stream::Stdout), serde_json::json!(7));
+        outcome.stderr = of(Stream::Stderr);
+        Ok(outcome)
+    })
+}
+
+fn exec_request(body: &str, accept: Option<&str>) -> Request<Full<Bytes>> {
+    let mut builder = Request::builder().method(Method::POST).uri(paths::EXEC);
+    if let Some(accept) = accept {
+        builder = builder.header(ACCEPT, accept);
+    }
+    builder
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .unwrap()
+}
+
+/// The answer's status, content type and lines, each parsed as an event.
+async fn events(
+    api: &Api<impl Executor>,
+    req: Request<Full<Bytes>>,
+) -> (StatusCode, String, Vec<ExecEvent>) {
+    let response = api.handle_from_test_caller(req).await;
+    let status = response.status();
+    let kind = response.headers()[CONTENT_TYPE]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let text = String::from_utf8(bytes.to_vec()).unwrap();
+    let lines = match kind.as_str() {
+        NDJSON => text
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect(),
+        _ => Vec::new(),
+    };
+    (status, kind, lines)
+}
+
+#[tokio::test]
+async fn output_comes_line_by_line_in_order_then_the_response() {
+    let (api, _) = api(writer(&[
+        (Stream::Stdout, "one\n"),
+        (Stream::Stderr, "two\n"),
+        (Stream::Stdout, "three\n"),
+    ]));
+    let body = r#"{"language":"javascript","code":"x","stream":true}"#;
+    for accept in [None, Some("application/json")] {
+        let (status, kind, lines) = events(&api, exec_request(body, accept)).await;
+        assert_eq!((status, kind.as_str()), (StatusCode::OK, NDJSON));
+        let text = |t: &str| t.to_owned();
+        assert_eq!(
+            lines[0],
+            ExecEvent::Stdout {
+                text: text("one\n")
+            }
+        );
+        assert_eq!(
+            lines[1],
+            ExecEvent::Stderr {
+                text: text("two\n")
+            }
+        );
+        assert_eq!(
+            lines[2],
+            ExecEvent::Stdout {
+                text: text("three\n")
+            }
+        );
+        let ExecEvent::Result(response) = &lines[3] else {
+            panic!("the last line is the response: {lines:?}");
+        };
+        assert_eq!(
+            response.stdout, "one\nthree\n",
+            "the response has the whole output"
+        );
+        assert_eq!(response.stderr, "two\n");
+        assert_eq!(response.result, serde_json::json!(7));
+        assert_eq!(lines.len(), 4);
+    }
+}
+
+#[tokio::test]
+async fn the_accept_header_asks_for_a_stream_too_and_no_output_is_one_line() {
+    let (api, _) = api(writer(&[]));
+    let body = r#"{"language":"javascript","code":"x"}"#;
+    let accept = Some("text/plain, application/x-ndjson; q=0.9");
+    let (status, kind, lines) = events(&api, exec_request(body, accept)).await;
+    assert_eq!((status, kind.as_str()), (StatusCode::OK, NDJSON));
+    assert!(
+        matches!(lines.as_slice(), [ExecEvent::Result(_)]),
+        "{lines:?}"
+    );
+    let (_, kind, _) = events(&api, exec_request(body, None)).await;
+    assert_eq!(kind, "application/json", "without either, the whole answer");
+}
+
+#[tokio::test]
+async fn a_job_refused_before_it_runs_keeps_its_status() {
+    let (api, _) = api(StubExecutor::new(|_| {
+        Err(ExecError::Overloaded {
+            language: Language::Javascript,
+            queued: 4,
+        })
+    }));
+    let body = r#"{"language":"javascript","code":"x","stream":true}"#;
+    let (status, kind, _) = events(&api, exec_request(body, None)).await;
+    assert_eq!(
+        (status, kind.as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, "application/json")
+    );
+}
+
+/// Writes a line, then waits until its caller goes away (noted in `gone`), at most 30 s.
+struct Held {
+    stub: StubExecutor,
+    gone: Arc<AtomicBool>,
+}
+
+impl Executor for Held {
+    async fn exec(&self, job: Job) -> Result<Outcome, ExecError> {
+        let sink = job.output.clone().unwrap();
+        sink.send(OutputChunk {
+            stream: Stream::Stdout,
+            text: "started\n".into(),
+        })
+        .unwrap();
+        if tokio::time::timeout(Duration::from_secs(30), sink.closed())
+            .await
+            .is_ok()
+        {
+            self.gone.store(true, AtomicOrdering::SeqCst);
+        }
+        Ok(ok_outcome("started\n", serde_json::Value::Null))
+    }
+
+    fn health(&self) -> ExecutorHealth {
+        self.stub.health()
+    }
+
+    fn sessions(&self) -> &Arc<Sessions> {
+        self.stub.sessions()
+    }
+}
+
+#[tokio::test]
+async fn a_client_that_goes_away_mid_stream_closes_the_job_s_output() {
+    let gone = Arc::new(AtomicBool::new(false));
+    let executor = Arc::new(Held {
+        stub: writer(&[]),
+        gone: gone.clone(),
+    });
+    let api = Api::new(executor, Metrics::new().unwrap(), limits(), BTreeMap::new());
+    let body = r#"{"language":"javascript","code":"x","stream":true}"#;
+    let response = api.handle_from_test_caller(exec_request(body, None)).await;
+    let mut body = response.into_body();
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert_eq!(
+        &first[..],
+        b"{\"type\":\"stdout\",\"text\":\"started\\n\"}\n"
+    );
+    drop(body);
+    for _ in 0..100 {
+        if gone.load(AtomicOrdering::SeqCst) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the job's output sink was not closed after its client went away");
+}
