@@ -22,7 +22,10 @@
 #![forbid(unsafe_code)]
 
 mod sessions;
+mod stream;
 pub mod tool;
+
+pub use self::stream::ExecStream;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -48,7 +51,7 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(90);
 const EXEC_MARGIN: Duration = Duration::from_secs(15);
 
 pub use hyperlightd_api::{
-    CreateSessionRequest, DEFAULT_SOCKET, ErrorBody, ErrorKind, ExecLimits, ExecRequest,
+    CreateSessionRequest, DEFAULT_SOCKET, ErrorBody, ErrorKind, ExecEvent, ExecLimits, ExecRequest,
     ExecResponse, ExecSession, ExecStatus, HealthResponse, Language, Policy, SOCKET_ENV,
     SandboxCounts, SessionCounts, SessionExecRequest, SessionInfo, SessionLimits, SessionList,
     Violation,
@@ -249,6 +252,31 @@ impl Client {
     }
 
     async fn send(&self, method: Method, path: &str, body: Bytes) -> Result<Answer, Error> {
+        let (status, retry_after, body) = self.open(method, path, body, None).await?;
+        let bytes = body
+            .collect()
+            .await
+            .map_err(|e| Error::ConnectionLost {
+                socket: self.socket.clone(),
+                reason: format!("reading the answer ({status}): {}", innermost(&e)),
+            })?
+            .to_bytes();
+        Ok(Answer {
+            status,
+            retry_after,
+            body: bytes,
+        })
+    }
+
+    /// Sends a request (asking for `accept` when given) and returns the answer's status, its
+    /// `Retry-After`, and its body as it arrives.
+    pub(crate) async fn open(
+        &self,
+        method: Method,
+        path: &str,
+        body: Bytes,
+        accept: Option<&'static str>,
+    ) -> Result<(StatusCode, Option<u64>, hyper::body::Incoming), Error> {
         let uri: hyper::Uri = Uri::new(&self.socket, path).into();
         let mut request = Request::builder()
             .method(method)
@@ -261,6 +289,11 @@ impl Client {
         request
             .headers_mut()
             .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Some(accept) = accept {
+            request
+                .headers_mut()
+                .insert(hyper::header::ACCEPT, HeaderValue::from_static(accept));
+        }
         let response = self.http.request(request).await.map_err(|e| {
             let reason = innermost(&e);
             let socket = self.socket.clone();
@@ -278,20 +311,7 @@ impl Client {
             .get(RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse().ok());
-        let bytes = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| Error::ConnectionLost {
-                socket: self.socket.clone(),
-                reason: format!("reading the answer ({status}): {}", innermost(&e)),
-            })?
-            .to_bytes();
-        Ok(Answer {
-            status,
-            retry_after,
-            body: bytes,
-        })
+        Ok((status, retry_after, response.into_body()))
     }
 }
 
@@ -342,7 +362,7 @@ impl tower_service::Service<hyper::Uri> for TimedConnector {
 }
 
 /// A response as received.
-struct Answer {
+pub(crate) struct Answer {
     status: StatusCode,
     retry_after: Option<u64>,
     body: Bytes,
@@ -358,7 +378,7 @@ pub(crate) fn decode<T: serde::de::DeserializeOwned>(
     })
 }
 
-fn rejection(answer: Answer) -> Error {
+pub(crate) fn rejection(answer: Answer) -> Error {
     let status = answer.status.as_u16();
     match serde_json::from_slice::<hyperlightd_api::ErrorResponse>(&answer.body) {
         Ok(body) => Error::Rejected {

@@ -16,7 +16,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use hyperlightd_client::{Client, Error, ExecRequest, ExecResponse, ExecStatus, Language, tool};
+use hyperlightd_client::{
+    Client, Error, ExecEvent, ExecRequest, ExecResponse, ExecStatus, ExecStream, Language, tool,
+};
 
 /// Exit codes, documented in the README.
 mod exit {
@@ -234,14 +236,18 @@ async fn exec(
         policy: limits.policy(),
         stream: false,
     };
-    let response = match client.exec(&request).await {
+    let answered = match json {
+        true => client.exec(&request).await,
+        false => streamed(client.exec_stream(&request).await).await,
+    };
+    let response = match answered {
         Ok(response) => response,
         Err(e) => return report(&e),
     };
     if json {
         print_json(&response);
     } else {
-        print_outcome(&response);
+        print_ending(&response);
     }
     match response.status {
         ExecStatus::Ok => exit::OK,
@@ -264,17 +270,33 @@ fn print_json<T: serde::Serialize>(value: &T) -> u8 {
     }
 }
 
-/// The program's stdout to stdout, its stderr to stderr, its result (when not null) as a JSON
-/// line on stdout, and a last line on stderr saying why it failed.
-fn print_outcome(response: &ExecResponse) {
+/// Prints a streamed program's output as it arrives, stdout to stdout and stderr to stderr;
+/// the response once it has ended.
+async fn streamed(opened: Result<ExecStream, Error>) -> Result<ExecResponse, Error> {
+    opened?
+        .finish(|event| match event {
+            ExecEvent::Stdout { text } => {
+                let mut out = std::io::stdout().lock();
+                let _ = out.write_all(text.as_bytes());
+                let _ = out.flush();
+            }
+            ExecEvent::Stderr { text } => {
+                let _ = std::io::stderr().lock().write_all(text.as_bytes());
+            }
+            ExecEvent::Result(_) | ExecEvent::Error { .. } => {}
+        })
+        .await
+}
+
+/// What follows a program's output: its result (when not null) as a JSON line on stdout, and a
+/// last line on stderr saying why it failed.
+fn print_ending(response: &ExecResponse) {
     let mut out = std::io::stdout().lock();
     let mut err = std::io::stderr().lock();
-    let _ = out.write_all(response.stdout.as_bytes());
     if !response.result.is_null() {
         let _ = writeln!(out, "{}", response.result);
     }
     let _ = out.flush();
-    let _ = err.write_all(response.stderr.as_bytes());
     if response.truncated {
         let _ = writeln!(err, "hlctl: output was truncated at the daemon's limit");
     }

@@ -6,7 +6,7 @@ use hyperlightd_client::{
     Client, CreateSessionRequest, ExecStatus, Language, SessionExecRequest, SessionInfo,
 };
 
-use super::{Limits, exit, print_json, print_outcome, read_program, report};
+use super::{Limits, exit, print_ending, print_json, read_program, report, streamed};
 
 #[derive(Debug, Subcommand)]
 pub enum SessionCommand {
@@ -140,14 +140,18 @@ async fn exec(
         policy: limits.policy(),
         stream: false,
     };
-    let response = match client.session_exec(id, &request).await {
+    let answered = match json {
+        true => client.session_exec(id, &request).await,
+        false => streamed(client.session_exec_stream(id, &request).await).await,
+    };
+    let response = match answered {
         Ok(response) => response,
         Err(e) => return report(&e),
     };
     if json {
         print_json(&response);
     } else {
-        print_outcome(&response);
+        print_ending(&response);
         if response.session.as_ref().is_some_and(|s| s.rolled_back) {
             eprintln!("hlctl: the session was rolled back to its state before this program");
         }

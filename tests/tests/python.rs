@@ -15,6 +15,8 @@ use serde_json::json;
 mod policy;
 #[path = "python/snapshots.rs"]
 mod snapshots;
+#[path = "python/stream.rs"]
+mod stream;
 
 fn py(code: &str) -> ExecRequest {
     ExecRequest::new(Language::Python, code)

@@ -176,7 +176,11 @@ impl Worker {
     fn serve(&self, guest: &mut dyn Guest, output: &OutputCapture) -> Option<Recycle> {
         self.shared.set_state(self.index, SlotState::Idle);
         for task in self.jobs.iter() {
-            let watcher_gone = task.job.output.as_ref().is_some_and(|sink| sink.is_closed());
+            let watcher_gone = task
+                .job
+                .output
+                .as_ref()
+                .is_some_and(|sink| sink.is_closed());
             if !task.claim.take() || task.reply.is_closed() || watcher_gone {
                 debug!("the caller stopped waiting while the job was queued; not running it");
                 continue;

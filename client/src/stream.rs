@@ -1,0 +1,176 @@
+//! Streamed execs: the program's output as it is written, then the response (see
+//! [`ExecEvent`]). A client that drops its [`ExecStream`] closes the connection, and the
+//! daemon stops the program.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::Method;
+use hyper::body::Incoming;
+use hyperlightd_api::{ExecEvent, ExecRequest, ExecResponse, NDJSON, SessionExecRequest, paths};
+use tokio::time::Instant;
+
+use crate::{Answer, Client, DEFAULT_RESPONSE_TIMEOUT, EXEC_MARGIN, Error, innermost, rejection};
+
+/// The events of one streamed exec, as they arrive.
+#[derive(Debug)]
+pub struct ExecStream {
+    socket: PathBuf,
+    body: Incoming,
+    pending: Vec<u8>,
+    deadline: Instant,
+    /// How long the whole stream may take.
+    wait: Duration,
+    ended: bool,
+}
+
+impl Client {
+    /// Runs a program, its output arriving as it is written: `request` with `stream` set.
+    /// `Err` means the request did not run (as for [`exec`](Client::exec)).
+    pub async fn exec_stream(&self, request: &ExecRequest) -> Result<ExecStream, Error> {
+        let request = ExecRequest {
+            stream: true,
+            ..request.clone()
+        };
+        self.stream(paths::EXEC, encode(&request)?, request.timeout_ms)
+            .await
+    }
+
+    /// Runs a program in session `id`, its output arriving as it is written.
+    pub async fn session_exec_stream(
+        &self,
+        id: &str,
+        request: &SessionExecRequest,
+    ) -> Result<ExecStream, Error> {
+        let request = SessionExecRequest {
+            stream: true,
+            ..request.clone()
+        };
+        self.stream(
+            &paths::session_exec(id),
+            encode(&request)?,
+            request.timeout_ms,
+        )
+        .await
+    }
+
+    async fn stream(
+        &self,
+        path: &str,
+        body: Bytes,
+        timeout_ms: Option<u64>,
+    ) -> Result<ExecStream, Error> {
+        let wait = self.response_timeout.unwrap_or_else(|| {
+            timeout_ms.map_or(DEFAULT_RESPONSE_TIMEOUT, |ms| {
+                Duration::from_millis(ms).saturating_add(EXEC_MARGIN)
+            })
+        });
+        let deadline = Instant::now() + wait;
+        let timed_out = || Error::TimedOut {
+            socket: self.socket.clone(),
+            after: wait,
+        };
+        let opened =
+            tokio::time::timeout_at(deadline, self.open(Method::POST, path, body, Some(NDJSON)));
+        let (status, retry_after, body) = opened.await.map_err(|_| timed_out())??;
+        if !status.is_success() {
+            let bytes = body
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            return Err(rejection(Answer {
+                status,
+                retry_after,
+                body: bytes,
+            }));
+        }
+        Ok(ExecStream {
+            socket: self.socket.clone(),
+            body,
+            pending: Vec::new(),
+            deadline,
+            wait,
+            ended: false,
+        })
+    }
+}
+
+impl ExecStream {
+    /// The next event; None once the last (the response, or an error) has come.
+    pub async fn next(&mut self) -> Option<Result<ExecEvent, Error>> {
+        if self.ended {
+            return None;
+        }
+        let event = self.read().await;
+        self.ended = !matches!(
+            event,
+            Ok(ExecEvent::Stdout { .. } | ExecEvent::Stderr { .. })
+        );
+        Some(event)
+    }
+
+    /// Reads the stream to its end, handing each output event to `each`: the response.
+    pub async fn finish(mut self, mut each: impl FnMut(&ExecEvent)) -> Result<ExecResponse, Error> {
+        while let Some(event) = self.next().await {
+            match event? {
+                ExecEvent::Result(response) => return Ok(response),
+                ExecEvent::Error { error } => {
+                    return Err(Error::Rejected {
+                        status: 500,
+                        error,
+                        retry_after: None,
+                    });
+                }
+                output => each(&output),
+            }
+        }
+        Err(self.lost("the stream had already ended"))
+    }
+
+    async fn read(&mut self) -> Result<ExecEvent, Error> {
+        loop {
+            if let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.pending.drain(..=end).collect();
+                return serde_json::from_slice(&line[..end]).map_err(|e| Error::Protocol {
+                    status: 200,
+                    message: format!("decoding an event: {e}"),
+                });
+            }
+            let frame = tokio::time::timeout_at(self.deadline, self.body.frame()).await;
+            match frame {
+                Err(_) => {
+                    return Err(Error::TimedOut {
+                        socket: self.socket.clone(),
+                        after: self.wait,
+                    });
+                }
+                Ok(None) => return Err(self.lost("the stream ended before the response")),
+                Ok(Some(Err(e))) => return Err(self.lost(&innermost(&e))),
+                Ok(Some(Ok(frame))) => {
+                    if let Ok(data) = frame.into_data() {
+                        self.pending.extend_from_slice(&data);
+                    }
+                }
+            }
+        }
+    }
+
+    fn lost(&self, reason: &str) -> Error {
+        Error::ConnectionLost {
+            socket: self.socket.clone(),
+            reason: reason.to_owned(),
+        }
+    }
+}
+
+fn encode<T: serde::Serialize>(request: &T) -> Result<Bytes, Error> {
+    serde_json::to_vec(request)
+        .map(Bytes::from)
+        .map_err(|e| Error::Protocol {
+            status: 0,
+            message: format!("encoding the request: {e}"),
+        })
+}
