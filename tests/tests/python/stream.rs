@@ -7,9 +7,8 @@ use hyperlightd_client::{ExecEvent, ExecStream};
 
 use super::*;
 
-/// The stream's events, each with when it arrived (from the start of the stream).
-async fn collect(mut stream: ExecStream) -> Vec<(Duration, ExecEvent)> {
-    let started = Instant::now();
+/// The stream's events, each with when it arrived (from `started`, before the request).
+async fn collect(started: Instant, mut stream: ExecStream) -> Vec<(Duration, ExecEvent)> {
     let mut events = Vec::new();
     while let Some(event) = within("next event", STEP_LIMIT, stream.next()).await {
         events.push((started.elapsed(), event.unwrap()));
@@ -34,11 +33,12 @@ async fn output_arrives_while_the_program_runs_in_order_and_capped_in_both_langu
         ),
     ];
     for (language, code) in programs {
+        let started = Instant::now();
         let stream = client
             .exec_stream(&ExecRequest::new(language, code))
             .await
             .unwrap();
-        let events = collect(stream).await;
+        let events = collect(started, stream).await;
         let texts: Vec<String> = events
             .iter()
             .filter_map(|(_, e)| match e {
@@ -61,7 +61,9 @@ async fn output_arrives_while_the_program_runs_in_order_and_capped_in_both_langu
             ("first\nsecond\n", &json!(42))
         );
         let first = events[0].0;
-        eprintln!("{language}: first output after {first:?}, the response after {ended:?}");
+        eprintln!(
+            "{language}: since the request, the first output after {first:?}, the response after {ended:?}"
+        );
         assert!(
             *ended >= first + Duration::from_millis(1500),
             "{language}: the first output came {first:?} into the stream, not before the program's \
@@ -76,7 +78,7 @@ async fn output_arrives_while_the_program_runs_in_order_and_capped_in_both_langu
             "for i in range(1000):\n    print('x' * 50)",
         )
     };
-    let events = collect(client.exec_stream(&flood).await.unwrap()).await;
+    let events = collect(Instant::now(), client.exec_stream(&flood).await.unwrap()).await;
     let streamed: usize = events
         .iter()
         .map(|(_, e)| match e {
