@@ -141,6 +141,7 @@ pub fn document() -> Value {
     schemas.extend(requests.take_definitions(true));
     let mut responses = generator(SchemaSettings::draft2020_12().for_serialize());
     responses.subschema_for::<ExecResponse>();
+    responses.subschema_for::<crate::ExecEvent>();
     responses.subschema_for::<HealthResponse>();
     responses.subschema_for::<ErrorResponse>();
     responses.subschema_for::<SessionInfo>();
@@ -248,17 +249,22 @@ fn session_id() -> Value {
 fn outcome_response() -> Value {
     json!({
         "description": "The program ran; `status` says how it ended, and `error.kind` \
-            (when not ok) is one of the outcome kinds.",
+            (when not ok) is one of the outcome kinds. Streamed (`stream`, or `Accept: \
+            application/x-ndjson`): one `ExecEvent` per line, the output as it was written, \
+            then the response as the last line.",
         "headers": { "x-request-id": { "$ref": "#/components/headers/RequestId" } },
-        "content": { "application/json": { "schema": {
-            "allOf": [
-                { "$ref": "#/components/schemas/ExecResponse" },
-                { "properties": { "error": { "anyOf": [
-                    { "type": "null" },
-                    { "properties": { "kind": { "enum": names(OUTCOME_KINDS) } } }
-                ] } } }
-            ]
-        } } }
+        "content": {
+            "application/json": { "schema": {
+                "allOf": [
+                    { "$ref": "#/components/schemas/ExecResponse" },
+                    { "properties": { "error": { "anyOf": [
+                        { "type": "null" },
+                        { "properties": { "kind": { "enum": names(OUTCOME_KINDS) } } }
+                    ] } } }
+                ]
+            } },
+            crate::NDJSON: { "schema": { "$ref": "#/components/schemas/ExecEvent" } }
+        }
     })
 }
 
