@@ -366,7 +366,17 @@ impl Worker {
     fn failed(&self, error: GuestError, job: &Job, captured: Captured) -> (Outcome, Fate) {
         let (kind, message, fate) = match error {
             GuestError::Hyperlight(HyperlightError::ExecutionCanceledByHost()) => {
-                let outcome = timeout_outcome(job.timeout, captured);
+                let mut outcome = timeout_outcome(job.timeout, captured);
+                if job.output.as_ref().is_some_and(|sink| sink.is_closed()) {
+                    // Stopped by the watchdog like a time limit, but because nobody waits:
+                    // what the audit line and the log say.
+                    info!("the client watching the program's output went away: it was stopped");
+                    if let Some(error) = outcome.error.as_mut() {
+                        error.message =
+                            "the program was stopped: the client watching its output went away"
+                                .to_owned();
+                    }
+                }
                 return (outcome, Fate::Poisoned(Recycle::Timeout));
             }
             GuestError::Hyperlight(HyperlightError::GuestAborted(GUEST_OUT_OF_MEMORY, _)) => (
