@@ -192,18 +192,12 @@ impl Client {
     /// The answer is awaited for the request's `timeout_ms` plus a margin, or
     /// [`DEFAULT_RESPONSE_TIMEOUT`] when it names none.
     pub async fn exec(&self, request: &ExecRequest) -> Result<ExecResponse, Error> {
-        let body = serde_json::to_vec(request).map_err(|e| Error::Protocol {
-            status: 0,
-            message: format!("encoding the request: {e}"),
-        })?;
-        let wait = request.timeout_ms.map_or(DEFAULT_RESPONSE_TIMEOUT, |ms| {
-            Duration::from_millis(ms).saturating_add(EXEC_MARGIN)
-        });
+        let body = encode(request)?;
         self.call(
             Method::POST,
             hyperlightd_api::paths::EXEC,
-            Bytes::from(body),
-            wait,
+            body,
+            exec_wait(request.timeout_ms),
         )
         .await
         .and_then(|(status, bytes)| decode(status, &bytes))
@@ -366,6 +360,24 @@ pub(crate) struct Answer {
     status: StatusCode,
     retry_after: Option<u64>,
     body: Bytes,
+}
+
+/// How long to wait for an execution's answer: its `timeout_ms` plus a margin, or
+/// [`DEFAULT_RESPONSE_TIMEOUT`] when it names none.
+pub(crate) fn exec_wait(timeout_ms: Option<u64>) -> Duration {
+    timeout_ms.map_or(DEFAULT_RESPONSE_TIMEOUT, |ms| {
+        Duration::from_millis(ms).saturating_add(EXEC_MARGIN)
+    })
+}
+
+/// A request's JSON body.
+pub(crate) fn encode<T: serde::Serialize>(request: &T) -> Result<Bytes, Error> {
+    serde_json::to_vec(request)
+        .map(Bytes::from)
+        .map_err(|e| Error::Protocol {
+            status: 0,
+            message: format!("encoding the request: {e}"),
+        })
 }
 
 pub(crate) fn decode<T: serde::de::DeserializeOwned>(

@@ -1,15 +1,13 @@
 //! Typed calls for sessions: an interpreter whose state carries over from one exec to the next
 //! (see `hyperlightd_api`'s session types).
 
-use std::time::Duration;
-
 use bytes::Bytes;
 use hyper::Method;
 use hyperlightd_api::{
     CreateSessionRequest, ExecResponse, SessionExecRequest, SessionInfo, SessionList, paths,
 };
 
-use crate::{Client, DEFAULT_RESPONSE_TIMEOUT, EXEC_MARGIN, Error, decode};
+use crate::{Client, DEFAULT_RESPONSE_TIMEOUT, Error, decode, encode, exec_wait};
 
 impl Client {
     /// Creates a session. Refused with `too_many_sessions` at the daemon's limits.
@@ -39,9 +37,7 @@ impl Client {
         request: &SessionExecRequest,
     ) -> Result<ExecResponse, Error> {
         let body = encode(request)?;
-        let wait = request.timeout_ms.map_or(DEFAULT_RESPONSE_TIMEOUT, |ms| {
-            Duration::from_millis(ms).saturating_add(EXEC_MARGIN)
-        });
+        let wait = exec_wait(request.timeout_ms);
         let (status, bytes) = self
             .call(Method::POST, &paths::session_exec(id), body, wait)
             .await?;
@@ -98,13 +94,4 @@ impl Client {
         .await?;
         Ok(())
     }
-}
-
-fn encode<T: serde::Serialize>(request: &T) -> Result<Bytes, Error> {
-    serde_json::to_vec(request)
-        .map(Bytes::from)
-        .map_err(|e| Error::Protocol {
-            status: 0,
-            message: format!("encoding the request: {e}"),
-        })
 }

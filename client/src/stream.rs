@@ -12,7 +12,7 @@ use hyper::body::Incoming;
 use hyperlightd_api::{ExecEvent, ExecRequest, ExecResponse, NDJSON, SessionExecRequest, paths};
 use tokio::time::Instant;
 
-use crate::{Answer, Client, DEFAULT_RESPONSE_TIMEOUT, EXEC_MARGIN, Error, innermost, rejection};
+use crate::{Answer, Client, Error, encode, exec_wait, innermost, rejection};
 
 /// The events of one streamed exec, as they arrive.
 #[derive(Debug)]
@@ -62,11 +62,7 @@ impl Client {
         body: Bytes,
         timeout_ms: Option<u64>,
     ) -> Result<ExecStream, Error> {
-        let wait = self.response_timeout.unwrap_or_else(|| {
-            timeout_ms.map_or(DEFAULT_RESPONSE_TIMEOUT, |ms| {
-                Duration::from_millis(ms).saturating_add(EXEC_MARGIN)
-            })
-        });
+        let wait = self.response_timeout.unwrap_or(exec_wait(timeout_ms));
         let deadline = Instant::now() + wait;
         let timed_out = || Error::TimedOut {
             socket: self.socket.clone(),
@@ -164,13 +160,4 @@ impl ExecStream {
             reason: reason.to_owned(),
         }
     }
-}
-
-fn encode<T: serde::Serialize>(request: &T) -> Result<Bytes, Error> {
-    serde_json::to_vec(request)
-        .map(Bytes::from)
-        .map_err(|e| Error::Protocol {
-            status: 0,
-            message: format!("encoding the request: {e}"),
-        })
 }
