@@ -246,10 +246,15 @@ where
             let request = request.map(|body| Tracked {
                 body,
                 admitted: admitted.clone(),
+                rule: request_phase,
             });
             let response = api.handle(request, caller).await;
             admitted.set(Phase::Waiting);
-            Ok::<_, Infallible>(response.map(|body| Answering { body, admitted }))
+            Ok::<_, Infallible>(response.map(|body| Tracked {
+                body,
+                admitted,
+                rule: answer_phase,
+            }))
         }
     });
     http.serve_connection(TokioIo::new(io), service)
@@ -309,44 +314,38 @@ async fn sleep_until(at: Option<std::time::Instant>) {
     }
 }
 
-/// A response body that keeps its connection [`Phase::Running`] while the answer waits on the
-/// daemon (a streamed program that has not written yet), and [`Phase::Waiting`] while it waits
-/// on the client to take what was sent: so a slow reader is closed at the idle timeout, and a
-/// quiet program is not.
-struct Answering<B> {
-    body: B,
-    admitted: Arc<Admitted>,
-}
-
-impl<B: Body + Unpin> Body for Answering<B> {
-    type Data = B::Data;
-    type Error = B::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        let frame = Pin::new(&mut self.body).poll_frame(cx);
-        self.admitted.set(match frame {
-            Poll::Pending => Phase::Running,
-            Poll::Ready(_) => Phase::Waiting,
-        });
-        frame
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
-}
-
-/// A request body that moves its connection to [`Phase::Running`] once it has all arrived.
+/// A body that moves its connection from phase to phase as it is polled, by `rule`.
 struct Tracked<B> {
     body: B,
     admitted: Arc<Admitted>,
+    rule: fn(Polled) -> Option<Phase>,
+}
+
+/// What polling a body gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Polled {
+    /// Nothing yet.
+    Pending,
+    /// A frame, the last one when `last`.
+    Frame { last: bool },
+    /// The end.
+    End,
+}
+
+/// A request body moves its connection to [`Phase::Running`] once it has all arrived.
+fn request_phase(polled: Polled) -> Option<Phase> {
+    matches!(polled, Polled::Frame { last: true } | Polled::End).then_some(Phase::Running)
+}
+
+/// An answer's body keeps its connection [`Phase::Running`] while it waits on the daemon (a
+/// streamed program that has not written yet), and [`Phase::Waiting`] while it waits on the
+/// client to take what was sent: so a slow reader is closed at the idle timeout, and a quiet
+/// program is not.
+fn answer_phase(polled: Polled) -> Option<Phase> {
+    Some(match polled {
+        Polled::Pending => Phase::Running,
+        Polled::Frame { .. } | Polled::End => Phase::Waiting,
+    })
 }
 
 impl<B: Body + Unpin> Body for Tracked<B> {
@@ -358,8 +357,15 @@ impl<B: Body + Unpin> Body for Tracked<B> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let frame = Pin::new(&mut self.body).poll_frame(cx);
-        if matches!(frame, Poll::Ready(None)) || self.body.is_end_stream() {
-            self.admitted.set(Phase::Running);
+        let polled = match &frame {
+            Poll::Pending => Polled::Pending,
+            Poll::Ready(None) => Polled::End,
+            Poll::Ready(Some(_)) => Polled::Frame {
+                last: self.body.is_end_stream(),
+            },
+        };
+        if let Some(phase) = (self.rule)(polled) {
+            self.admitted.set(phase);
         }
         frame
     }
