@@ -75,6 +75,13 @@ pub struct OutputChunk {
 /// going away (the receiver dropped) stops the program. The output cap bounds what it holds.
 pub type OutputSink = tokio::sync::mpsc::UnboundedSender<OutputChunk>;
 
+impl Job {
+    /// Whether the caller watching the job's output has gone away (never, without a sink).
+    pub fn watcher_gone(&self) -> bool {
+        self.output.as_ref().is_some_and(|sink| sink.is_closed())
+    }
+}
+
 /// How a program's run ended. Produced for every job the executor accepts.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {

@@ -10,17 +10,16 @@ use std::time::{Duration, Instant};
 
 use hyperlight_host::HyperlightError;
 use hyperlightd_api::{ErrorKind, Policy, Violation};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::watchdog::Interrupt;
 
 /// What a guest is asked to run.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy)]
 pub struct Program<'a> {
     /// The program's source.
     pub code: &'a str,
     /// Checked first, by the runner: a program that names what it refuses does not run.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub policy: Option<&'a Policy>,
     /// Run in the session's scope (see [`Guest::load`]).
     pub session: bool,

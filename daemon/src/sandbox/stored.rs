@@ -305,7 +305,9 @@ fn write(dir: &Path, key: &Key, snapshot: &Snapshot, extra: &[u8]) -> Result<(),
     write_synced(&dir.join("extra"), extra).map_err(|e| format!("writing extra: {e}"))?;
     let stamp = Stamp {
         key: key.clone(),
-        files: digests(dir).map_err(|e| format!("digesting the template's files: {e}"))?,
+        files: digests(dir)
+            .map_err(|e| format!("digesting the template's files: {e}"))?
+            .0,
     };
     let stamp = serde_json::to_vec_pretty(&stamp).map_err(|e| e.to_string())?;
     write_synced(&dir.join("key.json"), &stamp).map_err(|e| format!("writing key.json: {e}"))?;
@@ -316,10 +318,12 @@ fn write(dir: &Path, key: &Key, snapshot: &Snapshot, extra: &[u8]) -> Result<(),
         .map_err(|e| format!("syncing {}: {e}", dir.display()))
 }
 
-/// The checksum of every regular file under `dir` but `key.json`, by path relative to `dir`.
-/// A symbolic link or anything else that is not a file or directory is refused.
-fn digests(dir: &Path) -> io::Result<BTreeMap<String, String>> {
+/// The checksum of every regular file under `dir` but `key.json`, by path relative to `dir`,
+/// and the bytes checked. A symbolic link or anything else that is not a file or directory is
+/// refused.
+fn digests(dir: &Path) -> io::Result<(BTreeMap<String, String>, u64)> {
     let mut files = BTreeMap::new();
+    let mut bytes = 0;
     let mut pending = vec![dir.to_owned()];
     while let Some(at) = pending.pop() {
         for entry in fs::read_dir(&at)? {
@@ -335,7 +339,9 @@ fn digests(dir: &Path) -> io::Result<BTreeMap<String, String>> {
                     .to_string_lossy()
                     .into_owned();
                 if name != "key.json" {
-                    files.insert(name, checksum_of_file(&path)?);
+                    let (checksum, size) = checksum_of_file(&path)?;
+                    files.insert(name, checksum);
+                    bytes += size;
                 }
             } else {
                 return Err(io::Error::other(format!(
@@ -345,7 +351,7 @@ fn digests(dir: &Path) -> io::Result<BTreeMap<String, String>> {
             }
         }
     }
-    Ok(files)
+    Ok((files, bytes))
 }
 
 /// Writes `bytes` to a new file at `path` and waits until they are on disk.
@@ -375,7 +381,8 @@ fn read(dir: &Path, key: &Key) -> Result<(Stored, ReadCost), String> {
     // `Snapshot::checked_load` would check again): see the module's header.
     let started = std::time::Instant::now();
     let extra = fs::read(dir.join("extra")).map_err(|e| format!("reading extra: {e}"))?;
-    let mut files = digests(dir).map_err(|e| format!("reading the template's files: {e}"))?;
+    let (mut files, bytes) =
+        digests(dir).map_err(|e| format!("reading the template's files: {e}"))?;
     // `extra` as read here, not as it may be on disk by now.
     files.insert("extra".to_owned(), checksum(&extra));
     if files != stamp.files {
@@ -386,7 +393,7 @@ fn read(dir: &Path, key: &Key) -> Result<(Stored, ReadCost), String> {
     let snapshot = Snapshot::load(dir.join("oci"), tag)
         .map_err(|e: HyperlightError| format!("loading the snapshot: {e}"))?;
     let cost = ReadCost {
-        bytes: files_size(dir),
+        bytes,
         checking,
         mapping: started.elapsed() - checking,
     };
@@ -397,25 +404,10 @@ fn read(dir: &Path, key: &Key) -> Result<(Stored, ReadCost), String> {
     Ok((stored, cost))
 }
 
-/// The bytes of the regular files under `dir` (for the log; what cannot be read counts 0).
-fn files_size(dir: &Path) -> u64 {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .map(|entry| match entry.file_type() {
-            Ok(kind) if kind.is_dir() => files_size(&entry.path()),
-            Ok(kind) if kind.is_file() => entry.metadata().map(|m| m.len()).unwrap_or(0),
-            _ => 0,
-        })
-        .sum()
-}
-
-/// A file's checksum, as `key.json` records it: the XXH64 (seed 0) of its bytes.
-fn checksum_of_file(path: &Path) -> io::Result<String> {
+/// A file's checksum, as `key.json` records it: the XXH64 (seed 0) of its bytes; and its size.
+fn checksum_of_file(path: &Path) -> io::Result<(String, u64)> {
     let file = fs::File::open(path)?;
-    crate::sys::mapped::with_mapped(&file, checksum)
+    crate::sys::mapped::with_mapped(&file, |bytes| (checksum(bytes), bytes.len() as u64))
 }
 
 /// The checksum of `bytes`.
@@ -519,7 +511,8 @@ mod tests {
         fs::write(root.path().join("oci/blobs/a"), b"a").unwrap();
         fs::write(root.path().join("extra"), b"e").unwrap();
         fs::write(root.path().join("key.json"), b"{}").unwrap();
-        let files = digests(root.path()).unwrap();
+        let (files, bytes) = digests(root.path()).unwrap();
+        assert_eq!(bytes, 2, "the bytes of `a` and `extra`, not of key.json");
         let names: Vec<&str> = files.keys().map(String::as_str).collect();
         assert_eq!(names, ["extra", "oci/blobs/a"]);
         assert_eq!(files["extra"], checksum(b"e"));

@@ -176,12 +176,7 @@ impl Worker {
     fn serve(&self, guest: &mut dyn Guest, output: &OutputCapture) -> Option<Recycle> {
         self.shared.set_state(self.index, SlotState::Idle);
         for task in self.jobs.iter() {
-            let watcher_gone = task
-                .job
-                .output
-                .as_ref()
-                .is_some_and(|sink| sink.is_closed());
-            if !task.claim.take() || task.reply.is_closed() || watcher_gone {
+            if !task.claim.take() || task.reply.is_closed() || task.job.watcher_gone() {
                 debug!("the caller stopped waiting while the job was queued; not running it");
                 continue;
             }
@@ -367,7 +362,7 @@ impl Worker {
         let (kind, message, fate) = match error {
             GuestError::Hyperlight(HyperlightError::ExecutionCanceledByHost()) => {
                 let mut outcome = timeout_outcome(job.timeout, captured);
-                if job.output.as_ref().is_some_and(|sink| sink.is_closed()) {
+                if job.watcher_gone() {
                     // Stopped by the watchdog like a time limit, but because nobody waits:
                     // what the audit line and the log say.
                     info!("the client watching the program's output went away: it was stopped");
