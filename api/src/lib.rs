@@ -14,11 +14,13 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 mod caller;
+mod files;
 pub mod openapi;
 mod policy;
 mod session;
 
 pub use self::caller::{AuditHealth, CallerLimits};
+pub use self::files::{FileData, FileInfo, FileList, FileMap};
 pub use self::policy::{Policy, Violation};
 pub use self::session::{
     CreateSessionRequest, ExecSession, SessionCounts, SessionExecRequest, SessionInfo,
@@ -58,6 +60,10 @@ pub mod paths {
     /// What follows a session's id in the path of its fork (`POST`, 201
     /// [`SessionInfo`](super::SessionInfo)).
     pub const SESSION_FORK: &str = "fork";
+    /// What follows a session's id in the path of its files: `GET` lists them
+    /// ([`FileList`](super::FileList)); `GET .../files/{path}` answers one file's bytes
+    /// (`application/octet-stream`), its path percent-encoded as a URL path.
+    pub const SESSION_FILES: &str = "files";
 
     /// `GET`: the session ([`SessionInfo`](super::SessionInfo)); `DELETE`: delete it (204).
     pub fn session(id: &str) -> String {
@@ -72,6 +78,11 @@ pub mod paths {
     /// `POST`: fork the session.
     pub fn session_fork(id: &str) -> String {
         format!("{SESSIONS}/{id}/{SESSION_FORK}")
+    }
+
+    /// `GET`: the session's files.
+    pub fn session_files(id: &str) -> String {
+        format!("{SESSIONS}/{id}/{SESSION_FILES}")
     }
 }
 
@@ -193,6 +204,11 @@ pub struct ExecRequest {
     /// `Accept: application/x-ndjson`). A client that goes away stops the program.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stream: bool,
+    /// Files for the program's working directory, by path (`data.csv`, `in/a.json`); it reads
+    /// them as files (Python's `open`, JavaScript's `files`). Within the daemon's caps on their
+    /// number and total size (`payload_too_large` past them).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub files: FileMap,
 }
 
 /// The content type of a streamed exec's answer: one JSON [`ExecEvent`] per line.
@@ -232,6 +248,7 @@ impl ExecRequest {
             max_output_bytes: None,
             policy: None,
             stream: false,
+            files: FileMap::new(),
         }
     }
 }
@@ -284,6 +301,9 @@ pub enum ErrorKind {
     /// The program names what its policy refuses (`violations` says what, and on which
     /// line); it did not run.
     PolicyViolation,
+    /// The program tried to write more files, or more bytes of files, than its working
+    /// directory may hold (the message says which cap), and failed for it.
+    FileLimit,
 
     // Rejections of a request (status 4xx/5xx, nothing ran).
     /// The body is not a valid request (malformed JSON, missing or unknown field, bad value).
@@ -337,6 +357,7 @@ impl ErrorKind {
         ErrorKind::SandboxFailure,
         ErrorKind::ResourceLimit,
         ErrorKind::PolicyViolation,
+        ErrorKind::FileLimit,
         ErrorKind::InvalidRequest,
         ErrorKind::PayloadTooLarge,
         ErrorKind::NotFound,
@@ -364,6 +385,7 @@ impl ErrorKind {
             ErrorKind::SandboxFailure => "sandbox_failure",
             ErrorKind::ResourceLimit => "resource_limit",
             ErrorKind::PolicyViolation => "policy_violation",
+            ErrorKind::FileLimit => "file_limit",
             ErrorKind::InvalidRequest => "invalid_request",
             ErrorKind::PayloadTooLarge => "payload_too_large",
             ErrorKind::NotFound => "not_found",
@@ -441,6 +463,10 @@ pub struct ExecResponse {
     /// For an exec in a session: the session, and whether its state was rolled back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<ExecSession>,
+    /// Files the program created or changed in its working directory, by path (files it was
+    /// given and left as they were are not repeated). Only when it completed (`status` "ok").
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub files: FileMap,
 }
 
 /// Body of `GET /v1/health` and its `live` and `ready` forms.
@@ -500,6 +526,12 @@ pub struct ExecLimits {
     pub max_result_bytes: usize,
     /// Memory a program can allocate in each language's sandbox, in MiB.
     pub memory_mib: BTreeMap<Language, u64>,
+    /// Most files (and directories) a working directory may hold, given or written.
+    #[serde(default)]
+    pub max_files: usize,
+    /// Most bytes the files of a working directory may hold together.
+    #[serde(default)]
+    pub max_file_bytes: u64,
 }
 
 fn default_true() -> bool {

@@ -29,6 +29,7 @@ pub const OUTCOME_KINDS: &[ErrorKind] = &[
     ErrorKind::SandboxFailure,
     ErrorKind::ResourceLimit,
     ErrorKind::PolicyViolation,
+    ErrorKind::FileLimit,
 ];
 
 /// The refusals of `POST /v1/exec`: each status with the error kinds it carries and when.
@@ -37,8 +38,9 @@ pub const EXEC_REJECTIONS: &[Rejection] = &[
         status: 400,
         kinds: &[ErrorKind::InvalidRequest],
         when: "Malformed JSON, a missing or unknown field, an unknown language, a language this \
-               daemon has no pool for, or a policy with a rule of the other language or a name \
-               no rule can match. Nothing ran.",
+               daemon has no pool for, a policy with a rule of the other language or a name \
+               no rule can match, or a file whose path is not a plain relative path (or whose \
+               base64 does not decode). Nothing ran.",
     },
     Rejection {
         status: 408,
@@ -48,7 +50,8 @@ pub const EXEC_REJECTIONS: &[Rejection] = &[
     Rejection {
         status: 413,
         kinds: &[ErrorKind::PayloadTooLarge],
-        when: "The body, or the code in it, is larger than the daemon accepts.",
+        when: "The body, or the code in it, is larger than the daemon accepts, or its files \
+               are more than a working directory may hold (--max-files, --max-file-bytes).",
     },
     Rejection {
         status: 429,
@@ -146,6 +149,7 @@ pub fn document() -> Value {
     responses.subschema_for::<ErrorResponse>();
     responses.subschema_for::<SessionInfo>();
     responses.subschema_for::<SessionList>();
+    responses.subschema_for::<crate::FileList>();
     schemas.extend(responses.take_definitions(true));
 
     json!({
@@ -184,6 +188,11 @@ pub fn document() -> Value {
             },
             SESSION_EXEC_PATH: { "parameters": [session_id()], "post": session_exec_operation() },
             SESSION_FORK_PATH: { "parameters": [session_id()], "post": fork_session_operation() },
+            SESSION_FILES_PATH: { "parameters": [session_id()], "get": session_files_operation() },
+            SESSION_FILE_PATH: {
+                "parameters": [session_id(), file_path()],
+                "get": session_file_operation(),
+            },
         },
         "components": {
             "schemas": schemas,
@@ -234,6 +243,51 @@ pub const SESSION_PATH: &str = "/v1/sessions/{id}";
 pub const SESSION_EXEC_PATH: &str = "/v1/sessions/{id}/exec";
 /// See [`SESSION_PATH`].
 pub const SESSION_FORK_PATH: &str = "/v1/sessions/{id}/fork";
+/// See [`SESSION_PATH`].
+pub const SESSION_FILES_PATH: &str = "/v1/sessions/{id}/files";
+/// See [`SESSION_PATH`].
+pub const SESSION_FILE_PATH: &str = "/v1/sessions/{id}/files/{path}";
+
+fn file_path() -> Value {
+    json!({
+        "name": "path",
+        "in": "path",
+        "required": true,
+        "description": "The file's path in the working directory (`out/report.csv`), each \
+            segment percent-encoded.",
+        "schema": { "type": "string" }
+    })
+}
+
+fn session_files_operation() -> Value {
+    json!({
+        "operationId": "listSessionFiles",
+        "summary": "List a session's files",
+        "description": "The files in the session's working directory as its last exec left \
+            them (after the execs that arrived before), by path.",
+        "responses": responses(("200", success("The files.", "FileList")), &[404, 409]),
+    })
+}
+
+fn session_file_operation() -> Value {
+    json!({
+        "operationId": "getSessionFile",
+        "summary": "Fetch a file of a session",
+        "description": "The file's bytes as the session's last exec left them. A session \
+            without the file is answered 404 with error kind `not_found`; an unknown session, \
+            404 `session_not_found`.",
+        "responses": responses(
+            ("200", json!({
+                "description": "The file's bytes.",
+                "headers": { "x-request-id": { "$ref": "#/components/headers/RequestId" } },
+                "content": { "application/octet-stream": {
+                    "schema": { "type": "string", "format": "binary" }
+                } }
+            })),
+            &[404, 409],
+        ),
+    })
+}
 
 fn session_id() -> Value {
     json!({

@@ -56,6 +56,10 @@ pub struct SessionExecRequest {
     /// Answer as a stream of events, as for `POST /v1/exec`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stream: bool,
+    /// Files to add to the session's working directory before the program runs (replacing
+    /// any of the same path), as for `POST /v1/exec`. They stay only if the exec's state does.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub files: crate::FileMap,
 }
 
 impl SessionExecRequest {
@@ -67,6 +71,7 @@ impl SessionExecRequest {
             max_output_bytes: None,
             policy: None,
             stream: false,
+            files: crate::FileMap::new(),
         }
     }
 }

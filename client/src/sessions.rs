@@ -4,10 +4,27 @@
 use bytes::Bytes;
 use hyper::Method;
 use hyperlightd_api::{
-    CreateSessionRequest, ExecResponse, SessionExecRequest, SessionInfo, SessionList, paths,
+    CreateSessionRequest, ExecResponse, FileList, SessionExecRequest, SessionInfo, SessionList,
+    paths,
 };
 
+use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
+
 use crate::{Client, DEFAULT_RESPONSE_TIMEOUT, Error, decode, encode, exec_wait};
+
+/// What a path segment may not carry as is (RFC 3986's pchar, roughly): escaped.
+const PATH_SEGMENT: &AsciiSet = &CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'/')
+    .add(b'<')
+    .add(b'>')
+    .add(b'?')
+    .add(b'`')
+    .add(b'{')
+    .add(b'}');
 
 impl Client {
     /// Creates a session. Refused with `too_many_sessions` at the daemon's limits.
@@ -55,6 +72,39 @@ impl Client {
             )
             .await?;
         decode(status, &bytes)
+    }
+
+    /// The files in session `id`'s working directory, by path, with their sizes (after the
+    /// execs that arrived before this call).
+    pub async fn session_files(&self, id: &str) -> Result<FileList, Error> {
+        let (status, bytes) = self
+            .call(
+                Method::GET,
+                &paths::session_files(id),
+                Bytes::new(),
+                DEFAULT_RESPONSE_TIMEOUT,
+            )
+            .await?;
+        decode(status, &bytes)
+    }
+
+    /// The bytes of the file at `path` in session `id`'s working directory; `not_found` when
+    /// there is none.
+    pub async fn session_file(&self, id: &str, path: &str) -> Result<Vec<u8>, Error> {
+        let encoded: String = path
+            .split('/')
+            .map(|part| utf8_percent_encode(part, PATH_SEGMENT).to_string())
+            .collect::<Vec<_>>()
+            .join("/");
+        let (_, bytes) = self
+            .call(
+                Method::GET,
+                &format!("{}/{encoded}", paths::session_files(id)),
+                Bytes::new(),
+                DEFAULT_RESPONSE_TIMEOUT,
+            )
+            .await?;
+        Ok(bytes.to_vec())
     }
 
     /// Session `id`.

@@ -10,6 +10,7 @@ use hyperlightd_api::Language;
 
 use crate::audit::AuditOptions;
 use crate::caller::{CallerOptionError, CallerOptions};
+use crate::executor::FileLimits;
 use crate::server::ServerConfig;
 use crate::session::SessionSettings;
 
@@ -74,6 +75,16 @@ pub struct Config {
     /// Largest program accepted, in bytes (413 past it).
     #[arg(long, default_value_t = 512 * 1024)]
     pub max_code_bytes: usize,
+
+    /// Most files and directories a program's working directory (or a session's) may hold:
+    /// the files a request gives it and those the program writes. 0: no files at all.
+    #[arg(long, default_value_t = 256)]
+    pub max_files: usize,
+
+    /// Most bytes the files of a program's working directory (or a session's) may hold
+    /// together. Files given travel in the request body, within --max-body-bytes too.
+    #[arg(long, default_value_t = 8 * 1024 * 1024)]
+    pub max_file_bytes: u64,
 
     /// Highest cap on what one execution may write to stdout and stderr together, in bytes, and
     /// the cap of a request that names none; past it the output is cut and the response says
@@ -304,6 +315,8 @@ pub struct Limits {
     pub max_result_bytes: usize,
     /// How long a request's body may take to arrive, from the end of its head.
     pub body_read_timeout: Duration,
+    /// What a working directory may hold.
+    pub files: FileLimits,
 }
 
 impl Limits {
@@ -406,6 +419,10 @@ impl Config {
             max_output_bytes: self.max_output_bytes,
             max_result_bytes: self.max_result_bytes,
             body_read_timeout: Duration::from_millis(self.body_read_timeout_ms),
+            files: FileLimits {
+                max_entries: self.max_files,
+                max_bytes: self.max_file_bytes,
+            },
         })
     }
 

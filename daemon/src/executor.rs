@@ -34,12 +34,29 @@ pub struct Job {
     pub policy: Option<hyperlightd_api::Policy>,
     /// Where its output goes as it is written, besides the outcome; None: only the outcome.
     pub output: Option<OutputSink>,
+    /// Its working directory's files (for a session's exec, added to the session's).
+    pub files: Files,
+    /// What the working directory may hold.
+    pub file_limits: FileLimits,
     /// The request's tracing span, entered by whichever thread runs the job.
     pub span: tracing::Span,
     /// The session to run it in (its language is `language`); None: a fresh interpreter.
     pub session: Option<String>,
     /// Who asked: a session runs the job only for the caller it belongs to.
     pub caller: Caller,
+}
+
+/// A working directory's files: contents by path (`data.csv`, `out/a.txt`), paths checked
+/// (see [`crate::sandbox::workspace`]).
+pub type Files = BTreeMap<String, Vec<u8>>;
+
+/// What a program's working directory may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileLimits {
+    /// Files and directories.
+    pub max_entries: usize,
+    /// Bytes of all files together.
+    pub max_bytes: u64,
 }
 
 /// Which output stream a write goes to. The numbers are the runner protocol's.
@@ -99,6 +116,8 @@ pub struct Outcome {
     pub error: Option<ErrorBody>,
     /// For a session's exec: the session, and whether its state was rolled back.
     pub session: Option<ExecSession>,
+    /// Files the program created or changed (only when it completed).
+    pub files: Files,
 }
 
 /// Why the executor did not run a job. Nothing ran; the caller may retry where it says so.
@@ -179,6 +198,13 @@ pub enum ExecError {
         /// The time limit, all of it spent waiting.
         timeout: Duration,
     },
+    /// The session's files and the request's together are more than a working directory may
+    /// hold. Nothing ran.
+    #[error(
+        "the session's files and the request's together are more than a working directory may \
+         hold ({0}); nothing ran. Send fewer or smaller files, or remove some in the session"
+    )]
+    FilesOverCap(String),
     /// The language's pool has no worker left to take jobs. A bug, reported as a 500.
     #[error("the {0} pool has no workers left (a fault in the daemon; see its log)")]
     PoolGone(Language),

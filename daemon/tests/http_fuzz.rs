@@ -62,6 +62,10 @@ fn api() -> Arc<Api<Stub>> {
         max_output_bytes: 1024,
         max_result_bytes: 1024,
         body_read_timeout: Duration::from_secs(1),
+        files: hyperlightd::executor::FileLimits {
+            max_entries: 16,
+            max_bytes: 1024,
+        },
     };
     Arc::new(Api::new(
         Arc::new(Stub::new()),

@@ -29,6 +29,59 @@
 
 import * as hl from "hyperlightd";
 
+// The program's working directory: the request's files, kept by the host in its memory, and
+// what the program writes there goes back to the caller. Paths are relative to it ("data.csv",
+// "out/report.txt"); ".." above it, absolute paths and control characters are refused. Errors
+// are thrown as Error with Node's `code` ("ENOENT", "ENOSPC", ...).
+//   files.read(path) -> string (UTF-8)      files.readBytes(path) -> Uint8Array
+//   files.write(path, string | Uint8Array | ArrayBuffer)   (makes its directories)
+//   files.list() -> [{path, size}]          files.exists(path) -> bool
+//   files.remove(path)                      (a file, or an empty directory)
+const files = (() => {
+  function call(fn, op, path, data) {
+    const answer = hl[fn](String(path === undefined ? "" : path), data === undefined ? "" : data);
+    if (answer === null || typeof answer !== "object") {
+      throw new Error(`files.${op}: the host did not answer`);
+    }
+    if (answer.error !== undefined) {
+      const error = new Error(`files.${op}(${JSON.stringify(String(path))}): ${answer.error}`);
+      error.code = answer.code;
+      throw error;
+    }
+    return answer.ok;
+  }
+  function toBase64(bytes) {
+    let binary = "";
+    for (let i = 0; i < bytes.length; i += 8192) {
+      binary += String.fromCharCode.apply(null, bytes.subarray(i, i + 8192));
+    }
+    return vendor.btoa(binary);
+  }
+  function fromBase64(text) {
+    const binary = vendor.atob(text);
+    const bytes = new Uint8Array(binary.length);
+    for (let i = 0; i < binary.length; i++) bytes[i] = binary.charCodeAt(i);
+    return bytes;
+  }
+  function bytesOf(data) {
+    if (typeof data === "string") return new TextEncoder().encode(data);
+    if (data instanceof Uint8Array) return data;
+    if (data instanceof ArrayBuffer) return new Uint8Array(data);
+    if (ArrayBuffer.isView(data)) return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+    throw new TypeError("files.write: the data must be a string, a Uint8Array or an ArrayBuffer");
+  }
+  const readBytes = (path) => fromBase64(call("file_read", "readBytes", path));
+  return Object.freeze({
+    read: (path) => new TextDecoder().decode(readBytes(path)),
+    readBytes: readBytes,
+    write: (path, data) => { call("file_write", "write", path, toBase64(bytesOf(data))); },
+    list: () => call("file_list", "list", ""),
+    exists: (path) => call("file_stat", "exists", path) !== null,
+    remove: (path) => { call("file_remove", "remove", path); },
+  });
+})();
+Object.defineProperty(globalThis, "files", { value: files, writable: true, configurable: true, enumerable: false });
+
 const STDOUT = 1;
 const STDERR = 2;
 

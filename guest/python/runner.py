@@ -18,6 +18,10 @@ Contract with the daemon (the same for every language, plus Python's "prime"):
 The program's result is the value of its last statement when that statement is an expression, as
 in a notebook cell; otherwise null. Values JSON cannot carry are rendered with repr().
 
+The program's working directory is /work, the request's files (the host keeps them in its
+memory; see the daemon's sandbox/python/wasi/work.rs): it reads and writes them with open(),
+pathlib, csv, json as usual, and what it writes there goes back to the caller.
+
 "seed" is entropy from the host for `random`; "session": true runs the program in the session's
 globals, which live on in the session's saved state; "prime": true runs PRIME instead of "code"
 (see below). Output is buffered here, since every host call is a VM exit (see _HostStream): the
@@ -473,8 +477,23 @@ def _run(code: str, max_result_bytes: int, scope: dict, policy=None) -> str:
 _keep_import_caches()
 
 
+# The working directory, preopened by the host as "work".
+WORKDIR = "/work"
+_in_workdir = False
+
+
+def _enter_workdir() -> None:
+    """Makes WORKDIR the current directory, once: the first call (the daemon's, while it builds
+    the template) does it, and the snapshot keeps it for every request."""
+    global _in_workdir
+    if not _in_workdir:
+        os.chdir(WORKDIR)
+        _in_workdir = True
+
+
 class WitWorld(wit_world.WitWorld):
     def run(self, event: str) -> str:
+        _enter_workdir()
         request = json.loads(event)
         # The interpreter's state, random's included, was frozen at build time and every
         # request starts from the same snapshot: seed from the host's entropy so that requests

@@ -8,6 +8,7 @@
 
 #![forbid(unsafe_code)]
 
+mod files;
 mod mcp;
 mod session;
 
@@ -199,6 +200,13 @@ struct Limits {
     /// JavaScript: a global the program may not name (eval, Function); repeatable.
     #[arg(long, value_name = "NAME")]
     block_global: Vec<String>,
+    /// A local file for the program's working directory, under its file name, or under NAME
+    /// with NAME=PATH (`in/data.csv=./data.csv`); repeatable.
+    #[arg(long, value_name = "[NAME=]PATH")]
+    input: Vec<String>,
+    /// Save the files the program wrote (created or changed) under DIR.
+    #[arg(long, value_name = "DIR")]
+    output_dir: Option<PathBuf>,
 }
 
 impl Limits {
@@ -228,6 +236,13 @@ async fn exec(
             return exit::USAGE;
         }
     };
+    let files = match files::inputs(&limits.input) {
+        Ok(files) => files,
+        Err(message) => {
+            eprintln!("hlctl: {message}");
+            return exit::USAGE;
+        }
+    };
     let request = ExecRequest {
         language,
         code: text,
@@ -235,6 +250,7 @@ async fn exec(
         max_output_bytes: limits.max_output_bytes,
         policy: limits.policy(),
         stream: false,
+        files,
     };
     let answered = match json {
         true => client.exec(&request).await,
@@ -248,6 +264,10 @@ async fn exec(
         print_json(&response);
     } else {
         print_ending(&response);
+    }
+    if let Err(message) = files::save(&response.files, limits.output_dir.as_deref()) {
+        eprintln!("hlctl: {message}");
+        return exit::USAGE;
     }
     match response.status {
         ExecStatus::Ok => exit::OK,

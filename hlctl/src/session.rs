@@ -6,7 +6,7 @@ use hyperlightd_client::{
     Client, CreateSessionRequest, ExecStatus, Language, SessionExecRequest, SessionInfo,
 };
 
-use super::{Limits, exit, print_ending, print_json, read_program, report, streamed};
+use super::{Limits, exit, files, print_ending, print_json, read_program, report, streamed};
 
 #[derive(Debug, Subcommand)]
 pub enum SessionCommand {
@@ -63,6 +63,17 @@ pub enum SessionCommand {
         #[arg(long)]
         json: bool,
     },
+    /// List the files in a session's working directory (size and path), or with PATH print
+    /// that file's bytes.
+    Files {
+        /// The session's id.
+        id: String,
+        /// A file's path in the working directory.
+        path: Option<String>,
+        /// Print the list as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Delete a session and its state.
     Rm {
         /// The session's id.
@@ -100,6 +111,9 @@ pub async fn run(client: &Client, command: SessionCommand) -> u8 {
             }
             Err(e) => report(&e),
         },
+        SessionCommand::Files { id, path, json } => {
+            files::session_files(client, &id, path, json).await
+        }
         SessionCommand::Rm { id } => match client.delete_session(&id).await {
             Ok(()) => exit::OK,
             Err(e) => report(&e),
@@ -133,12 +147,20 @@ async fn exec(
             return exit::USAGE;
         }
     };
+    let files = match files::inputs(&limits.input) {
+        Ok(files) => files,
+        Err(message) => {
+            eprintln!("hlctl: {message}");
+            return exit::USAGE;
+        }
+    };
     let request = SessionExecRequest {
         code: text,
         timeout_ms: limits.timeout_ms,
         max_output_bytes: limits.max_output_bytes,
         policy: limits.policy(),
         stream: false,
+        files,
     };
     let answered = match json {
         true => client.session_exec(id, &request).await,
@@ -155,6 +177,10 @@ async fn exec(
         if response.session.as_ref().is_some_and(|s| s.rolled_back) {
             eprintln!("hlctl: the session was rolled back to its state before this program");
         }
+    }
+    if let Err(message) = files::save(&response.files, limits.output_dir.as_deref()) {
+        eprintln!("hlctl: {message}");
+        return exit::USAGE;
     }
     match response.status {
         ExecStatus::Ok => exit::OK,

@@ -11,6 +11,8 @@ use hyperlightd_client::{ErrorKind, ExecRequest, ExecStatus, Language};
 use hyperlightd_e2e::{Daemon, STEP_LIMIT, assert_capped_and_finished, python_guest, within};
 use serde_json::json;
 
+#[path = "python/files.rs"]
+mod files;
 #[path = "python/policy.rs"]
 mod policy;
 #[path = "python/snapshots.rs"]

@@ -267,6 +267,7 @@ impl CodeTool {
             max_output_bytes: None,
             policy: None,
             stream: false,
+            files: Default::default(),
         };
         let timeout_ms = self.timeout_in_force(arguments.timeout_ms);
         let answer = match &self.conversation {

@@ -173,6 +173,19 @@ pub(super) fn advice(kind: ErrorKind, context: &Context<'_>) -> String {
             not allow (the message lists each, with its line); nothing ran. Rewrite it without \
             them, and run it again."
             .to_owned(),
+        ErrorKind::FileLimit => {
+            let max = limits.map_or(String::new(), |l| {
+                format!(
+                    " (at most {} files, {} bytes)",
+                    l.max_files, l.max_file_bytes
+                )
+            });
+            format!(
+                "The program wrote more files, or more bytes of files, than its working \
+                 directory may hold{max}, and failed when the write was refused. Write fewer or \
+                 smaller files (summarise, or print what matters)."
+            )
+        }
         ErrorKind::InvalidRequest => "The service refused the request as invalid (the message \
             says why); nothing ran. Fix the arguments and call again."
             .to_owned(),

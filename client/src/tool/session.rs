@@ -73,6 +73,7 @@ impl CodeTool {
             max_output_bytes: request.max_output_bytes,
             policy: request.policy.clone(),
             stream: false,
+            files: request.files.clone(),
         };
         let mut notice = None;
         if let Some(id) = sessions.get(&language) {

@@ -17,6 +17,8 @@ fn facts() -> DaemonFacts {
             max_output_bytes: 1024 * 1024,
             max_result_bytes: 1024 * 1024,
             memory_mib: BTreeMap::from([(Language::Javascript, 64), (Language::Python, 128)]),
+            max_files: 256,
+            max_file_bytes: 8 << 20,
         }),
         packages: BTreeMap::from([(
             Language::Python,
@@ -41,6 +43,7 @@ fn response(status: ExecStatus, kind: Option<ErrorKind>, stdout: &str) -> ExecRe
         error: kind.map(|k| ErrorBody::new(k, format!("{k} happened"))),
         duration_ms: 12.5,
         session: None,
+        files: Default::default(),
     }
 }
 

@@ -17,6 +17,7 @@ use hyperlightd_api::{
     HealthResponse, Language,
 };
 
+mod files;
 mod route;
 mod sessions;
 mod stream;
@@ -38,6 +39,8 @@ struct Program {
     timeout_ms: Option<u64>,
     max_output_bytes: Option<usize>,
     policy: Option<CodePolicy>,
+    /// Checked and decoded.
+    files: crate::executor::Files,
 }
 
 /// What every handler knows of its request besides the request itself.
@@ -96,6 +99,9 @@ pub enum ApiError {
         /// The time limit.
         limit: std::time::Duration,
     },
+    /// The request's files are more than a working directory may hold.
+    #[error("{0}")]
+    FilesOverCap(String),
     /// The program is over the limit.
     #[error("the code is {size} bytes; the limit is {limit} bytes")]
     CodeTooLarge {
@@ -148,7 +154,9 @@ impl ApiError {
     fn status(&self) -> (StatusCode, ErrorKind) {
         match self {
             ApiError::InvalidRequest(_) => (StatusCode::BAD_REQUEST, ErrorKind::InvalidRequest),
-            ApiError::PayloadTooLarge { .. } | ApiError::CodeTooLarge { .. } => {
+            ApiError::PayloadTooLarge { .. }
+            | ApiError::CodeTooLarge { .. }
+            | ApiError::FilesOverCap(_) => {
                 (StatusCode::PAYLOAD_TOO_LARGE, ErrorKind::PayloadTooLarge)
             }
             ApiError::BodyTimeout { .. } => {
@@ -183,6 +191,9 @@ impl ApiError {
             ) => (StatusCode::TOO_MANY_REQUESTS, ErrorKind::TooManySessions),
             ApiError::Exec(ExecError::SessionBusy { .. }) => {
                 (StatusCode::CONFLICT, ErrorKind::SessionBusy)
+            }
+            ApiError::Exec(ExecError::FilesOverCap(_)) => {
+                (StatusCode::PAYLOAD_TOO_LARGE, ErrorKind::PayloadTooLarge)
             }
             ApiError::Exec(ExecError::PoolGone(_) | ExecError::Internal(_))
             | ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, ErrorKind::Internal),
@@ -345,6 +356,12 @@ impl<E: Executor> Api<E> {
             (Method::DELETE, Route::Session(id)) => self.delete_session(id, &ctx).map(whole),
             (Method::POST, Route::SessionExec(id)) => self.session_exec(request, id, ctx).await,
             (Method::POST, Route::SessionFork(id)) => self.fork_session(id, &ctx).await.map(whole),
+            (Method::GET, Route::SessionFiles(id)) => {
+                self.list_session_files(owner, id).await.map(whole)
+            }
+            (Method::GET, Route::SessionFile(id, path)) => {
+                self.get_session_file(owner, id, path).await.map(whole)
+            }
             (method, route) => Err(ApiError::MethodNotAllowed {
                 method,
                 path: route.pattern(),
@@ -368,6 +385,7 @@ impl<E: Executor> Api<E> {
             timeout_ms: exec.timeout_ms,
             max_output_bytes: exec.max_output_bytes,
             policy: exec.policy,
+            files: self.files_of(exec.files)?,
         };
         self.check_program(&program, exec.language)?;
         let job = self.job(exec.language, program, None, &ctx);
@@ -401,6 +419,8 @@ impl<E: Executor> Api<E> {
             max_output_bytes: self.limits.output_for(program.max_output_bytes),
             policy: code_policy::effective(&self.code_policy, program.policy.as_ref(), language),
             output: None,
+            files: program.files,
+            file_limits: self.limits.files,
             timeout,
             deadline: ctx.received + timeout,
             span: ctx.span.clone(),
@@ -499,6 +519,8 @@ impl<E: Executor> Api<E> {
                 max_output_bytes: self.limits.max_output_bytes,
                 max_result_bytes: self.limits.max_result_bytes,
                 memory_mib: health.memory_mib,
+                max_files: self.limits.files.max_entries,
+                max_file_bytes: self.limits.files.max_bytes,
             },
             sessions: health.sessions,
             session_limits: Some(self.executor.sessions().settings().limits()),
@@ -624,6 +646,7 @@ impl<E: Executor> Runner<E> {
             error: outcome.error,
             duration_ms: (elapsed.as_secs_f64() * 1e6).round() / 1e3,
             session: outcome.session,
+            files: files::encode(outcome.files),
         })
     }
 }

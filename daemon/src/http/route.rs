@@ -30,6 +30,10 @@ pub enum Route<'a> {
     SessionExec(&'a str),
     /// `/v1/sessions/{id}/fork`
     SessionFork(&'a str),
+    /// `/v1/sessions/{id}/files`
+    SessionFiles(&'a str),
+    /// `/v1/sessions/{id}/files/{path}`, the path as sent (percent-encoded).
+    SessionFile(&'a str, &'a str),
 }
 
 impl<'a> Route<'a> {
@@ -55,7 +59,14 @@ impl<'a> Route<'a> {
                     None => Route::Session(id),
                     Some(paths::SESSION_EXEC) => Route::SessionExec(id),
                     Some(paths::SESSION_FORK) => Route::SessionFork(id),
-                    Some(_) => return None,
+                    Some(paths::SESSION_FILES) => Route::SessionFiles(id),
+                    Some(action) => {
+                        let file = action
+                            .strip_prefix(paths::SESSION_FILES)?
+                            .strip_prefix('/')
+                            .filter(|file| !file.is_empty())?;
+                        Route::SessionFile(id, file)
+                    }
                 }
             }
         })
@@ -73,6 +84,8 @@ impl<'a> Route<'a> {
             Route::Session(_) => "/v1/sessions/{id}",
             Route::SessionExec(_) => "/v1/sessions/{id}/exec",
             Route::SessionFork(_) => "/v1/sessions/{id}/fork",
+            Route::SessionFiles(_) => "/v1/sessions/{id}/files",
+            Route::SessionFile(..) => "/v1/sessions/{id}/files/{path}",
         }
     }
 
@@ -80,7 +93,9 @@ impl<'a> Route<'a> {
     pub fn allowed(&self) -> &'static str {
         match self {
             Route::Exec | Route::SessionExec(_) | Route::SessionFork(_) => "POST",
-            Route::Health(_) | Route::Metrics => "GET",
+            Route::Health(_) | Route::Metrics | Route::SessionFiles(_) | Route::SessionFile(..) => {
+                "GET"
+            }
             Route::Sessions => "GET, POST",
             Route::Session(_) => "GET, DELETE",
         }
@@ -103,6 +118,7 @@ mod tests {
             ("/v1/sessions/abc", Route::Session("abc")),
             ("/v1/sessions/abc/exec", Route::SessionExec("abc")),
             ("/v1/sessions/abc/fork", Route::SessionFork("abc")),
+            ("/v1/sessions/abc/files", Route::SessionFiles("abc")),
         ] {
             assert_eq!(Route::parse(path), Some(route), "{path}");
             assert_eq!(
@@ -121,10 +137,20 @@ mod tests {
             "/v1/sessions/abc/",
             "/v1/sessions/abc/run",
             "/v1/sessions/abc/exec/more",
+            "/v1/sessions/abc/files/",
+            "/v1/sessions/abc/filesx/a",
             "/v1/sessionsabc",
             "/v1/exec/",
         ] {
             assert_eq!(Route::parse(path), None, "{path}");
         }
+    }
+
+    #[test]
+    fn a_file_path_is_everything_after_files() {
+        assert_eq!(
+            Route::parse("/v1/sessions/abc/files/out/a%20b.txt"),
+            Some(Route::SessionFile("abc", "out/a%20b.txt"))
+        );
     }
 }

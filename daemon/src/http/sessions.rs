@@ -63,6 +63,7 @@ impl<E: Executor> Api<E> {
             timeout_ms: exec.timeout_ms,
             max_output_bytes: exec.max_output_bytes,
             policy: exec.policy,
+            files: self.files_of(exec.files)?,
         };
         let language = self.executor.sessions().get(ctx.caller.uid, id)?.language;
         self.check_program(&program, language)?;

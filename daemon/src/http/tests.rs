@@ -1,6 +1,7 @@
 //! Unit tests of the HTTP layer against a stub executor: no KVM, no socket.
 
 mod code_policy;
+mod files;
 mod policy;
 mod sessions;
 mod stream;
@@ -116,6 +117,7 @@ fn ok_outcome(stdout: &str, result: serde_json::Value) -> Outcome {
         result,
         error: None,
         session: None,
+        files: Default::default(),
     }
 }
 
@@ -128,6 +130,10 @@ fn limits() -> Limits {
         max_output_bytes: 1024,
         max_result_bytes: 1024,
         body_read_timeout: Duration::from_millis(5_000),
+        files: crate::executor::FileLimits {
+            max_entries: 4,
+            max_bytes: 64,
+        },
     }
 }
 
@@ -241,6 +247,7 @@ async fn exec_with_guest_error_is_still_200() {
             result: serde_json::Value::Null,
             error: Some(ErrorBody::new(ErrorKind::Exception, "Error: boom")),
             session: None,
+            files: Default::default(),
         })
     }));
     let (status, body) = call(

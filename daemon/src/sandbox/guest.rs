@@ -13,6 +13,8 @@ use hyperlightd_api::{ErrorKind, Policy, Violation};
 use serde::Deserialize;
 
 use super::watchdog::Interrupt;
+use super::workspace::FileError;
+use crate::executor::{FileLimits, Files};
 
 /// What a guest is asked to run.
 #[derive(Debug, Clone, Copy)]
@@ -23,6 +25,26 @@ pub struct Program<'a> {
     pub policy: Option<&'a Policy>,
     /// Run in the session's scope (see [`Guest::load`]).
     pub session: bool,
+    /// Its working directory's files, and what the directory may hold.
+    pub files: &'a Files,
+    pub file_limits: FileLimits,
+}
+
+impl Program<'static> {
+    /// A fixed program of the daemon's own: no policy, no files, not in a session.
+    pub fn fixed(code: &'static str) -> Self {
+        static NO_FILES: Files = Files::new();
+        Program {
+            code,
+            policy: None,
+            session: false,
+            files: &NO_FILES,
+            file_limits: FileLimits {
+                max_entries: 0,
+                max_bytes: 0,
+            },
+        }
+    }
 }
 
 /// A sandbox with a language runtime loaded and its runner registered, snapshotted warm.
@@ -31,6 +53,10 @@ pub trait Guest: Send {
     /// Runs `program` and returns the runner's JSON reply. `deadline` is when the call will be
     /// interrupted; a guest whose host functions can block (a sleep) ends them there.
     fn run(&mut self, program: &Program<'_>, deadline: Instant) -> Result<String, GuestError>;
+
+    /// The working directory the last call left (its files, and the first write it refused at
+    /// a cap), emptied: called after every call, whatever its end.
+    fn take_files(&mut self) -> (Files, Option<FileError>);
 
     /// The guest's state now, for a session: memory, vCPU and what the host keeps beside them.
     /// Any sandbox of the same factory can [`load`](Self::load) it.

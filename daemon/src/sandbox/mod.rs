@@ -13,6 +13,7 @@ pub mod pool;
 pub mod python;
 pub mod stored;
 pub mod watchdog;
+pub mod workspace;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -30,7 +31,7 @@ use self::watchdog::Watchdog;
 use crate::audit::AuditLog;
 use crate::executor::{ExecError, Executor, ExecutorHealth, Job, Outcome};
 use crate::metrics::Metrics;
-use crate::session::{SessionSettings, Sessions};
+use crate::session::{Resume, SessionSettings, Sessions};
 
 /// How often expired sessions are looked for.
 const REAP_PERIOD: Duration = Duration::from_secs(1);
@@ -184,7 +185,21 @@ impl Executor for HyperlightExecutor {
             return Ok(pool.submit(job, Scope::Fresh).await?.outcome);
         };
         let (deadline, timeout, owner) = (job.deadline, job.timeout, job.caller.uid);
-        let run = move |state| async move { pool.submit(job, Scope::Session(state)).await };
+        let run = move |resume: Option<Resume>| async move {
+            let mut job = job;
+            let state = resume.map(|resume| {
+                job.files = workspace::overlay(&resume.files, &job.files);
+                resume.state
+            });
+            let limits = job.file_limits;
+            workspace::check_fits(&job.files, limits).map_err(|_| {
+                ExecError::FilesOverCap(format!(
+                    "at most {} files and directories, {} bytes",
+                    limits.max_entries, limits.max_bytes
+                ))
+            })?;
+            pool.submit(job, Scope::Session(state)).await
+        };
         self.sessions.exec(owner, &id, deadline, timeout, run).await
     }
 

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::Saved;
+use crate::executor::Files;
 use crate::sandbox::guest::SavedState;
 
 /// Bytes the images of one language hold.
@@ -36,6 +37,11 @@ impl Image {
     /// The state, for a worker to load.
     pub fn state(&self) -> SavedState {
         self.saved.state.clone()
+    }
+
+    /// The working directory's files.
+    pub fn files(&self) -> &Arc<Files> {
+        &self.saved.files
     }
 
     /// Host memory it holds.

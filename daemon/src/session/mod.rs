@@ -37,7 +37,7 @@ use tokio::sync::oneshot;
 use tracing::{Instrument, debug, error, info};
 
 use crate::audit::{AuditLog, SessionRecord};
-use crate::executor::{ExecError, Outcome};
+use crate::executor::{ExecError, Files, Outcome};
 use crate::metrics::SessionMetrics;
 use crate::sandbox::guest::SavedState;
 
@@ -79,8 +79,17 @@ impl SessionSettings {
 pub struct Saved {
     /// The state.
     pub state: SavedState,
-    /// Host memory it holds, in bytes.
+    /// Host memory it holds, in bytes (its files' included).
     pub bytes: u64,
+    /// The working directory the exec left.
+    pub files: Arc<Files>,
+}
+
+/// Where a session's exec starts: the state and working directory its last exec left.
+#[derive(Debug)]
+pub struct Resume {
+    pub state: SavedState,
+    pub files: Arc<Files>,
 }
 
 impl std::fmt::Debug for Saved {
@@ -277,6 +286,25 @@ impl Sessions {
         Ok(fork.info(&self.settings))
     }
 
+    /// The working directory of `owner`'s session `id` as its last exec left it, after the
+    /// execs that arrived before (waiting at most `wait` for them).
+    pub async fn files(
+        &self,
+        owner: u32,
+        id: &str,
+        wait: Duration,
+    ) -> Result<Arc<Files>, ExecError> {
+        let session = self.find(owner, id)?;
+        let turn = tokio::time::timeout(wait, session.image.clone().lock_owned());
+        let Ok(image) = turn.await else {
+            return Err(ExecError::SessionBusy { timeout: wait });
+        };
+        Ok(image
+            .as_ref()
+            .map(|image| image.files().clone())
+            .unwrap_or_default())
+    }
+
     /// Adds a session after checking the limits.
     fn insert(
         &self,
@@ -431,7 +459,7 @@ impl Sessions {
         run: F,
     ) -> Result<Outcome, ExecError>
     where
-        F: FnOnce(Option<SavedState>) -> Fut + Send + 'static,
+        F: FnOnce(Option<Resume>) -> Fut + Send + 'static,
         Fut: Future<Output = Result<Ran, ExecError>> + Send + 'static,
     {
         let session = self.find(owner, id)?;
@@ -442,7 +470,10 @@ impl Sessions {
         };
         let session = self.find(owner, id)?;
         session.meta().busy = true;
-        let start = image.as_ref().map(|image| image.state());
+        let start = image.as_ref().map(|image| Resume {
+            state: image.state(),
+            files: image.files().clone(),
+        });
         // From here on the exec runs to its end whether or not its caller still waits.
         let sessions = self.clone();
         let span = tracing::Span::current();

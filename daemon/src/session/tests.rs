@@ -45,19 +45,25 @@ fn outcome() -> Outcome {
         result: serde_json::Value::Null,
         error: None,
         session: None,
+        files: Files::new(),
     }
 }
 
 /// What the fake worker saw: the state it started from (a number, or None for warm).
-fn seen(state: &Option<SavedState>) -> Option<u32> {
-    state.as_ref().map(|s| *s.get::<u32>().unwrap())
+fn seen(state: &Option<Resume>) -> Option<u32> {
+    state.as_ref().map(|s| *s.state.get::<u32>().unwrap())
+}
+
+/// The working directory an exec saving `value` leaves: one file holding it.
+fn files_of(value: u32) -> Arc<Files> {
+    Arc::new([("state.txt".to_owned(), value.to_string().into_bytes())].into())
 }
 
 /// Runs an exec whose worker saves `value` as the new state, `bytes` big; returns the state
 /// the exec started from.
 async fn exec_saving(sessions: &Arc<Sessions>, id: &str, value: u32, bytes: u64) -> Option<u32> {
     let (tx, rx) = oneshot::channel();
-    let run = move |state: Option<SavedState>| async move {
+    let run = move |state: Option<Resume>| async move {
         let start = seen(&state);
         tx.send(start).unwrap();
         let (saved, saving) = oneshot::channel();
@@ -65,6 +71,7 @@ async fn exec_saving(sessions: &Arc<Sessions>, id: &str, value: u32, bytes: u64)
             .send(Some(Saved {
                 state: SavedState::new(value),
                 bytes,
+                files: files_of(value),
             }))
             .unwrap();
         Ok(Ran {
@@ -171,7 +178,7 @@ async fn execs_of_one_session_run_one_at_a_time_in_arrival_order() {
         let (sessions, id) = (sessions.clone(), id.clone());
         let (running, order) = (running.clone(), order.clone());
         execs.push(tokio::spawn(async move {
-            let run = move |state: Option<SavedState>| async move {
+            let run = move |state: Option<Resume>| async move {
                 assert_eq!(running.fetch_add(1, Ordering::SeqCst), 0, "two at once");
                 order.lock().unwrap().push((n, seen(&state)));
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -181,6 +188,7 @@ async fn execs_of_one_session_run_one_at_a_time_in_arrival_order() {
                     .send(Some(Saved {
                         state: SavedState::new(n),
                         bytes: 1,
+                        files: files_of(n),
                     }))
                     .unwrap();
                 Ok(Ran {
@@ -340,7 +348,7 @@ async fn a_session_is_its_creators_alone_and_others_are_told_it_does_not_exist()
         sessions.delete(other, &id),
         Err(ExecError::SessionNotFound(_))
     ));
-    let run = |_: Option<SavedState>| async {
+    let run = |_: Option<Resume>| async {
         Err::<Ran, _>(ExecError::Internal("another caller's exec ran".into()))
     };
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -435,4 +443,26 @@ async fn an_expiry_is_written_to_the_audit_log() {
     assert_eq!(line["session"], id.as_str());
     assert_eq!(line["owner_uid"], OWNER);
     assert_eq!(line["reason"], "idle");
+}
+
+#[tokio::test]
+async fn files_follow_the_state_through_rollback_and_fork() {
+    let sessions = sessions(settings());
+    let id = sessions.create(OWNER, Language::Python, None).unwrap().id;
+    let wait = Duration::from_secs(1);
+    assert!(sessions.files(OWNER, &id, wait).await.unwrap().is_empty());
+    exec_saving(&sessions, &id, 7, 10).await;
+    exec_rolling_back(&sessions, &id).await;
+    assert_eq!(sessions.files(OWNER, &id, wait).await.unwrap(), files_of(7));
+    let fork = sessions.fork(OWNER, &id, wait).await.unwrap();
+    exec_saving(&sessions, &id, 8, 10).await;
+    assert_eq!(
+        sessions.files(OWNER, &fork.id, wait).await.unwrap(),
+        files_of(7)
+    );
+    assert_eq!(sessions.files(OWNER, &id, wait).await.unwrap(), files_of(8));
+    assert!(matches!(
+        sessions.files(OWNER + 1, &id, wait).await,
+        Err(ExecError::SessionNotFound(_))
+    ));
 }

@@ -57,6 +57,7 @@ impl Executor for Stub {
             result: serde_json::json!(job.code.len()),
             error: None,
             session: None,
+            files: Default::default(),
         })
     }
 

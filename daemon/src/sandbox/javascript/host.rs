@@ -24,25 +24,29 @@ use hyperlight_js::ProtoJSSandbox;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::files;
 use crate::sandbox::guest::{OutputCapture, Stream};
+use crate::sandbox::workspace::Workspace;
 
 /// Host module the runner imports.
 pub const MODULE: &str = "hyperlightd";
 
-/// The state the host functions of one sandbox share: where its output goes, and the clock of
-/// the call in progress.
+/// The state the host functions of one sandbox share: where its output goes, the clock of
+/// the call in progress, and the program's working directory.
 #[derive(Debug, Clone)]
 pub struct Host {
     pub output: Arc<OutputCapture>,
     pub clock: Arc<CallClock>,
+    pub work: Arc<Workspace>,
 }
 
 impl Host {
-    /// A host writing to `output`, with a clock of its own.
+    /// A host writing to `output`, with a clock and a working directory of its own.
     pub fn new(output: Arc<OutputCapture>) -> Self {
         Host {
             output,
             clock: Arc::new(CallClock::default()),
+            work: Arc::new(Workspace::default()),
         }
     }
 
@@ -70,6 +74,15 @@ impl Host {
         let host = self.clone();
         proto.register(MODULE, "sleep", move |ms: f64| host.clock.sleep(ms))?;
         proto.register(MODULE, "random", random_hex)?;
+        // The files functions take up to two strings (unused ones are passed as "").
+        for &function in files::FUNCTIONS {
+            let host = self.clone();
+            proto.register(MODULE, function, move |a: String, b: String| {
+                let args = serde_json::json!([a, b]).to_string();
+                let answer = host.call(MODULE, function, &args).unwrap_or_default();
+                serde_json::from_str::<serde_json::Value>(&answer).unwrap_or_default()
+            })?;
+        }
         Ok(())
     }
 
@@ -87,9 +100,11 @@ impl Host {
             "now" => answer(args, |(_,): (u8,)| self.clock.elapsed_ms()),
             "sleep" => answer(args, |(ms,): (f64,)| self.clock.sleep(ms)),
             "random" => answer(args, |(bytes,): (usize,)| random_hex(bytes)),
-            _ => Err(format!(
-                "the host module {MODULE} has no function {function:?}"
-            )),
+            _ => files::call(&self.work, function, args).unwrap_or_else(|| {
+                Err(format!(
+                    "the host module {MODULE} has no function {function:?}"
+                ))
+            }),
         }
     }
 

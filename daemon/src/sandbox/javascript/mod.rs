@@ -8,6 +8,7 @@
 //! for neither. After each restore the sandbox is primed with a fixed program, so that the pages
 //! a request writes are already copied from the snapshot.
 
+mod files;
 mod host;
 
 use std::sync::Arc;
@@ -23,6 +24,8 @@ use super::guest::{
 };
 use super::stored::{self, Codec, Key, SnapshotStore, Stored};
 use super::watchdog::{self, Interrupt};
+use super::workspace::{FileError, Workspace};
+use crate::executor::Files;
 
 /// The runner, compiled into the daemon so that the daemon and its guest protocol always match:
 /// the web APIs bundled from npm (`cargo xtask js-vendor`), those built on the host functions
@@ -163,6 +166,7 @@ impl GuestFactory for JavascriptFactory {
             sandbox,
             warm: template,
             clock: host.clock,
+            work: host.work,
             output,
             max_result_bytes: self.sizes.max_result_bytes,
         }))
@@ -174,6 +178,8 @@ struct JavascriptGuest {
     sandbox: MultiUseSandbox,
     warm: Arc<Snapshot>,
     clock: Arc<CallClock>,
+    /// The working directory its host functions serve.
+    work: Arc<Workspace>,
     output: Arc<OutputCapture>,
     max_result_bytes: usize,
 }
@@ -191,7 +197,12 @@ impl JavascriptGuest {
 impl Guest for JavascriptGuest {
     fn run(&mut self, program: &Program<'_>, deadline: Instant) -> Result<String, GuestError> {
         self.clock.start(deadline);
+        self.work.begin(program.files, program.file_limits);
         Ok(self.call_runner(program)?)
+    }
+
+    fn take_files(&mut self) -> (Files, Option<FileError>) {
+        self.work.take()
     }
 
     fn interrupt_handle(&self) -> Arc<dyn Interrupt> {
@@ -218,11 +229,7 @@ impl Guest for JavascriptGuest {
     fn prime(&mut self) -> Result<bool, GuestError> {
         self.clock.start(Instant::now() + PRIME_LIMIT);
         self.output.begin(0, None);
-        let reply = self.call_runner(&Program {
-            code: PRIME,
-            policy: None,
-            session: false,
-        })?;
+        let reply = self.call_runner(&Program::fixed(PRIME))?;
         RunnerReply::primed(&reply)?;
         Ok(true)
     }

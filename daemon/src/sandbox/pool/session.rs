@@ -4,7 +4,7 @@
 //!
 //! [`worker`]: super::worker
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use hyperlightd_api::ErrorKind;
@@ -14,7 +14,7 @@ use tracing::{debug, warn};
 use super::Task;
 use super::worker::{Fate, RESET_LIMIT, Worker};
 use super::{Ran, Scope};
-use crate::executor::{ExecError, Outcome};
+use crate::executor::{ExecError, Files, Outcome};
 use crate::sandbox::guest::{Guest, GuestError, OutputCapture, SavedState};
 use crate::session::{After, Saved};
 use crate::sys::memory::resident_bytes;
@@ -45,7 +45,7 @@ impl Worker {
             ))));
             return Fate::of(&e);
         }
-        let (outcome, fate) = self.execute(guest, output, &job, session);
+        let (outcome, fate, files) = self.execute(guest, output, &job, session);
         if !session {
             let _ = reply.send(Ok(Ran {
                 outcome,
@@ -63,7 +63,7 @@ impl Worker {
                     outcome,
                     after: After::Saving(saving),
                 }));
-                let _ = saved.send(self.save(guest));
+                let _ = saved.send(self.save(guest, files));
             }
         }
         fate
@@ -86,9 +86,9 @@ impl Worker {
         Ok(())
     }
 
-    /// Saves the state the session's exec left; None if that failed (the session keeps its
-    /// state from before the exec).
-    fn save(&self, guest: &mut dyn Guest) -> Option<Saved> {
+    /// Saves the state the session's exec left, and its working directory's `files`; None if
+    /// that failed (the session keeps its state from before the exec).
+    fn save(&self, guest: &mut dyn Guest, files: Files) -> Option<Saved> {
         let _one_at_a_time = SAVING.lock().unwrap_or_else(PoisonError::into_inner);
         let before = resident_bytes();
         let started = Instant::now();
@@ -99,8 +99,13 @@ impl Worker {
             .observe(started.elapsed().as_secs_f64());
         match state {
             Ok(state) => {
+                let bytes = bytes + files.values().map(|f| f.len() as u64).sum::<u64>();
                 debug!(bytes, "session state saved");
-                Some(Saved { state, bytes })
+                Some(Saved {
+                    state,
+                    bytes,
+                    files: Arc::new(files),
+                })
             }
             Err(e) => {
                 warn!("saving the session's state failed: {e}");

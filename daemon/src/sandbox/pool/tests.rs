@@ -9,10 +9,11 @@ use hyperlight_host::HyperlightError;
 use hyperlightd_api::{ErrorKind, ExecStatus};
 
 use super::*;
-use crate::executor::{ExecutorHealth, Outcome};
+use crate::executor::{ExecutorHealth, FileLimits, Files, Outcome};
 use crate::metrics::Metrics;
 use crate::sandbox::guest::{GuestError, Program, Stream};
 use crate::sandbox::watchdog::Interrupt;
+use crate::sandbox::workspace::FileError;
 
 /// What the test controls and observes, shared by every fake sandbox of a pool.
 #[derive(Default)]
@@ -65,6 +66,8 @@ struct FakeGuest {
     poisoned: bool,
     /// Programs run since the last reset: what a program would see of the ones before it.
     runs_since_reset: usize,
+    /// The working directory of the last call.
+    files: Files,
 }
 
 impl Guest for FakeGuest {
@@ -88,6 +91,7 @@ impl Guest for FakeGuest {
         }
         *self.interrupt.killed.lock().unwrap() = false;
         self.runs_since_reset += 1;
+        self.files = program.files.clone();
         let ok = |result: &str| Ok(format!(r#"{{"ok":true,"result":{result}}}"#));
         let cancelled = || {
             Err(GuestError::Hyperlight(
@@ -110,6 +114,11 @@ impl Guest for FakeGuest {
                 cancelled()
             }
             ("seen", _) => ok(&(self.runs_since_reset - 1).to_string()),
+            ("write", file) => {
+                let (path, text) = file.split_once('=').unwrap();
+                self.files.insert(path.to_owned(), text.as_bytes().to_vec());
+                ok("null")
+            }
             ("spin", _) => {
                 self.poisoned = true;
                 assert!(
@@ -141,6 +150,10 @@ impl Guest for FakeGuest {
             }
             _ => panic!("unknown fake program {code:?}"),
         }
+    }
+
+    fn take_files(&mut self) -> (Files, Option<FileError>) {
+        (std::mem::take(&mut self.files), None)
     }
 
     fn interrupt_handle(&self) -> Arc<dyn Interrupt> {
@@ -188,6 +201,7 @@ impl GuestFactory for FakeFactory {
             interrupt: Arc::default(),
             poisoned: false,
             runs_since_reset: 0,
+            files: Files::new(),
         }))
     }
 }
@@ -219,6 +233,11 @@ fn job(code: &str, timeout_ms: u64) -> Job {
         max_output_bytes: 1000,
         policy: None,
         output: None,
+        files: Files::new(),
+        file_limits: FileLimits {
+            max_entries: 10,
+            max_bytes: 100,
+        },
         span: tracing::Span::none(),
         session: None,
         caller: crate::caller::Caller {
@@ -534,4 +553,21 @@ async fn output_reaches_a_watching_caller_as_it_is_written_and_its_going_away_st
         .unwrap();
     let message = outcome.error.unwrap().message;
     assert!(message.contains("went away"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_files_created_or_changed_come_back() {
+    let (pool, _control, _metrics) = pool(1);
+    let mut job = job("write:out.txt=new", 5000);
+    job.files = [
+        ("in.txt".to_owned(), b"same".to_vec()),
+        ("out.txt".to_owned(), b"old".to_vec()),
+    ]
+    .into();
+    let outcome = submit(&pool, job).await.unwrap();
+    assert_eq!(outcome.status, ExecStatus::Ok);
+    assert_eq!(
+        outcome.files,
+        [("out.txt".to_owned(), b"new".to_vec())].into()
+    );
 }

@@ -19,12 +19,13 @@ use hyperlightd_api::{ErrorBody, ErrorKind, ExecStatus, Language};
 use tracing::{debug, error, info, warn};
 
 use super::{Sandbox, Shared, SlotState, Task};
-use crate::executor::{ExecError, Job, Outcome};
+use crate::executor::{ExecError, FileLimits, Files, Job, Outcome};
 use crate::metrics::PoolMetrics;
 use crate::sandbox::guest::{
     Captured, Guest, GuestError, GuestFactory, OutputCapture, OutputSink, Program, RunnerReply,
 };
 use crate::sandbox::watchdog::Watchdog;
+use crate::sandbox::workspace::FileError;
 use crate::sys::signals::block_process_signals_on_this_thread;
 
 /// How long a restore, or a priming call (fixed code, milliseconds), may take before the
@@ -300,14 +301,14 @@ impl Worker {
     }
 
     /// Runs one job under its deadline (in the session's scope with `session`) and turns what
-    /// happened into an outcome, and what it did to the sandbox.
+    /// happened into an outcome, what it did to the sandbox, and the working directory it left.
     pub(super) fn execute(
         &self,
         guest: &mut dyn Guest,
         output: &OutputCapture,
         job: &Job,
         session: bool,
-    ) -> (Outcome, Fate) {
+    ) -> (Outcome, Fate, Files) {
         let budget = job.deadline.saturating_duration_since(Instant::now());
         output.begin(job.max_output_bytes, job.output.clone());
         let call = Instant::now();
@@ -316,9 +317,12 @@ impl Worker {
                 code: &job.code,
                 policy: job.policy.as_ref(),
                 session,
+                files: &job.files,
+                file_limits: job.file_limits,
             };
             guest.run(&program, job.deadline)
         });
+        let (files, over) = guest.take_files();
         let call = call.elapsed();
         self.metrics.guest_call.observe(call.as_secs_f64());
         debug!(call_ms = call.as_secs_f64() * 1e3, "guest call returned");
@@ -329,17 +333,23 @@ impl Worker {
                     Outcome {
                         status: ExecStatus::Ok,
                         stdout: captured.stdout,
-                        stderr: captured.stderr,
+                        stderr: with_refusal(captured.stderr, over, job.file_limits),
                         truncated: captured.truncated,
                         result,
                         error: None,
                         session: None,
+                        files: changed(&job.files, &files),
                     },
                     Fate::Sound,
                 ),
                 Ok(RunnerReply::Failed { error }) => {
                     let mut body = ErrorBody::new(error.kind.into(), error.message);
                     body.violations = error.violations;
+                    if let Some(cap) = over
+                        && body.kind == ErrorKind::Exception
+                    {
+                        body = file_limit(body, cap, job.file_limits);
+                    }
                     (error_outcome(body, captured), Fate::Sound)
                 }
                 Err(message) => (
@@ -354,7 +364,7 @@ impl Worker {
             Fate::Sound if guest.is_poisoned() => Fate::Poisoned(Recycle::GuestFailure),
             fate => fate,
         };
-        (outcome, fate)
+        (outcome, fate, files)
     }
 
     /// The outcome of a call that failed with `error`, and what it left the sandbox fit for.
@@ -442,7 +452,56 @@ fn error_outcome(error: ErrorBody, captured: Captured) -> Outcome {
         result: serde_json::Value::Null,
         error: Some(error),
         session: None,
+        files: Files::new(),
     }
+}
+
+/// The files of `after` that are not in `before` as they are there.
+fn changed(before: &Files, after: &Files) -> Files {
+    after
+        .iter()
+        .filter(|(path, bytes)| before.get(*path) != Some(*bytes))
+        .map(|(path, bytes)| (path.clone(), bytes.clone()))
+        .collect()
+}
+
+/// Which of the working directory's caps `cap` is, in words.
+fn cap_in_words(cap: FileError, limits: FileLimits) -> String {
+    match cap {
+        FileError::TooManyFiles => format!("{} files and directories", limits.max_entries),
+        _ => format!("{} bytes of files", limits.max_bytes),
+    }
+}
+
+/// A completed program's stderr, with a last line saying that a write of its was refused at a
+/// cap, if one was (a program may not notice: Python drops an error closing a file it never
+/// closed itself).
+fn with_refusal(mut stderr: String, over: Option<FileError>, limits: FileLimits) -> String {
+    if let Some(cap) = over {
+        if !stderr.is_empty() && !stderr.ends_with('\n') {
+            stderr.push('\n');
+        }
+        stderr.push_str(&format!(
+            "hyperlightd: a write was refused: the working directory's cap is {}; what was \
+             refused is not in the files returned\n",
+            cap_in_words(cap, limits)
+        ));
+    }
+    stderr
+}
+
+/// An exception after a write was refused at the working directory's `cap`: the program failed
+/// for the cap, and the error says so first.
+fn file_limit(error: ErrorBody, cap: FileError, limits: FileLimits) -> ErrorBody {
+    let which = cap_in_words(cap, limits);
+    ErrorBody::new(
+        ErrorKind::FileLimit,
+        format!(
+            "the program wrote past its working directory's cap of {which} (the write was \
+             refused, and the program failed): {}",
+            error.message
+        ),
+    )
 }
 
 pub(super) fn timeout_outcome(timeout: Duration, captured: Captured) -> Outcome {

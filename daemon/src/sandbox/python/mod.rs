@@ -33,6 +33,8 @@ use super::guest::{
 };
 use super::stored::{self, Codec, Key, SnapshotStore, Stored};
 use super::watchdog::{self, Interrupt, Watchdog};
+use super::workspace::{FileError, Workspace};
+use crate::executor::Files;
 
 #[allow(missing_debug_implementations, clippy::all)]
 mod bindings {
@@ -241,7 +243,8 @@ impl PythonFactory {
             .with_guest_input_buffer_size(self.sizes.input_buffer())
             .with_guest_output_buffer_size(self.sizes.output_buffer())
             .build()?;
-        let resources = self.register_imports(&mut proto, &output, &call)?;
+        let work = Arc::new(Workspace::default());
+        let resources = self.register_imports(&mut proto, &output, &call, &work)?;
         let runtime = proto.load_runtime()?;
         let loaded = runtime.load_module(&self.component).map_err(|e| {
             HyperlightError::Error(format!(
@@ -277,8 +280,14 @@ impl PythonFactory {
         on: &mut impl Registerable,
         output: &Arc<OutputCapture>,
         call: &CallState,
+        work: &Arc<Workspace>,
     ) -> Result<Arc<std::sync::Mutex<Tables>>, HyperlightError> {
-        let host = WasiHost::new(output.clone(), call.clone(), self.library.clone());
+        let host = WasiHost::new(
+            output.clone(),
+            call.clone(),
+            self.library.clone(),
+            work.clone(),
+        );
         bindings::register_host_functions(on, host)
             .map_err(|e| HyperlightError::Error(format!("registering the WASI imports: {e}")))
     }
@@ -350,7 +359,8 @@ impl GuestFactory for PythonFactory {
         let (template, _) = self.template()?;
         let call = CallState::new(self.max_host_handles);
         let mut functions = HostFunctions::default();
-        let resources = self.register_imports(&mut functions, &output, &call)?;
+        let work = Arc::new(Workspace::default());
+        let resources = self.register_imports(&mut functions, &output, &call, &work)?;
         let warm_tables = {
             let tables = lock(&template.tables);
             *lock(&resources) = tables.copy();
@@ -369,6 +379,7 @@ impl GuestFactory for PythonFactory {
             interrupt: Arc::new(watchdog::Hyperlight(interrupt)),
             call,
             output,
+            work,
             max_result_bytes: self.sizes.max_result_bytes,
         }))
     }
@@ -488,12 +499,15 @@ struct PythonGuest {
     interrupt: Arc<dyn Interrupt>,
     call: CallState,
     output: Arc<OutputCapture>,
+    /// The working directory its host functions serve.
+    work: Arc<Workspace>,
     max_result_bytes: usize,
 }
 
 impl Guest for PythonGuest {
     fn run(&mut self, program: &Program<'_>, deadline: Instant) -> Result<String, GuestError> {
         self.call.begin(deadline);
+        self.work.begin(program.files, program.file_limits);
         let reply = call_runner(
             &mut self.sandbox,
             &Event::program(program, self.max_result_bytes),
@@ -510,6 +524,10 @@ impl Guest for PythonGuest {
             )));
         }
         Ok(reply?)
+    }
+
+    fn take_files(&mut self) -> (Files, Option<FileError>) {
+        self.work.take()
     }
 
     fn interrupt_handle(&self) -> Arc<dyn Interrupt> {

@@ -168,5 +168,6 @@ mod tests {
         use hyperlight_common::resource::ResourceEntry;
         assert!(std::mem::size_of::<ResourceEntry<super::super::Pollable>>() <= 32);
         assert!(std::mem::size_of::<ResourceEntry<super::super::Output>>() <= 32);
+        assert!(std::mem::size_of::<ResourceEntry<super::super::Input>>() <= 32);
     }
 }

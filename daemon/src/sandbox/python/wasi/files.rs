@@ -1,8 +1,14 @@
-//! wasi:filesystem over the Python guest's [`Library`]: its top-level directories are the
-//! preopened directories (`python`, the standard library, and `0`, the runner's directory with
-//! any packages), and everything in them can be listed, stat-ed and read. Nothing can be
-//! written, created, renamed or removed: each such call answers `read-only`. Every sandbox reads
-//! the one library the daemon loaded; no request can change what another sees.
+//! wasi:filesystem: the Python guest's [`Library`] and the program's working directory.
+//!
+//! The library's top-level directories are preopened directories (`python`, the standard
+//! library, and `0`, the runner's directory with any packages), and everything in them can be
+//! listed, stat-ed and read. Nothing there can be written, created, renamed or removed: each
+//! such call answers `read-only`. Every sandbox reads the one library the daemon loaded; no
+//! request can change what another sees.
+//!
+//! The working directory, preopened as `work`, is the request's files (see [`super::work`]):
+//! each call below answers for a descriptor of either, and refuses what would cross from one
+//! to the other.
 //!
 //! Every descriptor, directory listing and file stream the guest opens is a host handle, kept
 //! until the restore after the call and counted against `--python-max-host-handles`.
@@ -13,10 +19,12 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use hyperlight_common::component::Negative as N;
 use hyperlight_common::resource::BorrowedResourceGuard as B;
 
+use super::work::{self, WorkListing, WorkReader, WorkWriter};
 use super::{Input, Output, Portable, ToPortable, WasiHost};
 use crate::sandbox::python::bindings::wasi::clocks::wall_clock::Datetime;
 use crate::sandbox::python::bindings::wasi::filesystem;
 use crate::sandbox::python::library::{Library, Lookup, Node};
+use crate::sandbox::workspace::{self, Entry, FileError};
 
 use filesystem::types::{
     Advice, DescriptorFlags, DescriptorStat, DescriptorType, DirectoryEntry, ErrorCode as FsError,
@@ -26,12 +34,22 @@ use filesystem::types::{
 /// The most bytes one read hands the guest; it reads on for more.
 const MAX_READ: u64 = 64 * 1024;
 
-/// An open file or directory of the library: its node.
+/// An open file or directory: a node of the library, or a path of the working directory.
 #[derive(Clone)]
-pub struct Descriptor(usize);
+pub enum Descriptor {
+    Library(usize),
+    Work(String),
+}
 
-/// A directory being listed: its node, and the index of the next entry.
-pub struct Listing {
+/// A directory being listed.
+#[derive(Clone)]
+pub enum Listing {
+    Library(LibraryListing),
+    Work(WorkListing),
+}
+
+/// A directory of the library being listed: its node, and the index of the next entry.
+pub struct LibraryListing {
     dir: usize,
     next: AtomicUsize,
 }
@@ -53,9 +71,9 @@ impl Clone for FileStream {
 }
 
 /// A copy lists on from where the original was.
-impl Clone for Listing {
+impl Clone for LibraryListing {
     fn clone(&self) -> Self {
-        Listing {
+        LibraryListing {
             dir: self.dir,
             next: AtomicUsize::new(self.next.load(Ordering::Relaxed)),
         }
@@ -82,11 +100,15 @@ impl ToPortable for FileStream {
 
 impl ToPortable for Descriptor {
     fn to_portable(&self) -> Portable {
-        Portable::Descriptor { node: self.0 }
+        match self {
+            Descriptor::Library(node) => Portable::Descriptor { node: *node },
+            Descriptor::Work(path) => Portable::WorkDescriptor { path: path.clone() },
+        }
     }
     fn from_portable(portable: &Portable) -> Option<Self> {
-        match *portable {
-            Portable::Descriptor { node } => Some(Descriptor(node)),
+        match portable {
+            Portable::Descriptor { node } => Some(Descriptor::Library(*node)),
+            Portable::WorkDescriptor { path } => Some(Descriptor::Work(path.clone())),
             _ => None,
         }
     }
@@ -94,17 +116,27 @@ impl ToPortable for Descriptor {
 
 impl ToPortable for Listing {
     fn to_portable(&self) -> Portable {
-        Portable::Listing {
-            node: self.dir,
-            next: self.next.load(Ordering::Relaxed),
+        match self {
+            Listing::Library(listing) => Portable::Listing {
+                node: listing.dir,
+                next: listing.next.load(Ordering::Relaxed),
+            },
+            Listing::Work(listing) => Portable::WorkListing {
+                entries: listing.entries.clone(),
+                next: listing.next.load(Ordering::Relaxed),
+            },
         }
     }
     fn from_portable(portable: &Portable) -> Option<Self> {
-        match *portable {
-            Portable::Listing { node, next } => Some(Listing {
-                dir: node,
-                next: AtomicUsize::new(next),
-            }),
+        match portable {
+            Portable::Listing { node, next } => Some(Listing::Library(LibraryListing {
+                dir: *node,
+                next: AtomicUsize::new(*next),
+            })),
+            Portable::WorkListing { entries, next } => Some(Listing::Work(WorkListing {
+                entries: entries.clone(),
+                next: AtomicUsize::new(*next),
+            })),
             _ => None,
         }
     }
@@ -148,8 +180,8 @@ impl WasiHost {
         self.library.as_ref().ok_or(FsError::BadDescriptor)
     }
 
-    fn lookup(&self, dir: &Descriptor, path: &str) -> Result<usize, FsError> {
-        Ok(self.library()?.lookup(dir.0, path)?)
+    fn lookup(&self, dir: usize, path: &str) -> Result<usize, FsError> {
+        Ok(self.library()?.lookup(dir, path)?)
     }
 
     fn stat_of(&self, node: usize) -> Result<DescriptorStat<Datetime>, FsError> {
@@ -182,21 +214,107 @@ fn hash_of(node: usize) -> MetadataHashValue {
     }
 }
 
+/// A descriptor of the working directory, or the error a library one gets for a change.
+fn work_dir(this: &Descriptor) -> Result<&str, FsError> {
+    match this {
+        Descriptor::Work(path) => Ok(path),
+        Descriptor::Library(_) => Err(FsError::ReadOnly),
+    }
+}
+
+impl WasiHost {
+    /// `path` from the working directory's descriptor `dir`, resolved.
+    fn work_path(&self, dir: &str, path: &str) -> Result<String, FsError> {
+        let path = workspace::resolve(dir, path)?;
+        Ok(path)
+    }
+
+    fn work_stat(&self, path: &str) -> Result<DescriptorStat<Datetime>, FsError> {
+        let (kind, size) = work::type_and_size(self.work.entry(path)?);
+        Ok(DescriptorStat {
+            r#type: kind,
+            link_count: 1,
+            size,
+            data_access_timestamp: None,
+            data_modification_timestamp: None,
+            status_change_timestamp: None,
+        })
+    }
+
+    /// `open-at` in the working directory.
+    fn work_open(
+        &mut self,
+        dir: &str,
+        path: &str,
+        open: OpenFlags,
+        flags: DescriptorFlags,
+    ) -> Result<Descriptor, FsError> {
+        let path = self.work_path(dir, path)?;
+        let writes = flags.write || open.truncate;
+        let entry = match self.work.entry(&path) {
+            Ok(_) if open.create && open.exclusive => return Err(FileError::Exists.into()),
+            Ok(Entry::Dir) if writes => return Err(FsError::IsDirectory),
+            Ok(Entry::Dir) => Entry::Dir,
+            Ok(Entry::File { .. }) | Err(FileError::NotFound) => {
+                self.work
+                    .open(&path, open.create, open.exclusive, open.truncate)?
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if open.directory && entry != Entry::Dir {
+            return Err(FsError::NotDirectory);
+        }
+        self.call.resource_given();
+        Ok(Descriptor::Work(path))
+    }
+}
+
 impl filesystem::types::Descriptor<N, Datetime, Listing, Input, Output> for WasiHost {
     type T = Descriptor;
     fn read_via_stream(&mut self, this: B<'_, Descriptor>, offset: u64) -> Result<Input, FsError> {
-        self.file_bytes(this.0)?;
+        let input = match &*this {
+            Descriptor::Library(node) => {
+                self.file_bytes(*node)?;
+                Input::File(FileStream {
+                    file: *node,
+                    at: AtomicU64::new(offset),
+                })
+            }
+            Descriptor::Work(path) => {
+                if self.work.entry(path)? == Entry::Dir {
+                    return Err(FsError::IsDirectory);
+                }
+                Input::Work(Box::new(WorkReader {
+                    path: path.clone(),
+                    at: AtomicU64::new(offset),
+                }))
+            }
+        };
         self.call.resource_given();
-        Ok(Input::File(FileStream {
-            file: this.0,
-            at: AtomicU64::new(offset),
-        }))
+        Ok(input)
     }
-    fn write_via_stream(&mut self, _: B<'_, Descriptor>, _: u64) -> Result<Output, FsError> {
-        Err(FsError::ReadOnly)
+    fn write_via_stream(
+        &mut self,
+        this: B<'_, Descriptor>,
+        offset: u64,
+    ) -> Result<Output, FsError> {
+        let path = work_dir(&this)?.to_owned();
+        if self.work.entry(&path)? == Entry::Dir {
+            return Err(FsError::IsDirectory);
+        }
+        self.call.resource_given();
+        Ok(Output::File(Box::new(WorkWriter {
+            path,
+            at: Some(AtomicU64::new(offset)),
+        })))
     }
-    fn append_via_stream(&mut self, _: B<'_, Descriptor>) -> Result<Output, FsError> {
-        Err(FsError::ReadOnly)
+    fn append_via_stream(&mut self, this: B<'_, Descriptor>) -> Result<Output, FsError> {
+        let path = work_dir(&this)?.to_owned();
+        if self.work.entry(&path)? == Entry::Dir {
+            return Err(FsError::IsDirectory);
+        }
+        self.call.resource_given();
+        Ok(Output::File(Box::new(WorkWriter { path, at: None })))
     }
     fn advise(&mut self, _: B<'_, Descriptor>, _: u64, _: u64, _: Advice) -> Result<(), FsError> {
         Ok(())
@@ -204,26 +322,28 @@ impl filesystem::types::Descriptor<N, Datetime, Listing, Input, Output> for Wasi
     fn sync_data(&mut self, _: B<'_, Descriptor>) -> Result<(), FsError> {
         Ok(())
     }
-    fn get_flags(&mut self, _: B<'_, Descriptor>) -> Result<DescriptorFlags, FsError> {
+    fn get_flags(&mut self, this: B<'_, Descriptor>) -> Result<DescriptorFlags, FsError> {
+        let work = matches!(&*this, Descriptor::Work(_));
         Ok(DescriptorFlags {
             read: true,
-            write: false,
+            write: work,
             file_integrity_sync: false,
             data_integrity_sync: false,
             requested_write_sync: false,
-            mutate_directory: false,
+            mutate_directory: work,
         })
     }
-    fn set_size(&mut self, _: B<'_, Descriptor>, _: u64) -> Result<(), FsError> {
-        Err(FsError::ReadOnly)
+    fn set_size(&mut self, this: B<'_, Descriptor>, size: u64) -> Result<(), FsError> {
+        Ok(self.work.set_size(work_dir(&this)?, size)?)
     }
     fn set_times(
         &mut self,
-        _: B<'_, Descriptor>,
+        this: B<'_, Descriptor>,
         _: NewTimestamp<Datetime>,
         _: NewTimestamp<Datetime>,
     ) -> Result<(), FsError> {
-        Err(FsError::ReadOnly)
+        // Files keep no times: setting them changes nothing.
+        work_dir(&this).map(drop)
     }
     fn read(
         &mut self,
@@ -231,32 +351,60 @@ impl filesystem::types::Descriptor<N, Datetime, Listing, Input, Output> for Wasi
         len: u64,
         offset: u64,
     ) -> Result<(Vec<u8>, bool), FsError> {
-        let bytes = self.file_bytes(this.0)?;
-        let slice = window(bytes, offset, len.min(MAX_READ));
-        let end = offset.saturating_add(slice.len() as u64) >= bytes.len() as u64;
-        Ok((slice.to_vec(), end))
+        match &*this {
+            Descriptor::Library(node) => {
+                let bytes = self.file_bytes(*node)?;
+                let slice = window(bytes, offset, len.min(MAX_READ));
+                let end = offset.saturating_add(slice.len() as u64) >= bytes.len() as u64;
+                Ok((slice.to_vec(), end))
+            }
+            Descriptor::Work(path) => Ok(self.work.read(path, offset, len.min(MAX_READ))?),
+        }
     }
-    fn write(&mut self, _: B<'_, Descriptor>, _: Vec<u8>, _: u64) -> Result<u64, FsError> {
-        Err(FsError::ReadOnly)
+    fn write(
+        &mut self,
+        this: B<'_, Descriptor>,
+        bytes: Vec<u8>,
+        offset: u64,
+    ) -> Result<u64, FsError> {
+        self.work.write(work_dir(&this)?, Some(offset), &bytes)?;
+        Ok(bytes.len() as u64)
     }
     fn read_directory(&mut self, this: B<'_, Descriptor>) -> Result<Listing, FsError> {
-        if !matches!(self.library()?.node(this.0), Node::Dir(_)) {
-            return Err(FsError::NotDirectory);
-        }
+        let listing = match &*this {
+            Descriptor::Library(node) => {
+                if !matches!(self.library()?.node(*node), Node::Dir(_)) {
+                    return Err(FsError::NotDirectory);
+                }
+                Listing::Library(LibraryListing {
+                    dir: *node,
+                    next: AtomicUsize::new(0),
+                })
+            }
+            Descriptor::Work(path) => Listing::Work(WorkListing {
+                entries: self.work.list(path)?,
+                next: AtomicUsize::new(0),
+            }),
+        };
         self.call.resource_given();
-        Ok(Listing {
-            dir: this.0,
-            next: AtomicUsize::new(0),
-        })
+        Ok(listing)
     }
     fn sync(&mut self, _: B<'_, Descriptor>) -> Result<(), FsError> {
         Ok(())
     }
-    fn create_directory_at(&mut self, _: B<'_, Descriptor>, _: String) -> Result<(), FsError> {
-        Err(FsError::ReadOnly)
+    fn create_directory_at(
+        &mut self,
+        this: B<'_, Descriptor>,
+        path: String,
+    ) -> Result<(), FsError> {
+        let path = self.work_path(work_dir(&this)?, &path)?;
+        Ok(self.work.make_dir(&path)?)
     }
     fn stat(&mut self, this: B<'_, Descriptor>) -> Result<DescriptorStat<Datetime>, FsError> {
-        self.stat_of(this.0)
+        match &*this {
+            Descriptor::Library(node) => self.stat_of(*node),
+            Descriptor::Work(path) => self.work_stat(path),
+        }
     }
     fn stat_at(
         &mut self,
@@ -264,28 +412,36 @@ impl filesystem::types::Descriptor<N, Datetime, Listing, Input, Output> for Wasi
         _: PathFlags,
         path: String,
     ) -> Result<DescriptorStat<Datetime>, FsError> {
-        let node = self.lookup(&this, &path)?;
-        self.stat_of(node)
+        match &*this {
+            Descriptor::Library(node) => {
+                let node = self.lookup(*node, &path)?;
+                self.stat_of(node)
+            }
+            Descriptor::Work(dir) => self.work_stat(&self.work_path(dir, &path)?),
+        }
     }
     fn set_times_at(
         &mut self,
-        _: B<'_, Descriptor>,
+        this: B<'_, Descriptor>,
         _: PathFlags,
-        _: String,
+        path: String,
         _: NewTimestamp<Datetime>,
         _: NewTimestamp<Datetime>,
     ) -> Result<(), FsError> {
-        Err(FsError::ReadOnly)
+        let path = self.work_path(work_dir(&this)?, &path)?;
+        self.work.entry(&path)?;
+        Ok(())
     }
     fn link_at(
         &mut self,
-        _: B<'_, Descriptor>,
+        this: B<'_, Descriptor>,
         _: PathFlags,
         _: String,
         _: B<'_, Descriptor>,
         _: String,
     ) -> Result<(), FsError> {
-        Err(FsError::ReadOnly)
+        work_dir(&this)?;
+        Err(FileError::NoLinks.into())
     }
     fn open_at(
         &mut self,
@@ -295,7 +451,11 @@ impl filesystem::types::Descriptor<N, Datetime, Listing, Input, Output> for Wasi
         open: OpenFlags,
         flags: DescriptorFlags,
     ) -> Result<Descriptor, FsError> {
-        let found = self.lookup(&this, &path);
+        let dir = match &*this {
+            Descriptor::Work(dir) => return self.work_open(dir, &path, open, flags),
+            Descriptor::Library(dir) => *dir,
+        };
+        let found = self.lookup(dir, &path);
         if open.create && open.exclusive && found.is_ok() {
             return Err(FsError::Exist);
         }
@@ -307,33 +467,55 @@ impl filesystem::types::Descriptor<N, Datetime, Listing, Input, Output> for Wasi
             return Err(FsError::NotDirectory);
         }
         self.call.resource_given();
-        Ok(Descriptor(node))
+        Ok(Descriptor::Library(node))
     }
     fn readlink_at(&mut self, this: B<'_, Descriptor>, path: String) -> Result<String, FsError> {
-        // The library has no links.
-        self.lookup(&this, &path)?;
+        // Neither has links.
+        match &*this {
+            Descriptor::Library(node) => {
+                self.lookup(*node, &path)?;
+            }
+            Descriptor::Work(dir) => {
+                self.work.entry(&self.work_path(dir, &path)?)?;
+            }
+        }
         Err(FsError::Invalid)
     }
-    fn remove_directory_at(&mut self, _: B<'_, Descriptor>, _: String) -> Result<(), FsError> {
-        Err(FsError::ReadOnly)
+    fn remove_directory_at(
+        &mut self,
+        this: B<'_, Descriptor>,
+        path: String,
+    ) -> Result<(), FsError> {
+        let path = self.work_path(work_dir(&this)?, &path)?;
+        Ok(self.work.remove_dir(&path)?)
     }
     fn rename_at(
         &mut self,
-        _: B<'_, Descriptor>,
-        _: String,
-        _: B<'_, Descriptor>,
-        _: String,
+        this: B<'_, Descriptor>,
+        from: String,
+        to_dir: B<'_, Descriptor>,
+        to: String,
     ) -> Result<(), FsError> {
-        Err(FsError::ReadOnly)
+        let from = self.work_path(work_dir(&this)?, &from)?;
+        let to = match &*to_dir {
+            Descriptor::Work(dir) => self.work_path(dir, &to)?,
+            Descriptor::Library(_) => return Err(FsError::CrossDevice),
+        };
+        Ok(self.work.rename(&from, &to)?)
     }
-    fn symlink_at(&mut self, _: B<'_, Descriptor>, _: String, _: String) -> Result<(), FsError> {
-        Err(FsError::ReadOnly)
+    fn symlink_at(&mut self, this: B<'_, Descriptor>, _: String, _: String) -> Result<(), FsError> {
+        work_dir(&this)?;
+        Err(FileError::NoLinks.into())
     }
-    fn unlink_file_at(&mut self, _: B<'_, Descriptor>, _: String) -> Result<(), FsError> {
-        Err(FsError::ReadOnly)
+    fn unlink_file_at(&mut self, this: B<'_, Descriptor>, path: String) -> Result<(), FsError> {
+        let path = self.work_path(work_dir(&this)?, &path)?;
+        Ok(self.work.remove_file(&path)?)
     }
     fn metadata_hash(&mut self, this: B<'_, Descriptor>) -> Result<MetadataHashValue, FsError> {
-        Ok(hash_of(this.0))
+        Ok(match &*this {
+            Descriptor::Library(node) => hash_of(*node),
+            Descriptor::Work(path) => work::hash_of(path),
+        })
     }
     fn metadata_hash_at(
         &mut self,
@@ -341,7 +523,14 @@ impl filesystem::types::Descriptor<N, Datetime, Listing, Input, Output> for Wasi
         _: PathFlags,
         path: String,
     ) -> Result<MetadataHashValue, FsError> {
-        Ok(hash_of(self.lookup(&this, &path)?))
+        Ok(match &*this {
+            Descriptor::Library(node) => hash_of(self.lookup(*node, &path)?),
+            Descriptor::Work(dir) => {
+                let path = self.work_path(dir, &path)?;
+                self.work.entry(&path)?;
+                work::hash_of(&path)
+            }
+        })
     }
 }
 
@@ -351,16 +540,17 @@ impl filesystem::types::DirectoryEntryStream<N> for WasiHost {
         &mut self,
         this: B<'_, Listing>,
     ) -> Result<Option<DirectoryEntry>, FsError> {
+        let listing = match &*this {
+            Listing::Library(listing) => listing,
+            Listing::Work(listing) => return Ok(listing.next()),
+        };
         let library = self.library()?;
-        let Node::Dir(entries) = library.node(this.dir) else {
+        let Node::Dir(entries) = library.node(listing.dir) else {
             return Err(FsError::NotDirectory);
         };
-        let next = this.next.fetch_add(1, Ordering::Relaxed);
+        let next = listing.next.fetch_add(1, Ordering::Relaxed);
         Ok(entries.get(next).map(|(name, node)| DirectoryEntry {
-            r#type: match library.node(*node) {
-                Node::Dir(_) => DescriptorType::Directory,
-                Node::File(_) => DescriptorType::RegularFile,
-            },
+            r#type: work::kind(matches!(library.node(*node), Node::Dir(_))),
             name: name.clone(),
         }))
     }
@@ -368,16 +558,16 @@ impl filesystem::types::DirectoryEntryStream<N> for WasiHost {
 
 impl filesystem::Types<N, Datetime, Input, Output> for WasiHost {}
 
+/// The library's top-level directories, and the working directory.
 impl filesystem::Preopens<N, Descriptor> for WasiHost {
     fn get_directories(&mut self) -> Vec<(Descriptor, String)> {
-        let Some(library) = &self.library else {
-            return Vec::new();
-        };
-        let preopens: Vec<_> = library
-            .preopens()
+        let mut preopens: Vec<_> = self
+            .library
             .iter()
-            .map(|(name, node)| (Descriptor(*node), name.clone()))
+            .flat_map(|library| library.preopens())
+            .map(|(name, node)| (Descriptor::Library(*node), name.clone()))
             .collect();
+        preopens.push((Descriptor::Work(String::new()), work::PREOPEN.to_owned()));
         for _ in &preopens {
             self.call.resource_given();
         }

@@ -3,9 +3,10 @@
 //!
 //! What works: stdout and stderr (into the request's [`OutputCapture`]), the wall clock (the
 //! monotonic one has a defect, see the clocks section), sleeping (never past the request's
-//! deadline), random bytes from the host's entropy, an empty environment, and reading the
-//! guest's library, the modules it imports at run time ([`files`]). What does not, by design:
-//! nothing can be written to a file; a network capability exists but creating a socket or
+//! deadline), random bytes from the host's entropy, an empty environment, reading the guest's
+//! library, the modules it imports at run time ([`files`]), and the program's working directory,
+//! files in the host's memory ([`work`]). What does not, by design: nothing outside the working
+//! directory can be written; a network capability exists but creating a socket or
 //! resolving a name is refused with `access-denied`; stdin is at its end; there is no terminal.
 //! Each of these reaches the program as an ordinary Python exception (`OSError` and kin).
 //!
@@ -17,6 +18,7 @@ mod call;
 mod denied;
 mod files;
 mod portable;
+mod work;
 
 pub use self::call::CallState;
 pub use self::portable::{Portable, ToPortable};
@@ -28,11 +30,13 @@ use hyperlight_common::component::Negative as N;
 use hyperlight_common::resource::BorrowedResourceGuard as B;
 
 use self::files::FileStream;
+use self::work::{WorkReader, WorkWriter};
 use super::bindings::hyperlightd::guest as hl;
 use super::bindings::root::component::RootImports;
 use super::bindings::wasi::{cli, clocks, io, random};
 use super::library::Library;
 use crate::sandbox::guest::{OutputCapture, Stream};
+use crate::sandbox::workspace::Workspace;
 
 use io::streams::StreamError;
 
@@ -48,16 +52,23 @@ pub enum Pollable {
     At(Instant),
 }
 
-/// An input stream: stdin, always at its end, or a file of the library being read.
+/// An input stream: stdin, always at its end, or a file of the library or of the working
+/// directory being read.
 #[derive(Clone)]
 pub enum Input {
     Stdin,
     File(FileStream),
+    /// Boxed: every table entry stays within the size the handle limit assumes.
+    Work(Box<WorkReader>),
 }
 
-/// stdout or stderr.
+/// stdout or stderr, or a file of the working directory being written.
 #[derive(Clone)]
-pub struct Output(Stream);
+pub enum Output {
+    Std(Stream),
+    /// Boxed, as `Input::Work`.
+    File(Box<WorkWriter>),
+}
 
 /// An I/O error. Never produced: stdout and stderr do not fail, and nothing else exists.
 #[derive(Clone)]
@@ -71,20 +82,28 @@ pub struct Network;
 pub struct WasiHost {
     output: Arc<OutputCapture>,
     call: CallState,
-    /// What the guest can read through wasi:filesystem; None: no preopened directories.
+    /// What the guest can read through wasi:filesystem; None: only the working directory.
     library: Option<Arc<Library>>,
+    /// The program's working directory.
+    work: Arc<Workspace>,
     /// Zero of the monotonic clock the guest sees.
     epoch: Instant,
 }
 
 impl WasiHost {
     /// Host state writing into `output`, sleeping no later than `call`'s deadline, serving
-    /// `library` to read.
-    pub fn new(output: Arc<OutputCapture>, call: CallState, library: Option<Arc<Library>>) -> Self {
+    /// `library` to read and `work` as the working directory.
+    pub fn new(
+        output: Arc<OutputCapture>,
+        call: CallState,
+        library: Option<Arc<Library>>,
+        work: Arc<Workspace>,
+    ) -> Self {
         WasiHost {
             output,
             call,
             library,
+            work,
             epoch: Instant::now(),
         }
     }
@@ -173,6 +192,7 @@ impl<E> io::streams::InputStream<N, E, Pollable> for WasiHost {
             (Input::File(file), Some(library)) => {
                 file.read(library, len).ok_or(StreamError::Closed)
             }
+            (Input::Work(file), _) => file.read(&self.work, len).ok_or(StreamError::Closed),
             _ => Err(StreamError::Closed),
         }
     }
@@ -191,18 +211,14 @@ impl<E> io::streams::OutputStream<N, E, Pollable> for WasiHost {
         Ok(MAX_STREAM_WRITE)
     }
     fn write(&mut self, this: B<'_, Output>, contents: Vec<u8>) -> Result<(), StreamError<E>> {
-        self.output
-            .write(this.0, &String::from_utf8_lossy(&contents));
-        Ok(())
+        self.put(&this, &contents)
     }
     fn blocking_write_and_flush(
         &mut self,
         this: B<'_, Output>,
         contents: Vec<u8>,
     ) -> Result<(), StreamError<E>> {
-        self.output
-            .write(this.0, &String::from_utf8_lossy(&contents));
-        Ok(())
+        self.put(&this, &contents)
     }
     fn blocking_flush(&mut self, _this: B<'_, Output>) -> Result<(), StreamError<E>> {
         Ok(())
@@ -214,6 +230,24 @@ impl<E> io::streams::OutputStream<N, E, Pollable> for WasiHost {
 }
 
 impl<E> io::Streams<N, E, Pollable> for WasiHost {}
+
+impl WasiHost {
+    /// Writes to stdout, stderr or a file. A file's write refused (at a cap of the working
+    /// directory) closes the stream: the guest sees an I/O error, and the outcome says which
+    /// cap it was (see `Workspace::take`).
+    fn put<E>(&self, output: &Output, contents: &[u8]) -> Result<(), StreamError<E>> {
+        match output {
+            Output::Std(stream) => {
+                self.output
+                    .write(*stream, &String::from_utf8_lossy(contents));
+                Ok(())
+            }
+            Output::File(file) => file
+                .write(&self.work, contents)
+                .map_err(|_| StreamError::Closed),
+        }
+    }
+}
 
 // --- wasi:cli ---------------------------------------------------------------------------
 
@@ -243,13 +277,13 @@ impl cli::Stdin<N, Input> for WasiHost {
 impl cli::Stdout<N, Output> for WasiHost {
     fn get_stdout(&mut self) -> Output {
         self.call.resource_given();
-        Output(Stream::Stdout)
+        Output::Std(Stream::Stdout)
     }
 }
 impl cli::Stderr<N, Output> for WasiHost {
     fn get_stderr(&mut self) -> Output {
         self.call.resource_given();
-        Output(Stream::Stderr)
+        Output::Std(Stream::Stderr)
     }
 }
 

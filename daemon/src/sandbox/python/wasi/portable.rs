@@ -4,6 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::work::{WorkReader, WorkWriter};
 use super::{Input, IoError, Network, Never, Output, Pollable};
 use crate::sandbox::guest::Stream;
 
@@ -33,6 +36,27 @@ pub enum Portable {
     /// A directory being listed, and the index of its next entry.
     Listing {
         node: usize,
+        next: usize,
+    },
+    /// An open file or directory of the working directory: its path.
+    WorkDescriptor {
+        path: String,
+    },
+    /// A file of the working directory being read: its path, and where the next read starts.
+    WorkFile {
+        path: String,
+        at: u64,
+    },
+    /// A file of the working directory being written: its path, and where the next write
+    /// goes (None: at its end).
+    WorkOutput {
+        path: String,
+        at: Option<u64>,
+    },
+    /// A directory of the working directory being listed: its entries (name, whether a
+    /// directory), and the index of the next.
+    WorkListing {
+        entries: Vec<(String, bool)>,
         next: usize,
     },
 }
@@ -79,11 +103,19 @@ impl ToPortable for Input {
         match self {
             Input::Stdin => Portable::Stdin,
             Input::File(file) => file.to_portable(),
+            Input::Work(file) => Portable::WorkFile {
+                path: file.path.clone(),
+                at: file.at.load(Ordering::Relaxed),
+            },
         }
     }
     fn from_portable(portable: &Portable) -> Option<Self> {
         match portable {
             Portable::Stdin => Some(Input::Stdin),
+            Portable::WorkFile { path, at } => Some(Input::Work(Box::new(WorkReader {
+                path: path.clone(),
+                at: AtomicU64::new(*at),
+            }))),
             _ => super::files::FileStream::from_portable(portable).map(Input::File),
         }
     }
@@ -91,16 +123,23 @@ impl ToPortable for Input {
 
 impl ToPortable for Output {
     fn to_portable(&self) -> Portable {
-        let stream = match self.0 {
-            Stream::Stdout => 1,
-            Stream::Stderr => 2,
-        };
-        Portable::Output { stream }
+        match self {
+            Output::Std(Stream::Stdout) => Portable::Output { stream: 1 },
+            Output::Std(Stream::Stderr) => Portable::Output { stream: 2 },
+            Output::File(file) => Portable::WorkOutput {
+                path: file.path.clone(),
+                at: file.at.as_ref().map(|at| at.load(Ordering::Relaxed)),
+            },
+        }
     }
     fn from_portable(portable: &Portable) -> Option<Self> {
         match portable {
-            Portable::Output { stream: 1 } => Some(Output(Stream::Stdout)),
-            Portable::Output { stream: 2 } => Some(Output(Stream::Stderr)),
+            Portable::Output { stream: 1 } => Some(Output::Std(Stream::Stdout)),
+            Portable::Output { stream: 2 } => Some(Output::Std(Stream::Stderr)),
+            Portable::WorkOutput { path, at } => Some(Output::File(Box::new(WorkWriter {
+                path: path.clone(),
+                at: at.map(AtomicU64::new),
+            }))),
             _ => None,
         }
     }
@@ -135,8 +174,17 @@ mod tests {
 
     #[test]
     fn entries_read_back_as_what_was_saved() {
-        let out = round_trip(&Output(Stream::Stderr)).unwrap();
-        assert_eq!(out.0, Stream::Stderr);
+        let out = round_trip(&Output::Std(Stream::Stderr)).unwrap();
+        assert!(matches!(out, Output::Std(Stream::Stderr)));
+        let file = Output::File(Box::new(WorkWriter {
+            path: "out/a.txt".into(),
+            at: Some(AtomicU64::new(7)),
+        }));
+        let Some(Output::File(back)) = round_trip(&file) else {
+            panic!("a file being written reads back as one");
+        };
+        assert_eq!(back.path, "out/a.txt");
+        assert_eq!(back.at.map(|at| at.into_inner()), Some(7));
         assert!(matches!(round_trip(&Input::Stdin), Some(Input::Stdin)));
         let at = Pollable::At(std::time::Instant::now());
         assert!(matches!(round_trip(&at), Some(Pollable::Ready)));

@@ -1,0 +1,133 @@
+//! A request's files at the API: checked and decoded for the executor, refused with a clear
+//! kind when they are not paths the working directory allows or past its caps; the program's
+//! files encoded in the response.
+
+use hyper::{Method, StatusCode};
+use hyperlightd_api::{ErrorKind, paths};
+
+use super::{StubExecutor, api, call, ok_outcome, request};
+
+/// An executor that gives back every file of the job with `!` appended.
+fn files_echo() -> StubExecutor {
+    StubExecutor::new(|job| {
+        let mut outcome = ok_outcome("", serde_json::Value::Null);
+        outcome.files = job
+            .files
+            .iter()
+            .map(|(path, bytes)| (path.clone(), [bytes.as_slice(), b"!"].concat()))
+            .collect();
+        Ok(outcome)
+    })
+}
+
+async fn exec(files: &str) -> (StatusCode, serde_json::Value) {
+    let (api, _) = api(files_echo());
+    let body = format!(r#"{{"language": "python", "code": "1", "files": {files}}}"#);
+    call(&api, request(Method::POST, paths::EXEC, &body)).await
+}
+
+#[tokio::test]
+async fn text_and_base64_go_in_and_come_back_as_text_where_they_can() {
+    let (status, body) = exec(r#"{"in/a.txt": "hi", "b.bin": {"base64": "AP8="}}"#).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["files"]["in/a.txt"], "hi!");
+    assert_eq!(body["files"]["b.bin"]["base64"], "AP8h");
+}
+
+#[tokio::test]
+async fn paths_that_leave_or_bend_the_working_directory_are_refused() {
+    for path in [
+        "../a",
+        "/etc/passwd",
+        "a/../b",
+        "./a",
+        "a//b",
+        "a/",
+        "",
+        "a\\u0001b",
+    ] {
+        let (status, body) = exec(&format!(r#"{{"{path}": "x"}}"#)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path:?}: {body}");
+        assert_eq!(body["error"]["kind"], ErrorKind::InvalidRequest.as_str());
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains("files"),
+            "{body}"
+        );
+    }
+    let (status, body) = exec(r#"{"a": "x", "a/b": "y"}"#).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let (status, body) = exec(r#"{"a": {"base64": "@@"}}"#).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("base64")
+    );
+    let (status, body) = exec(r#"{"a": 7}"#).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+}
+
+#[tokio::test]
+async fn files_past_the_caps_are_refused_as_too_large() {
+    // The tests' limits: 4 entries, 64 bytes.
+    let (status, body) = exec(r#"{"a": "1", "b": "2", "c": "3", "d": "4", "e": "5"}"#).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert_eq!(body["error"]["kind"], ErrorKind::PayloadTooLarge.as_str());
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("4 files")
+    );
+    let (status, body) = exec(r#"{"d1/d2/d3/d4/f": "x"}"#).await;
+    assert_eq!(
+        status,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "directories count: {body}"
+    );
+    let big = "x".repeat(65);
+    let (status, body) = exec(&format!(r#"{{"a": "{big}"}}"#)).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("64 bytes")
+    );
+}
+
+#[tokio::test]
+async fn a_session_s_files_are_listed_and_fetched_by_path() {
+    let (api, _) = api(files_echo());
+    let body = r#"{"language": "python"}"#;
+    let (status, created) = call(&api, request(Method::POST, paths::SESSIONS, body)).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = created["id"].as_str().unwrap();
+    let files = paths::session_files(id);
+    let (status, list) = call(&api, request(Method::GET, &files, "")).await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+    assert_eq!(list["files"], serde_json::json!([]));
+    let (status, body) = call(
+        &api,
+        request(Method::GET, &format!("{files}/a%20b.txt"), ""),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(body["error"]["kind"], ErrorKind::NotFound.as_str());
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"a b.txt\"")
+    );
+    let (status, body) = call(
+        &api,
+        request(Method::GET, &paths::session_files("nope"), ""),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(body["error"]["kind"], ErrorKind::SessionNotFound.as_str());
+    let (status, _) = call(&api, request(Method::POST, &files, "")).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+}

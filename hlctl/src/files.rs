@@ -1,0 +1,141 @@
+//! Files for `hlctl exec` and `hlctl session exec`: `--input` reads local files into the
+//! request, `--output-dir` saves the files the program wrote; `hlctl session files` lists and
+//! fetches a session's.
+
+use std::io::Write;
+use std::path::{Component, Path, PathBuf};
+
+use hyperlightd_client::{Client, FileData, FileMap};
+
+use super::{exit, print_json, report};
+
+/// The request's files from `--input` values: `PATH` (given under its file name) or
+/// `NAME=PATH` (under NAME, which may name directories: `in/data.csv=./data.csv`).
+pub fn inputs(specs: &[String]) -> Result<FileMap, String> {
+    let mut files = FileMap::new();
+    for spec in specs {
+        let (name, path) = match spec.split_once('=') {
+            Some((name, path)) => (name.to_owned(), PathBuf::from(path)),
+            None => {
+                let path = PathBuf::from(spec);
+                let name = path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .ok_or_else(|| format!("--input {spec}: name the file: --input NAME={spec}"))?
+                    .to_owned();
+                (name, path)
+            }
+        };
+        let bytes = std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+        if files
+            .insert(name.clone(), FileData::from_bytes(bytes))
+            .is_some()
+        {
+            return Err(format!("--input: two files are named {name}"));
+        }
+    }
+    Ok(files)
+}
+
+/// Saves `files` under `dir`, each at its path there; without a directory, says on stderr what
+/// came back. A path that would leave `dir` (the daemon sends none) is refused.
+pub fn save(files: &FileMap, dir: Option<&Path>) -> Result<(), String> {
+    if files.is_empty() {
+        return Ok(());
+    }
+    let Some(dir) = dir else {
+        let names: Vec<&str> = files.keys().map(String::as_str).collect();
+        eprintln!(
+            "hlctl: the program wrote {} (--output-dir DIR saves them)",
+            names.join(", ")
+        );
+        return Ok(());
+    };
+    for (name, data) in files {
+        let relative = Path::new(name);
+        if !relative
+            .components()
+            .all(|c| matches!(c, Component::Normal(_)))
+        {
+            return Err(format!("the daemon sent a file named {name:?}: not saved"));
+        }
+        let bytes = data
+            .to_bytes()
+            .map_err(|e| format!("the daemon sent {name}: {e}"))?;
+        let path = dir.join(relative);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| format!("making {}: {e}", parent.display()))?;
+        }
+        std::fs::write(&path, bytes).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// `hlctl session files ID [PATH]`: the session's files as a list, or one file's bytes on
+/// stdout.
+pub async fn session_files(client: &Client, id: &str, path: Option<String>, json: bool) -> u8 {
+    let Some(path) = path else {
+        return match client.session_files(id).await {
+            Ok(list) if json => print_json(&list),
+            Ok(list) => {
+                for file in &list.files {
+                    println!("{:>10}  {}", file.size, file.path);
+                }
+                exit::OK
+            }
+            Err(e) => report(&e),
+        };
+    };
+    match client.session_file(id, &path).await {
+        Ok(bytes) => {
+            let mut out = std::io::stdout().lock();
+            match out.write_all(&bytes).and_then(|()| out.flush()) {
+                Ok(()) => exit::OK,
+                Err(e) => {
+                    eprintln!("hlctl: writing the file to stdout: {e}");
+                    exit::USAGE
+                }
+            }
+        }
+        Err(e) => report(&e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inputs_are_named_by_file_name_or_as_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("data.csv");
+        std::fs::write(&path, "a,b\n").unwrap();
+        let spec = path.display().to_string();
+        let files = inputs(&[spec.clone(), format!("in/x.csv={spec}")]).unwrap();
+        assert_eq!(files["data.csv"], FileData::Text("a,b\n".into()));
+        assert_eq!(files["in/x.csv"], FileData::Text("a,b\n".into()));
+        assert!(
+            inputs(&[spec.clone(), spec])
+                .unwrap_err()
+                .contains("two files")
+        );
+        assert!(
+            inputs(&["/nonexistent/x".into()])
+                .unwrap_err()
+                .contains("reading")
+        );
+    }
+
+    #[test]
+    fn saved_files_stay_under_the_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = FileMap::new();
+        files.insert("out/a.txt".into(), FileData::Text("hi".into()));
+        save(&files, Some(dir.path())).unwrap();
+        assert_eq!(std::fs::read(dir.path().join("out/a.txt")).unwrap(), b"hi");
+        files.insert("../escape".into(), FileData::Text("no".into()));
+        assert!(save(&files, Some(dir.path())).is_err());
+        assert!(!dir.path().join("../escape").exists());
+    }
+}
