@@ -185,24 +185,27 @@ impl WasiHost {
     }
 
     fn stat_of(&self, node: usize) -> Result<DescriptorStat<Datetime>, FsError> {
-        let (kind, size) = match self.library()?.node(node) {
-            Node::Dir(_) => (DescriptorType::Directory, 0),
-            Node::File(range) => (DescriptorType::RegularFile, range.len() as u64),
-        };
-        // No times: the guest reads them as 0, the same on every run (the runner relies on
-        // that to keep its import caches; see runner.py).
-        Ok(DescriptorStat {
-            r#type: kind,
-            link_count: 1,
-            size,
-            data_access_timestamp: None,
-            data_modification_timestamp: None,
-            status_change_timestamp: None,
+        Ok(match self.library()?.node(node) {
+            Node::Dir(_) => stat(DescriptorType::Directory, 0),
+            Node::File(range) => stat(DescriptorType::RegularFile, range.len() as u64),
         })
     }
 
     fn file_bytes(&self, node: usize) -> Result<&[u8], FsError> {
         self.library()?.file(node).ok_or(FsError::IsDirectory)
+    }
+}
+
+/// What the guest sees of a file or directory. No times: the guest reads them as 0, the same
+/// on every run (the runner relies on that to keep its import caches; see runner.py).
+fn stat(kind: DescriptorType, size: u64) -> DescriptorStat<Datetime> {
+    DescriptorStat {
+        r#type: kind,
+        link_count: 1,
+        size,
+        data_access_timestamp: None,
+        data_modification_timestamp: None,
+        status_change_timestamp: None,
     }
 }
 
@@ -222,23 +225,15 @@ fn work_dir(this: &Descriptor) -> Result<&str, FsError> {
     }
 }
 
-impl WasiHost {
-    /// `path` from the working directory's descriptor `dir`, resolved.
-    fn work_path(&self, dir: &str, path: &str) -> Result<String, FsError> {
-        let path = workspace::resolve(dir, path)?;
-        Ok(path)
-    }
+/// `path` from the working directory's descriptor `dir`, resolved.
+fn work_path(dir: &str, path: &str) -> Result<String, FsError> {
+    Ok(workspace::resolve(dir, path)?)
+}
 
+impl WasiHost {
     fn work_stat(&self, path: &str) -> Result<DescriptorStat<Datetime>, FsError> {
         let (kind, size) = work::type_and_size(self.work.entry(path)?);
-        Ok(DescriptorStat {
-            r#type: kind,
-            link_count: 1,
-            size,
-            data_access_timestamp: None,
-            data_modification_timestamp: None,
-            status_change_timestamp: None,
-        })
+        Ok(stat(kind, size))
     }
 
     /// `open-at` in the working directory.
@@ -249,7 +244,7 @@ impl WasiHost {
         open: OpenFlags,
         flags: DescriptorFlags,
     ) -> Result<Descriptor, FsError> {
-        let path = self.work_path(dir, path)?;
+        let path = work_path(dir, path)?;
         let writes = flags.write || open.truncate;
         let entry = match self.work.entry(&path) {
             Ok(_) if open.create && open.exclusive => return Err(FileError::Exists.into()),
@@ -397,7 +392,7 @@ impl filesystem::types::Descriptor<N, Datetime, Listing, Input, Output> for Wasi
         this: B<'_, Descriptor>,
         path: String,
     ) -> Result<(), FsError> {
-        let path = self.work_path(work_dir(&this)?, &path)?;
+        let path = work_path(work_dir(&this)?, &path)?;
         Ok(self.work.make_dir(&path)?)
     }
     fn stat(&mut self, this: B<'_, Descriptor>) -> Result<DescriptorStat<Datetime>, FsError> {
@@ -417,7 +412,7 @@ impl filesystem::types::Descriptor<N, Datetime, Listing, Input, Output> for Wasi
                 let node = self.lookup(*node, &path)?;
                 self.stat_of(node)
             }
-            Descriptor::Work(dir) => self.work_stat(&self.work_path(dir, &path)?),
+            Descriptor::Work(dir) => self.work_stat(&work_path(dir, &path)?),
         }
     }
     fn set_times_at(
@@ -428,7 +423,7 @@ impl filesystem::types::Descriptor<N, Datetime, Listing, Input, Output> for Wasi
         _: NewTimestamp<Datetime>,
         _: NewTimestamp<Datetime>,
     ) -> Result<(), FsError> {
-        let path = self.work_path(work_dir(&this)?, &path)?;
+        let path = work_path(work_dir(&this)?, &path)?;
         self.work.entry(&path)?;
         Ok(())
     }
@@ -476,7 +471,7 @@ impl filesystem::types::Descriptor<N, Datetime, Listing, Input, Output> for Wasi
                 self.lookup(*node, &path)?;
             }
             Descriptor::Work(dir) => {
-                self.work.entry(&self.work_path(dir, &path)?)?;
+                self.work.entry(&work_path(dir, &path)?)?;
             }
         }
         Err(FsError::Invalid)
@@ -486,7 +481,7 @@ impl filesystem::types::Descriptor<N, Datetime, Listing, Input, Output> for Wasi
         this: B<'_, Descriptor>,
         path: String,
     ) -> Result<(), FsError> {
-        let path = self.work_path(work_dir(&this)?, &path)?;
+        let path = work_path(work_dir(&this)?, &path)?;
         Ok(self.work.remove_dir(&path)?)
     }
     fn rename_at(
@@ -496,9 +491,9 @@ impl filesystem::types::Descriptor<N, Datetime, Listing, Input, Output> for Wasi
         to_dir: B<'_, Descriptor>,
         to: String,
     ) -> Result<(), FsError> {
-        let from = self.work_path(work_dir(&this)?, &from)?;
+        let from = work_path(work_dir(&this)?, &from)?;
         let to = match &*to_dir {
-            Descriptor::Work(dir) => self.work_path(dir, &to)?,
+            Descriptor::Work(dir) => work_path(dir, &to)?,
             Descriptor::Library(_) => return Err(FsError::CrossDevice),
         };
         Ok(self.work.rename(&from, &to)?)
@@ -508,7 +503,7 @@ impl filesystem::types::Descriptor<N, Datetime, Listing, Input, Output> for Wasi
         Err(FileError::NoLinks.into())
     }
     fn unlink_file_at(&mut self, this: B<'_, Descriptor>, path: String) -> Result<(), FsError> {
-        let path = self.work_path(work_dir(&this)?, &path)?;
+        let path = work_path(work_dir(&this)?, &path)?;
         Ok(self.work.remove_file(&path)?)
     }
     fn metadata_hash(&mut self, this: B<'_, Descriptor>) -> Result<MetadataHashValue, FsError> {
@@ -526,7 +521,7 @@ impl filesystem::types::Descriptor<N, Datetime, Listing, Input, Output> for Wasi
         Ok(match &*this {
             Descriptor::Library(node) => hash_of(self.lookup(*node, &path)?),
             Descriptor::Work(dir) => {
-                let path = self.work_path(dir, &path)?;
+                let path = work_path(dir, &path)?;
                 self.work.entry(&path)?;
                 work::hash_of(&path)
             }
