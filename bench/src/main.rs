@@ -10,7 +10,9 @@
 //! - `start`: daemon start to ready, cold and from snapshots saved on disk;
 //! - `sustained`: back to back on one sandbox, Python against JavaScript;
 //! - `library`: the Python guest's library and packages (see python_library.rs);
-//! - `sessions`: session execs, forks, saved states (see sessions.rs).
+//! - `sessions`: session execs, forks, saved states (see sessions.rs);
+//! - `baseline`: a plain exec against the daemon from before issue 16, and what files, a
+//!   policy and streaming cost when used (see baseline.rs).
 //!
 //! Each part prints its rows and targets and writes `<out>/<part>.json`; `--summary` prints
 //! every target from those files. Run it where KVM runs Hyperlight guests: `cargo xtask bench`
@@ -19,6 +21,7 @@
 
 #![forbid(unsafe_code)]
 
+mod baseline;
 mod common;
 mod concurrency;
 mod direct;
@@ -61,6 +64,7 @@ enum Part {
     Sustained,
     Library,
     Sessions,
+    Baseline,
 }
 
 impl Part {
@@ -101,6 +105,9 @@ struct Args {
     /// The Python guest built with sympy, networkx and python-dateutil, for `library`.
     #[arg(long)]
     python_packages_guest: Option<PathBuf>,
+    /// The daemon from before issue 16, for `baseline` (`cargo xtask bench` builds it).
+    #[arg(long)]
+    baseline_daemon: Option<PathBuf>,
     /// Extra arguments for the daemon (repeat), e.g. `--daemon-arg=--guest-heap-mib=16`.
     #[arg(long = "daemon-arg", allow_hyphen_values = true)]
     daemon_args: Vec<String>,
@@ -162,6 +169,7 @@ async fn run(part: Part, args: &Args) -> Result<PartReport> {
         Part::Refill => refill::run(args).await,
         Part::Start => start::run(args).await,
         Part::Sustained => sustained::run(args).await,
+        Part::Baseline => baseline::run(args).await,
         Part::Library => library(args).await,
         Part::Sessions => {
             let figures = sessions::session_costs(args).await?;

@@ -17,6 +17,7 @@
 //!
 //! Every step runs under a time limit and a timeout names the step.
 
+mod bench_baseline;
 mod deploy;
 mod dist;
 mod js_vendor;
@@ -595,6 +596,7 @@ const BENCH_PARTS: &[BenchPart] = &[
     ("sustained", vm::Tcg::Single),
     ("library", vm::Tcg::Single),
     ("sessions", vm::Tcg::Single),
+    ("baseline", vm::Tcg::Single),
 ];
 
 /// How long a part of the benchmark may print nothing before its VM counts as stalled: every
@@ -634,6 +636,13 @@ fn bench(args: &[String]) -> Result<()> {
         "--python-packages-guest".into(),
         packages.to_string_lossy().into_owned(),
     ];
+    if chosen.iter().any(|(part, _)| *part == "baseline") {
+        let baseline = bench_baseline::baseline_daemon()?;
+        command.extend([
+            "--baseline-daemon".to_owned(),
+            baseline.to_string_lossy().into_owned(),
+        ]);
+    }
     command.extend(args);
     let mut failed = Vec::new();
     for &(part, tcg) in &chosen {
