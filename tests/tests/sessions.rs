@@ -266,9 +266,8 @@ async fn a_fork_copies_the_state_then_the_two_diverge_and_draw_different_random_
 
 /// Rollback after a timeout, a memory bomb and a guest crash, in `language`'s session on
 /// `client`'s daemon: the session is back where it was before each, and the next exec sees every
-/// earlier variable. Each hostile program has a time limit of its own: waiting for the state the
-/// exec before it left to be saved counts against it, and filling the sandbox's memory takes
-/// seconds under emulation.
+/// earlier variable. Each hostile program has a time limit of its own, sent once the state the
+/// exec before it left is saved; filling the sandbox's memory takes seconds under emulation.
 async fn rolls_back(
     client: &Client,
     language: Language,
@@ -280,6 +279,15 @@ async fn rolls_back(
     let id = create(client, language).await;
     value(client, &id, setup).await;
     for (program, timeout_ms, kind) in hostile {
+        // The files of a session are read after the state of its earlier execs is saved: the
+        // hostile program's time limit is then its own, not also the wait for that save.
+        within(
+            "settle",
+            Duration::from_secs(120),
+            client.session_files(&id),
+        )
+        .await
+        .unwrap();
         let response = exec_timed(client, &id, program, *timeout_ms).await;
         assert_eq!(
             response.error.as_ref().map(|e| e.kind),
