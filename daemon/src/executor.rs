@@ -50,8 +50,8 @@ pub struct Job {
 /// (see [`crate::sandbox::workspace`]).
 pub type Files = BTreeMap<String, Vec<u8>>;
 
-/// What a program's working directory may hold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a program's working directory may hold; the default, nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FileLimits {
     /// Files and directories.
     pub max_entries: usize,

@@ -10,7 +10,7 @@ use percent_encoding::percent_decode_str;
 
 use super::{Api, ApiError, json_response};
 use crate::executor::{Executor, Files};
-use crate::sandbox::workspace::{self, FileError};
+use crate::sandbox::workspace;
 
 impl<E: Executor> Api<E> {
     /// The request's files as the executor takes them: every path a plain relative name in
@@ -37,12 +37,7 @@ impl<E: Executor> Api<E> {
             )));
         }
         workspace::check_fits(&files, limits).map_err(|e| {
-            let cap = match e {
-                FileError::TooManyFiles => {
-                    format!("{} files and directories", limits.max_entries)
-                }
-                _ => format!("{} bytes of files", limits.max_bytes),
-            };
+            let cap = workspace::cap_in_words(e, limits);
             ApiError::FilesOverCap(format!(
                 "the request's files are more than a working directory may hold: at most {cap} \
                  (--max-files, --max-file-bytes)"

@@ -39,10 +39,7 @@ impl Program<'static> {
             policy: None,
             session: false,
             files: &NO_FILES,
-            file_limits: FileLimits {
-                max_entries: 0,
-                max_bytes: 0,
-            },
+            file_limits: FileLimits::default(),
         }
     }
 }

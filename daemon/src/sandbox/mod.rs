@@ -192,11 +192,8 @@ impl Executor for HyperlightExecutor {
                 resume.state
             });
             let limits = job.file_limits;
-            workspace::check_fits(&job.files, limits).map_err(|_| {
-                ExecError::FilesOverCap(format!(
-                    "at most {} files and directories, {} bytes",
-                    limits.max_entries, limits.max_bytes
-                ))
+            workspace::check_fits(&job.files, limits).map_err(|cap| {
+                ExecError::FilesOverCap(format!("at most {}", workspace::cap_in_words(cap, limits)))
             })?;
             pool.submit(job, Scope::Session(state)).await
         };

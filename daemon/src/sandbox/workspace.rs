@@ -137,6 +137,14 @@ pub fn check_fits(files: &Files, limits: FileLimits) -> Result<(), FileError> {
     Ok(())
 }
 
+/// The cap `cap` (`TooManyFiles` or `TooLarge`) of `limits`, in words, for messages.
+pub fn cap_in_words(cap: FileError, limits: FileLimits) -> String {
+    match cap {
+        FileError::TooManyFiles => format!("{} files and directories", limits.max_entries),
+        _ => format!("{} bytes of files", limits.max_bytes),
+    }
+}
+
 /// Whether some path of `files` is a directory of another (`a` and `a/b`): they cannot both be.
 pub fn clash(files: &Files) -> Option<(&str, &str)> {
     files.keys().find_map(|path| {
@@ -144,6 +152,15 @@ pub fn clash(files: &Files) -> Option<(&str, &str)> {
             .find(|dir| files.contains_key(*dir))
             .map(|dir| (dir, path.as_str()))
     })
+}
+
+/// At most `len` bytes of `bytes` from `offset` (none past the end).
+pub fn window(bytes: &[u8], offset: u64, len: u64) -> &[u8] {
+    let start = usize::try_from(offset)
+        .unwrap_or(usize::MAX)
+        .min(bytes.len());
+    let end = start.saturating_add(usize::try_from(len).unwrap_or(usize::MAX));
+    &bytes[start..end.min(bytes.len())]
 }
 
 /// The directory holding `path`.
@@ -161,19 +178,13 @@ struct Tree {
     files: Files,
     dirs: BTreeSet<String>,
     bytes: u64,
-    limits: Option<FileLimits>,
+    /// Zero until a call begins: nothing may be made.
+    limits: FileLimits,
     /// The first write refused at a cap during the call, for the outcome's message.
     over: Option<FileError>,
 }
 
 impl Tree {
-    fn limits(&self) -> FileLimits {
-        self.limits.unwrap_or(FileLimits {
-            max_entries: 0,
-            max_bytes: 0,
-        })
-    }
-
     fn entry(&self, path: &str) -> Result<Entry, FileError> {
         if path.is_empty() || self.dirs.contains(path) {
             return Ok(Entry::Dir);
@@ -203,7 +214,7 @@ impl Tree {
         if self.entry(parent(path))? != Entry::Dir {
             return Err(FileError::NotDirectory);
         }
-        if self.files.len() + self.dirs.len() >= self.limits().max_entries {
+        if self.files.len() + self.dirs.len() >= self.limits.max_entries {
             return Err(FileError::TooManyFiles);
         }
         Ok(())
@@ -212,7 +223,7 @@ impl Tree {
     /// A file's content becomes `new_len` bytes long: within the cap?
     fn check_size(&self, old_len: usize, new_len: u64) -> Result<(), FileError> {
         let bytes = self.bytes - old_len as u64 + new_len;
-        if new_len > old_len as u64 && bytes > self.limits().max_bytes {
+        if new_len > old_len as u64 && bytes > self.limits.max_bytes {
             return Err(FileError::TooLarge);
         }
         Ok(())
@@ -222,8 +233,10 @@ impl Tree {
         if self.dirs.contains(path) || path.is_empty() {
             return Err(FileError::IsDirectory);
         }
-        let missing = self.missing(path);
-        self.files.get_mut(path).ok_or(missing)
+        if !self.files.contains_key(path) {
+            return Err(self.missing(path));
+        }
+        self.files.get_mut(path).ok_or(FileError::NotFound)
     }
 }
 
@@ -248,7 +261,7 @@ impl Workspace {
                 .map(str::to_owned)
                 .collect(),
             bytes: files.values().map(|bytes| bytes.len() as u64).sum(),
-            limits: Some(limits),
+            limits,
             over: None,
         };
     }
@@ -268,13 +281,9 @@ impl Workspace {
     pub fn read(&self, path: &str, offset: u64, len: u64) -> Result<(Vec<u8>, bool), FileError> {
         let mut tree = self.tree();
         let bytes = tree.file_mut(path)?;
-        let start = usize::try_from(offset)
-            .unwrap_or(usize::MAX)
-            .min(bytes.len());
-        let end = start
-            .saturating_add(usize::try_from(len).unwrap_or(usize::MAX))
-            .min(bytes.len());
-        Ok((bytes[start..end].to_vec(), end == bytes.len()))
+        let slice = window(bytes, offset, len);
+        let end = offset.saturating_add(slice.len() as u64) >= bytes.len() as u64;
+        Ok((slice.to_vec(), end))
     }
 
     /// Opens the file at `path`, creating it (empty) if it is not there and `create` says so;

@@ -266,12 +266,7 @@ impl Sessions {
         id: &str,
         wait: Duration,
     ) -> Result<SessionInfo, ExecError> {
-        let origin = self.find(owner, id)?;
-        let turn = tokio::time::timeout(wait, origin.image.clone().lock_owned());
-        let Ok(image) = turn.await else {
-            return Err(ExecError::SessionBusy { timeout: wait });
-        };
-        self.find(owner, id)?;
+        let (origin, image) = self.settled(owner, id, wait).await?;
         let bytes = image.as_ref().map_or(0, |image| image.bytes());
         let fork = self.insert(
             owner,
@@ -294,15 +289,34 @@ impl Sessions {
         id: &str,
         wait: Duration,
     ) -> Result<Arc<Files>, ExecError> {
+        let (_, image) = self.settled(owner, id, wait).await?;
+        Ok(image
+            .as_ref()
+            .map(|image| image.files().clone())
+            .unwrap_or_default())
+    }
+
+    /// `owner`'s session `id` and its image, once the execs that arrived before have saved
+    /// what they left (waiting at most `wait`); the session may have gone meanwhile.
+    async fn settled(
+        &self,
+        owner: u32,
+        id: &str,
+        wait: Duration,
+    ) -> Result<
+        (
+            Arc<Session>,
+            tokio::sync::OwnedMutexGuard<Option<Arc<Image>>>,
+        ),
+        ExecError,
+    > {
         let session = self.find(owner, id)?;
         let turn = tokio::time::timeout(wait, session.image.clone().lock_owned());
         let Ok(image) = turn.await else {
             return Err(ExecError::SessionBusy { timeout: wait });
         };
-        Ok(image
-            .as_ref()
-            .map(|image| image.files().clone())
-            .unwrap_or_default())
+        self.find(owner, id)?;
+        Ok((session, image))
     }
 
     /// Adds a session after checking the limits.

@@ -25,7 +25,7 @@ use crate::sandbox::guest::{
     Captured, Guest, GuestError, GuestFactory, OutputCapture, OutputSink, Program, RunnerReply,
 };
 use crate::sandbox::watchdog::Watchdog;
-use crate::sandbox::workspace::FileError;
+use crate::sandbox::workspace::{FileError, cap_in_words};
 use crate::sys::signals::block_process_signals_on_this_thread;
 
 /// How long a restore, or a priming call (fixed code, milliseconds), may take before the
@@ -463,14 +463,6 @@ fn changed(before: &Files, after: &Files) -> Files {
         .filter(|(path, bytes)| before.get(*path) != Some(*bytes))
         .map(|(path, bytes)| (path.clone(), bytes.clone()))
         .collect()
-}
-
-/// Which of the working directory's caps `cap` is, in words.
-fn cap_in_words(cap: FileError, limits: FileLimits) -> String {
-    match cap {
-        FileError::TooManyFiles => format!("{} files and directories", limits.max_entries),
-        _ => format!("{} bytes of files", limits.max_bytes),
-    }
 }
 
 /// A completed program's stderr, with a last line saying that a write of its was refused at a

@@ -24,7 +24,7 @@ use super::{Input, Output, Portable, ToPortable, WasiHost};
 use crate::sandbox::python::bindings::wasi::clocks::wall_clock::Datetime;
 use crate::sandbox::python::bindings::wasi::filesystem;
 use crate::sandbox::python::library::{Library, Lookup, Node};
-use crate::sandbox::workspace::{self, Entry, FileError};
+use crate::sandbox::workspace::{self, Entry, FileError, window};
 
 use filesystem::types::{
     Advice, DescriptorFlags, DescriptorStat, DescriptorType, DirectoryEntry, ErrorCode as FsError,
@@ -32,7 +32,7 @@ use filesystem::types::{
 };
 
 /// The most bytes one read hands the guest; it reads on for more.
-const MAX_READ: u64 = 64 * 1024;
+pub(super) const MAX_READ: u64 = 64 * 1024;
 
 /// An open file or directory: a node of the library, or a path of the working directory.
 #[derive(Clone)]
@@ -154,15 +154,6 @@ impl FileStream {
         self.at.fetch_add(slice.len() as u64, Ordering::Relaxed);
         Some(slice.to_vec())
     }
-}
-
-/// At most `len` bytes of `bytes` from `offset`.
-fn window(bytes: &[u8], offset: u64, len: u64) -> &[u8] {
-    let start = usize::try_from(offset)
-        .unwrap_or(usize::MAX)
-        .min(bytes.len());
-    let end = start.saturating_add(usize::try_from(len).unwrap_or(usize::MAX));
-    &bytes[start..end.min(bytes.len())]
 }
 
 impl From<Lookup> for FsError {

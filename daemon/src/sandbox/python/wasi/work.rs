@@ -8,6 +8,7 @@
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+use super::files::MAX_READ;
 use crate::sandbox::python::bindings::wasi::filesystem;
 use crate::sandbox::workspace::{self, Entry, FileError};
 
@@ -15,9 +16,6 @@ use filesystem::types::{DescriptorType, DirectoryEntry, ErrorCode as FsError, Me
 
 /// The name the working directory is preopened under.
 pub const PREOPEN: &str = "work";
-
-/// The most bytes one read hands the guest; it reads on for more.
-const MAX_READ: u64 = 64 * 1024;
 
 impl From<FileError> for FsError {
     fn from(e: FileError) -> FsError {
