@@ -8,6 +8,8 @@
 //   event:  {"code": "<program text>", "max_result_bytes": N, "seed": "<32 hex digits>",
 //            "session": <bool: run in the session's scope, which lives on in its saved state>,
 //            "policy": {"blocked_globals": [...]} (optional: checked before the program runs)}
+//          or {"continue": true}: the job queue ran dry while the program's reply was pending
+//            (see web.js, the event loop)
 //   reply:  {"ok": true, "result": <JSON value>}
 //         | {"ok": false, "error": {"kind": "syntax_error" | "exception" | "result_too_large"
 //                                           | "out_of_memory" | "policy_violation",
@@ -23,7 +25,8 @@
 // The program's result is the value of its last expression statement, as with `eval` (and as in a
 // notebook cell); a promise is awaited. A program may use `await` at its top level: it then runs
 // as the body of an async function whose result is its last statement, if that is an
-// expression. After the program, its timers run (web.js) until none is left. Values JSON
+// expression. After the program, its promise reactions and timers run (web.js) until its
+// value has settled and no timer is left. Values JSON
 // cannot carry (undefined, functions, symbols, BigInt, cycles) are rendered as strings;
 // undefined becomes null.
 
@@ -457,45 +460,22 @@ function isThenable(value) {
     typeof value.then === "function";
 }
 
-// Awaits the program's value while its timers run, then replies. The loop ends early if the
-// program's promise rejects, as an unhandled rejection ends a Node process.
-async function settle(value, maxResultBytes) {
-  const state = { settled: !isThenable(value), failed: false, value: value };
-  if (!state.settled) {
-    Promise.resolve(value).then(
-      (v) => Object.assign(state, { settled: true, value: v }),
-      (e) => Object.assign(state, { settled: true, failed: true, value: e }),
-    );
-  }
-  try {
-    await runEventLoop(() => state.failed);
-  } catch (e) {
-    return failure("exception", e);
-  }
-  if (state.failed) return failure("exception", state.value);
-  if (!state.settled) {
-    return {
-      ok: false,
-      error: {
-        kind: "exception",
-        message: "the program's result is a promise that never settled: no timer or other " +
-          "work was left that could settle it",
-      },
-    };
-  }
-  return completed(state.value, maxResultBytes);
-}
-
+// The runner's handler. An event with `continue` comes from the daemon when QuickJS's job queue
+// ran dry before the reply promise of the program running now settled (web.js: the event loop).
 function handler(event) {
-  random.seed(event.seed);
-  outputOpen = true;
-  linesLeft = LINE_BY_LINE;
-  const reply = run(event);
+  const reply = event.continue === true ? continueLoop() : start(event);
   if (!isThenable(reply)) {
     flushOutput();
     return reply;
   }
   return reply.finally(flushOutput);
+}
+
+function start(event) {
+  random.seed(event.seed);
+  outputOpen = true;
+  linesLeft = LINE_BY_LINE;
+  return run(event);
 }
 
 // At most this many violations go back; the message says how many more there were.
@@ -595,6 +575,27 @@ function run(event) {
   } catch (e) {
     return failure(isParseError(e) ? "syntax_error" : "exception", e);
   }
-  if (!isThenable(value) && !hasPendingWork()) return completed(value, event.max_result_bytes);
-  return settle(value, event.max_result_bytes);
+  const maxBytes = event.max_result_bytes;
+  if (!isThenable(value) && !hasPendingWork()) return completed(value, maxBytes);
+  return startLoop(value, (v) => completed(v, maxBytes), (e) => failure("exception", e));
 }
+
+// ---- The allocator's free lists -----------------------------------------------------------
+//
+// The guest's allocator (hyperlight-guest-bin's, buddy_system_allocator 0.13) frees a block by
+// walking the whole free list of its size for the block's buddy. Loading this runner leaves
+// those lists long (the parse of the bundle frees blocks whose buddies live on), so every free
+// of a small object walked them: in the nested-KVM VM an object cost about 80 µs and an
+// `await` about 340 µs. Allocating these objects here, last, before the template's snapshot,
+// empties the lists of their sizes, so that a program's objects are split from larger blocks
+// and freed next to their buddies: about 17 µs and 70 µs (measured side by side in one VM).
+// They hold about 300 KiB of the heap, in the template's pages, which every sandbox shares.
+const FREE_LIST_BALLAST = (() => {
+  const keep = [];
+  for (let i = 0; i < 1000; i++) {
+    let resolve;
+    const promise = new Promise((r) => { resolve = r; });
+    keep.push(promise, resolve, { i }, [i], () => i);
+  }
+  return keep;
+})();

@@ -7,16 +7,18 @@
 
 // ---- Timers and the event loop ----------------------------------------------------------
 //
-// A program's timers run after it: the runner evaluates the program, then `runEventLoop`
-// waits (in the host, without spinning) for the earliest timer, runs it, and goes on until no
-// timer is left; the program's time limit stops a loop that never ends (a setInterval never
-// cleared). Promise reactions run before the next timer, as in browsers and Node: the loop
-// yields to the job queue MICROTASK_TURNS times between timers, so chains of reactions up to
-// that deep complete first (QuickJS does not tell a script when its job queue is empty). A
-// program whose value is not a promise, and that set no timer and queued no microtask, is
-// answered at once: most programs never pay for the loop.
+// The daemon drives the event loop, as libuv drives Node's. A program whose value is a promise,
+// or that left a timer or a queued microtask, is answered with a promise for its reply (see
+// `startLoop`), and hyperlight-js runs every queued promise reaction, however long the chain,
+// until that promise settles. When none is left and it has not settled, the guest call ends
+// (QuickJS's job queue ran dry), and the daemon calls the runner again to continue
+// (`continueLoop`): the earliest timer runs, after waiting for it in the host without
+// spinning, and its reactions run in turn; with no timer left, nothing can settle the
+// program's promise any more. So every queued reaction runs before a timer, as in browsers and
+// Node, and the program's time limit stops a loop that never ends (a microtask spin, a
+// setInterval never cleared). A program whose value is not a promise, and that set no timer and
+// queued no microtask, is answered at once: most programs never pay for the loop.
 
-const MICROTASK_TURNS = 32;
 // Browsers and Node clamp delays past 2^31 - 1 ms to 1 ms; so do we.
 const MAX_DELAY = 2147483647;
 
@@ -63,10 +65,6 @@ function nextTimer() {
   return next;
 }
 
-async function microtaskTurns() {
-  for (let i = 0; i < MICROTASK_TURNS; i++) await undefined;
-}
-
 // Whether the program left work for the event loop: a timer, or a microtask it queued.
 let microtasksQueued = false;
 function hasPendingWork() {
@@ -78,25 +76,79 @@ function queueMicrotask(callback) {
   vendor.queueMicrotask(callback);
 }
 
-// Runs promise reactions and timers until none is left, or until `stop()` says so. A timer
-// callback that throws ends the loop with its error, as an uncaught exception ends a Node
-// process.
-async function runEventLoop(stop) {
-  for (;;) {
-    await microtaskTurns();
-    const next = nextTimer();
-    if (next === null || stop()) return;
-    const [id, timer] = next;
-    if (timer.due > hl.now(0)) flushOutput(); // runner.js: output is seen before a wait
-    for (let left = timer.due - hl.now(0); left > 0; left = timer.due - hl.now(0)) hl.sleep(left);
-    if (timer.interval > 0) {
-      timer.due = Math.max(timer.due + timer.interval, hl.now(0));
-      timer.order = timerOrder++;
-    } else {
-      timers.delete(id);
-    }
-    timer.callback(...timer.args);
+// The loop of the program running now: how its value settled, and the promise for its reply
+// (with what resolves it). Null when no loop is running.
+let loop = null;
+
+// Starts the loop for a program whose value is `value`: returns the promise for its reply,
+// which resolves once the program's promise has settled and no timer is left, or at once with
+// `failed(error)` if the program's promise rejects (as an unhandled rejection ends a Node
+// process). `completed(value)` makes the reply of a settled value.
+function startLoop(value, completed, failed) {
+  let resolve;
+  const reply = new Promise((r) => { resolve = r; });
+  const state = { settled: true, value: value, reply, resolve, completed, failed, done: false };
+  loop = state;
+  microtasksQueued = false;
+  if (value !== null && (typeof value === "object" || typeof value === "function") &&
+      typeof value.then === "function") {
+    state.settled = false;
+    Promise.resolve(value).then(
+      (v) => { state.settled = true; state.value = v; if (timers.size === 0) endLoop(state, completed(v)); },
+      (e) => endLoop(state, failed(e)),
+    );
   }
+  return reply;
+}
+
+// Ends `state`'s loop with `reply`: the timers left are dropped (a session's next exec must not
+// run them), and the reply promise resolves.
+function endLoop(state, reply) {
+  if (state.done) return reply;
+  state.done = true;
+  timers.clear();
+  if (loop === state) loop = null;
+  state.resolve(reply);
+  return reply;
+}
+
+// Called by the daemon when QuickJS's job queue ran dry before the reply settled: runs the
+// earliest timer (waiting for it first) and returns the reply promise again, whose reactions
+// run next; or, with no timer left, the reply itself.
+function continueLoop() {
+  const state = loop;
+  if (state === null || state.done) {
+    throw new Error("the runner was asked to continue, but no program is waiting on its event loop");
+  }
+  const next = nextTimer();
+  if (next === null) {
+    return endLoop(state, state.settled ? state.completed(state.value) : {
+      ok: false,
+      error: {
+        kind: "exception",
+        message: "the program's result is a promise that never settled: no timer or other " +
+          "work was left that could settle it",
+      },
+    });
+  }
+  const [id, timer] = next;
+  if (timer.due > hl.now(0)) flushOutput(); // runner.js: output is seen before a wait
+  for (let left = timer.due - hl.now(0); left > 0; left = timer.due - hl.now(0)) hl.sleep(left);
+  if (timer.interval > 0) {
+    timer.due = Math.max(timer.due + timer.interval, hl.now(0));
+    timer.order = timerOrder++;
+  } else {
+    timers.delete(id);
+  }
+  try {
+    timer.callback(...timer.args);
+  } catch (e) {
+    // A timer callback that throws ends the program with its error, as an uncaught exception
+    // ends a Node process.
+    return endLoop(state, state.failed(e));
+  }
+  // What the callback queued runs next, before the next timer or the answer.
+  return state.reply;
 }
 
 // ---- crypto --------------------------------------------------------------------------------

@@ -20,7 +20,9 @@
 //! edit anyway: whoever can write the directory (its owner, the daemon's user) can write
 //! `key.json` too.
 //! A directory that fails is logged, removed, and the template built again. A directory is
-//! written whole under a temporary name, then renamed, so a crash leaves no half snapshot.
+//! written whole under a temporary name, then renamed, so a crash leaves no half snapshot; one
+//! removed is first renamed aside, under a name no reader takes for a template (see
+//! [`discard`]), so it disappears at once, whole, however long deleting its files takes.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -133,9 +135,11 @@ impl SnapshotStore {
             .recursive(true)
             .mode(0o700)
             .create(dir)?;
-        // Saves a daemon did not finish (it stopped mid-way) are of no use to anyone.
+        // Saves a daemon did not finish, and removals it did not finish (it stopped mid-way),
+        // are of no use to anyone.
         for entry in fs::read_dir(dir)?.flatten() {
-            if entry.file_name().to_string_lossy().contains(".partial-") {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') && (name.contains(PARTIAL) || name.contains(DISCARDED)) {
                 let _ = fs::remove_dir_all(entry.path());
             }
         }
@@ -187,7 +191,7 @@ impl SnapshotStore {
             }
             Err(why) => {
                 warn!(language = %key.language, dir = %dir.display(), "the saved template is not used, and is removed: {why}");
-                let _ = fs::remove_dir_all(&dir);
+                discard(&dir);
                 None
             }
         }
@@ -199,12 +203,12 @@ impl SnapshotStore {
         let name = key.dir_name();
         let partial = self
             .dir
-            .join(format!(".{name}.partial-{}", std::process::id()));
+            .join(format!(".{name}{PARTIAL}{}", std::process::id()));
         let _ = fs::remove_dir_all(&partial);
         let written = write(&partial, key, snapshot, extra);
         let renamed = written.and_then(|()| {
             let dir = self.dir.join(&name);
-            let _ = fs::remove_dir_all(&dir);
+            discard(&dir);
             fs::rename(&partial, &dir)
                 .and_then(|()| fs::File::open(&self.dir)?.sync_all())
                 .map_err(|e| format!("renaming {}: {e}", partial.display()))
@@ -227,7 +231,7 @@ impl SnapshotStore {
             let name = entry.file_name().to_string_lossy().into_owned();
             if name.starts_with(&prefix) && name != keep {
                 info!(dir = %entry.path().display(), "removing a template saved for another build or settings");
-                let _ = fs::remove_dir_all(entry.path());
+                discard(&entry.path());
             }
         }
     }
@@ -269,7 +273,7 @@ pub fn load_or_build<T>(
             }
             Err(why) => {
                 warn!(language = %key.language, "the saved template does not fit ({why}); building one");
-                let _ = fs::remove_dir_all(store.dir.join(key.dir_name()));
+                discard(&store.dir.join(key.dir_name()));
             }
         }
     }
@@ -294,6 +298,38 @@ pub fn load_or_build<T>(
         Err(why) => warn!(language = %key.language, "this template cannot be saved: {why}"),
     }
     Ok((template, Source::Built))
+}
+
+/// What the name of a save in progress holds (after a leading dot).
+const PARTIAL: &str = ".partial-";
+/// What the name of a template being removed holds (after a leading dot).
+const DISCARDED: &str = ".removed-";
+
+/// Removes the template directory `dir`, if there is one: renamed aside first, to a hidden
+/// name that no reader takes for a template, in one step; then deleted. Whoever looks sees the
+/// template whole or not at all, never half deleted. Should the rename fail (it cannot in a
+/// directory the daemon owns), it is deleted where it is.
+fn discard(dir: &Path) {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
+        return;
+    };
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let aside = parent.join(format!(
+        ".{}{DISCARDED}{}-{n}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    match fs::rename(dir, &aside) {
+        Ok(()) => {
+            let _ = fs::remove_dir_all(&aside);
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => {
+            warn!(dir = %dir.display(), "cannot move the template aside ({e}); deleting it in place");
+            let _ = fs::remove_dir_all(dir);
+        }
+    }
 }
 
 fn write(dir: &Path, key: &Key, snapshot: &Snapshot, extra: &[u8]) -> Result<(), String> {
@@ -501,7 +537,40 @@ mod tests {
             }
             assert!(store.load(&key).is_none(), "{case}");
             assert!(!dir.exists(), "{case}: the broken template is removed");
+            let left: Vec<_> = fs::read_dir(&store.dir).unwrap().flatten().collect();
+            assert!(left.is_empty(), "{case}: nothing is left aside: {left:?}");
         }
+    }
+
+    #[test]
+    fn a_removed_template_goes_in_one_step_and_leftovers_are_cleared_at_open() {
+        let root = tempfile::tempdir().unwrap();
+        let snapshots = root.path().join("snapshots");
+        let store = SnapshotStore::open(&snapshots).unwrap();
+        let dir = store.dir.join(key("heap 64 MiB").dir_name());
+        fs::create_dir_all(dir.join("oci/blobs")).unwrap();
+        fs::write(dir.join("key.json"), b"{}").unwrap();
+        discard(&dir);
+        assert!(!dir.exists());
+        discard(&dir); // nothing there: nothing happens
+        // What a daemon stopped mid-way leaves (a save, a removal) is cleared by the next one;
+        // templates and other files stay.
+        for name in [
+            ".javascript-ab.partial-12",
+            ".javascript-cd.removed-12-0",
+            "javascript-ef",
+        ] {
+            fs::create_dir_all(snapshots.join(name).join("oci")).unwrap();
+        }
+        drop(store);
+        let _store = SnapshotStore::open(&snapshots).unwrap();
+        let mut left: Vec<String> = fs::read_dir(&snapshots)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["javascript-ef"]);
     }
 
     #[test]

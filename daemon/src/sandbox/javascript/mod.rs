@@ -185,12 +185,56 @@ struct JavascriptGuest {
 }
 
 impl JavascriptGuest {
-    /// Calls the runner with `program`, as hyperlight-js's `handle_event` would.
-    fn call_runner(&mut self, program: &Program<'_>) -> Result<String, HyperlightError> {
+    /// Calls the runner with `program`, as hyperlight-js's `handle_event` would, and drives its
+    /// event loop until it replies (see [`drive`]).
+    fn call_runner(
+        &mut self,
+        program: &Program<'_>,
+        deadline: Instant,
+    ) -> Result<String, HyperlightError> {
         let event = event(program, self.max_result_bytes);
-        // No garbage collection after the call: the sandbox is restored to its snapshot anyway.
-        self.sandbox
-            .call("RunHandler", (HANDLER.to_owned(), event, false))
+        drive(
+            deadline,
+            |event| {
+                // No garbage collection after the call: the sandbox is restored to its snapshot
+                // anyway.
+                self.sandbox
+                    .call("RunHandler", (HANDLER.to_owned(), event.to_owned(), false))
+            },
+            &event,
+        )
+    }
+}
+
+/// The event that continues the runner's event loop (guest/javascript/web.js).
+const CONTINUE: &str = r#"{"continue":true}"#;
+
+/// What rquickjs's `Promise::finish` fails with when QuickJS's job queue runs dry before the
+/// handler's promise settles (`rquickjs::Error::WouldBlock`, which hyperlight-js's runtime
+/// reports with its `Debug` form).
+const QUEUE_RAN_DRY: &str = "WouldBlock";
+
+/// Runs the runner's handler with `event` through `call`, then, for as long as the job queue
+/// runs dry before its reply settles, calls it again to continue: each call runs the next timer
+/// and every reaction it leads to. The daemon is the event loop, as libuv is Node's: only
+/// hyperlight-js's side of the guest knows when the job queue is empty. Past `deadline` it
+/// stops as the watchdog would (whose interrupt is lost should it land between two calls).
+fn drive(
+    deadline: Instant,
+    mut call: impl FnMut(&str) -> Result<String, HyperlightError>,
+    event: &str,
+) -> Result<String, HyperlightError> {
+    let mut reply = call(event);
+    loop {
+        match reply {
+            Err(HyperlightError::GuestError(_, ref message)) if message.contains(QUEUE_RAN_DRY) => {
+                if Instant::now() >= deadline {
+                    return Err(HyperlightError::ExecutionCanceledByHost());
+                }
+                reply = call(CONTINUE);
+            }
+            reply => return reply,
+        }
     }
 }
 
@@ -198,7 +242,7 @@ impl Guest for JavascriptGuest {
     fn run(&mut self, program: &Program<'_>, deadline: Instant) -> Result<String, GuestError> {
         self.clock.start(deadline);
         self.work.begin(program.files, program.file_limits);
-        Ok(self.call_runner(program)?)
+        Ok(self.call_runner(program, deadline)?)
     }
 
     fn take_files(&mut self) -> (Files, Option<FileError>) {
@@ -227,9 +271,10 @@ impl Guest for JavascriptGuest {
     /// Runs [`PRIME`], its output refused, within the priming call's time limit (the watchdog
     /// stops it there; the worker restores the sandbox then).
     fn prime(&mut self) -> Result<bool, GuestError> {
-        self.clock.start(Instant::now() + PRIME_LIMIT);
+        let deadline = Instant::now() + PRIME_LIMIT;
+        self.clock.start(deadline);
         self.output.begin(0, None);
-        let reply = self.call_runner(&Program::fixed(PRIME))?;
+        let reply = self.call_runner(&Program::fixed(PRIME), deadline)?;
         RunnerReply::primed(&reply)?;
         Ok(true)
     }
@@ -244,7 +289,58 @@ const PRIME_LIMIT: Duration = Duration::from_secs(1);
 
 #[cfg(test)]
 mod tests {
+    use hyperlight_common::flatbuffer_wrappers::guest_error::ErrorCode;
+
     use super::*;
+
+    fn ran_dry() -> Result<String, HyperlightError> {
+        let message = "Runtime error: Error(\n    WouldBlock,\n)".to_owned();
+        Err(HyperlightError::GuestError(ErrorCode::GuestError, message))
+    }
+
+    #[test]
+    fn the_loop_is_continued_each_time_the_job_queue_runs_dry_until_the_runner_replies() {
+        let mut events = Vec::new();
+        let mut replies = vec![ran_dry(), ran_dry(), Ok("reply".to_owned())].into_iter();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let reply = drive(
+            deadline,
+            |event| {
+                events.push(event.to_owned());
+                replies.next().unwrap()
+            },
+            "first",
+        );
+        assert_eq!(reply.unwrap(), "reply");
+        assert_eq!(events, ["first", CONTINUE, CONTINUE]);
+    }
+
+    #[test]
+    fn other_errors_end_the_loop_and_a_dry_queue_past_the_deadline_is_a_timeout() {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let failed = |_: &str| {
+            Err(HyperlightError::GuestError(
+                ErrorCode::GuestError,
+                "the runner threw".to_owned(),
+            ))
+        };
+        let error = drive(deadline, failed, "event").unwrap_err();
+        assert!(matches!(error, HyperlightError::GuestError(_, m) if m == "the runner threw"));
+        let mut calls = 0;
+        let past = drive(
+            Instant::now(),
+            |_| {
+                calls += 1;
+                ran_dry()
+            },
+            "event",
+        );
+        assert!(matches!(
+            past,
+            Err(HyperlightError::ExecutionCanceledByHost())
+        ));
+        assert_eq!(calls, 1, "no call is made past the deadline");
+    }
 
     #[test]
     fn the_input_buffer_holds_the_runner_whatever_the_largest_body() {
