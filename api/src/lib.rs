@@ -458,8 +458,13 @@ pub struct ExecResponse {
     pub result: serde_json::Value,
     /// Set when `status` is not `ok`.
     pub error: Option<ErrorBody>,
-    /// Time from the request's arrival to the end of the execution, in milliseconds.
+    /// How long the program ran in its sandbox, in milliseconds.
     pub duration_ms: f64,
+    /// How long the request waited before its program started, in milliseconds: for a
+    /// sandbox, and in a session for its earlier execs and for the daemon to save the state
+    /// they left (that saving does not count against the time limit).
+    #[serde(default)]
+    pub queued_ms: f64,
     /// For an exec in a session: the session, and whether its state was rolled back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<ExecSession>,

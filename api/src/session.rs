@@ -42,9 +42,10 @@ impl CreateSessionRequest {
 pub struct SessionExecRequest {
     /// The program's source text. It sees everything earlier execs of the session defined.
     pub code: String,
-    /// Wall-clock limit for the whole request, including time spent waiting for the session's
-    /// earlier execs and for a sandbox. The daemon's default applies when absent; values above
-    /// its maximum are capped.
+    /// Wall-clock limit for the request, including time spent waiting for the session's
+    /// earlier execs and for a sandbox, but not for the daemon to save the state earlier execs
+    /// left (reported in the response's `queued_ms`). The daemon's default applies when absent;
+    /// values above its maximum are capped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
     /// Cap on stdout and stderr together, in bytes, as for `POST /v1/exec`.

@@ -34,6 +34,12 @@ pub struct SessionFigures {
     cell: &'static str,
     plain_warm: Latency,
     session_exec: Latency,
+    /// A session exec sent the moment the previous one's answer arrived, as an agent sends
+    /// them: it waits for the state the previous exec left to be saved.
+    back_to_back: Latency,
+    /// The `queued_ms` those back-to-back execs reported: waiting for the save, which their
+    /// time limits leave out.
+    back_to_back_queued: Latency,
     fork: Latency,
     /// Saving a session's state after an exec (off the answer's path), daemon's histogram mean.
     save_mean_ms: f64,
@@ -133,6 +139,16 @@ async fn measure(args: &Args, subject: &Subject) -> Result<SessionFigures> {
     }
     let session_exec = Latency::of(samples);
     wait_until_idle(client).await?;
+    let (mut samples, mut queued) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for _ in 0..n {
+        let started = Instant::now();
+        let response = client.session_exec(&id, &exec).await?;
+        samples.push(started.elapsed());
+        check(response.status, subject.program)?;
+        queued.push(std::time::Duration::from_secs_f64(response.queued_ms / 1e3));
+    }
+    let (back_to_back, back_to_back_queued) = (Latency::of(samples), Latency::of(queued));
+    wait_until_idle(client).await?;
     let mut samples = Vec::with_capacity(n);
     for _ in 0..n {
         let started = Instant::now();
@@ -174,6 +190,8 @@ async fn measure(args: &Args, subject: &Subject) -> Result<SessionFigures> {
         cell: subject.cell,
         plain_warm,
         session_exec,
+        back_to_back,
+        back_to_back_queued,
         fork,
         save_mean_ms,
         load_mean_ms,
@@ -222,11 +240,21 @@ pub fn print(figures: &[SessionFigures], row: impl Fn(&str, &Latency)) {
         println!("  {}: cell {:?}", f.language, f.cell);
         row(&format!("  {} plain warm exec", f.language), &f.plain_warm);
         row(&format!("  {} session exec", f.language), &f.session_exec);
+        row(
+            &format!("  {} session exec, at once after the last", f.language),
+            &f.back_to_back,
+        );
+        row(
+            "    of which queued (its queued_ms)",
+            &f.back_to_back_queued,
+        );
         row(&format!("  {} fork", f.language), &f.fork);
         println!(
-            "    session exec p50 / plain warm p50: {:.2}; saving the state after an exec {:.1} ms, \
-             loading it before one {:.1} ms (means, off / on the exec's path)",
+            "    session exec p50 / plain warm p50: {:.2} (at once after the last: {:.2}); saving \
+             the state after an exec {:.1} ms, loading it before one {:.1} ms (means, off / on \
+             the exec's path)",
             f.session_exec.p50_ms / f.plain_warm.p50_ms,
+            f.back_to_back.p50_ms / f.plain_warm.p50_ms,
             f.save_mean_ms,
             f.load_mean_ms
         );

@@ -25,7 +25,8 @@ pub struct Job {
     /// The request's time limit, as granted (after defaults and caps).
     pub timeout: Duration,
     /// When the request must be answered by: its arrival plus `timeout`. Time spent waiting for
-    /// a sandbox counts.
+    /// a sandbox counts, and for a session's earlier execs, but not for their state to be saved
+    /// (a session moves the deadline on by that time).
     pub deadline: Instant,
     /// Cap on stdout plus stderr, as granted.
     pub max_output_bytes: usize,
@@ -118,6 +119,11 @@ pub struct Outcome {
     pub session: Option<ExecSession>,
     /// Files the program created or changed (only when it completed).
     pub files: Files,
+    /// When its sandbox started running the program: what came before (waiting for a sandbox,
+    /// for a session's earlier execs and for their state to be saved) is the job's queue time.
+    pub started: Instant,
+    /// How long the program ran in its sandbox.
+    pub ran: Duration,
 }
 
 /// Why the executor did not run a job. Nothing ran; the caller may retry where it says so.
@@ -197,6 +203,17 @@ pub enum ExecError {
     SessionBusy {
         /// The time limit, all of it spent waiting.
         timeout: Duration,
+    },
+    /// The state an earlier exec of the session left was still being saved when the job had
+    /// waited for the saving as long as the daemon lets it (a save that long is a fault).
+    #[error(
+        "the session's state from its earlier exec was still being saved after {} s, longer \
+         than an exec waits for it; nothing ran. Retry shortly",
+        .waited.as_secs()
+    )]
+    SessionSaving {
+        /// How long the job waited for the saving.
+        waited: Duration,
     },
     /// The session's files and the request's together are more than a working directory may
     /// hold. Nothing ran.

@@ -42,6 +42,7 @@ fn response(status: ExecStatus, kind: Option<ErrorKind>, stdout: &str) -> ExecRe
         result: Value::Null,
         error: kind.map(|k| ErrorBody::new(k, format!("{k} happened"))),
         duration_ms: 12.5,
+        queued_ms: 0.5,
         session: None,
         files: Default::default(),
     }

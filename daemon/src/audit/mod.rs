@@ -87,8 +87,10 @@ pub struct ExecRecord<'a> {
     pub status: &'a str,
     /// Why it failed or was rejected.
     pub error_kind: Option<ErrorKind>,
-    /// From the request's arrival to its answer.
+    /// How long the program ran in its sandbox (0 when nothing ran).
     pub duration_ms: f64,
+    /// From the request's arrival to its program's start (or to its refusal).
+    pub queued_ms: f64,
     /// Bytes of stdout and stderr returned.
     pub output_bytes: usize,
     /// Whether the output was cut at its cap.

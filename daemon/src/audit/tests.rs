@@ -23,6 +23,7 @@ fn exec_of<'a>(code: &'a Code, session: Option<&'a str>) -> ExecRecord<'a> {
         status: "error",
         error_kind: Some(ErrorKind::Exception),
         duration_ms: 12.5,
+        queued_ms: 0.25,
         output_bytes: 30,
         truncated: false,
     }
@@ -47,7 +48,7 @@ fn an_exec_line_says_who_ran_what_and_how_it_ended_with_the_code_only_hashed() {
             "language": "python", "session": "s1",
             "code_sha256": "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
             "code_bytes": 3, "status": "error", "error_kind": "exception",
-            "duration_ms": 12.5, "output_bytes": 30, "truncated": false
+            "duration_ms": 12.5, "queued_ms": 0.25, "output_bytes": 30, "truncated": false
         })
     );
     let health = log.health().unwrap();

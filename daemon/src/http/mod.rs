@@ -189,7 +189,7 @@ impl ApiError {
             ApiError::Exec(
                 ExecError::TooManySessions { .. } | ExecError::SessionMemoryFull { .. },
             ) => (StatusCode::TOO_MANY_REQUESTS, ErrorKind::TooManySessions),
-            ApiError::Exec(ExecError::SessionBusy { .. }) => {
+            ApiError::Exec(ExecError::SessionBusy { .. } | ExecError::SessionSaving { .. }) => {
                 (StatusCode::CONFLICT, ErrorKind::SessionBusy)
             }
             ApiError::Exec(ExecError::FilesOverCap(_)) => {
@@ -206,7 +206,8 @@ impl ApiError {
             ApiError::Exec(
                 ExecError::Overloaded { .. }
                 | ExecError::NoSandboxAvailable { .. }
-                | ExecError::SessionBusy { .. },
+                | ExecError::SessionBusy { .. }
+                | ExecError::SessionSaving { .. },
             )
             | ApiError::OverQuota(_)
             | ApiError::ShuttingDown => Some(1),
@@ -558,6 +559,32 @@ impl<E: Executor> Api<E> {
     }
 }
 
+/// How long a request waited before its program started, and how long the program ran, in
+/// milliseconds to the microsecond. A refused request waited until its refusal, and ran for no
+/// time.
+#[derive(Debug, Clone, Copy)]
+struct Times {
+    queued_ms: f64,
+    duration_ms: f64,
+}
+
+impl Times {
+    fn of(received: Instant, ran: &Result<Outcome, ApiError>) -> Times {
+        let (queued, duration) = match ran {
+            Ok(outcome) => (
+                outcome.started.saturating_duration_since(received),
+                outcome.ran,
+            ),
+            Err(_) => (received.elapsed(), std::time::Duration::ZERO),
+        };
+        let ms = |d: std::time::Duration| (d.as_secs_f64() * 1e6).round() / 1e3;
+        Times {
+            queued_ms: ms(queued),
+            duration_ms: ms(duration),
+        }
+    }
+}
+
 /// The audit line of a job that `ran` (or was refused).
 fn exec_record<'a>(
     ctx: &Ctx,
@@ -565,7 +592,7 @@ fn exec_record<'a>(
     session: Option<&'a str>,
     code: &'a crate::audit::Code,
     ran: &'a Result<Outcome, ApiError>,
-    elapsed: std::time::Duration,
+    times: Times,
 ) -> ExecRecord<'a> {
     let (status, error_kind, output_bytes, truncated) = match ran {
         Ok(outcome) => (
@@ -584,7 +611,8 @@ fn exec_record<'a>(
         code,
         status,
         error_kind,
-        duration_ms: (elapsed.as_secs_f64() * 1e6).round() / 1e3,
+        duration_ms: times.duration_ms,
+        queued_ms: times.queued_ms,
         output_bytes,
         truncated,
     }
@@ -617,6 +645,7 @@ impl<E: Executor> Runner<E> {
             Err(over) => Err(ApiError::from(over)),
         };
         let elapsed = ctx.received.elapsed();
+        let times = Times::of(ctx.received, &ran);
         if let Some(code) = &code {
             audit.exec(&exec_record(
                 &ctx,
@@ -624,7 +653,7 @@ impl<E: Executor> Runner<E> {
                 session.as_deref(),
                 code,
                 &ran,
-                elapsed,
+                times,
             ));
         }
         let outcome = ran?;
@@ -634,7 +663,8 @@ impl<E: Executor> Runner<E> {
         info!(
             %language,
             status = outcome.status.as_str(),
-            duration_ms = elapsed.as_secs_f64() * 1e3,
+            queued_ms = times.queued_ms,
+            duration_ms = times.duration_ms,
             "executed"
         );
         Ok(ExecResponse {
@@ -644,7 +674,8 @@ impl<E: Executor> Runner<E> {
             truncated: outcome.truncated,
             result: outcome.result,
             error: outcome.error,
-            duration_ms: (elapsed.as_secs_f64() * 1e6).round() / 1e3,
+            duration_ms: times.duration_ms,
+            queued_ms: times.queued_ms,
             session: outcome.session,
             files: files::encode(outcome.files),
         })

@@ -70,7 +70,7 @@ impl Executor for StubExecutor {
         let Some(id) = job.session.clone() else {
             return outcome;
         };
-        let run = |_state| async move {
+        let run = |_state, _deadline| async move {
             Ok(Ran {
                 outcome: outcome?,
                 after: After::Unchanged,
@@ -118,6 +118,8 @@ fn ok_outcome(stdout: &str, result: serde_json::Value) -> Outcome {
         error: None,
         session: None,
         files: Default::default(),
+        started: std::time::Instant::now(),
+        ran: Duration::from_millis(3),
     }
 }
 
@@ -248,6 +250,8 @@ async fn exec_with_guest_error_is_still_200() {
             error: Some(ErrorBody::new(ErrorKind::Exception, "Error: boom")),
             session: None,
             files: Default::default(),
+            started: std::time::Instant::now(),
+            ran: Duration::from_millis(3),
         })
     }));
     let (status, body) = call(
@@ -718,6 +722,9 @@ fn every_refusal_is_where_the_openapi_document_says() {
         ApiError::Exec(ExecError::SessionMemoryFull { held: 2, budget: 1 }),
         ApiError::Exec(ExecError::SessionBusy {
             timeout: Duration::from_secs(1),
+        }),
+        ApiError::Exec(ExecError::SessionSaving {
+            waited: Duration::from_secs(60),
         }),
         ApiError::Exec(ExecError::Internal("x".into())),
         ApiError::Exec(ExecError::SessionQuota {

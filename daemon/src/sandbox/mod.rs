@@ -18,7 +18,7 @@ pub mod workspace;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hyperlightd_api::Language;
 
@@ -185,8 +185,10 @@ impl Executor for HyperlightExecutor {
             return Ok(pool.submit(job, Scope::Fresh).await?.outcome);
         };
         let (deadline, timeout, owner) = (job.deadline, job.timeout, job.caller.uid);
-        let run = move |resume: Option<Resume>| async move {
+        let run = move |resume: Option<Resume>, deadline: Instant| async move {
             let mut job = job;
+            // Waiting for the session's earlier state to be saved is not the program's time.
+            job.deadline = deadline;
             let state = resume.map(|resume| {
                 job.files = workspace::overlay(&resume.files, &job.files);
                 resume.state

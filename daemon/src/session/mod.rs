@@ -10,9 +10,14 @@
 //! the image from before the exec. A session with no image yet starts from the warm snapshot.
 //!
 //! Execs of one session run one at a time, in arrival order: each holds the session's lock from
-//! its turn until the image it leaves is saved, and waiting for its turn counts against its time
-//! limit. An exec, once its turn has come, runs to the end even if its client goes away, so that
-//! the session's state is always that of every exec it accepted.
+//! its turn until the image it leaves is saved. Waiting for an earlier exec's program counts
+//! against an exec's time limit (the two overlap: `session_busy` if the limit passes); waiting
+//! for the daemon to save what an earlier exec left does not: the session keeps a clock of its
+//! saving (see [`SaveClock`]), and a waiting exec's deadline moves on by the saving it waited
+//! for, up to [`SAVE_WAIT_LIMIT`]. So a caller that sends one exec at a time, each after the
+//! last answer, has all of its time limit for its program. An exec, once its turn has come,
+//! runs to the end even if its client goes away, so that the session's state is always that of
+//! every exec it accepted.
 //!
 //! A session belongs to the uid that created it (or forked it): every other caller is told it
 //! does not exist, and lists only its own. Each uid may hold at most `max_per_caller` sessions.
@@ -22,10 +27,13 @@
 //! deleted, expired, forked or rolled back what.
 
 mod image;
+mod saving;
 #[cfg(test)]
 mod tests;
 
 pub use self::image::{Image, Ledger};
+pub use self::saving::SAVE_WAIT_LIMIT;
+use self::saving::SaveClock;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -33,7 +41,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use hyperlightd_api::{ExecSession, Language, SessionCounts, SessionInfo, SessionLimits};
-use tokio::sync::oneshot;
+use tokio::sync::{OwnedMutexGuard, oneshot};
 use tracing::{Instrument, debug, error, info};
 
 use crate::audit::{AuditLog, SessionRecord};
@@ -131,6 +139,8 @@ struct Session {
     idle_timeout: Duration,
     /// The image: taken for a whole exec, from its turn until the state it leaves is saved.
     image: Arc<tokio::sync::Mutex<Option<Arc<Image>>>>,
+    /// How long it has spent saving what its execs left.
+    saving: SaveClock,
     /// What reads of the session need without waiting for its turn.
     meta: Mutex<Meta>,
 }
@@ -163,6 +173,26 @@ impl Session {
         } else {
             None
         }
+    }
+
+    /// Waits for an exec's turn, in arrival order, until `deadline`, moved on by the time the
+    /// session spends saving meanwhile (at most [`SAVE_WAIT_LIMIT`]): the image, and the
+    /// deadline so moved. Past it: [`ExecError::SessionBusy`] if earlier execs' programs took
+    /// the time, [`ExecError::SessionSaving`] if saving did.
+    async fn turn(
+        &self,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> Result<(OwnedMutexGuard<Option<Arc<Image>>>, Instant), ExecError> {
+        let lock = self.image.clone().lock_owned();
+        let waited = self.saving.wait(deadline, SAVE_WAIT_LIMIT, lock).await;
+        waited.map_err(|saving| {
+            if saving >= SAVE_WAIT_LIMIT {
+                ExecError::SessionSaving { waited: saving }
+            } else {
+                ExecError::SessionBusy { timeout }
+            }
+        })
     }
 
     fn info(&self, settings: &SessionSettings) -> SessionInfo {
@@ -366,6 +396,7 @@ impl Sessions {
             created: now,
             idle_timeout,
             image: Arc::new(tokio::sync::Mutex::new(image)),
+            saving: SaveClock::default(),
             meta: Mutex::new(Meta {
                 last_used: now,
                 execs: 0,
@@ -461,9 +492,11 @@ impl Sessions {
         expired.len()
     }
 
-    /// Runs an exec in `owner`'s session `id`: waits for its turn until `deadline`, then calls `run` with
-    /// the session's image (None: the warm state), and keeps what the worker says to keep. Returns as soon as the worker answers; the state the exec leaves is stored, and
-    /// the session's next exec let in, when the worker has saved it.
+    /// Runs an exec in `owner`'s session `id`: waits for its turn until `deadline` (moved on by
+    /// the time the session spent saving meanwhile), then calls `run` with the session's image
+    /// (None: the warm state) and the job's deadline so moved, and keeps what the worker says to
+    /// keep. Returns as soon as the worker answers; the state the exec leaves is stored, and the
+    /// session's next exec let in, when the worker has saved it.
     pub async fn exec<F, Fut>(
         self: &Arc<Self>,
         owner: u32,
@@ -473,15 +506,11 @@ impl Sessions {
         run: F,
     ) -> Result<Outcome, ExecError>
     where
-        F: FnOnce(Option<Resume>) -> Fut + Send + 'static,
+        F: FnOnce(Option<Resume>, Instant) -> Fut + Send + 'static,
         Fut: Future<Output = Result<Ran, ExecError>> + Send + 'static,
     {
         let session = self.find(owner, id)?;
-        let Ok(image) =
-            tokio::time::timeout_at(deadline.into(), session.image.clone().lock_owned()).await
-        else {
-            return Err(ExecError::SessionBusy { timeout });
-        };
+        let (image, deadline) = session.turn(deadline, timeout).await?;
         let session = self.find(owner, id)?;
         session.meta().busy = true;
         let start = image.as_ref().map(|image| Resume {
@@ -493,7 +522,7 @@ impl Sessions {
         let span = tracing::Span::current();
         let task = tokio::spawn(
             async move {
-                let ran = run(start).await;
+                let ran = run(start, deadline).await;
                 sessions.finish(session, image, ran)
             }
             .instrument(span),
@@ -536,6 +565,7 @@ impl Sessions {
                 session.meta().busy = false;
             }
             After::Saving(saved) => {
+                let saving = session.saving.start();
                 tokio::spawn(async move {
                     match saved.await {
                         Ok(Some(saved)) => {
@@ -553,6 +583,7 @@ impl Sessions {
                     meta.busy = false;
                     meta.last_used = Instant::now();
                     drop(meta);
+                    drop(saving);
                     drop(image);
                 });
             }

@@ -46,6 +46,8 @@ fn outcome() -> Outcome {
         error: None,
         session: None,
         files: Files::new(),
+        started: Instant::now(),
+        ran: Duration::ZERO,
     }
 }
 
@@ -63,7 +65,7 @@ fn files_of(value: u32) -> Arc<Files> {
 /// the exec started from.
 async fn exec_saving(sessions: &Arc<Sessions>, id: &str, value: u32, bytes: u64) -> Option<u32> {
     let (tx, rx) = oneshot::channel();
-    let run = move |state: Option<Resume>| async move {
+    let run = move |state: Option<Resume>, _deadline| async move {
         let start = seen(&state);
         tx.send(start).unwrap();
         let (saved, saving) = oneshot::channel();
@@ -89,7 +91,7 @@ async fn exec_saving(sessions: &Arc<Sessions>, id: &str, value: u32, bytes: u64)
 }
 
 async fn exec_rolling_back(sessions: &Arc<Sessions>, id: &str) -> Outcome {
-    let run = |_state| async {
+    let run = |_state, _deadline| async {
         Ok(Ran {
             outcome: outcome(),
             after: After::RolledBack("timeout"),
@@ -178,7 +180,7 @@ async fn execs_of_one_session_run_one_at_a_time_in_arrival_order() {
         let (sessions, id) = (sessions.clone(), id.clone());
         let (running, order) = (running.clone(), order.clone());
         execs.push(tokio::spawn(async move {
-            let run = move |state: Option<Resume>| async move {
+            let run = move |state: Option<Resume>, _deadline| async move {
                 assert_eq!(running.fetch_add(1, Ordering::SeqCst), 0, "two at once");
                 order.lock().unwrap().push((n, seen(&state)));
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -221,6 +223,63 @@ async fn execs_of_one_session_run_one_at_a_time_in_arrival_order() {
     );
 }
 
+/// An exec whose worker answers at once and takes `save` to save `value`; its time limit is
+/// `limit`. Returns the deadline its worker was handed, and when its answer came.
+async fn exec_with_slow_save(
+    sessions: &Arc<Sessions>,
+    id: &str,
+    value: u32,
+    limit: Duration,
+    save: Duration,
+) -> Result<(Instant, Instant), ExecError> {
+    let (handed, deadline_seen) = oneshot::channel();
+    let run = move |_state, deadline: Instant| async move {
+        handed.send(deadline).unwrap();
+        let (saved, saving) = oneshot::channel();
+        tokio::spawn(async move {
+            tokio::time::sleep(save).await;
+            let _ = saved.send(Some(Saved {
+                state: SavedState::new(value),
+                bytes: 1,
+                files: files_of(value),
+            }));
+        });
+        Ok(Ran {
+            outcome: outcome(),
+            after: After::Saving(saving),
+        })
+    };
+    let deadline = Instant::now() + limit;
+    sessions.exec(OWNER, id, deadline, limit, run).await?;
+    Ok((deadline_seen.await.unwrap(), Instant::now()))
+}
+
+#[tokio::test]
+async fn an_exec_sent_after_the_last_answer_waits_for_the_save_outside_its_time_limit() {
+    let sessions = sessions(settings());
+    let id = sessions.create(OWNER, Language::Python, None).unwrap().id;
+    let save = Duration::from_millis(600);
+    let limit = Duration::from_millis(200);
+    // Three execs back to back, each sent the moment the last one's answer came, each with a
+    // time limit shorter than the save it waits for: none is refused, and each worker is
+    // handed a deadline moved on by the save.
+    exec_with_slow_save(&sessions, &id, 1, limit, save)
+        .await
+        .unwrap();
+    for value in [2, 3] {
+        let sent = Instant::now();
+        let (deadline, _) = exec_with_slow_save(&sessions, &id, value, limit, save)
+            .await
+            .unwrap();
+        let moved = deadline.saturating_duration_since(sent + limit);
+        assert!(moved >= save - Duration::from_millis(100), "{moved:?}");
+    }
+    settled(&sessions, &id).await;
+    let session = sessions.find(OWNER, &id).unwrap();
+    let image = session.image.lock().await;
+    assert_eq!(*image.as_ref().unwrap().state().get::<u32>().unwrap(), 3);
+}
+
 #[tokio::test]
 async fn waiting_for_a_turn_past_the_deadline_is_session_busy_and_nothing_runs() {
     let sessions = sessions(settings());
@@ -229,7 +288,7 @@ async fn waiting_for_a_turn_past_the_deadline_is_session_busy_and_nothing_runs()
     let held = session.image.clone().lock_owned().await;
     let ran = Arc::new(AtomicUsize::new(0));
     let counted = ran.clone();
-    let run = move |_state| async move {
+    let run = move |_state, _deadline| async move {
         counted.fetch_add(1, Ordering::SeqCst);
         Ok(Ran {
             outcome: outcome(),
@@ -348,7 +407,7 @@ async fn a_session_is_its_creators_alone_and_others_are_told_it_does_not_exist()
         sessions.delete(other, &id),
         Err(ExecError::SessionNotFound(_))
     ));
-    let run = |_: Option<Resume>| async {
+    let run = |_: Option<Resume>, _deadline| async {
         Err::<Ran, _>(ExecError::Internal("another caller's exec ran".into()))
     };
     let deadline = Instant::now() + Duration::from_secs(5);

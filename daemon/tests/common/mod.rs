@@ -58,6 +58,8 @@ impl Executor for Stub {
             error: None,
             session: None,
             files: Default::default(),
+            started: std::time::Instant::now(),
+            ran: Duration::from_millis(3),
         })
     }
 

@@ -76,11 +76,8 @@ async fn python_imports_and_functions_are_refused_with_their_lines_also_in_a_ses
         .create_session(&CreateSessionRequest::new(Language::Python))
         .await
         .unwrap();
-    // Each exec waits for the state the previous one left to be saved: seconds under
-    // emulation, so more than the default time limit.
     let exec = |code: &str, policy: Option<Policy>| SessionExecRequest {
         policy,
-        timeout_ms: Some(30_000),
         ..SessionExecRequest::new(code)
     };
     let set = client

@@ -28,7 +28,7 @@ use tracing::{error, info};
 use self::worker::{Worker, timeout_outcome};
 use super::guest::{Captured, Guest, GuestFactory, OutputCapture, SavedState};
 use super::watchdog::Watchdog;
-use crate::executor::{ExecError, Job};
+use crate::executor::{ExecError, Job, Outcome};
 use crate::metrics::PoolMetrics;
 use crate::session::{After, Ran};
 
@@ -319,10 +319,11 @@ impl Pool {
         let (reply, mut answer) = oneshot::channel();
         let (deadline, timeout) = (job.deadline, job.timeout);
         let claim = Arc::new(Claim::default());
+        let queued = Instant::now();
         let task = Task {
             job,
             scope,
-            queued: Instant::now(),
+            queued,
             claim: claim.clone(),
             reply,
         };
@@ -349,8 +350,14 @@ impl Pool {
             Ok(answered) => self.answered(answered),
             Err(_) => {
                 error!(language = %self.language, "no worker answered by the deadline; the guest may be stuck");
+                // When the worker took the job is not known: counted from when it was queued.
+                let outcome = Outcome {
+                    started: queued,
+                    ran: queued.elapsed(),
+                    ..timeout_outcome(timeout, Captured::default())
+                };
                 Ok(Ran {
-                    outcome: timeout_outcome(timeout, Captured::default()),
+                    outcome,
                     after: After::RolledBack("timeout"),
                 })
             }

@@ -311,7 +311,7 @@ impl Worker {
     ) -> (Outcome, Fate, Files) {
         let budget = job.deadline.saturating_duration_since(Instant::now());
         output.begin(job.max_output_bytes, job.output.clone());
-        let call = Instant::now();
+        let started = Instant::now();
         let result = self.guarded_for(guest, budget, job.output.clone(), |guest| {
             let program = Program {
                 code: &job.code,
@@ -323,11 +323,11 @@ impl Worker {
             guest.run(&program, job.deadline)
         });
         let (files, over) = guest.take_files();
-        let call = call.elapsed();
-        self.metrics.guest_call.observe(call.as_secs_f64());
-        debug!(call_ms = call.as_secs_f64() * 1e3, "guest call returned");
+        let ran = started.elapsed();
+        self.metrics.guest_call.observe(ran.as_secs_f64());
+        debug!(call_ms = ran.as_secs_f64() * 1e3, "guest call returned");
         let captured = output.take();
-        let (outcome, fate) = match result {
+        let (mut outcome, fate) = match result {
             Ok(reply) => match RunnerReply::parse(&reply) {
                 Ok(RunnerReply::Completed { result }) => (
                     Outcome {
@@ -339,6 +339,8 @@ impl Worker {
                         error: None,
                         session: None,
                         files: changed(&job.files, &files),
+                        started,
+                        ran,
                     },
                     Fate::Sound,
                 ),
@@ -359,6 +361,7 @@ impl Worker {
             },
             Err(e) => self.failed(e, job, captured),
         };
+        (outcome.started, outcome.ran) = (started, ran);
         // Hyperlight knows best whether a sandbox that answered is still sound.
         let fate = match fate {
             Fate::Sound if guest.is_poisoned() => Fate::Poisoned(Recycle::GuestFailure),
@@ -443,6 +446,8 @@ pub(super) fn build_sandbox(
     Ok((guest, output))
 }
 
+/// The outcome of a program that failed with `error`, timed as if it ran no time from now (the
+/// caller sets when it started and how long it ran).
 fn error_outcome(error: ErrorBody, captured: Captured) -> Outcome {
     Outcome {
         status: ExecStatus::Error,
@@ -453,6 +458,8 @@ fn error_outcome(error: ErrorBody, captured: Captured) -> Outcome {
         error: Some(error),
         session: None,
         files: Files::new(),
+        started: Instant::now(),
+        ran: Duration::ZERO,
     }
 }
 
