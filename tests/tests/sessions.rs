@@ -475,7 +475,7 @@ async fn an_exec_sent_the_moment_the_last_answer_arrives_has_all_of_its_time_lim
         ),
         (
             Language::Javascript,
-            "const big = new Uint8Array(32 << 20); big[big.length - 1] = 7",
+            "const big = new Uint8Array(8 << 20); big[big.length - 1] = 7",
             "big[big.length - 1]",
         ),
     ] {
