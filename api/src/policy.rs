@@ -34,49 +34,6 @@ impl Policy {
             && self.blocked_functions.is_empty()
             && self.blocked_globals.is_empty()
     }
-
-    /// This policy and `other` together: a module is allowed only where both allow it, and a
-    /// name blocked by either is blocked.
-    pub fn and(&self, other: &Policy) -> Policy {
-        let allowed_modules = match (&self.allowed_modules, &other.allowed_modules) {
-            (None, None) => None,
-            (Some(one), None) | (None, Some(one)) => Some(one.clone()),
-            (Some(mine), Some(theirs)) => Some(narrowest(mine, theirs)),
-        };
-        let union = |a: &[String], b: &[String]| {
-            let mut names: Vec<String> = a.iter().chain(b).cloned().collect();
-            names.sort();
-            names.dedup();
-            names
-        };
-        Policy {
-            allowed_modules,
-            blocked_functions: union(&self.blocked_functions, &other.blocked_functions),
-            blocked_globals: union(&self.blocked_globals, &other.blocked_globals),
-        }
-    }
-}
-
-/// The modules both lists allow: each name of one list that the other allows (itself or a
-/// prefix of it listed).
-fn narrowest(a: &[String], b: &[String]) -> Vec<String> {
-    let allows = |list: &[String], module: &str| {
-        list.iter().any(|allowed| {
-            module == allowed
-                || module
-                    .strip_prefix(allowed.as_str())
-                    .is_some_and(|rest| rest.starts_with('.'))
-        })
-    };
-    let mut both: Vec<String> = a
-        .iter()
-        .filter(|m| allows(b, m))
-        .chain(b.iter().filter(|m| allows(a, m)))
-        .cloned()
-        .collect();
-    both.sort();
-    both.dedup();
-    both
 }
 
 /// One thing a program names that its policy refuses.
@@ -89,50 +46,4 @@ pub struct Violation {
     /// What was refused: a module, a function or a global's name (`__import__` for a dynamic
     /// import; a relative import as written, with its leading dots).
     pub name: String,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn modules(names: &[&str]) -> Option<Vec<String>> {
-        Some(names.iter().map(|n| n.to_string()).collect())
-    }
-
-    #[test]
-    fn combined_policies_allow_only_what_both_allow_and_block_what_either_blocks() {
-        let daemon = Policy {
-            allowed_modules: modules(&["os", "json", "math"]),
-            blocked_functions: vec!["eval".into()],
-            ..Policy::default()
-        };
-        let request = Policy {
-            allowed_modules: modules(&["os.path", "json", "socket"]),
-            blocked_functions: vec!["open".into(), "eval".into()],
-            blocked_globals: vec!["Function".into()],
-        };
-        let both = daemon.and(&request);
-        assert_eq!(both.allowed_modules, modules(&["json", "os.path"]));
-        assert_eq!(both.blocked_functions, ["eval", "open"]);
-        assert_eq!(both.blocked_globals, ["Function"]);
-        assert_eq!(
-            Policy::default().and(&request),
-            request.and(&Policy::default())
-        );
-        assert!(Policy::default().is_empty());
-        assert!(!both.is_empty());
-    }
-
-    #[test]
-    fn a_prefix_must_end_at_a_dot() {
-        let a = Policy {
-            allowed_modules: modules(&["os"]),
-            ..Policy::default()
-        };
-        let b = Policy {
-            allowed_modules: modules(&["ossaudiodev", "os.path"]),
-            ..Policy::default()
-        };
-        assert_eq!(a.and(&b).allowed_modules, modules(&["os.path"]));
-    }
 }

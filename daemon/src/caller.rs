@@ -10,9 +10,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::job::{Caller, Language};
 use clap::Args;
-use hyperlightd_api::Language;
-use serde::Serialize;
 
 use crate::audit::AuditLog;
 use crate::sys;
@@ -101,19 +100,8 @@ impl CallerOptions {
     }
 }
 
-/// The peer credentials of a connection, read when it is accepted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Caller {
-    /// The connecting process's effective uid.
-    pub uid: u32,
-    /// Its effective gid.
-    pub gid: u32,
-    /// Its pid, when the kernel knows it (not across pid namespaces).
-    pub pid: Option<i32>,
-}
-
 impl Caller {
-    /// The peer credentials of `stream`.
+    /// The peer credentials of `stream`, read when it is accepted.
     pub fn of(stream: &tokio::net::UnixStream) -> std::io::Result<Caller> {
         let credentials = stream.peer_cred()?;
         Ok(Caller {

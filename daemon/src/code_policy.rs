@@ -3,10 +3,65 @@
 //! The check itself runs in the guest, on the program's own syntax tree (guest/python/runner.py,
 //! guest/javascript/runner.js): hostile source is never parsed on the host.
 
-use hyperlightd_api::{Language, Policy};
+use crate::job::{Language, Policy};
 
-/// A program's policy (`hyperlightd_api::Policy`), named apart from the callers' access policy.
+/// A program's policy, named apart from the callers' access policy.
 pub type CodePolicy = Policy;
+
+/// A policy as a request or the daemon's `--policy` file gives it, checked by [`validate`]
+/// before use.
+impl From<hyperlightd_api::Policy> for Policy {
+    fn from(policy: hyperlightd_api::Policy) -> Self {
+        Policy {
+            allowed_modules: policy.allowed_modules,
+            blocked_functions: policy.blocked_functions,
+            blocked_globals: policy.blocked_globals,
+        }
+    }
+}
+
+/// `one` and `other` together: a module is allowed only where both allow it, and a name
+/// blocked by either is blocked.
+pub fn and(one: &Policy, other: &Policy) -> Policy {
+    let allowed_modules = match (&one.allowed_modules, &other.allowed_modules) {
+        (None, None) => None,
+        (Some(list), None) | (None, Some(list)) => Some(list.clone()),
+        (Some(mine), Some(theirs)) => Some(narrowest(mine, theirs)),
+    };
+    let union = |a: &[String], b: &[String]| {
+        let mut names: Vec<String> = a.iter().chain(b).cloned().collect();
+        names.sort();
+        names.dedup();
+        names
+    };
+    Policy {
+        allowed_modules,
+        blocked_functions: union(&one.blocked_functions, &other.blocked_functions),
+        blocked_globals: union(&one.blocked_globals, &other.blocked_globals),
+    }
+}
+
+/// The modules both lists allow: each name of one list that the other allows (itself or a
+/// prefix of it listed).
+fn narrowest(a: &[String], b: &[String]) -> Vec<String> {
+    let allows = |list: &[String], module: &str| {
+        list.iter().any(|allowed| {
+            module == allowed
+                || module
+                    .strip_prefix(allowed.as_str())
+                    .is_some_and(|rest| rest.starts_with('.'))
+        })
+    };
+    let mut both: Vec<String> = a
+        .iter()
+        .filter(|m| allows(b, m))
+        .chain(b.iter().filter(|m| allows(a, m)))
+        .cloned()
+        .collect();
+    both.sort();
+    both.dedup();
+    both
+}
 
 /// Names a policy may list, and how long each may be: far more than any real policy needs,
 /// and the event the runner parses stays small.
@@ -88,7 +143,7 @@ pub fn fits(policy: &Policy, language: Language) -> Result<(), PolicyError> {
 /// cut to the language's rules; None when it restricts nothing.
 pub fn effective(default: &Policy, request: Option<&Policy>, language: Language) -> Option<Policy> {
     let both = match request {
-        Some(request) => default.and(request),
+        Some(request) => and(default, request),
         None => default.clone(),
     };
     let policy = match language {
@@ -124,6 +179,43 @@ mod tests {
 
     fn names(list: &[&str]) -> Vec<String> {
         list.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn combined_policies_allow_only_what_both_allow_and_block_what_either_blocks() {
+        let daemon = Policy {
+            allowed_modules: Some(names(&["os", "json", "math"])),
+            blocked_functions: names(&["eval"]),
+            ..Policy::default()
+        };
+        let request = Policy {
+            allowed_modules: Some(names(&["os.path", "json", "socket"])),
+            blocked_functions: names(&["open", "eval"]),
+            blocked_globals: names(&["Function"]),
+        };
+        let both = and(&daemon, &request);
+        assert_eq!(both.allowed_modules, Some(names(&["json", "os.path"])));
+        assert_eq!(both.blocked_functions, ["eval", "open"]);
+        assert_eq!(both.blocked_globals, ["Function"]);
+        assert_eq!(
+            and(&Policy::default(), &request),
+            and(&request, &Policy::default())
+        );
+        assert!(Policy::default().is_empty());
+        assert!(!both.is_empty());
+    }
+
+    #[test]
+    fn a_prefix_must_end_at_a_dot() {
+        let a = Policy {
+            allowed_modules: Some(names(&["os"])),
+            ..Policy::default()
+        };
+        let b = Policy {
+            allowed_modules: Some(names(&["ossaudiodev", "os.path"])),
+            ..Policy::default()
+        };
+        assert_eq!(and(&a, &b).allowed_modules, Some(names(&["os.path"])));
     }
 
     #[test]

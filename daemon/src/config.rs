@@ -10,7 +10,8 @@ use hyperlightd_api::Language;
 
 use crate::audit::AuditOptions;
 use crate::caller::{CallerOptionError, CallerOptions};
-use crate::executor::FileLimits;
+use crate::code_policy::CodePolicy;
+use crate::job::FileLimits;
 use crate::server::ServerConfig;
 use crate::session::SessionSettings;
 
@@ -340,9 +341,9 @@ impl Limits {
 
 impl Config {
     /// The default policy (`--policy`), checked; an empty one without the option.
-    pub fn code_policy(&self) -> Result<hyperlightd_api::Policy, ConfigError> {
+    pub fn code_policy(&self) -> Result<CodePolicy, ConfigError> {
         let Some(path) = &self.policy else {
-            return Ok(hyperlightd_api::Policy::default());
+            return Ok(CodePolicy::default());
         };
         let error = |why: String| ConfigError::Policy {
             path: path.clone(),
@@ -351,6 +352,7 @@ impl Config {
         let text = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
         let policy: hyperlightd_api::Policy =
             serde_json::from_str(&text).map_err(|e| error(e.to_string()))?;
+        let policy = CodePolicy::from(policy);
         crate::code_policy::validate(&policy).map_err(|e| error(e.to_string()))?;
         Ok(policy)
     }

@@ -20,6 +20,7 @@ pub mod code_policy;
 pub mod config;
 pub mod executor;
 pub mod http;
+pub mod job;
 pub mod metrics;
 pub mod sandbox;
 pub mod server;

@@ -95,7 +95,7 @@ async fn thousands_of_stalled_connections_are_bounded_and_dropped_while_requests
         max_output_bytes: 1024,
         max_result_bytes: 1024,
         body_read_timeout: TIMEOUT,
-        files: hyperlightd::executor::FileLimits {
+        files: hyperlightd::job::FileLimits {
             max_entries: 16,
             max_bytes: 1024,
         },

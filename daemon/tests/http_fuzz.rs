@@ -62,7 +62,7 @@ fn api() -> Arc<Api<Stub>> {
         max_output_bytes: 1024,
         max_result_bytes: 1024,
         body_read_timeout: Duration::from_secs(1),
-        files: hyperlightd::executor::FileLimits {
+        files: hyperlightd::job::FileLimits {
             max_entries: 16,
             max_bytes: 1024,
         },
@@ -90,7 +90,7 @@ fn serve(runtime: &tokio::runtime::Runtime, input: &[u8]) -> Vec<u8> {
     runtime.block_on(async {
         let (mut client, daemon) = tokio::io::duplex(64 * 1024);
         let serving = tokio::spawn(async move {
-            let caller = hyperlightd::caller::Caller {
+            let caller = hyperlightd::job::Caller {
                 uid: 1000,
                 gid: 1000,
                 pid: None,

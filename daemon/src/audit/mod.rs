@@ -22,7 +22,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use tracing::warn;
 
-use crate::caller::Caller;
+use crate::job::Caller;
 
 /// Mode of an audit log file the daemon creates: its owner writes, its group reads.
 const FILE_MODE: u32 = 0o640;

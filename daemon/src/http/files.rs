@@ -5,11 +5,12 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Response, StatusCode};
-use hyperlightd_api::{FileData, FileInfo, FileList, FileMap};
+use hyperlightd_api::{FileInfo, FileList, FileMap};
 use percent_encoding::percent_decode_str;
 
 use super::{Api, ApiError, json_response};
-use crate::executor::{Executor, Files};
+use crate::executor::Executor;
+use crate::job::Files;
 use crate::sandbox::workspace;
 
 impl<E: Executor> Api<E> {
@@ -91,12 +92,4 @@ impl<E: Executor> Api<E> {
         );
         Ok(response)
     }
-}
-
-/// A program's files for its response: text where the bytes are UTF-8, base64 otherwise.
-pub(super) fn encode(files: Files) -> FileMap {
-    files
-        .into_iter()
-        .map(|(path, bytes)| (path, FileData::from_bytes(bytes)))
-        .collect()
 }

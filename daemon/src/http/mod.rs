@@ -21,16 +21,18 @@ mod files;
 mod route;
 mod sessions;
 mod stream;
+mod wire;
 
 use self::route::{Probe, Route};
 pub use self::stream::Body;
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::audit::ExecRecord;
-use crate::caller::{Caller, OverQuota, Policy};
+use crate::caller::{OverQuota, Policy};
 use crate::code_policy::{self, CodePolicy};
 use crate::config::Limits;
-use crate::executor::{ExecError, Executor, Job, Outcome};
+use crate::executor::Executor;
+use crate::job::{Caller, ExecError, Job, Outcome};
 use crate::metrics::Metrics;
 
 /// What a request asks to run, whatever its body's type.
@@ -40,7 +42,7 @@ struct Program {
     max_output_bytes: Option<usize>,
     policy: Option<CodePolicy>,
     /// Checked and decoded.
-    files: crate::executor::Files,
+    files: crate::job::Files,
 }
 
 /// What every handler knows of its request besides the request itself.
@@ -385,7 +387,7 @@ impl<E: Executor> Api<E> {
             code: exec.code,
             timeout_ms: exec.timeout_ms,
             max_output_bytes: exec.max_output_bytes,
-            policy: exec.policy,
+            policy: exec.policy.map(CodePolicy::from),
             files: self.files_of(exec.files)?,
         };
         self.check_program(&program, exec.language)?;
@@ -511,7 +513,7 @@ impl<E: Executor> Api<E> {
             ready,
             hypervisor: health.hypervisor,
             versions: self.versions.clone(),
-            sandboxes: health.sandboxes,
+            sandboxes: wire::sandbox_counts(health.sandboxes),
             packages: health.packages,
             limits: ExecLimits {
                 default_timeout_ms: millis(self.limits.default_timeout),
@@ -523,8 +525,8 @@ impl<E: Executor> Api<E> {
                 max_files: self.limits.files.max_entries,
                 max_file_bytes: self.limits.files.max_bytes,
             },
-            sessions: health.sessions,
-            session_limits: Some(self.executor.sessions().settings().limits()),
+            sessions: wire::session_counts(health.sessions),
+            session_limits: Some(wire::session_limits(self.executor.sessions().settings())),
             caller_limits: Some(CallerLimits {
                 max_execs: self.policy.quota.limits().clone(),
                 max_sessions: self.executor.sessions().settings().max_per_caller,
@@ -597,7 +599,7 @@ fn exec_record<'a>(
     let (status, error_kind, output_bytes, truncated) = match ran {
         Ok(outcome) => (
             outcome.status.as_str(),
-            outcome.error.as_ref().map(|e| e.kind),
+            outcome.error.as_ref().map(|e| wire::error_kind(e.kind)),
             outcome.stdout.len() + outcome.stderr.len(),
             outcome.truncated,
         ),
@@ -667,18 +669,7 @@ impl<E: Executor> Runner<E> {
             duration_ms = times.duration_ms,
             "executed"
         );
-        Ok(ExecResponse {
-            status: outcome.status,
-            stdout: outcome.stdout,
-            stderr: outcome.stderr,
-            truncated: outcome.truncated,
-            result: outcome.result,
-            error: outcome.error,
-            duration_ms: times.duration_ms,
-            queued_ms: times.queued_ms,
-            session: outcome.session,
-            files: files::encode(outcome.files),
-        })
+        Ok(wire::response(outcome, times.queued_ms, times.duration_ms))
     }
 }
 

@@ -10,7 +10,7 @@ use hyper::header::{HeaderValue, LOCATION};
 use hyper::{Request, Response, StatusCode};
 use hyperlightd_api::{CreateSessionRequest, SessionExecRequest, SessionList, paths};
 
-use super::{Api, ApiError, Body, BoxError, Ctx, Program, json_response};
+use super::{Api, ApiError, Body, BoxError, Ctx, Program, json_response, wire};
 use crate::audit::SessionRecord;
 use crate::executor::Executor;
 
@@ -39,7 +39,7 @@ impl<E: Executor> Api<E> {
         let sessions = self.executor.sessions();
         let info = sessions.create(ctx.caller.uid, create.language, idle)?;
         self.audit_session("session_created", ctx, &info.id, info.language, None);
-        Ok(created(&info))
+        Ok(created(info))
     }
 
     /// `POST /v1/sessions/{id}/exec`: the program's outcome, as `POST /v1/exec` answers it.
@@ -62,7 +62,7 @@ impl<E: Executor> Api<E> {
             code: exec.code,
             timeout_ms: exec.timeout_ms,
             max_output_bytes: exec.max_output_bytes,
-            policy: exec.policy,
+            policy: exec.policy.map(crate::code_policy::CodePolicy::from),
             files: self.files_of(exec.files)?,
         };
         let language = self.executor.sessions().get(ctx.caller.uid, id)?.language;
@@ -88,7 +88,7 @@ impl<E: Executor> Api<E> {
             .fork(ctx.caller.uid, id, wait)
             .await?;
         self.audit_session("session_forked", ctx, &info.id, info.language, Some(id));
-        Ok(created(&info))
+        Ok(created(info))
     }
 
     /// `GET /v1/sessions/{id}`: the caller's session.
@@ -98,13 +98,19 @@ impl<E: Executor> Api<E> {
         id: &str,
     ) -> Result<Response<Full<Bytes>>, ApiError> {
         let info = self.executor.sessions().get(owner, id)?;
-        Ok(json_response(StatusCode::OK, &info))
+        Ok(json_response(StatusCode::OK, &wire::session_info(info)))
     }
 
     /// `GET /v1/sessions`: the caller's sessions.
     pub(super) fn list_sessions(&self, owner: u32) -> Response<Full<Bytes>> {
         let list = SessionList {
-            sessions: self.executor.sessions().list(owner),
+            sessions: self
+                .executor
+                .sessions()
+                .list(owner)
+                .into_iter()
+                .map(wire::session_info)
+                .collect(),
         };
         json_response(StatusCode::OK, &list)
     }
@@ -146,8 +152,9 @@ impl<E: Executor> Api<E> {
 }
 
 /// 201 with `info`, and where the session is.
-fn created(info: &hyperlightd_api::SessionInfo) -> Response<Full<Bytes>> {
-    let mut response = json_response(StatusCode::CREATED, info);
+fn created(info: crate::job::SessionInfo) -> Response<Full<Bytes>> {
+    let info = wire::session_info(info);
+    let mut response = json_response(StatusCode::CREATED, &info);
     if let Ok(location) = HeaderValue::from_str(&paths::session(&info.id)) {
         response.headers_mut().insert(LOCATION, location);
     }

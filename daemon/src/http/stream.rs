@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::ApiError;
-use crate::executor::{OutputChunk, Stream};
+use crate::job::{OutputChunk, Stream};
 
 /// Every answer's body: whole, or a stream of lines.
 pub type Body = Either<Full<Bytes>, Lines>;

@@ -9,13 +9,14 @@ mod stream;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use hyperlightd_api::{ExecStatus, HealthResponse, Language, SandboxCounts, paths};
+use hyperlightd_api::{ExecStatus, HealthResponse, Language, paths};
 
 use hyper::header::LOCATION;
 
 use super::*;
-use crate::executor::{ExecutorHealth, Outcome};
-use crate::session::{After, Ran, SessionSettings, Sessions};
+use crate::job::{After, Ran};
+use crate::job::{ExecutorHealth, Outcome};
+use crate::session::{SessionSettings, Sessions};
 
 type Answer = Box<dyn Fn(&Job) -> Result<Outcome, ExecError> + Send + Sync>;
 
@@ -96,7 +97,7 @@ impl Executor for StubExecutor {
             )]),
             sandboxes: BTreeMap::from([(
                 Language::Javascript,
-                SandboxCounts {
+                crate::job::PoolCounts {
                     ready: 2,
                     total: 2,
                     target: 2,
@@ -110,7 +111,7 @@ impl Executor for StubExecutor {
 
 fn ok_outcome(stdout: &str, result: serde_json::Value) -> Outcome {
     Outcome {
-        status: ExecStatus::Ok,
+        status: crate::job::Status::Ok,
         stdout: stdout.into(),
         stderr: String::new(),
         truncated: false,
@@ -132,7 +133,7 @@ fn limits() -> Limits {
         max_output_bytes: 1024,
         max_result_bytes: 1024,
         body_read_timeout: Duration::from_millis(5_000),
-        files: crate::executor::FileLimits {
+        files: crate::job::FileLimits {
             max_entries: 4,
             max_bytes: 64,
         },
@@ -242,12 +243,15 @@ async fn exec_without_timeout_gets_the_default_and_large_timeout_is_capped() {
 async fn exec_with_guest_error_is_still_200() {
     let (api, _) = api(StubExecutor::new(|_| {
         Ok(Outcome {
-            status: ExecStatus::Error,
+            status: crate::job::Status::Error,
             stdout: String::new(),
             stderr: "stack".into(),
             truncated: false,
             result: serde_json::Value::Null,
-            error: Some(ErrorBody::new(ErrorKind::Exception, "Error: boom")),
+            error: Some(crate::job::Failure::new(
+                crate::job::FailureKind::Exception,
+                "Error: boom",
+            )),
             session: None,
             files: Default::default(),
             started: std::time::Instant::now(),
@@ -612,7 +616,7 @@ impl Executor for WarmingExecutor {
             hypervisor: "stub".into(),
             sandboxes: BTreeMap::from([(
                 Language::Javascript,
-                SandboxCounts {
+                crate::job::PoolCounts {
                     ready: 1,
                     total: 1,
                     target: 3,

@@ -3,13 +3,12 @@
 
 use std::time::Duration;
 
-use hyperlightd_api::{ExecStatus, Language};
+use crate::job::{ExecutorHealth, Language, Status};
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
 };
 
-use crate::executor::ExecutorHealth;
 use crate::sandbox::guest::Prepared;
 
 mod session;
@@ -340,7 +339,7 @@ impl Metrics {
     }
 
     /// Records a finished execution.
-    pub fn record_execution(&self, language: Language, status: ExecStatus, elapsed: Duration) {
+    pub fn record_execution(&self, language: Language, status: Status, elapsed: Duration) {
         self.executions
             .with_label_values(&[language.as_str(), status.as_str()])
             .inc();
@@ -403,17 +402,13 @@ impl Drop for InFlightGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hyperlightd_api::SandboxCounts;
+    use crate::job::PoolCounts;
     use std::collections::BTreeMap;
 
     #[test]
     fn render_includes_recorded_executions_and_pool_gauges() {
         let metrics = Metrics::new().unwrap();
-        metrics.record_execution(
-            Language::Javascript,
-            ExecStatus::Ok,
-            Duration::from_millis(3),
-        );
+        metrics.record_execution(Language::Javascript, Status::Ok, Duration::from_millis(3));
         metrics.record_rejection("invalid_request");
         let health = ExecutorHealth {
             hypervisor: "kvm".into(),
@@ -424,7 +419,7 @@ mod tests {
             sessions: BTreeMap::new(),
             sandboxes: BTreeMap::from([(
                 Language::Javascript,
-                SandboxCounts {
+                PoolCounts {
                     ready: 1,
                     total: 2,
                     target: 2,

@@ -1,6 +1,6 @@
 //! The metrics of sessions.
 
-use hyperlightd_api::{Language, SessionCounts};
+use crate::job::{Language, SessionCounts};
 use prometheus::{HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
 
 use super::{SANDBOX_BUCKETS, histogram};

@@ -9,12 +9,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use hyperlight_host::HyperlightError;
-use hyperlightd_api::{ErrorKind, Policy, Violation};
 use serde::Deserialize;
 
 use super::watchdog::Interrupt;
 use super::workspace::FileError;
-use crate::executor::{FileLimits, Files};
+use crate::job::{FailureKind, FileLimits, Files, Policy, Violation};
 
 /// What a guest is asked to run.
 #[derive(Debug, Clone, Copy)]
@@ -82,31 +81,13 @@ pub trait Guest: Send {
     fn is_poisoned(&self) -> bool;
 }
 
-/// A guest's state saved by [`Guest::save`]: immutable, and cheap to clone (a clone shares it).
-/// What is inside is the guest's own business.
-#[derive(Clone)]
-pub struct SavedState(Arc<dyn Any + Send + Sync>);
-
-impl SavedState {
-    /// Wraps a guest's state.
-    pub fn new<T: Any + Send + Sync>(state: T) -> Self {
-        SavedState(Arc::new(state))
-    }
-
-    /// The state, if it is a `T`; a guest given another guest's state says so.
-    pub fn get<T: Any>(&self) -> Result<&T, GuestError> {
-        self.0.downcast_ref().ok_or_else(|| {
-            GuestError::Hyperlight(HyperlightError::Error(
-                "the saved state is not this kind of guest's".to_owned(),
-            ))
-        })
-    }
-}
-
-impl std::fmt::Debug for SavedState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("SavedState")
-    }
+/// The state in `state`, if a guest of this kind saved it.
+pub fn saved_state<T: Any>(state: &SavedState) -> Result<&T, GuestError> {
+    state.get().ok_or_else(|| {
+        GuestError::Hyperlight(HyperlightError::Error(
+            "the saved state is not this kind of guest's".to_owned(),
+        ))
+    })
 }
 
 /// Why a call into a guest failed.
@@ -287,7 +268,7 @@ impl<T: Clone> Template<T> {
     }
 }
 
-pub use crate::executor::{OutputChunk, OutputSink, Stream};
+pub use crate::job::{OutputChunk, OutputSink, SavedState, Stream};
 
 /// Output of the current execution, shared between the host functions a guest writes through
 /// and the worker that owns the guest. Holds at most the execution's limit of stdout and stderr
@@ -413,14 +394,14 @@ pub enum RunnerErrorKind {
     PolicyViolation,
 }
 
-impl From<RunnerErrorKind> for ErrorKind {
+impl From<RunnerErrorKind> for FailureKind {
     fn from(kind: RunnerErrorKind) -> Self {
         match kind {
-            RunnerErrorKind::SyntaxError => ErrorKind::SyntaxError,
-            RunnerErrorKind::Exception => ErrorKind::Exception,
-            RunnerErrorKind::ResultTooLarge => ErrorKind::ResultTooLarge,
-            RunnerErrorKind::OutOfMemory => ErrorKind::OutOfMemory,
-            RunnerErrorKind::PolicyViolation => ErrorKind::PolicyViolation,
+            RunnerErrorKind::SyntaxError => FailureKind::SyntaxError,
+            RunnerErrorKind::Exception => FailureKind::Exception,
+            RunnerErrorKind::ResultTooLarge => FailureKind::ResultTooLarge,
+            RunnerErrorKind::OutOfMemory => FailureKind::OutOfMemory,
+            RunnerErrorKind::PolicyViolation => FailureKind::PolicyViolation,
         }
     }
 }

@@ -20,8 +20,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hyperlightd_api::Language;
-
 use self::guest::{GuestFactory, GuestSizes};
 use self::javascript::JavascriptFactory;
 use self::pool::{Pool, PoolConfig, PoolError, Scope};
@@ -29,9 +27,10 @@ use self::python::PythonFactory;
 use self::stored::SnapshotStore;
 use self::watchdog::Watchdog;
 use crate::audit::AuditLog;
-use crate::executor::{ExecError, Executor, ExecutorHealth, Job, Outcome};
+use crate::executor::Executor;
+use crate::job::{ExecError, ExecutorHealth, Job, Language, Outcome, Resume};
 use crate::metrics::Metrics;
-use crate::session::{Resume, SessionSettings, Sessions};
+use crate::session::{SessionSettings, Sessions};
 
 /// How often expired sessions are looked for.
 const REAP_PERIOD: Duration = Duration::from_secs(1);

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::runtime::Handle;
 
-use crate::executor::OutputSink;
+use crate::job::OutputSink;
 use tokio::task::JoinHandle;
 
 /// How often an expired timer interrupts its target again, until it is disarmed. Hyperlight

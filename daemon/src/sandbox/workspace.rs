@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use crate::executor::{FileLimits, Files};
+use crate::job::{FileLimits, Files};
 
 /// The longest path, in bytes.
 pub const MAX_PATH: usize = 1024;

@@ -35,9 +35,9 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use self::connections::{Admission, Admitted, Connections, Phase};
-use crate::caller::Caller;
 use crate::executor::Executor;
 use crate::http::Api;
+use crate::job::Caller;
 
 /// The smallest read buffer hyper accepts, and a size that reads bodies in few calls.
 const READ_BUFFER: usize = 64 * 1024;

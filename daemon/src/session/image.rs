@@ -3,9 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::Saved;
-use crate::executor::Files;
-use crate::sandbox::guest::SavedState;
+use crate::job::{Files, Saved, SavedState};
 
 /// Bytes the images of one language hold.
 #[derive(Debug, Default)]

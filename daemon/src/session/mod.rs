@@ -40,14 +40,14 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
-use hyperlightd_api::{ExecSession, Language, SessionCounts, SessionInfo, SessionLimits};
-use tokio::sync::{OwnedMutexGuard, oneshot};
+use tokio::sync::OwnedMutexGuard;
 use tracing::{Instrument, debug, error, info};
 
 use crate::audit::{AuditLog, SessionRecord};
-use crate::executor::{ExecError, Files, Outcome};
+use crate::job::{
+    After, ExecError, Files, Language, Outcome, Ran, Resume, SessionCounts, SessionInfo, SessionRef,
+};
 use crate::metrics::SessionMetrics;
-use crate::sandbox::guest::SavedState;
 
 /// The limits sessions live under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,65 +66,6 @@ pub struct SessionSettings {
     pub max_lifetime: Duration,
     /// Bytes all images together may hold before new sessions are refused.
     pub memory_budget: u64,
-}
-
-impl SessionSettings {
-    /// What health reports of them.
-    pub fn limits(&self) -> SessionLimits {
-        SessionLimits {
-            max_sessions: self.max_sessions,
-            max_sessions_per_caller: self.max_per_caller,
-            default_idle_timeout_s: self.default_idle.as_secs(),
-            max_idle_timeout_s: self.max_idle.as_secs(),
-            max_lifetime_s: self.max_lifetime.as_secs(),
-            memory_budget_bytes: self.memory_budget,
-        }
-    }
-}
-
-/// A guest state a worker saved after a session exec, and the host memory it holds.
-#[derive(Clone)]
-pub struct Saved {
-    /// The state.
-    pub state: SavedState,
-    /// Host memory it holds, in bytes (its files' included).
-    pub bytes: u64,
-    /// The working directory the exec left.
-    pub files: Arc<Files>,
-}
-
-/// Where a session's exec starts: the state and working directory its last exec left.
-#[derive(Debug)]
-pub struct Resume {
-    pub state: SavedState,
-    pub files: Arc<Files>,
-}
-
-impl std::fmt::Debug for Saved {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Saved").field("bytes", &self.bytes).finish()
-    }
-}
-
-/// What a worker did about a session's state after running one of its execs.
-#[derive(Debug)]
-pub enum After {
-    /// Nothing to save: the program did not get to run (it does not parse).
-    Unchanged,
-    /// The exec timed out, ran out of memory or brought its sandbox down: its effects are
-    /// dropped. The reason is the metrics label.
-    RolledBack(&'static str),
-    /// The worker is saving the state the exec left; None if saving failed.
-    Saving(oneshot::Receiver<Option<Saved>>),
-}
-
-/// A session exec as a worker answers it.
-#[derive(Debug)]
-pub struct Ran {
-    /// What the program did.
-    pub outcome: Outcome,
-    /// What becomes of the session's state.
-    pub after: After,
 }
 
 /// One session.
@@ -198,13 +139,12 @@ impl Session {
     fn info(&self, settings: &SessionSettings) -> SessionInfo {
         let meta = *self.meta();
         let expires = self.expires(settings);
-        let expires_at = self.created_at + expires.saturating_duration_since(self.created);
         SessionInfo {
             id: self.id.clone(),
             language: self.language,
-            created_at: rfc3339(self.created_at),
-            expires_at: rfc3339(expires_at),
-            idle_timeout_s: self.idle_timeout.as_secs(),
+            created_at: self.created_at,
+            expires_at: self.created_at + expires.saturating_duration_since(self.created),
+            idle_timeout: self.idle_timeout,
             execs: meta.execs,
             memory_bytes: meta.memory_bytes,
         }
@@ -548,7 +488,7 @@ impl Sessions {
         };
         let rolled_back = matches!(after, After::RolledBack(_));
         self.metrics.exec(session.language, outcome.status.as_str());
-        outcome.session = Some(ExecSession {
+        outcome.session = Some(SessionRef {
             id: session.id.clone(),
             rolled_back,
         });
@@ -618,12 +558,4 @@ fn new_id() -> Result<String, ExecError> {
         ))
     })?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
-}
-
-/// `at` in RFC 3339, UTC, to the millisecond.
-fn rfc3339(at: SystemTime) -> String {
-    jiff::Timestamp::try_from(at)
-        .ok()
-        .and_then(|t| t.round(jiff::Unit::Millisecond).ok())
-        .map_or_else(|| "unknown".to_owned(), |t| t.to_string())
 }

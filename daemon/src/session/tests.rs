@@ -2,9 +2,10 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use hyperlightd_api::ExecStatus;
+use tokio::sync::oneshot;
 
 use super::*;
+use crate::job::{Saved, SavedState, Status};
 use crate::metrics::Metrics;
 
 /// The uid the tests' sessions belong to.
@@ -38,7 +39,7 @@ fn sessions(settings: SessionSettings) -> Arc<Sessions> {
 
 fn outcome() -> Outcome {
     Outcome {
-        status: ExecStatus::Ok,
+        status: Status::Ok,
         stdout: String::new(),
         stderr: String::new(),
         truncated: false,
@@ -349,7 +350,7 @@ async fn idle_timeouts_are_defaulted_capped_and_expired_sessions_are_reaped() {
     let long = sessions
         .create(OWNER, Language::Python, Some(Duration::from_secs(3600)))
         .unwrap();
-    assert_eq!(short.idle_timeout_s, 0);
+    assert_eq!(short.idle_timeout, Duration::from_millis(100));
     exec_saving(&sessions, &short.id, 1, 50).await;
     settled(&sessions, &short.id).await;
     tokio::time::sleep(Duration::from_millis(150)).await;

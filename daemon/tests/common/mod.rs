@@ -5,10 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyperlightd::audit::AuditLog;
-use hyperlightd::executor::{ExecError, Executor, ExecutorHealth, Job, Outcome};
+use hyperlightd::executor::Executor;
+use hyperlightd::job::{ExecError, ExecutorHealth, Job, Outcome};
+use hyperlightd::job::{Language, PoolCounts, Status};
 use hyperlightd::metrics::Metrics;
 use hyperlightd::session::{SessionSettings, Sessions};
-use hyperlightd_api::{ExecStatus, Language, SandboxCounts};
 
 /// Answers every program at once: `ok`, the first 100 characters of the code as stdout, and the
 /// code's length as the result. The program `overload` is refused as an overloaded pool would.
@@ -50,7 +51,7 @@ impl Executor for Stub {
             });
         }
         Ok(Outcome {
-            status: ExecStatus::Ok,
+            status: Status::Ok,
             stdout: job.code.chars().take(100).collect(),
             stderr: String::new(),
             truncated: false,
@@ -72,7 +73,7 @@ impl Executor for Stub {
             hypervisor: "stub".into(),
             sandboxes: BTreeMap::from([(
                 Language::Javascript,
-                SandboxCounts {
+                PoolCounts {
                     ready: 1,
                     total: 1,
                     target: 1,

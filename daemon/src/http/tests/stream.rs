@@ -6,7 +6,7 @@ use hyper::header::{ACCEPT, CONTENT_TYPE};
 use hyperlightd_api::{ExecEvent, NDJSON};
 
 use super::*;
-use crate::executor::{OutputChunk, Stream};
+use crate::job::{OutputChunk, Stream};
 
 /// Writes each `(stream, text)` of `writes` to the job's output sink, then answers with all
 /// of it as the outcome's stdout and stderr.

@@ -100,7 +100,7 @@ fn code(e: FileError) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::executor::{FileLimits, Files};
+    use crate::job::{FileLimits, Files};
 
     fn answer(work: &Workspace, function: &str, args: &str) -> Value {
         serde_json::from_str(&call(work, function, args).unwrap().unwrap()).unwrap()

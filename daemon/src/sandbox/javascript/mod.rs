@@ -20,12 +20,12 @@ use hyperlight_js::{HostPrintFn, SandboxBuilder, Script, Snapshot};
 use self::host::{CallClock, Host};
 use super::guest::{
     Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, Prepared, Program, RunnerReply,
-    SavedState, Template, from_template, seed,
+    SavedState, Template, from_template, saved_state, seed,
 };
 use super::stored::{self, Codec, Key, SnapshotStore, Stored};
 use super::watchdog::{self, Interrupt};
 use super::workspace::{FileError, Workspace};
-use crate::executor::Files;
+use crate::job::Files;
 
 /// The runner, compiled into the daemon so that the daemon and its guest protocol always match:
 /// the web APIs bundled from npm (`cargo xtask js-vendor`), those built on the host functions
@@ -260,7 +260,7 @@ impl Guest for JavascriptGuest {
     /// Every JavaScript sandbox registers the same host functions, which is all a restore of
     /// another sandbox's snapshot asks; the host keeps no other state for the guest.
     fn load(&mut self, state: &SavedState) -> Result<(), GuestError> {
-        let snapshot: &Arc<Snapshot> = state.get()?;
+        let snapshot: &Arc<Snapshot> = saved_state(state)?;
         Ok(self.sandbox.restore(snapshot.clone())?)
     }
 

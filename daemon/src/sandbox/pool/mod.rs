@@ -21,16 +21,14 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Sender, TrySendError};
-use hyperlightd_api::{Language, SandboxCounts};
 use tokio::sync::oneshot;
 use tracing::{error, info};
 
 use self::worker::{Worker, timeout_outcome};
 use super::guest::{Captured, Guest, GuestFactory, OutputCapture, SavedState};
 use super::watchdog::Watchdog;
-use crate::executor::{ExecError, Job, Outcome};
+use crate::job::{After, ExecError, Job, Language, Outcome, PoolCounts, Ran};
 use crate::metrics::PoolMetrics;
-use crate::session::{After, Ran};
 
 /// How long past a job's deadline the caller waits for the worker running it before answering
 /// "timeout" itself. A worker stops its guest at the deadline; this only bounds the wait should
@@ -377,8 +375,8 @@ impl Pool {
     }
 
     /// Sandboxes idle, in all, and the pool's size.
-    pub fn counts(&self) -> SandboxCounts {
-        SandboxCounts {
+    pub fn counts(&self) -> PoolCounts {
+        PoolCounts {
             ready: self.shared.count(|s| s == SlotState::Idle),
             total: self
                 .shared

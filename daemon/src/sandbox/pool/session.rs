@@ -7,16 +7,14 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
-use hyperlightd_api::ErrorKind;
 use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
+use super::Scope;
 use super::Task;
 use super::worker::{Fate, RESET_LIMIT, Worker};
-use super::{Ran, Scope};
-use crate::executor::{ExecError, Files, Outcome};
-use crate::sandbox::guest::{Guest, GuestError, OutputCapture, SavedState};
-use crate::session::{After, Saved};
+use crate::job::{After, ExecError, FailureKind, Files, Outcome, Ran, Saved, SavedState};
+use crate::sandbox::guest::{Guest, GuestError, OutputCapture};
 use crate::sys::memory::resident_bytes;
 
 /// Held while a state is saved: the memory a save adds is measured as the growth of the
@@ -124,7 +122,7 @@ fn after_session_exec(outcome: &Outcome, fate: Fate) -> Option<After> {
             if outcome
                 .error
                 .as_ref()
-                .is_some_and(|e| e.kind == ErrorKind::SyntaxError) =>
+                .is_some_and(|e| e.kind == FailureKind::SyntaxError) =>
         {
             Some(After::Unchanged)
         }

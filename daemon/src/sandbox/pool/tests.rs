@@ -6,10 +6,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 
 use hyperlight_host::HyperlightError;
-use hyperlightd_api::{ErrorKind, ExecStatus};
 
 use super::*;
-use crate::executor::{ExecutorHealth, FileLimits, Files, Outcome};
+use crate::job::{
+    Caller, ExecutorHealth, FailureKind, FileLimits, Files, Outcome, Policy, SavedState, Status,
+    Violation,
+};
 use crate::metrics::Metrics;
 use crate::sandbox::guest::{GuestError, Program, Stream};
 use crate::sandbox::watchdog::Interrupt;
@@ -166,7 +168,7 @@ impl Guest for FakeGuest {
     }
 
     fn load(&mut self, state: &SavedState) -> Result<(), GuestError> {
-        self.runs_since_reset = *state.get::<usize>()?;
+        self.runs_since_reset = *crate::sandbox::guest::saved_state::<usize>(state)?;
         Ok(())
     }
 
@@ -240,7 +242,7 @@ fn job(code: &str, timeout_ms: u64) -> Job {
         },
         span: tracing::Span::none(),
         session: None,
-        caller: crate::caller::Caller {
+        caller: Caller {
             uid: 1000,
             gid: 1000,
             pid: None,
@@ -337,9 +339,9 @@ async fn a_job_still_queued_at_its_deadline_is_answered_then_and_costs_no_restor
 async fn a_poisoned_sandbox_is_restored_and_serves_again_without_a_rebuild() {
     let (pool, control, metrics) = pool(1);
     let looped = submit(&pool, job("spin", 200)).await.unwrap();
-    assert_eq!(looped.status, ExecStatus::Timeout);
+    assert_eq!(looped.status, Status::Timeout);
     let aborted = submit(&pool, job("abort", 5_000)).await.unwrap();
-    assert_eq!(aborted.error.unwrap().kind, ErrorKind::SandboxFailure);
+    assert_eq!(aborted.error.unwrap().kind, FailureKind::SandboxFailure);
     let next = submit(&pool, job("seen", 5_000)).await.unwrap();
     assert_eq!(
         next.result,
@@ -361,7 +363,7 @@ async fn a_sandbox_whose_restore_fails_is_rebuilt_and_counted() {
     let (pool, control, metrics) = pool(1);
     control.failing_resets.store(1, Ordering::SeqCst);
     let first = submit(&pool, job("spin", 100)).await.unwrap();
-    assert_eq!(first.status, ExecStatus::Timeout);
+    assert_eq!(first.status, Status::Timeout);
     let next = submit(&pool, job("seen", 10_000)).await.unwrap();
     assert_eq!(next.result, serde_json::json!(0));
     assert_eq!(control.builds.load(Ordering::SeqCst), 2);
@@ -380,7 +382,7 @@ async fn a_sandbox_whose_restore_fails_is_rebuilt_and_counted() {
 async fn after_a_host_function_panics_the_sandbox_is_rebuilt_not_restored() {
     let (pool, control, metrics) = pool(1);
     let failed = submit(&pool, job("host-panic", 5_000)).await.unwrap();
-    assert_eq!(failed.error.unwrap().kind, ErrorKind::SandboxFailure);
+    assert_eq!(failed.error.unwrap().kind, FailureKind::SandboxFailure);
     let next = submit(&pool, job("ok:2", 10_000)).await.unwrap();
     assert_eq!(next.result, serde_json::json!(2));
     assert_eq!(control.builds.load(Ordering::SeqCst), 2);
@@ -429,7 +431,7 @@ async fn a_job_with_almost_no_time_left_is_still_stopped() {
     let started = Instant::now();
     let spun = submit(&pool, job("spin", 1)).await;
     match spun {
-        Ok(outcome) => assert_eq!(outcome.status, ExecStatus::Timeout),
+        Ok(outcome) => assert_eq!(outcome.status, Status::Timeout),
         Err(e) => assert!(matches!(e, ExecError::NoSandboxAvailable { .. }), "{e:?}"),
     }
     assert!(started.elapsed() < Duration::from_secs(10));
@@ -476,16 +478,16 @@ async fn a_session_job_that_poisons_its_sandbox_rolls_back_and_one_that_does_not
     let (_, after) = in_session(&pool, job("ok:1", 5_000), None).await;
     let state = saved(after).await;
     let (spun, after) = in_session(&pool, job("spin", 100), Some(state.clone())).await;
-    assert_eq!(spun.status, ExecStatus::Timeout);
+    assert_eq!(spun.status, Status::Timeout);
     assert!(matches!(after, After::RolledBack("timeout")), "{after:?}");
     let (aborted, after) = in_session(&pool, job("abort", 5_000), Some(state.clone())).await;
-    assert_eq!(aborted.error.unwrap().kind, ErrorKind::SandboxFailure);
+    assert_eq!(aborted.error.unwrap().kind, FailureKind::SandboxFailure);
     assert!(
         matches!(after, After::RolledBack("guest_failure")),
         "{after:?}"
     );
     let (bad, after) = in_session(&pool, job("syntax", 5_000), Some(state.clone())).await;
-    assert_eq!(bad.error.unwrap().kind, ErrorKind::SyntaxError);
+    assert_eq!(bad.error.unwrap().kind, FailureKind::SyntaxError);
     assert!(matches!(after, After::Unchanged), "{after:?}");
     let (next, _) = in_session(&pool, job("seen", 5_000), Some(state)).await;
     assert_eq!(next.result, serde_json::json!(1));
@@ -503,17 +505,17 @@ async fn a_session_job_that_poisons_its_sandbox_rolls_back_and_one_that_does_not
 async fn the_job_s_policy_reaches_the_guest_and_its_violations_reach_the_outcome() {
     let (pool, _control, _metrics) = pool(1);
     let mut checked = job("refused:eval", 5_000);
-    checked.policy = Some(hyperlightd_api::Policy {
+    checked.policy = Some(Policy {
         blocked_functions: vec!["eval".into()],
         ..Default::default()
     });
     let refused = submit(&pool, checked).await.unwrap();
-    assert_eq!(refused.status, ExecStatus::Error);
+    assert_eq!(refused.status, Status::Error);
     let error = refused.error.unwrap();
-    assert_eq!(error.kind, ErrorKind::PolicyViolation);
+    assert_eq!(error.kind, FailureKind::PolicyViolation);
     assert_eq!(
         error.violations,
-        [hyperlightd_api::Violation {
+        [Violation {
             line: 1,
             rule: "blocked_functions".into(),
             name: "eval".into(),
@@ -565,7 +567,7 @@ async fn only_files_created_or_changed_come_back() {
     ]
     .into();
     let outcome = submit(&pool, job).await.unwrap();
-    assert_eq!(outcome.status, ExecStatus::Ok);
+    assert_eq!(outcome.status, Status::Ok);
     assert_eq!(
         outcome.files,
         [("out.txt".to_owned(), b"new".to_vec())].into()

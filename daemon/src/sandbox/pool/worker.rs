@@ -13,13 +13,14 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::job::{
+    ExecError, Failure, FailureKind, FileLimits, Files, Job, Language, Outcome, Status,
+};
 use crossbeam_channel::Receiver;
 use hyperlight_host::HyperlightError;
-use hyperlightd_api::{ErrorBody, ErrorKind, ExecStatus, Language};
 use tracing::{debug, error, info, warn};
 
 use super::{Sandbox, Shared, SlotState, Task};
-use crate::executor::{ExecError, FileLimits, Files, Job, Outcome};
 use crate::metrics::PoolMetrics;
 use crate::sandbox::guest::{
     Captured, Guest, GuestError, GuestFactory, OutputCapture, OutputSink, Program, RunnerReply,
@@ -331,7 +332,7 @@ impl Worker {
             Ok(reply) => match RunnerReply::parse(&reply) {
                 Ok(RunnerReply::Completed { result }) => (
                     Outcome {
-                        status: ExecStatus::Ok,
+                        status: Status::Ok,
                         stdout: captured.stdout,
                         stderr: with_refusal(captured.stderr, over, job.file_limits),
                         truncated: captured.truncated,
@@ -345,17 +346,17 @@ impl Worker {
                     Fate::Sound,
                 ),
                 Ok(RunnerReply::Failed { error }) => {
-                    let mut body = ErrorBody::new(error.kind.into(), error.message);
+                    let mut body = Failure::new(error.kind.into(), error.message);
                     body.violations = error.violations;
                     if let Some(cap) = over
-                        && body.kind == ErrorKind::Exception
+                        && body.kind == FailureKind::Exception
                     {
                         body = file_limit(body, cap, job.file_limits);
                     }
                     (error_outcome(body, captured), Fate::Sound)
                 }
                 Err(message) => (
-                    error_outcome(ErrorBody::new(ErrorKind::SandboxFailure, message), captured),
+                    error_outcome(Failure::new(FailureKind::SandboxFailure, message), captured),
                     Fate::Poisoned(Recycle::GuestFailure),
                 ),
             },
@@ -388,7 +389,7 @@ impl Worker {
                 return (outcome, Fate::Poisoned(Recycle::Timeout));
             }
             GuestError::Hyperlight(HyperlightError::GuestAborted(GUEST_OUT_OF_MEMORY, _)) => (
-                ErrorKind::OutOfMemory,
+                FailureKind::OutOfMemory,
                 format!(
                     "the program ran out of memory: its sandbox has {} MiB",
                     self.heap_bytes / (1024 * 1024)
@@ -396,17 +397,17 @@ impl Worker {
                 Fate::Poisoned(Recycle::OutOfMemory),
             ),
             GuestError::Hyperlight(HyperlightError::GuestError(_, message)) => {
-                (ErrorKind::Exception, message, Fate::Sound)
+                (FailureKind::Exception, message, Fate::Sound)
             }
             GuestError::ResourceLimit(message) => (
-                ErrorKind::ResourceLimit,
+                FailureKind::ResourceLimit,
                 message,
                 Fate::Poisoned(Recycle::ResourceLimit),
             ),
             GuestError::HostPanic(message) => {
                 error!("a host function panicked: {message}");
                 (
-                    ErrorKind::SandboxFailure,
+                    FailureKind::SandboxFailure,
                     "the sandbox failed: a fault in the daemon's side of it (see its log)"
                         .to_owned(),
                     Fate::Broken(Recycle::HostPanic),
@@ -415,13 +416,13 @@ impl Worker {
             GuestError::Hyperlight(e) => {
                 warn!("the guest failed: {e}");
                 (
-                    ErrorKind::SandboxFailure,
+                    FailureKind::SandboxFailure,
                     format!("the sandbox failed: {e}"),
                     Fate::Poisoned(Recycle::GuestFailure),
                 )
             }
         };
-        (error_outcome(ErrorBody::new(kind, message), captured), fate)
+        (error_outcome(Failure::new(kind, message), captured), fate)
     }
 }
 
@@ -448,9 +449,9 @@ pub(super) fn build_sandbox(
 
 /// The outcome of a program that failed with `error`, timed as if it ran no time from now (the
 /// caller sets when it started and how long it ran).
-fn error_outcome(error: ErrorBody, captured: Captured) -> Outcome {
+fn error_outcome(error: Failure, captured: Captured) -> Outcome {
     Outcome {
-        status: ExecStatus::Error,
+        status: Status::Error,
         stdout: captured.stdout,
         stderr: captured.stderr,
         truncated: captured.truncated,
@@ -491,10 +492,10 @@ fn with_refusal(mut stderr: String, over: Option<FileError>, limits: FileLimits)
 
 /// An exception after a write was refused at the working directory's `cap`: the program failed
 /// for the cap, and the error says so first.
-fn file_limit(error: ErrorBody, cap: FileError, limits: FileLimits) -> ErrorBody {
+fn file_limit(error: Failure, cap: FileError, limits: FileLimits) -> Failure {
     let which = cap_in_words(cap, limits);
-    ErrorBody::new(
-        ErrorKind::FileLimit,
+    Failure::new(
+        FailureKind::FileLimit,
         format!(
             "the program wrote past its working directory's cap of {which} (the write was \
              refused, and the program failed): {}",
@@ -505,10 +506,10 @@ fn file_limit(error: ErrorBody, cap: FileError, limits: FileLimits) -> ErrorBody
 
 pub(super) fn timeout_outcome(timeout: Duration, captured: Captured) -> Outcome {
     Outcome {
-        status: ExecStatus::Timeout,
+        status: Status::Timeout,
         ..error_outcome(
-            ErrorBody::new(
-                ErrorKind::Timeout,
+            Failure::new(
+                FailureKind::Timeout,
                 format!(
                     "the program did not finish within its time limit of {} ms",
                     timeout.as_millis()

@@ -29,12 +29,12 @@ use self::bindings::root::component::RootExports;
 use self::wasi::{CallState, Portable, ToPortable, WasiHost};
 use super::guest::{
     Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, Prepared, Program, RunnerReply,
-    SavedState, Template, from_template, seed,
+    SavedState, Template, from_template, saved_state, seed,
 };
 use super::stored::{self, Codec, Key, SnapshotStore, Stored};
 use super::watchdog::{self, Interrupt, Watchdog};
 use super::workspace::{FileError, Workspace};
-use crate::executor::Files;
+use crate::job::{Files, Policy};
 
 #[allow(missing_debug_implementations, clippy::all)]
 mod bindings {
@@ -394,7 +394,7 @@ const PRIME_LIMIT: Duration = Duration::from_secs(30);
 struct Event<'a> {
     code: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    policy: Option<&'a hyperlightd_api::Policy>,
+    policy: Option<&'a Policy>,
     max_result_bytes: usize,
     /// 128 bits from the host's getrandom, in hex: the seed of the program's `random`.
     seed: String,
@@ -545,7 +545,7 @@ impl Guest for PythonGuest {
     /// Every Python sandbox registers the same host functions, which is all a restore of
     /// another sandbox's snapshot asks; the host's resource tables come with the state.
     fn load(&mut self, state: &SavedState) -> Result<(), GuestError> {
-        let state: &PythonState = state.get()?;
+        let state: &PythonState = saved_state(state)?;
         self.sandbox.sb.restore(state.snapshot.clone())?;
         *lock(&self.sandbox.rt) = lock(&state.tables).copy();
         Ok(())

@@ -1,0 +1,145 @@
+//! The one place where the core's types become the API's wire types, and the other way: each
+//! mapping an exhaustive `match` or a whole struct, so that a new variant or field must be
+//! decided here.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use hyperlightd_api as api;
+
+use crate::job::{
+    Failure, FailureKind, Files, Language, Outcome, PoolCounts, SessionCounts, SessionInfo,
+    SessionRef, Status,
+};
+use crate::session::SessionSettings;
+
+/// A program's outcome as the response carries it, with how long it waited and ran.
+pub fn response(outcome: Outcome, queued_ms: f64, duration_ms: f64) -> api::ExecResponse {
+    api::ExecResponse {
+        status: status(outcome.status),
+        stdout: outcome.stdout,
+        stderr: outcome.stderr,
+        truncated: outcome.truncated,
+        result: outcome.result,
+        error: outcome.error.map(error_body),
+        duration_ms,
+        queued_ms,
+        session: outcome.session.map(exec_session),
+        files: files(outcome.files),
+    }
+}
+
+pub fn status(status: Status) -> api::ExecStatus {
+    match status {
+        Status::Ok => api::ExecStatus::Ok,
+        Status::Error => api::ExecStatus::Error,
+        Status::Timeout => api::ExecStatus::Timeout,
+    }
+}
+
+pub fn error_body(failure: Failure) -> api::ErrorBody {
+    api::ErrorBody {
+        kind: error_kind(failure.kind),
+        message: failure.message,
+        violations: failure
+            .violations
+            .into_iter()
+            .map(|v| api::Violation {
+                line: v.line,
+                rule: v.rule,
+                name: v.name,
+            })
+            .collect(),
+    }
+}
+
+pub fn error_kind(kind: FailureKind) -> api::ErrorKind {
+    match kind {
+        FailureKind::SyntaxError => api::ErrorKind::SyntaxError,
+        FailureKind::Exception => api::ErrorKind::Exception,
+        FailureKind::Timeout => api::ErrorKind::Timeout,
+        FailureKind::ResultTooLarge => api::ErrorKind::ResultTooLarge,
+        FailureKind::OutOfMemory => api::ErrorKind::OutOfMemory,
+        FailureKind::SandboxFailure => api::ErrorKind::SandboxFailure,
+        FailureKind::ResourceLimit => api::ErrorKind::ResourceLimit,
+        FailureKind::PolicyViolation => api::ErrorKind::PolicyViolation,
+        FailureKind::FileLimit => api::ErrorKind::FileLimit,
+    }
+}
+
+fn exec_session(session: SessionRef) -> api::ExecSession {
+    api::ExecSession {
+        id: session.id,
+        rolled_back: session.rolled_back,
+    }
+}
+
+/// A program's files for its response: text where the bytes are UTF-8, base64 otherwise.
+pub fn files(files: Files) -> api::FileMap {
+    files
+        .into_iter()
+        .map(|(path, bytes)| (path, api::FileData::from_bytes(bytes)))
+        .collect()
+}
+
+pub fn session_info(info: SessionInfo) -> api::SessionInfo {
+    api::SessionInfo {
+        id: info.id,
+        language: info.language,
+        created_at: rfc3339(info.created_at),
+        expires_at: rfc3339(info.expires_at),
+        idle_timeout_s: info.idle_timeout.as_secs(),
+        execs: info.execs,
+        memory_bytes: info.memory_bytes,
+    }
+}
+
+pub fn session_counts(
+    counts: BTreeMap<Language, SessionCounts>,
+) -> BTreeMap<Language, api::SessionCounts> {
+    counts
+        .into_iter()
+        .map(|(language, c)| {
+            let counts = api::SessionCounts {
+                live: c.live,
+                memory_bytes: c.memory_bytes,
+            };
+            (language, counts)
+        })
+        .collect()
+}
+
+pub fn sandbox_counts(
+    counts: BTreeMap<Language, PoolCounts>,
+) -> BTreeMap<Language, api::SandboxCounts> {
+    counts
+        .into_iter()
+        .map(|(language, c)| {
+            let counts = api::SandboxCounts {
+                ready: c.ready,
+                total: c.total,
+                target: c.target,
+            };
+            (language, counts)
+        })
+        .collect()
+}
+
+pub fn session_limits(settings: &SessionSettings) -> api::SessionLimits {
+    api::SessionLimits {
+        max_sessions: settings.max_sessions,
+        max_sessions_per_caller: settings.max_per_caller,
+        default_idle_timeout_s: settings.default_idle.as_secs(),
+        max_idle_timeout_s: settings.max_idle.as_secs(),
+        max_lifetime_s: settings.max_lifetime.as_secs(),
+        memory_budget_bytes: settings.memory_budget,
+    }
+}
+
+/// `at` in RFC 3339, UTC, to the millisecond.
+fn rfc3339(at: SystemTime) -> String {
+    jiff::Timestamp::try_from(at)
+        .ok()
+        .and_then(|t| t.round(jiff::Unit::Millisecond).ok())
+        .map_or_else(|| "unknown".to_owned(), |t| t.to_string())
+}

@@ -1,0 +1,65 @@
+//! What the executor reports of its pools and sessions, for health and metrics.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use super::Language;
+
+/// What the executor reports for health and metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutorHealth {
+    /// The hypervisor in use, e.g. `"kvm (kvm_amd)"`.
+    pub hypervisor: String,
+    /// Sandbox counts per served language.
+    pub sandboxes: BTreeMap<Language, PoolCounts>,
+    /// Whether every pool has been at its size at least once (warm-up is over).
+    pub warmed: bool,
+    /// Workers whose guest step (a call, a restore, a build) has run far past its limit: the
+    /// hypervisor is not giving the thread back, and only restarting the daemon frees it.
+    pub stuck_workers: usize,
+    /// Packages each language's guest offers beyond its standard library, name to version.
+    pub packages: BTreeMap<Language, BTreeMap<String, String>>,
+    /// Memory a program can allocate in each served language's sandbox, in MiB.
+    pub memory_mib: BTreeMap<Language, u64>,
+    /// Live sessions and their memory, per served language.
+    pub sessions: BTreeMap<Language, SessionCounts>,
+}
+
+/// A pool's sandboxes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolCounts {
+    /// Idle and ready to take a job.
+    pub ready: usize,
+    /// All of them, busy or not.
+    pub total: usize,
+    /// The pool's size.
+    pub target: usize,
+}
+
+/// A language's live sessions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SessionCounts {
+    /// Live sessions.
+    pub live: usize,
+    /// Host memory their saved state holds, in bytes.
+    pub memory_bytes: u64,
+}
+
+/// A session, as the executor describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionInfo {
+    /// Its id.
+    pub id: String,
+    /// The language its execs run in.
+    pub language: Language,
+    /// When it was created.
+    pub created_at: SystemTime,
+    /// When it is deleted unless an exec comes first.
+    pub expires_at: SystemTime,
+    /// How long it may stay idle, as granted.
+    pub idle_timeout: Duration,
+    /// Execs that ran in it.
+    pub execs: u64,
+    /// Host memory its saved state holds, in bytes.
+    pub memory_bytes: u64,
+}

@@ -1,0 +1,146 @@
+//! The job vocabulary: what a job is, what it produced, and why one did not run. Plain types,
+//! shared by everything that runs jobs (the guests, their pools, sessions, the executor) and
+//! by the layers that hand jobs in (the service, the transports).
+//!
+//! This module imports nothing else of the daemon, and every other module may import it. The
+//! types are the core's own: the HTTP edge turns them into the API's wire types (and back), in
+//! one place each. The one exception is [`Language`], the `hyperlightd-api` enum of the
+//! languages served: a plain name, the same on the wire and in the core.
+
+mod error;
+mod health;
+mod outcome;
+mod state;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+pub use self::error::ExecError;
+pub use self::health::{ExecutorHealth, PoolCounts, SessionCounts, SessionInfo};
+pub use self::outcome::{Failure, FailureKind, Outcome, SessionRef, Status, Violation};
+pub use self::state::{After, Answer, Ran, Resume, Saved, SavedState};
+pub use hyperlightd_api::Language;
+
+/// One program to run.
+#[derive(Debug)]
+pub struct Job {
+    /// Which guest runs it.
+    pub language: Language,
+    /// The program's source.
+    pub code: String,
+    /// The request's time limit, as granted (after defaults and caps).
+    pub timeout: Duration,
+    /// When the request must be answered by: its arrival plus `timeout`. Time spent waiting for
+    /// a sandbox counts, and for a session's earlier execs, but not for their state to be saved
+    /// (a session moves the deadline on by that time).
+    pub deadline: Instant,
+    /// Cap on stdout plus stderr, as granted.
+    pub max_output_bytes: usize,
+    /// What the program may not name (the daemon's default and the request's, the language's
+    /// part of them); None: nothing is checked.
+    pub policy: Option<Policy>,
+    /// Where its output goes as it is written, besides the outcome; None: only the outcome.
+    pub output: Option<OutputSink>,
+    /// Its working directory's files (for a session's exec, added to the session's).
+    pub files: Files,
+    /// What the working directory may hold.
+    pub file_limits: FileLimits,
+    /// The request's tracing span, entered by whichever thread runs the job.
+    pub span: tracing::Span,
+    /// The session to run it in (its language is `language`); None: a fresh interpreter.
+    pub session: Option<String>,
+    /// Who asked: a session runs the job only for the caller it belongs to, and a pool shares
+    /// its sandboxes fairly between callers.
+    pub caller: Caller,
+}
+
+impl Job {
+    /// Whether the caller watching the job's output has gone away (never, without a sink).
+    pub fn watcher_gone(&self) -> bool {
+        self.output.as_ref().is_some_and(|sink| sink.is_closed())
+    }
+}
+
+/// Who asked: the peer credentials of the connection a request came on (see
+/// [`crate::caller`]), which no client can forge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Caller {
+    /// The connecting process's effective uid.
+    pub uid: u32,
+    /// Its effective gid.
+    pub gid: u32,
+    /// Its pid, when the kernel knows it (not across pid namespaces).
+    pub pid: Option<i32>,
+}
+
+/// What a program may not name, checked by its runner before it runs (on the program's own
+/// syntax tree, inside the guest). Serialized into the runner's event as it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Policy {
+    /// Python: the only modules the program may import (and their submodules); None: any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allowed_modules: Option<Vec<String>>,
+    /// Python: functions the program may not name.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub blocked_functions: Vec<String>,
+    /// JavaScript: globals the program may not name.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub blocked_globals: Vec<String>,
+}
+
+impl Policy {
+    /// Whether the policy restricts nothing.
+    pub fn is_empty(&self) -> bool {
+        self.allowed_modules.is_none()
+            && self.blocked_functions.is_empty()
+            && self.blocked_globals.is_empty()
+    }
+}
+
+/// A working directory's files: contents by path (`data.csv`, `out/a.txt`), paths checked
+/// (see [`crate::sandbox::workspace`]).
+pub type Files = BTreeMap<String, Vec<u8>>;
+
+/// What a program's working directory may hold; the default, nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FileLimits {
+    /// Files and directories.
+    pub max_entries: usize,
+    /// Bytes of all files together.
+    pub max_bytes: u64,
+}
+
+/// Which output stream a write goes to. The numbers are the runner protocol's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+impl Stream {
+    /// The stream a runner's stream number names; anything unknown is treated as stderr, so
+    /// that no output is silently lost.
+    pub fn from_number(n: u8) -> Stream {
+        match n {
+            1 => Stream::Stdout,
+            _ => Stream::Stderr,
+        }
+    }
+}
+
+/// A piece of a program's output, as the program wrote it (within its output cap).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputChunk {
+    /// Where it was written.
+    pub stream: Stream,
+    /// What was written.
+    pub text: String,
+}
+
+/// Where a job's output goes while it runs, for a caller that sees it as it comes. The caller
+/// going away (the receiver dropped) stops the program. The output cap bounds what it holds.
+pub type OutputSink = tokio::sync::mpsc::UnboundedSender<OutputChunk>;
