@@ -12,8 +12,8 @@ use crate::audit::AuditOptions;
 use crate::caller::{CallerOptionError, CallerOptions};
 use crate::code_policy::CodePolicy;
 use crate::job::FileLimits;
+use crate::job::SessionSettings;
 use crate::server::ServerConfig;
-use crate::session::SessionSettings;
 
 /// hyperlightd: runs untrusted code in pre-warmed Hyperlight micro-VMs, served over HTTP on a
 /// Unix socket.

@@ -39,13 +39,14 @@ use tracing::{info, warn};
 use crate::audit::{AuditLog, AuditOpenError};
 use crate::caller::{ExecQuota, Policy};
 use crate::config::{Config, ConfigError, Limits};
+use crate::executor::HyperlightExecutor;
 use crate::http::Api;
+use crate::job::SessionSettings;
 use crate::metrics::Metrics;
+use crate::sandbox::SandboxSettings;
 use crate::sandbox::guest::GuestSizes;
 use crate::sandbox::stored::SnapshotStore;
-use crate::sandbox::{HyperlightExecutor, SandboxSettings};
 use crate::server::StopRequest;
-use crate::session::SessionSettings;
 use crate::sys::hypervisor::{self, Hypervisor, HypervisorError};
 use crate::sys::socket::{self, SocketError};
 
@@ -281,13 +282,12 @@ async fn start_executor(
         snapshots: stores.snapshots,
         queue_depth: config.queue_depth,
         build_limit: limit,
-        sessions,
-        audit: stores.audit,
     };
     let (runtime, sizes, metrics) = (Handle::current(), sizes.clone(), metrics.clone());
     let name = hypervisor.to_string();
+    let audit = stores.audit;
     let starting = blocking_within(limit, move || {
-        HyperlightExecutor::start(name, &sizes, settings, runtime, &metrics)
+        HyperlightExecutor::start(name, &sizes, settings, sessions, audit, runtime, &metrics)
     });
     let failed = match starting.await {
         Some(Ok(Ok(executor))) => {

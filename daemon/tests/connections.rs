@@ -195,7 +195,8 @@ async fn thousands_of_stalled_connections_are_bounded_and_dropped_while_requests
 
 /// The value of `series` in the daemon's metrics; it must be there.
 fn metric(metrics: &Metrics, series: &str) -> f64 {
-    let text = metrics.render(&Stub::new().health()).unwrap();
+    let health = Stub::new().health();
+    let text = metrics.render(&health.sandboxes, &health.sessions).unwrap();
     text.lines()
         .find_map(|line| {
             let rest = line.strip_prefix(series)?;

@@ -54,7 +54,7 @@ impl<E: Executor> Api<E> {
         id: &str,
     ) -> Result<Response<Full<Bytes>>, ApiError> {
         let wait = self.limits.max_timeout;
-        let files = self.executor.sessions().files(owner, id, wait).await?;
+        let files = self.executor.session_files(owner, id, wait).await?;
         let list = FileList {
             files: files
                 .iter()
@@ -78,7 +78,7 @@ impl<E: Executor> Api<E> {
             .decode_utf8()
             .map_err(|_| ApiError::InvalidRequest("the file's path is not UTF-8".to_owned()))?;
         let wait = self.limits.max_timeout;
-        let files = self.executor.sessions().files(owner, id, wait).await?;
+        let files = self.executor.session_files(owner, id, wait).await?;
         let bytes = files.get(path.as_ref()).ok_or_else(|| {
             ApiError::NotFound(format!(
                 "the session has no file {path:?} (GET {} lists its files)",

@@ -391,8 +391,9 @@ impl<E: Executor> Api<E> {
             files: self.files_of(exec.files)?,
         };
         self.check_program(&program, exec.language)?;
-        let job = self.job(exec.language, program, None, &ctx);
-        self.run(job, &ctx, exec.stream || accepts_lines).await
+        let job = self.job(exec.language, program, &ctx);
+        self.run(job, None, &ctx, exec.stream || accepts_lines)
+            .await
     }
 
     /// Refuses a program over the size limit, or with a policy that is not valid for
@@ -413,8 +414,8 @@ impl<E: Executor> Api<E> {
         Ok(())
     }
 
-    /// The job for `program` in `language` (and `session`), with the limits granted.
-    fn job(&self, language: Language, program: Program, session: Option<String>, ctx: &Ctx) -> Job {
+    /// The job for `program` in `language`, with the limits granted.
+    fn job(&self, language: Language, program: Program, ctx: &Ctx) -> Job {
         let timeout = self.limits.timeout_for(program.timeout_ms);
         Job {
             language,
@@ -427,14 +428,19 @@ impl<E: Executor> Api<E> {
             timeout,
             deadline: ctx.received + timeout,
             span: ctx.span.clone(),
-            session,
             caller: ctx.caller,
         }
     }
 
     /// Runs `job` within its caller's quota, writes its audit line, and answers with its
     /// outcome: whole, or with `stream`, its output as it is written first.
-    async fn run(&self, mut job: Job, ctx: &Ctx, stream: bool) -> Result<Response<Body>, ApiError> {
+    async fn run(
+        &self,
+        mut job: Job,
+        session: Option<(String, E::Session)>,
+        ctx: &Ctx,
+        stream: bool,
+    ) -> Result<Response<Body>, ApiError> {
         let runner = Runner {
             executor: self.executor.clone(),
             metrics: self.metrics.clone(),
@@ -442,12 +448,16 @@ impl<E: Executor> Api<E> {
             quota: self.policy.quota.clone(),
         };
         if !stream {
-            let response = runner.run(job, ctx.clone()).await?;
+            let response = runner.run(job, session, ctx.clone()).await?;
             return Ok(json_response(StatusCode::OK, &response).map(Either::Left));
         }
         let (sink, chunks) = tokio::sync::mpsc::unbounded_channel();
         job.output = Some(sink);
-        let finished = tokio::spawn(runner.run(job, ctx.clone()).instrument(ctx.span.clone()));
+        let finished = tokio::spawn(
+            runner
+                .run(job, session, ctx.clone())
+                .instrument(ctx.span.clone()),
+        );
         stream::answer(chunks, finished).await
     }
 
@@ -526,10 +536,10 @@ impl<E: Executor> Api<E> {
                 max_file_bytes: self.limits.files.max_bytes,
             },
             sessions: wire::session_counts(health.sessions),
-            session_limits: Some(wire::session_limits(self.executor.sessions().settings())),
+            session_limits: Some(wire::session_limits(&health.session_limits)),
             caller_limits: Some(CallerLimits {
                 max_execs: self.policy.quota.limits().clone(),
-                max_sessions: self.executor.sessions().settings().max_per_caller,
+                max_sessions: health.session_limits.max_per_caller,
                 allow_list: self.policy.access.is_restricted(),
             }),
             audit: self.policy.audit.health(),
@@ -548,9 +558,10 @@ impl<E: Executor> Api<E> {
     }
 
     fn render_metrics(&self) -> Result<Response<Full<Bytes>>, ApiError> {
+        let health = self.executor.health();
         let text = self
             .metrics
-            .render(&self.executor.health())
+            .render(&health.sandboxes, &health.sessions)
             .map_err(|e| ApiError::Internal(format!("rendering metrics: {e}")))?;
         let mut response = Response::new(Full::new(Bytes::from(text)));
         response.headers_mut().insert(
@@ -635,14 +646,24 @@ struct Runner<E> {
 
 impl<E: Executor> Runner<E> {
     /// Runs `job` within its caller's quota and writes its audit line and metrics.
-    async fn run(self, job: Job, ctx: Ctx) -> Result<ExecResponse, ApiError> {
+    async fn run(
+        self,
+        job: Job,
+        session: Option<(String, E::Session)>,
+        ctx: Ctx,
+    ) -> Result<ExecResponse, ApiError> {
         let audit = &self.audit;
         let code = audit.is_on().then(|| audit.code(&job.code));
-        let (language, session) = (job.language, job.session.clone());
+        let language = job.language;
+        let (session, handle) = session.unzip();
         let ran = match self.quota.admit(ctx.caller.uid, language) {
             Ok(_slot) => {
                 let _in_flight = self.metrics.in_flight();
-                self.executor.exec(job).await.map_err(ApiError::from)
+                let ran = match handle {
+                    None => self.executor.exec(job).await,
+                    Some(handle) => self.executor.exec_in_session(handle, job).await,
+                };
+                ran.map_err(ApiError::from)
             }
             Err(over) => Err(ApiError::from(over)),
         };

@@ -36,8 +36,9 @@ impl<E: Executor> Api<E> {
             ));
         }
         let idle = create.idle_timeout_s.map(Duration::from_secs);
-        let sessions = self.executor.sessions();
-        let info = sessions.create(ctx.caller.uid, create.language, idle)?;
+        let info = self
+            .executor
+            .create_session(ctx.caller.uid, create.language, idle)?;
         self.audit_session("session_created", ctx, &info.id, info.language, None);
         Ok(created(info))
     }
@@ -65,10 +66,12 @@ impl<E: Executor> Api<E> {
             policy: exec.policy.map(crate::code_policy::CodePolicy::from),
             files: self.files_of(exec.files)?,
         };
-        let language = self.executor.sessions().get(ctx.caller.uid, id)?.language;
+        let (session, language) = self.executor.find_session(ctx.caller.uid, id)?;
         self.check_program(&program, language)?;
-        let job = self.job(language, program, Some(id.to_owned()), &ctx);
-        self.run(job, &ctx, exec.stream || accepts_lines).await
+        let job = self.job(language, program, &ctx);
+        let session = Some((id.to_owned(), session));
+        self.run(job, session, &ctx, exec.stream || accepts_lines)
+            .await
     }
 
     /// `POST /v1/sessions/{id}/fork`: 201 with the new session. Waits for the execs that
@@ -82,11 +85,7 @@ impl<E: Executor> Api<E> {
             return Err(ApiError::ShuttingDown);
         }
         let wait = self.limits.max_timeout;
-        let info = self
-            .executor
-            .sessions()
-            .fork(ctx.caller.uid, id, wait)
-            .await?;
+        let info = self.executor.fork_session(ctx.caller.uid, id, wait).await?;
         self.audit_session("session_forked", ctx, &info.id, info.language, Some(id));
         Ok(created(info))
     }
@@ -97,7 +96,7 @@ impl<E: Executor> Api<E> {
         owner: u32,
         id: &str,
     ) -> Result<Response<Full<Bytes>>, ApiError> {
-        let info = self.executor.sessions().get(owner, id)?;
+        let info = self.executor.session(owner, id)?;
         Ok(json_response(StatusCode::OK, &wire::session_info(info)))
     }
 
@@ -106,8 +105,7 @@ impl<E: Executor> Api<E> {
         let list = SessionList {
             sessions: self
                 .executor
-                .sessions()
-                .list(owner)
+                .sessions(owner)
                 .into_iter()
                 .map(wire::session_info)
                 .collect(),
@@ -121,7 +119,7 @@ impl<E: Executor> Api<E> {
         id: &str,
         ctx: &Ctx,
     ) -> Result<Response<Full<Bytes>>, ApiError> {
-        let language = self.executor.sessions().delete(ctx.caller.uid, id)?;
+        let language = self.executor.delete_session(ctx.caller.uid, id)?;
         self.audit_session("session_deleted", ctx, id, language, None);
         let mut response = Response::new(Full::new(Bytes::new()));
         *response.status_mut() = StatusCode::NO_CONTENT;

@@ -14,9 +14,8 @@ use hyperlightd_api::{ExecStatus, HealthResponse, Language, paths};
 use hyper::header::LOCATION;
 
 use super::*;
-use crate::job::{After, Ran};
-use crate::job::{ExecutorHealth, Outcome};
-use crate::session::{SessionSettings, Sessions};
+use crate::job::{After, ExecutorHealth, Outcome, Ran, SessionInfo, SessionSettings};
+use crate::session::{Session, Sessions};
 
 type Answer = Box<dyn Fn(&Job) -> Result<Outcome, ExecError> + Send + Sync>;
 
@@ -60,30 +59,81 @@ fn stub_sessions(per_caller: usize) -> Arc<Sessions> {
     Arc::new(Sessions::new(settings, &languages, metrics, audit))
 }
 
-impl Executor for StubExecutor {
-    async fn exec(&self, job: Job) -> Result<Outcome, ExecError> {
+impl StubExecutor {
+    fn answer(&self, job: &Job) -> Result<Outcome, ExecError> {
         let left = job.deadline.saturating_duration_since(Instant::now());
         self.seen
             .lock()
             .unwrap()
             .push((job.language, job.code.clone(), left));
-        let outcome = (self.answer)(&job);
-        let Some(id) = job.session.clone() else {
-            return outcome;
-        };
-        let run = |_state, _deadline| async move {
-            Ok(Ran {
-                outcome: outcome?,
-                after: After::Unchanged,
-            })
-        };
-        self.sessions
-            .exec(job.caller.uid, &id, job.deadline, job.timeout, run)
-            .await
+        (self.answer)(job)
+    }
+}
+
+/// The stub keeps its sessions in a real table, so that the session endpoints are tested
+/// against the table's own rules; its execs answer from the closure.
+impl Executor for StubExecutor {
+    type Session = Arc<Session>;
+
+    async fn exec(&self, job: Job) -> Result<Outcome, ExecError> {
+        self.answer(&job)
     }
 
-    fn sessions(&self) -> &Arc<Sessions> {
-        &self.sessions
+    fn create_session(
+        &self,
+        owner: u32,
+        language: Language,
+        idle: Option<Duration>,
+    ) -> Result<SessionInfo, ExecError> {
+        self.sessions.create(owner, language, idle)
+    }
+
+    fn find_session(&self, owner: u32, id: &str) -> Result<(Arc<Session>, Language), ExecError> {
+        let session = self.sessions.find(owner, id)?;
+        let language = session.language();
+        Ok((session, language))
+    }
+
+    async fn exec_in_session(&self, session: Arc<Session>, job: Job) -> Result<Outcome, ExecError> {
+        let turn = self
+            .sessions
+            .turn(session, job.deadline, job.timeout)
+            .await?;
+        let ran = self.answer(&job).map(|outcome| Ran {
+            outcome,
+            after: After::Unchanged,
+        });
+        turn.finish(ran)
+    }
+
+    async fn fork_session(
+        &self,
+        owner: u32,
+        id: &str,
+        wait: Duration,
+    ) -> Result<SessionInfo, ExecError> {
+        self.sessions.fork(owner, id, wait).await
+    }
+
+    fn session(&self, owner: u32, id: &str) -> Result<SessionInfo, ExecError> {
+        self.sessions.get(owner, id)
+    }
+
+    fn sessions(&self, owner: u32) -> Vec<SessionInfo> {
+        self.sessions.list(owner)
+    }
+
+    fn delete_session(&self, owner: u32, id: &str) -> Result<Language, ExecError> {
+        self.sessions.delete(owner, id)
+    }
+
+    async fn session_files(
+        &self,
+        owner: u32,
+        id: &str,
+        wait: Duration,
+    ) -> Result<Arc<crate::job::Files>, ExecError> {
+        self.sessions.files(owner, id, wait).await
     }
 
     fn health(&self) -> ExecutorHealth {
@@ -105,6 +155,7 @@ impl Executor for StubExecutor {
             )]),
             memory_mib: BTreeMap::from([(Language::Javascript, 64)]),
             sessions: self.sessions.counts(),
+            session_limits: *self.sessions.settings(),
         }
     }
 }
@@ -591,22 +642,20 @@ async fn output_cap_is_passed_to_the_executor_within_the_maximum() {
 struct WarmingExecutor {
     warmed: bool,
     stuck_workers: usize,
-    sessions: Arc<Sessions>,
 }
 
 impl WarmingExecutor {
     fn new(warmed: bool, stuck_workers: usize) -> Self {
-        let sessions =
-            StubExecutor::new(|_| Err(ExecError::PoolGone(Language::Javascript))).sessions;
         WarmingExecutor {
             warmed,
             stuck_workers,
-            sessions,
         }
     }
 }
 
 impl Executor for WarmingExecutor {
+    type Session = std::convert::Infallible;
+
     async fn exec(&self, _: Job) -> Result<Outcome, ExecError> {
         Err(ExecError::PoolGone(Language::Javascript))
     }
@@ -627,11 +676,8 @@ impl Executor for WarmingExecutor {
             packages: BTreeMap::new(),
             memory_mib: BTreeMap::new(),
             sessions: BTreeMap::new(),
+            session_limits: *stub_sessions(3).settings(),
         }
-    }
-
-    fn sessions(&self) -> &Arc<Sessions> {
-        &self.sessions
     }
 }
 

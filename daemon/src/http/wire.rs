@@ -9,9 +9,8 @@ use hyperlightd_api as api;
 
 use crate::job::{
     Failure, FailureKind, Files, Language, Outcome, PoolCounts, SessionCounts, SessionInfo,
-    SessionRef, Status,
+    SessionRef, SessionSettings, Status,
 };
-use crate::session::SessionSettings;
 
 /// A program's outcome as the response carries it, with how long it waited and ran.
 pub fn response(outcome: Outcome, queued_ms: f64, duration_ms: f64) -> api::ExecResponse {

@@ -23,6 +23,8 @@ pub struct ExecutorHealth {
     pub memory_mib: BTreeMap<Language, u64>,
     /// Live sessions and their memory, per served language.
     pub sessions: BTreeMap<Language, SessionCounts>,
+    /// The limits sessions live under.
+    pub session_limits: SessionSettings,
 }
 
 /// A pool's sandboxes.
@@ -62,4 +64,23 @@ pub struct SessionInfo {
     pub execs: u64,
     /// Host memory its saved state holds, in bytes.
     pub memory_bytes: u64,
+}
+
+/// The limits sessions live under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionSettings {
+    /// Most live sessions, all languages together.
+    pub max_sessions: usize,
+    /// Most live sessions one caller (uid) may hold.
+    pub max_per_caller: usize,
+    /// A uid held to no per-caller limit: the daemon's own user, its operator.
+    pub exempt_uid: Option<u32>,
+    /// Idle timeout of a session that names none.
+    pub default_idle: Duration,
+    /// Highest idle timeout a session may have.
+    pub max_idle: Duration,
+    /// Longest a session lives.
+    pub max_lifetime: Duration,
+    /// Bytes all images together may hold before new sessions are refused.
+    pub memory_budget: u64,
 }

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 pub use self::error::ExecError;
-pub use self::health::{ExecutorHealth, PoolCounts, SessionCounts, SessionInfo};
+pub use self::health::{ExecutorHealth, PoolCounts, SessionCounts, SessionInfo, SessionSettings};
 pub use self::outcome::{Failure, FailureKind, Outcome, SessionRef, Status, Violation};
 pub use self::state::{After, Answer, Ran, Resume, Saved, SavedState};
 pub use hyperlightd_api::Language;
@@ -49,8 +49,6 @@ pub struct Job {
     pub file_limits: FileLimits,
     /// The request's tracing span, entered by whichever thread runs the job.
     pub span: tracing::Span,
-    /// The session to run it in (its language is `language`); None: a fresh interpreter.
-    pub session: Option<String>,
     /// Who asked: a session runs the job only for the caller it belongs to, and a pool shares
     /// its sandboxes fairly between callers.
     pub caller: Caller,

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use crate::job::{ExecutorHealth, Language, Status};
+use std::collections::BTreeMap;
+
+use crate::job::{Language, PoolCounts, SessionCounts, Status};
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
@@ -370,10 +372,14 @@ impl Metrics {
         InFlightGuard(self.in_flight.clone())
     }
 
-    /// Renders every metric in the Prometheus text format, with the pool gauges read from
-    /// `health` at this moment.
-    pub fn render(&self, health: &ExecutorHealth) -> Result<String, prometheus::Error> {
-        for (language, counts) in &health.sandboxes {
+    /// Renders every metric in the Prometheus text format, with the pool and session gauges
+    /// set from `sandboxes` and `sessions`, read at this moment.
+    pub fn render(
+        &self,
+        sandboxes: &BTreeMap<Language, PoolCounts>,
+        sessions: &BTreeMap<Language, SessionCounts>,
+    ) -> Result<String, prometheus::Error> {
+        for (language, counts) in sandboxes {
             let label = [language.as_str()];
             self.pool_sandboxes
                 .with_label_values(&label)
@@ -382,7 +388,7 @@ impl Metrics {
                 .with_label_values(&label)
                 .set(counts.ready as i64);
         }
-        self.sessions.set(&health.sessions);
+        self.sessions.set(sessions);
         let mut out = Vec::new();
         TextEncoder::new().encode(&self.registry.gather(), &mut out)?;
         String::from_utf8(out).map_err(|e| prometheus::Error::Msg(e.to_string()))
@@ -402,31 +408,21 @@ impl Drop for InFlightGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::PoolCounts;
-    use std::collections::BTreeMap;
 
     #[test]
     fn render_includes_recorded_executions_and_pool_gauges() {
         let metrics = Metrics::new().unwrap();
         metrics.record_execution(Language::Javascript, Status::Ok, Duration::from_millis(3));
         metrics.record_rejection("invalid_request");
-        let health = ExecutorHealth {
-            hypervisor: "kvm".into(),
-            warmed: true,
-            stuck_workers: 0,
-            packages: BTreeMap::new(),
-            memory_mib: BTreeMap::new(),
-            sessions: BTreeMap::new(),
-            sandboxes: BTreeMap::from([(
-                Language::Javascript,
-                PoolCounts {
-                    ready: 1,
-                    total: 2,
-                    target: 2,
-                },
-            )]),
-        };
-        let text = metrics.render(&health).unwrap();
+        let sandboxes = BTreeMap::from([(
+            Language::Javascript,
+            PoolCounts {
+                ready: 1,
+                total: 2,
+                target: 2,
+            },
+        )]);
+        let text = metrics.render(&sandboxes, &BTreeMap::new()).unwrap();
         assert!(
             text.contains(r#"hyperlightd_executions_total{language="javascript",status="ok"} 1"#),
             "{text}"

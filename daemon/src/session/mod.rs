@@ -30,47 +30,28 @@ mod image;
 mod saving;
 #[cfg(test)]
 mod tests;
+mod turn;
 
 pub use self::image::{Image, Ledger};
 pub use self::saving::SAVE_WAIT_LIMIT;
 use self::saving::SaveClock;
+pub use self::turn::Turn;
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::OwnedMutexGuard;
-use tracing::{Instrument, debug, error, info};
+use tracing::info;
 
 use crate::audit::{AuditLog, SessionRecord};
-use crate::job::{
-    After, ExecError, Files, Language, Outcome, Ran, Resume, SessionCounts, SessionInfo, SessionRef,
-};
+use crate::job::{ExecError, Files, Language, SessionCounts, SessionInfo, SessionSettings};
 use crate::metrics::SessionMetrics;
 
-/// The limits sessions live under.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SessionSettings {
-    /// Most live sessions, all languages together.
-    pub max_sessions: usize,
-    /// Most live sessions one caller (uid) may hold.
-    pub max_per_caller: usize,
-    /// A uid held to no per-caller limit: the daemon's own user, its operator.
-    pub exempt_uid: Option<u32>,
-    /// Idle timeout of a session that names none.
-    pub default_idle: Duration,
-    /// Highest idle timeout a session may have.
-    pub max_idle: Duration,
-    /// Longest a session lives.
-    pub max_lifetime: Duration,
-    /// Bytes all images together may hold before new sessions are refused.
-    pub memory_budget: u64,
-}
-
-/// One session.
+/// One session: found by [`Sessions::find`], and handed back to [`Sessions::turn`] for an
+/// exec.
 #[derive(Debug)]
-struct Session {
+pub struct Session {
     id: String,
     /// The uid it belongs to.
     owner: u32,
@@ -96,6 +77,16 @@ struct Meta {
 }
 
 impl Session {
+    /// The language its execs run in.
+    pub fn language(&self) -> Language {
+        self.language
+    }
+
+    /// Its id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
     fn meta(&self) -> MutexGuard<'_, Meta> {
         self.meta.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -120,7 +111,7 @@ impl Session {
     /// session spends saving meanwhile (at most [`SAVE_WAIT_LIMIT`]): the image, and the
     /// deadline so moved. Past it: [`ExecError::SessionBusy`] if earlier execs' programs took
     /// the time, [`ExecError::SessionSaving`] if saving did.
-    async fn turn(
+    async fn wait_turn(
         &self,
         deadline: Instant,
         timeout: Duration,
@@ -349,7 +340,7 @@ impl Sessions {
     }
 
     /// Session `id` of `owner`, unless it is unknown, another caller's, deleted or expired.
-    fn find(&self, owner: u32, id: &str) -> Result<Arc<Session>, ExecError> {
+    pub fn find(&self, owner: u32, id: &str) -> Result<Arc<Session>, ExecError> {
         let not_found = || ExecError::SessionNotFound(id.to_owned());
         let session = self.table().get(id).cloned().ok_or_else(not_found)?;
         if session.owner != owner {
@@ -430,105 +421,6 @@ impl Sessions {
             );
         }
         expired.len()
-    }
-
-    /// Runs an exec in `owner`'s session `id`: waits for its turn until `deadline` (moved on by
-    /// the time the session spent saving meanwhile), then calls `run` with the session's image
-    /// (None: the warm state) and the job's deadline so moved, and keeps what the worker says to
-    /// keep. Returns as soon as the worker answers; the state the exec leaves is stored, and the
-    /// session's next exec let in, when the worker has saved it.
-    pub async fn exec<F, Fut>(
-        self: &Arc<Self>,
-        owner: u32,
-        id: &str,
-        deadline: Instant,
-        timeout: Duration,
-        run: F,
-    ) -> Result<Outcome, ExecError>
-    where
-        F: FnOnce(Option<Resume>, Instant) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<Ran, ExecError>> + Send + 'static,
-    {
-        let session = self.find(owner, id)?;
-        let (image, deadline) = session.turn(deadline, timeout).await?;
-        let session = self.find(owner, id)?;
-        session.meta().busy = true;
-        let start = image.as_ref().map(|image| Resume {
-            state: image.state(),
-            files: image.files().clone(),
-        });
-        // From here on the exec runs to its end whether or not its caller still waits.
-        let sessions = self.clone();
-        let span = tracing::Span::current();
-        let task = tokio::spawn(
-            async move {
-                let ran = run(start, deadline).await;
-                sessions.finish(session, image, ran)
-            }
-            .instrument(span),
-        );
-        task.await
-            .unwrap_or_else(|e| Err(ExecError::Internal(format!("the session exec failed: {e}"))))
-    }
-
-    /// Takes a worker's answer for `session`: the outcome goes back at once; the session stays
-    /// locked (by `image`) until the state the exec left is saved.
-    fn finish(
-        self: Arc<Self>,
-        session: Arc<Session>,
-        mut image: tokio::sync::OwnedMutexGuard<Option<Arc<Image>>>,
-        ran: Result<Ran, ExecError>,
-    ) -> Result<Outcome, ExecError> {
-        let Ran { mut outcome, after } = match ran {
-            Ok(ran) => ran,
-            Err(e) => {
-                session.meta().busy = false;
-                return Err(e);
-            }
-        };
-        let rolled_back = matches!(after, After::RolledBack(_));
-        self.metrics.exec(session.language, outcome.status.as_str());
-        outcome.session = Some(SessionRef {
-            id: session.id.clone(),
-            rolled_back,
-        });
-        {
-            let mut meta = session.meta();
-            meta.execs += 1;
-            meta.last_used = Instant::now();
-        }
-        match after {
-            After::Unchanged => session.meta().busy = false,
-            After::RolledBack(reason) => {
-                self.metrics.rolled_back(session.language, reason);
-                debug!(session = %session.id, reason, "session rolled back");
-                session.meta().busy = false;
-            }
-            After::Saving(saved) => {
-                let saving = session.saving.start();
-                tokio::spawn(async move {
-                    match saved.await {
-                        Ok(Some(saved)) => {
-                            let ledger = self.ledgers[&session.language].clone();
-                            let new = Image::new(saved, ledger);
-                            session.meta().memory_bytes = new.bytes();
-                            *image = Some(Arc::new(new));
-                        }
-                        _ => {
-                            self.metrics.save_failed(session.language);
-                            error!(session = %session.id, "saving the session's state after an exec failed; the session keeps its state from before that exec");
-                        }
-                    }
-                    let mut meta = session.meta();
-                    meta.busy = false;
-                    meta.last_used = Instant::now();
-                    drop(meta);
-                    drop(saving);
-                    drop(image);
-                });
-            }
-        }
-        Ok(outcome)
     }
 
     /// Reaps expired sessions every `period`, on `runtime`, until the table is dropped.

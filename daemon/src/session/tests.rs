@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::oneshot;
 
 use super::*;
-use crate::job::{Saved, SavedState, Status};
+use crate::job::{After, Outcome, Ran, Resume, Saved, SavedState, Status};
 use crate::metrics::Metrics;
 
 /// The uid the tests' sessions belong to.
@@ -52,6 +52,26 @@ fn outcome() -> Outcome {
     }
 }
 
+/// Runs an exec in `owner`'s session `id` as the executor does: waits for its turn, runs `run`
+/// from where the turn starts (and with the deadline it moved), and gives the turn the answer.
+async fn exec_with<F, Fut>(
+    sessions: &Arc<Sessions>,
+    owner: u32,
+    id: &str,
+    deadline: Instant,
+    timeout: Duration,
+    run: F,
+) -> Result<Outcome, ExecError>
+where
+    F: FnOnce(Option<Resume>, Instant) -> Fut,
+    Fut: Future<Output = Result<Ran, ExecError>>,
+{
+    let session = sessions.find(owner, id)?;
+    let turn = sessions.turn(session, deadline, timeout).await?;
+    let ran = run(turn.resume(), turn.deadline()).await;
+    turn.finish(ran)
+}
+
 /// What the fake worker saw: the state it started from (a number, or None for warm).
 fn seen(state: &Option<Resume>) -> Option<u32> {
     state.as_ref().map(|s| *s.state.get::<u32>().unwrap())
@@ -83,8 +103,7 @@ async fn exec_saving(sessions: &Arc<Sessions>, id: &str, value: u32, bytes: u64)
         })
     };
     let deadline = Instant::now() + Duration::from_secs(5);
-    let outcome = sessions
-        .exec(OWNER, id, deadline, Duration::from_secs(5), run)
+    let outcome = exec_with(sessions, OWNER, id, deadline, Duration::from_secs(5), run)
         .await
         .unwrap();
     assert!(!outcome.session.unwrap().rolled_back);
@@ -99,8 +118,7 @@ async fn exec_rolling_back(sessions: &Arc<Sessions>, id: &str) -> Outcome {
         })
     };
     let deadline = Instant::now() + Duration::from_secs(5);
-    sessions
-        .exec(OWNER, id, deadline, Duration::from_secs(5), run)
+    exec_with(sessions, OWNER, id, deadline, Duration::from_secs(5), run)
         .await
         .unwrap()
 }
@@ -200,10 +218,16 @@ async fn execs_of_one_session_run_one_at_a_time_in_arrival_order() {
                 })
             };
             let deadline = Instant::now() + Duration::from_secs(10);
-            sessions
-                .exec(OWNER, &id, deadline, Duration::from_secs(10), run)
-                .await
-                .unwrap();
+            exec_with(
+                &sessions,
+                OWNER,
+                &id,
+                deadline,
+                Duration::from_secs(10),
+                run,
+            )
+            .await
+            .unwrap();
         }));
         // Arrival order: each exec is waiting for its turn before the next one arrives.
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -251,7 +275,7 @@ async fn exec_with_slow_save(
         })
     };
     let deadline = Instant::now() + limit;
-    sessions.exec(OWNER, id, deadline, limit, run).await?;
+    exec_with(sessions, OWNER, id, deadline, limit, run).await?;
     Ok((deadline_seen.await.unwrap(), Instant::now()))
 }
 
@@ -297,9 +321,15 @@ async fn waiting_for_a_turn_past_the_deadline_is_session_busy_and_nothing_runs()
         })
     };
     let deadline = Instant::now() + Duration::from_millis(50);
-    let result = sessions
-        .exec(OWNER, &id, deadline, Duration::from_millis(50), run)
-        .await;
+    let result = exec_with(
+        &sessions,
+        OWNER,
+        &id,
+        deadline,
+        Duration::from_millis(50),
+        run,
+    )
+    .await;
     assert!(
         matches!(result, Err(ExecError::SessionBusy { .. })),
         "{result:?}"
@@ -413,9 +443,7 @@ async fn a_session_is_its_creators_alone_and_others_are_told_it_does_not_exist()
     };
     let deadline = Instant::now() + Duration::from_secs(5);
     assert!(matches!(
-        sessions
-            .exec(other, &id, deadline, Duration::from_secs(5), run)
-            .await,
+        exec_with(&sessions, other, &id, deadline, Duration::from_secs(5), run).await,
         Err(ExecError::SessionNotFound(_))
     ));
     assert!(sessions.list(other).is_empty());

@@ -1,48 +1,28 @@
 //! What the daemon's host-side test binaries share: an executor that answers at once.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
-use hyperlightd::audit::AuditLog;
 use hyperlightd::executor::Executor;
-use hyperlightd::job::{ExecError, ExecutorHealth, Job, Outcome};
-use hyperlightd::job::{Language, PoolCounts, Status};
-use hyperlightd::metrics::Metrics;
-use hyperlightd::session::{SessionSettings, Sessions};
+use hyperlightd::job::{
+    ExecError, ExecutorHealth, Job, Language, Outcome, PoolCounts, SessionSettings, Status,
+};
 
 /// Answers every program at once: `ok`, the first 100 characters of the code as stdout, and the
 /// code's length as the result. The program `overload` is refused as an overloaded pool would.
-/// Sessions are real (a table with a few slots); their execs are answered like the rest.
-pub struct Stub {
-    sessions: Arc<Sessions>,
-}
+/// It keeps no sessions.
+#[derive(Debug, Default)]
+pub struct Stub;
 
 impl Stub {
-    /// A stub with an empty session table.
     pub fn new() -> Self {
-        let settings = SessionSettings {
-            max_sessions: 8,
-            max_per_caller: 8,
-            exempt_uid: None,
-            default_idle: Duration::from_secs(60),
-            max_idle: Duration::from_secs(60),
-            max_lifetime: Duration::from_secs(60),
-            memory_budget: 1 << 20,
-        };
-        let metrics = Metrics::new().expect("metrics").sessions();
-        Stub {
-            sessions: Arc::new(Sessions::new(
-                settings,
-                &[Language::Javascript],
-                metrics,
-                Arc::new(AuditLog::off()),
-            )),
-        }
+        Stub
     }
 }
 
 impl Executor for Stub {
+    type Session = std::convert::Infallible;
+
     async fn exec(&self, job: Job) -> Result<Outcome, ExecError> {
         if job.code == "overload" {
             return Err(ExecError::Overloaded {
@@ -64,10 +44,6 @@ impl Executor for Stub {
         })
     }
 
-    fn sessions(&self) -> &Arc<Sessions> {
-        &self.sessions
-    }
-
     fn health(&self) -> ExecutorHealth {
         ExecutorHealth {
             hypervisor: "stub".into(),
@@ -83,7 +59,16 @@ impl Executor for Stub {
             stuck_workers: 0,
             packages: BTreeMap::new(),
             memory_mib: BTreeMap::new(),
-            sessions: self.sessions.counts(),
+            sessions: BTreeMap::new(),
+            session_limits: SessionSettings {
+                max_sessions: 8,
+                max_per_caller: 8,
+                exempt_uid: None,
+                default_idle: Duration::from_secs(60),
+                max_idle: Duration::from_secs(60),
+                max_lifetime: Duration::from_secs(60),
+                memory_budget: 1 << 20,
+            },
         }
     }
 }

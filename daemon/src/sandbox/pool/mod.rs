@@ -12,7 +12,7 @@
 //! [`ExecError::NoSandboxAvailable`]; a worker that dequeues it afterwards drops it without
 //! touching its sandbox.
 
-mod session;
+mod scope;
 mod worker;
 
 use std::sync::Arc;

@@ -9,8 +9,7 @@ use hyperlight_host::HyperlightError;
 
 use super::*;
 use crate::job::{
-    Caller, ExecutorHealth, FailureKind, FileLimits, Files, Outcome, Policy, SavedState, Status,
-    Violation,
+    Caller, FailureKind, FileLimits, Files, Outcome, Policy, SavedState, Status, Violation,
 };
 use crate::metrics::Metrics;
 use crate::sandbox::guest::{GuestError, Program, Stream};
@@ -241,7 +240,6 @@ fn job(code: &str, timeout_ms: u64) -> Job {
             max_bytes: 100,
         },
         span: tracing::Span::none(),
-        session: None,
         caller: Caller {
             uid: 1000,
             gid: 1000,
@@ -270,17 +268,9 @@ async fn saved(after: After) -> SavedState {
 
 /// The value of one series in the pool's metrics (0 when absent).
 fn metric(pool: &Pool, metrics: &Metrics, series: &str) -> f64 {
-    let health = ExecutorHealth {
-        hypervisor: "fake".into(),
-        sandboxes: BTreeMap::from([(Language::Javascript, pool.counts())]),
-        warmed: pool.warmed(),
-        stuck_workers: pool.stuck_workers(),
-        packages: BTreeMap::new(),
-        memory_mib: BTreeMap::new(),
-        sessions: BTreeMap::new(),
-    };
+    let sandboxes = BTreeMap::from([(Language::Javascript, pool.counts())]);
     metrics
-        .render(&health)
+        .render(&sandboxes, &BTreeMap::new())
         .unwrap()
         .lines()
         .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())

@@ -1,0 +1,183 @@
+//! The Hyperlight executor: the sandbox pools (one per language) and the session table, composed.
+//!
+//! A plain exec goes to its language's pool. A session exec waits for the session's turn, is
+//! given the state and files the session's last exec left, runs in whichever sandbox of the
+//! pool is free, and hands the worker's answer back to the turn, which keeps what it says to
+//! keep. The pool knows nothing of sessions (it runs a job from a saved state, and saves the
+//! state it leaves), and the session table nothing of pools.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::Instrument;
+
+use super::Executor;
+use crate::audit::AuditLog;
+use crate::job::{
+    ExecError, ExecutorHealth, Files, Job, Language, Outcome, SessionInfo, SessionSettings,
+};
+use crate::metrics::Metrics;
+use crate::sandbox::pool::{Pool, Scope};
+use crate::sandbox::{self, SandboxSettings, StartError, workspace};
+use crate::session::{Session, Sessions};
+
+/// How often expired sessions are looked for.
+const REAP_PERIOD: Duration = Duration::from_secs(1);
+
+/// Runs jobs in warm Hyperlight sandboxes, fresh or in sessions.
+#[derive(Debug)]
+pub struct HyperlightExecutor {
+    hypervisor: String,
+    pools: BTreeMap<Language, Arc<Pool>>,
+    sessions: Arc<Sessions>,
+    /// What health reports of each guest's packages (read once, at start).
+    packages: BTreeMap<Language, BTreeMap<String, String>>,
+    /// Each pool's guest heap, in MiB.
+    memory_mib: BTreeMap<Language, u64>,
+}
+
+impl HyperlightExecutor {
+    /// Starts every pool (see [`sandbox::start_pools`]) and the session table, whose expiries
+    /// go to `audit`. `hypervisor` is what health reports.
+    pub fn start(
+        hypervisor: String,
+        sizes: &BTreeMap<Language, usize>,
+        settings: SandboxSettings,
+        sessions: SessionSettings,
+        audit: Arc<AuditLog>,
+        runtime: tokio::runtime::Handle,
+        metrics: &Metrics,
+    ) -> Result<Self, StartError> {
+        let pools = sandbox::start_pools(sizes, &settings, runtime.clone(), metrics)?;
+        let languages: Vec<Language> = pools.keys().copied().collect();
+        let sessions = Arc::new(Sessions::new(
+            sessions,
+            &languages,
+            metrics.sessions(),
+            audit,
+        ));
+        sessions.reap_every(REAP_PERIOD, &runtime);
+        Ok(HyperlightExecutor {
+            hypervisor,
+            memory_mib: languages
+                .iter()
+                .map(|&language| (language, settings.memory_mib(language)))
+                .collect(),
+            packages: settings.packages(),
+            pools,
+            sessions,
+        })
+    }
+
+    fn pool(&self, language: Language) -> Result<Arc<Pool>, ExecError> {
+        self.pools
+            .get(&language)
+            .cloned()
+            .ok_or(ExecError::LanguageNotServed(language))
+    }
+}
+
+impl Executor for HyperlightExecutor {
+    type Session = Arc<Session>;
+
+    async fn exec(&self, job: Job) -> Result<Outcome, ExecError> {
+        let pool = self.pool(job.language)?;
+        Ok(pool.submit(job, Scope::Fresh).await?.outcome)
+    }
+
+    fn health(&self) -> ExecutorHealth {
+        ExecutorHealth {
+            hypervisor: self.hypervisor.clone(),
+            sandboxes: self
+                .pools
+                .iter()
+                .map(|(&language, pool)| (language, pool.counts()))
+                .collect(),
+            warmed: self.pools.values().all(|pool| pool.warmed()),
+            stuck_workers: self.pools.values().map(|pool| pool.stuck_workers()).sum(),
+            packages: self.packages.clone(),
+            memory_mib: self.memory_mib.clone(),
+            sessions: self.sessions.counts(),
+            session_limits: *self.sessions.settings(),
+        }
+    }
+
+    fn create_session(
+        &self,
+        owner: u32,
+        language: Language,
+        idle_timeout: Option<Duration>,
+    ) -> Result<SessionInfo, ExecError> {
+        self.sessions.create(owner, language, idle_timeout)
+    }
+
+    fn find_session(&self, owner: u32, id: &str) -> Result<(Arc<Session>, Language), ExecError> {
+        let session = self.sessions.find(owner, id)?;
+        let language = session.language();
+        Ok((session, language))
+    }
+
+    async fn exec_in_session(
+        &self,
+        session: Arc<Session>,
+        mut job: Job,
+    ) -> Result<Outcome, ExecError> {
+        let pool = self.pool(job.language)?;
+        let turn = self
+            .sessions
+            .turn(session, job.deadline, job.timeout)
+            .await?;
+        // From here on the exec runs to its end whether or not its caller still waits, so that
+        // the session's state is always that of every exec it accepted.
+        let run = async move {
+            // Waiting for the session's earlier state to be saved is not the program's time.
+            job.deadline = turn.deadline();
+            let resume = turn.resume();
+            let state = resume.map(|resume| {
+                job.files = workspace::overlay(&resume.files, &job.files);
+                resume.state
+            });
+            let limits = job.file_limits;
+            if let Err(cap) = workspace::check_fits(&job.files, limits) {
+                let cap = workspace::cap_in_words(cap, limits);
+                return turn.finish(Err(ExecError::FilesOverCap(format!("at most {cap}"))));
+            }
+            let ran = pool.submit(job, Scope::Session(state)).await;
+            turn.finish(ran)
+        };
+        let task = tokio::spawn(run.instrument(tracing::Span::current()));
+        task.await
+            .unwrap_or_else(|e| Err(ExecError::Internal(format!("the session exec failed: {e}"))))
+    }
+
+    async fn fork_session(
+        &self,
+        owner: u32,
+        id: &str,
+        wait: Duration,
+    ) -> Result<SessionInfo, ExecError> {
+        self.sessions.fork(owner, id, wait).await
+    }
+
+    fn session(&self, owner: u32, id: &str) -> Result<SessionInfo, ExecError> {
+        self.sessions.get(owner, id)
+    }
+
+    fn sessions(&self, owner: u32) -> Vec<SessionInfo> {
+        self.sessions.list(owner)
+    }
+
+    fn delete_session(&self, owner: u32, id: &str) -> Result<Language, ExecError> {
+        self.sessions.delete(owner, id)
+    }
+
+    async fn session_files(
+        &self,
+        owner: u32,
+        id: &str,
+        wait: Duration,
+    ) -> Result<Arc<Files>, ExecError> {
+        self.sessions.files(owner, id, wait).await
+    }
+}
