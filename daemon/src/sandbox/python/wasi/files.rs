@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use hyperlight_common::component::Negative as N;
 use hyperlight_common::resource::BorrowedResourceGuard as B;
 
-use super::work::{self, WorkListing, WorkReader, WorkWriter};
+use super::work::{self, MAX_READ, WorkListing, WorkReader, WorkWriter};
 use super::{Input, Output, Portable, ToPortable, WasiHost};
 use crate::sandbox::python::bindings::wasi::clocks::wall_clock::Datetime;
 use crate::sandbox::python::bindings::wasi::filesystem;
@@ -30,9 +30,6 @@ use filesystem::types::{
     Advice, DescriptorFlags, DescriptorStat, DescriptorType, DirectoryEntry, ErrorCode as FsError,
     MetadataHashValue, NewTimestamp, OpenFlags, PathFlags,
 };
-
-/// The most bytes one read hands the guest; it reads on for more.
-pub(super) const MAX_READ: u64 = 64 * 1024;
 
 /// An open file or directory: a node of the library, or a path of the working directory.
 #[derive(Clone)]

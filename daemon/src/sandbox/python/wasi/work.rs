@@ -8,11 +8,14 @@
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use super::files::MAX_READ;
 use crate::sandbox::python::bindings::wasi::filesystem;
 use crate::sandbox::workspace::{self, Entry, FileError};
 
 use filesystem::types::{DescriptorType, DirectoryEntry, ErrorCode as FsError, MetadataHashValue};
+
+/// The most bytes one read hands the guest, from the library or the working directory; it
+/// reads on for more.
+pub(super) const MAX_READ: u64 = 64 * 1024;
 
 /// The name the working directory is preopened under.
 pub const PREOPEN: &str = "work";
