@@ -14,12 +14,13 @@ use tracing::Instrument;
 
 use super::Executor;
 use crate::audit::AuditLog;
+use crate::job::files;
 use crate::job::{
     ExecError, ExecutorHealth, Files, Job, Language, Outcome, SessionInfo, SessionSettings,
 };
 use crate::metrics::Metrics;
 use crate::sandbox::pool::{Pool, Scope};
-use crate::sandbox::{self, SandboxSettings, StartError, workspace};
+use crate::sandbox::{self, SandboxSettings, StartError};
 use crate::session::{Session, Sessions};
 
 /// How often expired sessions are looked for.
@@ -135,12 +136,12 @@ impl Executor for HyperlightExecutor {
             job.deadline = turn.deadline();
             let resume = turn.resume();
             let state = resume.map(|resume| {
-                job.files = workspace::overlay(&resume.files, &job.files);
+                job.files = files::overlay(&resume.files, &job.files);
                 resume.state
             });
             let limits = job.file_limits;
-            if let Err(cap) = workspace::check_fits(&job.files, limits) {
-                let cap = workspace::cap_in_words(cap, limits);
+            if let Err(cap) = files::check_fits(&job.files, limits) {
+                let cap = files::cap_in_words(cap, limits);
                 return turn.finish(Err(ExecError::FilesOverCap(format!("at most {cap}"))));
             }
             let ran = pool.submit(job, Scope::Session(state)).await;

@@ -11,7 +11,7 @@ use percent_encoding::percent_decode_str;
 use super::{Api, ApiError, json_response};
 use crate::executor::Executor;
 use crate::job::Files;
-use crate::sandbox::workspace;
+use crate::job::files;
 
 impl<E: Executor> Api<E> {
     /// The request's files as the executor takes them: every path a plain relative name in
@@ -20,7 +20,7 @@ impl<E: Executor> Api<E> {
         let limits = self.limits.files;
         let mut files = Files::new();
         for (path, data) in given {
-            if let Err(e) = workspace::check_given(&path) {
+            if let Err(e) = files::check_given(&path) {
                 return Err(ApiError::InvalidRequest(format!(
                     "files: {path:?} is not a path the working directory allows ({e}): give a \
                      relative path of plain names joined by '/' (no '.', '..', empty names, \
@@ -32,13 +32,13 @@ impl<E: Executor> Api<E> {
                 .map_err(|why| ApiError::InvalidRequest(format!("files: {path:?}: {why}")))?;
             files.insert(path, bytes);
         }
-        if let Some((dir, path)) = workspace::clash(&files) {
+        if let Some((dir, path)) = files::clash(&files) {
             return Err(ApiError::InvalidRequest(format!(
                 "files: {dir:?} is given as a file and as the directory of {path:?}"
             )));
         }
-        workspace::check_fits(&files, limits).map_err(|e| {
-            let cap = workspace::cap_in_words(e, limits);
+        files::check_fits(&files, limits).map_err(|e| {
+            let cap = files::cap_in_words(e, limits);
             ApiError::FilesOverCap(format!(
                 "the request's files are more than a working directory may hold: at most {cap} \
                  (--max-files, --max-file-bytes)"

@@ -8,16 +8,17 @@
 //! languages served: a plain name, the same on the wire and in the core.
 
 mod error;
+pub mod files;
 mod health;
 mod outcome;
 mod state;
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
 pub use self::error::ExecError;
+pub use self::files::{FileLimits, Files};
 pub use self::health::{ExecutorHealth, PoolCounts, SessionCounts, SessionInfo, SessionSettings};
 pub use self::outcome::{Failure, FailureKind, Outcome, SessionRef, Status, Violation};
 pub use self::state::{After, Answer, Ran, Resume, Saved, SavedState};
@@ -95,19 +96,6 @@ impl Policy {
             && self.blocked_functions.is_empty()
             && self.blocked_globals.is_empty()
     }
-}
-
-/// A working directory's files: contents by path (`data.csv`, `out/a.txt`), paths checked
-/// (see [`crate::sandbox::workspace`]).
-pub type Files = BTreeMap<String, Vec<u8>>;
-
-/// What a program's working directory may hold; the default, nothing.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct FileLimits {
-    /// Files and directories.
-    pub max_entries: usize,
-    /// Bytes of all files together.
-    pub max_bytes: u64,
 }
 
 /// Which output stream a write goes to. The numbers are the runner protocol's.

@@ -12,7 +12,7 @@ use hyperlight_host::HyperlightError;
 use serde::Deserialize;
 
 use super::watchdog::Interrupt;
-use super::workspace::FileError;
+use crate::job::files::FileError;
 use crate::job::{FailureKind, FileLimits, Files, Policy, Violation};
 
 /// What a guest is asked to run.

@@ -8,6 +8,9 @@
 //! links (creating one is refused), no devices, no other special files: only directories and
 //! regular files, all in one map. The caps on entries and bytes are checked on every write.
 //!
+//! The rules of paths and caps are the job vocabulary's ([`crate::job::files`]), so that a
+//! request's files are checked by the same rules before they get here.
+//!
 //! One [`Workspace`] belongs to one sandbox. [`Workspace::begin`] fills it for a call from the
 //! job's files; [`Workspace::take`] empties it afterwards, so nothing of one request is left for
 //! the next.
@@ -15,143 +18,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use crate::job::{FileLimits, Files};
-
-/// The longest path, in bytes.
-pub const MAX_PATH: usize = 1024;
-/// The longest name of one entry, in bytes.
-pub const MAX_NAME: usize = 255;
-/// The deepest directory nesting.
-pub const MAX_DEPTH: usize = 32;
-
-/// Why a file operation was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum FileError {
-    #[error("no such file or directory")]
-    NotFound,
-    #[error("not a directory")]
-    NotDirectory,
-    #[error("is a directory")]
-    IsDirectory,
-    #[error("already exists")]
-    Exists,
-    #[error("directory not empty")]
-    NotEmpty,
-    /// An absolute path, or `..` above the working directory.
-    #[error("outside the working directory (absolute paths and .. above it are refused)")]
-    Escapes,
-    /// An empty component, a control character, or a path or name too long.
-    #[error("not a name the working directory allows")]
-    BadName,
-    /// Past the cap on files and directories.
-    #[error("the working directory holds as many files as it may")]
-    TooManyFiles,
-    /// Past the cap on bytes.
-    #[error("the working directory's files hold as many bytes as they may")]
-    TooLarge,
-    /// A link was asked for: the working directory has none.
-    #[error("links are not supported")]
-    NoLinks,
-}
+use crate::job::files::{FileError, FileLimits, Files, ancestors, parent};
 
 /// What a path names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Entry {
     Dir,
     File { size: u64 },
-}
-
-/// Resolves `path` from the directory `dir` (a resolved path; "" is the working directory) to
-/// the resolved path it names: components joined by `/`, with no `.`, `..` or empty ones.
-pub fn resolve(dir: &str, path: &str) -> Result<String, FileError> {
-    if path.starts_with('/') {
-        return Err(FileError::Escapes);
-    }
-    if path.is_empty() || path.len() > MAX_PATH {
-        return Err(FileError::BadName);
-    }
-    let mut parts: Vec<&str> = dir.split('/').filter(|p| !p.is_empty()).collect();
-    for part in path.split('/') {
-        match part {
-            // `a//b` and a trailing `/` are accepted, as POSIX does.
-            "" | "." => {}
-            ".." => {
-                parts.pop().ok_or(FileError::Escapes)?;
-            }
-            name if !allowed_name(name) => return Err(FileError::BadName),
-            name => parts.push(name),
-        }
-    }
-    if parts.len() > MAX_DEPTH {
-        return Err(FileError::BadName);
-    }
-    Ok(parts.join("/"))
-}
-
-fn allowed_name(name: &str) -> bool {
-    name.len() <= MAX_NAME && !name.chars().any(char::is_control)
-}
-
-/// Checks a path a caller gives a file under: it must already be in resolved form (what comes
-/// back is then what went in) and name a file, not the working directory itself.
-pub fn check_given(path: &str) -> Result<(), FileError> {
-    let resolved = resolve("", path)?;
-    if resolved.is_empty() || resolved != path {
-        return Err(FileError::BadName);
-    }
-    Ok(())
-}
-
-/// `base` with `over` laid on it: a file of `over` replaces what `base` has at its path, and
-/// anything of `base` in its way (a file where `over` needs a directory, or files under a path
-/// `over` makes a file).
-pub fn overlay(base: &Files, over: &Files) -> Files {
-    let mut files: Files = base
-        .iter()
-        .filter(|(path, _)| {
-            !over.keys().any(|new| {
-                ancestors(new).any(|dir| dir == path.as_str())
-                    || ancestors(path).any(|dir| dir == new.as_str())
-            })
-        })
-        .map(|(path, bytes)| (path.clone(), bytes.clone()))
-        .collect();
-    files.extend(
-        over.iter()
-            .map(|(path, bytes)| (path.clone(), bytes.clone())),
-    );
-    files
-}
-
-/// Whether `files` fit in `limits` (each file's directories count as entries too); if not,
-/// which cap they pass.
-pub fn check_fits(files: &Files, limits: FileLimits) -> Result<(), FileError> {
-    let dirs: BTreeSet<&str> = files.keys().flat_map(|path| ancestors(path)).collect();
-    if files.len() + dirs.len() > limits.max_entries {
-        return Err(FileError::TooManyFiles);
-    }
-    let bytes: u64 = files.values().map(|bytes| bytes.len() as u64).sum();
-    if bytes > limits.max_bytes {
-        return Err(FileError::TooLarge);
-    }
-    Ok(())
-}
-
-/// The cap `cap` (`TooManyFiles` or `TooLarge`) of `limits`, in words, for messages.
-pub fn cap_in_words(cap: FileError, limits: FileLimits) -> String {
-    match cap {
-        FileError::TooManyFiles => format!("{} files and directories", limits.max_entries),
-        _ => format!("{} bytes of files", limits.max_bytes),
-    }
-}
-
-/// Whether some path of `files` is a directory of another (`a` and `a/b`): they cannot both be.
-pub fn clash(files: &Files) -> Option<(&str, &str)> {
-    files.keys().find_map(|path| {
-        ancestors(path)
-            .find(|dir| files.contains_key(*dir))
-            .map(|dir| (dir, path.as_str()))
-    })
 }
 
 /// At most `len` bytes of `bytes` from `offset` (none past the end).
@@ -161,16 +34,6 @@ pub fn window(bytes: &[u8], offset: u64, len: u64) -> &[u8] {
         .min(bytes.len());
     let end = start.saturating_add(usize::try_from(len).unwrap_or(usize::MAX));
     &bytes[start..end.min(bytes.len())]
-}
-
-/// The directory holding `path`.
-fn parent(path: &str) -> &str {
-    path.rsplit_once('/').map_or("", |(dir, _)| dir)
-}
-
-/// The directories `path` is in, outermost first (not the working directory itself).
-fn ancestors(path: &str) -> impl Iterator<Item = &str> {
-    path.match_indices('/').map(move |(i, _)| &path[..i])
 }
 
 #[derive(Debug, Default)]

@@ -10,7 +10,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 
-use crate::sandbox::workspace::{self, Entry, FileError, Workspace};
+use crate::job::files::{self, FileError};
+use crate::sandbox::workspace::{Entry, Workspace};
 
 /// The host functions, by name.
 pub const FUNCTIONS: &[&str] = &[
@@ -44,13 +45,13 @@ pub fn call(work: &Workspace, function: &str, args: &str) -> Option<Result<Strin
 }
 
 fn read(work: &Workspace, path: &str) -> Result<Value, FileError> {
-    let path = workspace::resolve("", path)?;
+    let path = files::resolve("", path)?;
     let (bytes, _) = work.read(&path, 0, u64::MAX)?;
     Ok(Value::String(STANDARD.encode(bytes)))
 }
 
 fn write(work: &Workspace, path: &str, base64: &str) -> Result<Value, FileError> {
-    let path = workspace::resolve("", path)?;
+    let path = files::resolve("", path)?;
     let bytes = STANDARD.decode(base64).map_err(|_| FileError::BadName)?;
     work.put(&path, &bytes)?;
     Ok(Value::Null)
@@ -64,7 +65,7 @@ fn list(work: &Workspace) -> Value {
 }
 
 fn remove(work: &Workspace, path: &str) -> Result<Value, FileError> {
-    let path = workspace::resolve("", path)?;
+    let path = files::resolve("", path)?;
     match work.entry(&path)? {
         Entry::File { .. } => work.remove_file(&path)?,
         Entry::Dir => work.remove_dir(&path)?,
@@ -73,7 +74,7 @@ fn remove(work: &Workspace, path: &str) -> Result<Value, FileError> {
 }
 
 fn stat(work: &Workspace, path: &str) -> Result<Value, FileError> {
-    let path = workspace::resolve("", path)?;
+    let path = files::resolve("", path)?;
     Ok(match work.entry(&path) {
         Ok(Entry::Dir) => json!({ "directory": true, "size": 0 }),
         Ok(Entry::File { size }) => json!({ "directory": false, "size": size }),

@@ -24,8 +24,9 @@ use super::guest::{
 };
 use super::stored::{self, Codec, Key, SnapshotStore, Stored};
 use super::watchdog::{self, Interrupt};
-use super::workspace::{FileError, Workspace};
+use super::workspace::Workspace;
 use crate::job::Files;
+use crate::job::files::FileError;
 
 /// The runner, compiled into the daemon so that the daemon and its guest protocol always match:
 /// the web APIs bundled from npm (`cargo xtask js-vendor`), those built on the host functions

@@ -14,7 +14,7 @@ use crate::job::{
 use crate::metrics::Metrics;
 use crate::sandbox::guest::{GuestError, Program, Stream};
 use crate::sandbox::watchdog::Interrupt;
-use crate::sandbox::workspace::FileError;
+use crate::job::files::FileError;
 
 /// What the test controls and observes, shared by every fake sandbox of a pool.
 #[derive(Default)]

@@ -21,12 +21,12 @@ use hyperlight_host::HyperlightError;
 use tracing::{debug, error, info, warn};
 
 use super::{Sandbox, Shared, SlotState, Task};
+use crate::job::files::{FileError, cap_in_words};
 use crate::metrics::PoolMetrics;
 use crate::sandbox::guest::{
     Captured, Guest, GuestError, GuestFactory, OutputCapture, OutputSink, Program, RunnerReply,
 };
 use crate::sandbox::watchdog::Watchdog;
-use crate::sandbox::workspace::{FileError, cap_in_words};
 use crate::sys::signals::block_process_signals_on_this_thread;
 
 /// How long a restore, or a priming call (fixed code, milliseconds), may take before the

@@ -33,7 +33,8 @@ use super::guest::{
 };
 use super::stored::{self, Codec, Key, SnapshotStore, Stored};
 use super::watchdog::{self, Interrupt, Watchdog};
-use super::workspace::{FileError, Workspace};
+use super::workspace::Workspace;
+use crate::job::files::FileError;
 use crate::job::{Files, Policy};
 
 #[allow(missing_debug_implementations, clippy::all)]

@@ -21,10 +21,11 @@ use hyperlight_common::resource::BorrowedResourceGuard as B;
 
 use super::work::{self, MAX_READ, WorkListing, WorkReader, WorkWriter};
 use super::{Input, Output, Portable, ToPortable, WasiHost};
+use crate::job::files::{self, FileError};
 use crate::sandbox::python::bindings::wasi::clocks::wall_clock::Datetime;
 use crate::sandbox::python::bindings::wasi::filesystem;
 use crate::sandbox::python::library::{Library, Lookup, Node};
-use crate::sandbox::workspace::{self, Entry, FileError, window};
+use crate::sandbox::workspace::{Entry, window};
 
 use filesystem::types::{
     Advice, DescriptorFlags, DescriptorStat, DescriptorType, DirectoryEntry, ErrorCode as FsError,
@@ -215,7 +216,7 @@ fn work_dir(this: &Descriptor) -> Result<&str, FsError> {
 
 /// `path` from the working directory's descriptor `dir`, resolved.
 fn work_path(dir: &str, path: &str) -> Result<String, FsError> {
-    Ok(workspace::resolve(dir, path)?)
+    Ok(files::resolve(dir, path)?)
 }
 
 impl WasiHost {

@@ -8,8 +8,9 @@
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+use crate::job::files::FileError;
 use crate::sandbox::python::bindings::wasi::filesystem;
-use crate::sandbox::workspace::{self, Entry, FileError};
+use crate::sandbox::workspace::{self, Entry};
 
 use filesystem::types::{DescriptorType, DirectoryEntry, ErrorCode as FsError, MetadataHashValue};
 
