@@ -11,8 +11,6 @@ use prometheus::{
     Registry, TextEncoder,
 };
 
-use crate::sandbox::guest::Prepared;
-
 mod session;
 
 pub use self::session::*;
@@ -136,10 +134,10 @@ pub struct PoolMetrics {
 
 impl PoolMetrics {
     /// Records how the pool's template was made ready.
-    pub fn template(&self, prepared: Prepared) {
+    pub fn template(&self, source: &str, took: Duration) {
         self.template
-            .with_label_values(&[self.language.as_str(), prepared.source.as_str()])
-            .observe(prepared.took.as_secs_f64());
+            .with_label_values(&[self.language.as_str(), source])
+            .observe(took.as_secs_f64());
     }
 
     /// Counts a sandbox dropped and rebuilt for `reason`.

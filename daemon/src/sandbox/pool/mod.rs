@@ -264,7 +264,7 @@ impl Pool {
         metrics: PoolMetrics,
     ) -> Result<Pool, PoolError> {
         if let Some(prepared) = config.factory.prepare().map_err(PoolError::Build)? {
-            metrics.template(prepared);
+            metrics.template(prepared.source.as_str(), prepared.took);
             info!(
                 language = %config.language,
                 source = prepared.source.as_str(),
