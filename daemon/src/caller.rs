@@ -13,7 +13,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use crate::job::{Caller, Language};
 use clap::Args;
 
-use crate::audit::AuditLog;
 use crate::sys;
 
 /// Who may call, and how much one caller may have at once.
@@ -249,29 +248,6 @@ impl Drop for Slot {
             if *count == 0 {
                 in_flight.remove(&self.key);
             }
-        }
-    }
-}
-
-/// Who may call and how much, and where that is recorded: what the API checks on every
-/// request before anything else.
-#[derive(Debug)]
-pub struct Policy {
-    /// Who may call.
-    pub access: Access,
-    /// Executions in flight per caller.
-    pub quota: Arc<ExecQuota>,
-    /// The audit log.
-    pub audit: Arc<AuditLog>,
-}
-
-impl Policy {
-    /// Anyone who can connect may call, as much as the pools take, and nothing is recorded.
-    pub fn open() -> Self {
-        Policy {
-            access: Access::default(),
-            quota: ExecQuota::new(BTreeMap::new(), None),
-            audit: Arc::new(AuditLog::off()),
         }
     }
 }

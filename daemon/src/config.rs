@@ -10,10 +10,10 @@ use hyperlightd_api::Language;
 
 use crate::audit::AuditOptions;
 use crate::caller::{CallerOptionError, CallerOptions};
-use crate::code_policy::CodePolicy;
 use crate::job::FileLimits;
 use crate::job::SessionSettings;
-use crate::server::ServerConfig;
+use crate::service::Limits;
+use crate::service::code_policy::CodePolicy;
 
 /// hyperlightd: runs untrusted code in pre-warmed Hyperlight micro-VMs, served over HTTP on a
 /// Unix socket.
@@ -299,46 +299,6 @@ pub enum ConfigError {
 /// The smallest `--max-header-bytes`: the request line and the few headers a client sends.
 pub const MIN_HEADER_BYTES: usize = 1024;
 
-/// Per-request limits, checked once at startup.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// Time limit of a request that names none.
-    pub default_timeout: Duration,
-    /// Highest time limit a request may ask for.
-    pub max_timeout: Duration,
-    /// Largest request body.
-    pub max_body_bytes: usize,
-    /// Largest program.
-    pub max_code_bytes: usize,
-    /// Cap on stdout plus stderr of one execution.
-    pub max_output_bytes: usize,
-    /// Largest result returned.
-    pub max_result_bytes: usize,
-    /// How long a request's body may take to arrive, from the end of its head.
-    pub body_read_timeout: Duration,
-    /// What a working directory may hold.
-    pub files: FileLimits,
-}
-
-impl Limits {
-    /// The time limit for a request that asks for `requested_ms`: the default when absent,
-    /// capped at the maximum.
-    pub fn timeout_for(&self, requested_ms: Option<u64>) -> Duration {
-        requested_ms
-            .map(Duration::from_millis)
-            .unwrap_or(self.default_timeout)
-            .min(self.max_timeout)
-    }
-
-    /// The output cap for a request that asks for `requested`: the maximum when absent, and
-    /// never above it.
-    pub fn output_for(&self, requested: Option<usize>) -> usize {
-        requested
-            .unwrap_or(self.max_output_bytes)
-            .min(self.max_output_bytes)
-    }
-}
-
 impl Config {
     /// The default policy (`--policy`), checked; an empty one without the option.
     pub fn code_policy(&self) -> Result<CodePolicy, ConfigError> {
@@ -353,7 +313,7 @@ impl Config {
         let policy: hyperlightd_api::Policy =
             serde_json::from_str(&text).map_err(|e| error(e.to_string()))?;
         let policy = CodePolicy::from(policy);
-        crate::code_policy::validate(&policy).map_err(|e| error(e.to_string()))?;
+        crate::service::code_policy::validate(&policy).map_err(|e| error(e.to_string()))?;
         Ok(policy)
     }
 
@@ -461,17 +421,6 @@ impl Config {
         })
     }
 
-    /// How the server treats its connections. Call after [`limits`](Self::limits), which
-    /// checks the values.
-    pub fn server(&self) -> ServerConfig {
-        ServerConfig {
-            max_connections: self.max_connections,
-            max_header_bytes: self.max_header_bytes,
-            idle_timeout: Duration::from_millis(self.idle_timeout_ms),
-            drain: Duration::from_millis(self.drain_timeout_ms),
-        }
-    }
-
     /// The open files the daemon needs: one per connection, and its own (the socket, logs,
     /// and a handful per sandbox: the VM, its vCPU, its memory).
     pub fn files_needed(&self) -> u64 {
@@ -504,7 +453,7 @@ mod tests {
         );
         let limits = config.limits().unwrap();
         assert_eq!(limits.max_body_bytes, 1024 * 1024);
-        assert!(config.server().max_connections > 0);
+        assert!(config.max_connections > 0);
     }
 
     #[test]

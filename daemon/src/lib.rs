@@ -16,7 +16,6 @@ pub use self::sandbox::javascript::RUNNER as JAVASCRIPT_RUNNER;
 
 pub mod audit;
 pub mod caller;
-pub mod code_policy;
 pub mod config;
 pub mod executor;
 pub mod http;
@@ -24,6 +23,7 @@ pub mod job;
 pub mod metrics;
 pub mod sandbox;
 pub mod server;
+pub mod service;
 pub mod session;
 pub mod sys;
 
@@ -37,8 +37,8 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use crate::audit::{AuditLog, AuditOpenError};
-use crate::caller::{ExecQuota, Policy};
-use crate::config::{Config, ConfigError, Limits};
+use crate::caller::ExecQuota;
+use crate::config::{Config, ConfigError};
 use crate::executor::HyperlightExecutor;
 use crate::http::Api;
 use crate::job::SessionSettings;
@@ -46,7 +46,8 @@ use crate::metrics::Metrics;
 use crate::sandbox::SandboxSettings;
 use crate::sandbox::guest::GuestSizes;
 use crate::sandbox::stored::SnapshotStore;
-use crate::server::StopRequest;
+use crate::server::{ServerConfig, StopRequest};
+use crate::service::{Callers, Limits, Service};
 use crate::sys::hypervisor::{self, Hypervisor, HypervisorError};
 use crate::sys::socket::{self, SocketError};
 
@@ -192,20 +193,29 @@ pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Resu
         bound.path().display(),
         pools_text(&sizes)
     ));
-    let policy = Policy {
+    let callers = Callers {
         access,
         quota: ExecQuota::new(exec_quota, Some(own_uid)),
         audit,
     };
-    let api = Arc::new(
-        Api::new(Arc::new(executor), metrics, limits, versions())
-            .with_policy(policy)
-            .with_code_policy(code_policy),
-    );
-    server::serve(listener, api, config.server(), &mut stops).await;
+    let service = Service::new(Arc::new(executor), metrics, limits, versions())
+        .with_callers(callers)
+        .with_code_policy(code_policy);
+    let api = Arc::new(Api::of(service));
+    server::serve(listener, api, server_config(&config), &mut stops).await;
     drop(bound);
     info!("stopped");
     Ok(())
+}
+
+/// How the server treats its connections (the values were checked with the limits).
+fn server_config(config: &Config) -> ServerConfig {
+    ServerConfig {
+        max_connections: config.max_connections,
+        max_header_bytes: config.max_header_bytes,
+        idle_timeout: Duration::from_millis(config.idle_timeout_ms),
+        drain: Duration::from_millis(config.drain_timeout_ms),
+    }
 }
 
 /// `javascript=2 python=1`.

@@ -8,11 +8,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hyperlightd::config::Limits;
 use hyperlightd::executor::Executor;
 use hyperlightd::http::Api;
 use hyperlightd::metrics::Metrics;
 use hyperlightd::server::{self, ServerConfig};
+use hyperlightd::service::Limits;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 

@@ -18,11 +18,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cap::Cap;
-use hyperlightd::config::Limits;
 use hyperlightd::http::Api;
 use hyperlightd::metrics::Metrics;
 use hyperlightd::sandbox::guest::RunnerReply;
 use hyperlightd::server::{self, ServerConfig};
+use hyperlightd::service::Limits;
 use hyperlightd_api::{ErrorResponse, ExecRequest, ExecResponse, HealthResponse};
 use proptest::prelude::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

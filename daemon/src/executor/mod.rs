@@ -8,6 +8,8 @@
 //! without touching them.
 
 pub mod hyperlight;
+#[cfg(test)]
+pub mod testing;
 
 use std::future::Future;
 use std::sync::Arc;

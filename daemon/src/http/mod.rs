@@ -1,9 +1,11 @@
 //! The HTTP API: one routing table, request parsing, and the one place where errors become status
-//! codes. It turns requests into [`Job`]s for an [`Executor`] and knows nothing of sandboxes.
+//! codes. It turns each request into a call on the [`Service`] and the typed answer into a
+//! response; what a request may do is the service's to decide, and it knows nothing of
+//! sandboxes.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -13,50 +15,23 @@ use hyper::header::{
 };
 use hyper::{Method, Request, Response, StatusCode};
 use hyperlightd_api::{
-    CallerLimits, ErrorBody, ErrorKind, ErrorResponse, ExecLimits, ExecRequest, ExecResponse,
-    HealthResponse, Language,
+    CallerLimits, ErrorBody, ErrorKind, ErrorResponse, ExecLimits, ExecRequest, HealthResponse,
 };
 
 mod files;
 mod route;
 mod sessions;
 mod stream;
-mod wire;
 
 use self::route::{Probe, Route};
 pub use self::stream::Body;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, info_span, warn};
 
-use crate::audit::ExecRecord;
-use crate::caller::{OverQuota, Policy};
-use crate::code_policy::{self, CodePolicy};
-use crate::config::Limits;
 use crate::executor::Executor;
-use crate::job::{Caller, ExecError, Job, Outcome};
+use crate::job::{Caller, ExecError};
 use crate::metrics::Metrics;
-
-/// What a request asks to run, whatever its body's type.
-struct Program {
-    code: String,
-    timeout_ms: Option<u64>,
-    max_output_bytes: Option<usize>,
-    policy: Option<CodePolicy>,
-    /// Checked and decoded.
-    files: crate::job::Files,
-}
-
-/// What every handler knows of its request besides the request itself.
-#[derive(Clone)]
-struct Ctx {
-    /// The request's id.
-    id: u64,
-    /// Who sent it.
-    caller: Caller,
-    /// When it arrived.
-    received: Instant,
-    /// Its tracing span.
-    span: tracing::Span,
-}
+use crate::service::code_policy::CodePolicy;
+use crate::service::{Call, Executed, Limits, Program, Refusal, Service, wire};
 
 /// The error type bodies are read with.
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -64,23 +39,15 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Response header that carries the request id, for matching a response to the daemon's logs.
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
 
-/// The API's state: the executor behind it and what every handler needs.
+/// The API in front of a service.
 #[derive(Debug)]
 pub struct Api<E> {
-    executor: Arc<E>,
-    metrics: Metrics,
-    limits: Limits,
-    versions: BTreeMap<String, String>,
+    service: Arc<Service<E>>,
     next_request_id: AtomicU64,
-    /// Set once the daemon stops: new requests are refused.
-    draining: AtomicBool,
-    /// Who may call and how much.
-    policy: Policy,
-    /// What every program is checked against before it runs (`--policy`).
-    code_policy: CodePolicy,
 }
 
-/// A request the API refuses. Each variant maps to one status code in [`ApiError::status`].
+/// A request the API refuses. Each variant has one error kind ([`ApiError::kind`]), and each
+/// kind one status code ([`status_of`]).
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// The body is not a valid request.
@@ -101,17 +68,6 @@ pub enum ApiError {
         /// The time limit.
         limit: std::time::Duration,
     },
-    /// The request's files are more than a working directory may hold.
-    #[error("{0}")]
-    FilesOverCap(String),
-    /// The program is over the limit.
-    #[error("the code is {size} bytes; the limit is {limit} bytes")]
-    CodeTooLarge {
-        /// The program's size in bytes.
-        size: usize,
-        /// The limit in bytes.
-        limit: usize,
-    },
     /// No such path.
     #[error("no such path: {0}")]
     NotFound(String),
@@ -125,95 +81,54 @@ pub enum ApiError {
         /// The methods it accepts.
         allowed: &'static str,
     },
-    /// The caller is not on the allow lists.
-    #[error(
-        "this caller (uid {uid}, gid {gid}) may not use this daemon: it is not on its allow list \
-         (--allow-uid, --allow-gid)"
-    )]
-    CallerNotAllowed {
-        /// The caller's uid.
-        uid: u32,
-        /// Its gid.
-        gid: u32,
-    },
-    /// The caller has as many executions in flight as one caller may.
+    /// The service refused it.
     #[error(transparent)]
-    OverQuota(#[from] OverQuota),
-    /// The daemon is stopping and takes no new requests.
-    #[error("the daemon is shutting down and takes no new requests; retry once it is back")]
-    ShuttingDown,
-    /// The executor did not run the job.
-    #[error(transparent)]
-    Exec(#[from] ExecError),
+    Refused(#[from] Refusal),
     /// A fault in the daemon.
     #[error("internal error: {0}")]
     Internal(String),
 }
 
+impl From<ExecError> for ApiError {
+    fn from(error: ExecError) -> Self {
+        ApiError::Refused(Refusal::Exec(error))
+    }
+}
+
 impl ApiError {
-    /// The status code and error kind of the answer. Exhaustive on purpose: a new variant must
-    /// decide its status here.
-    fn status(&self) -> (StatusCode, ErrorKind) {
+    /// The error kind of the answer. Exhaustive on purpose: a new variant must decide here.
+    fn kind(&self) -> ErrorKind {
         match self {
-            ApiError::InvalidRequest(_) => (StatusCode::BAD_REQUEST, ErrorKind::InvalidRequest),
-            ApiError::PayloadTooLarge { .. }
-            | ApiError::CodeTooLarge { .. }
-            | ApiError::FilesOverCap(_) => {
-                (StatusCode::PAYLOAD_TOO_LARGE, ErrorKind::PayloadTooLarge)
-            }
-            ApiError::BodyTimeout { .. } => {
-                (StatusCode::REQUEST_TIMEOUT, ErrorKind::RequestTimeout)
-            }
-            ApiError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, ErrorKind::ShuttingDown),
-            ApiError::CallerNotAllowed { .. } => {
-                (StatusCode::FORBIDDEN, ErrorKind::CallerNotAllowed)
-            }
-            ApiError::OverQuota(_) | ApiError::Exec(ExecError::SessionQuota { .. }) => {
-                (StatusCode::TOO_MANY_REQUESTS, ErrorKind::QuotaExceeded)
-            }
-            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, ErrorKind::NotFound),
-            ApiError::MethodNotAllowed { .. } => {
-                (StatusCode::METHOD_NOT_ALLOWED, ErrorKind::MethodNotAllowed)
-            }
-            ApiError::Exec(ExecError::Overloaded { .. }) => {
-                (StatusCode::SERVICE_UNAVAILABLE, ErrorKind::Overloaded)
-            }
-            ApiError::Exec(ExecError::NoSandboxAvailable { .. }) => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                ErrorKind::NoSandboxAvailable,
-            ),
-            ApiError::Exec(ExecError::LanguageNotServed(_)) => {
-                (StatusCode::BAD_REQUEST, ErrorKind::InvalidRequest)
-            }
-            ApiError::Exec(ExecError::SessionNotFound(_)) => {
-                (StatusCode::NOT_FOUND, ErrorKind::SessionNotFound)
-            }
-            ApiError::Exec(
-                ExecError::TooManySessions { .. } | ExecError::SessionMemoryFull { .. },
-            ) => (StatusCode::TOO_MANY_REQUESTS, ErrorKind::TooManySessions),
-            ApiError::Exec(ExecError::SessionBusy { .. } | ExecError::SessionSaving { .. }) => {
-                (StatusCode::CONFLICT, ErrorKind::SessionBusy)
-            }
-            ApiError::Exec(ExecError::FilesOverCap(_)) => {
-                (StatusCode::PAYLOAD_TOO_LARGE, ErrorKind::PayloadTooLarge)
-            }
-            ApiError::Exec(ExecError::PoolGone(_) | ExecError::Internal(_))
-            | ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, ErrorKind::Internal),
+            ApiError::InvalidRequest(_) => ErrorKind::InvalidRequest,
+            ApiError::PayloadTooLarge { .. } => ErrorKind::PayloadTooLarge,
+            ApiError::BodyTimeout { .. } => ErrorKind::RequestTimeout,
+            ApiError::NotFound(_) => ErrorKind::NotFound,
+            ApiError::MethodNotAllowed { .. } => ErrorKind::MethodNotAllowed,
+            ApiError::Refused(refusal) => refusal.kind(),
+            ApiError::Internal(_) => ErrorKind::Internal,
         }
+    }
+
+    /// The status code and error kind of the answer.
+    fn status(&self) -> (StatusCode, ErrorKind) {
+        let kind = self.kind();
+        (status_of(kind), kind)
     }
 
     /// Seconds after which the same request may succeed, for the answers that say so.
     fn retry_after(&self) -> Option<u64> {
         match self {
-            ApiError::Exec(
-                ExecError::Overloaded { .. }
-                | ExecError::NoSandboxAvailable { .. }
-                | ExecError::SessionBusy { .. }
-                | ExecError::SessionSaving { .. },
-            )
-            | ApiError::OverQuota(_)
-            | ApiError::ShuttingDown => Some(1),
-            ApiError::Exec(ExecError::SessionQuota { retry_after, .. }) => {
+            ApiError::Refused(
+                Refusal::Exec(
+                    ExecError::Overloaded { .. }
+                    | ExecError::NoSandboxAvailable { .. }
+                    | ExecError::SessionBusy { .. }
+                    | ExecError::SessionSaving { .. },
+                )
+                | Refusal::OverQuota(_)
+                | Refusal::ShuttingDown,
+            ) => Some(1),
+            ApiError::Refused(Refusal::Exec(ExecError::SessionQuota { retry_after, .. })) => {
                 Some(retry_after.as_secs_f64().ceil().max(1.0) as u64)
             }
             _ => None,
@@ -224,7 +139,10 @@ impl ApiError {
         let (status, kind) = self.status();
         let retry = self.retry_after();
         // A body half read, or a daemon on its way out: this connection serves no more.
-        let close = matches!(self, ApiError::BodyTimeout { .. } | ApiError::ShuttingDown);
+        let close = matches!(
+            self,
+            ApiError::BodyTimeout { .. } | ApiError::Refused(Refusal::ShuttingDown)
+        );
         let body = ErrorResponse {
             error: ErrorBody::new(kind, self.to_string()),
         };
@@ -243,52 +161,67 @@ impl ApiError {
     }
 }
 
+/// The status code of an answer carrying an error of `kind`: the one mapping of errors to
+/// statuses, exhaustive on purpose (a new kind must decide its status here; the OpenAPI
+/// document's tables must agree, which a unit test checks).
+fn status_of(kind: ErrorKind) -> StatusCode {
+    match kind {
+        ErrorKind::InvalidRequest => StatusCode::BAD_REQUEST,
+        ErrorKind::CallerNotAllowed => StatusCode::FORBIDDEN,
+        ErrorKind::NotFound | ErrorKind::SessionNotFound => StatusCode::NOT_FOUND,
+        ErrorKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+        ErrorKind::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
+        ErrorKind::SessionBusy => StatusCode::CONFLICT,
+        ErrorKind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorKind::QuotaExceeded | ErrorKind::TooManySessions => StatusCode::TOO_MANY_REQUESTS,
+        ErrorKind::Overloaded | ErrorKind::NoSandboxAvailable | ErrorKind::ShuttingDown => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        // What became of a program that ran: answered 200, inside its response, never as a
+        // refusal. Should one reach here, it is a fault of the daemon's.
+        ErrorKind::SyntaxError
+        | ErrorKind::Exception
+        | ErrorKind::Timeout
+        | ErrorKind::ResultTooLarge
+        | ErrorKind::OutOfMemory
+        | ErrorKind::SandboxFailure
+        | ErrorKind::ResourceLimit
+        | ErrorKind::PolicyViolation
+        | ErrorKind::FileLimit
+        | ErrorKind::Unknown => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
 impl<E: Executor> Api<E> {
-    /// An API in front of `executor`. `versions` is reported by `/v1/health`.
+    /// An API in front of a service in front of `executor`, open to anyone who can connect.
+    /// `versions` is reported by `/v1/health`.
     pub fn new(
         executor: Arc<E>,
         metrics: Metrics,
         limits: Limits,
         versions: BTreeMap<String, String>,
     ) -> Self {
+        Api::of(Service::new(executor, metrics, limits, versions))
+    }
+
+    /// The API in front of `service`.
+    pub fn of(service: Service<E>) -> Self {
         Api {
-            executor,
-            metrics,
-            limits,
-            versions,
+            service: Arc::new(service),
             next_request_id: AtomicU64::new(1),
-            draining: AtomicBool::new(false),
-            policy: Policy::open(),
-            code_policy: CodePolicy::default(),
         }
-    }
-
-    /// The API with `policy` instead of the open one (anyone who can connect, no quotas, no
-    /// audit log).
-    pub fn with_policy(mut self, policy: Policy) -> Self {
-        self.policy = policy;
-        self
-    }
-
-    /// The same API, checking every program against `policy` (narrowed by each request's own).
-    pub fn with_code_policy(mut self, policy: CodePolicy) -> Self {
-        self.code_policy = policy;
-        self
     }
 
     /// The daemon's metrics.
     pub fn metrics(&self) -> &Metrics {
-        &self.metrics
+        self.service.metrics()
     }
 
     /// From now on, refuse new requests (`503 shutting_down`); health says the daemon is
     /// stopping and not ready.
     pub fn drain(&self) {
-        self.draining.store(true, Ordering::Relaxed);
-    }
-
-    fn draining(&self) -> bool {
-        self.draining.load(Ordering::Relaxed)
+        self.service.drain();
     }
 
     /// Answers one request from `caller`. Never fails: every error becomes a JSON error
@@ -300,20 +233,21 @@ impl<E: Executor> Api<E> {
     {
         let id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
         let span = info_span!("request", id, uid = caller.uid, method = %request.method(), path = %request.uri().path());
-        let ctx = Ctx {
+        let call = Call {
             id,
             caller,
             received: Instant::now(),
             span: span.clone(),
         };
-        let result = match span.in_scope(|| self.admit(&request, ctx)) {
-            Ok(ctx) => self.route(request, ctx).instrument(span.clone()).await,
-            Err(refused) => Err(refused),
+        let (method, path) = (request.method().as_str(), request.uri().path());
+        let result = match span.in_scope(|| self.service.admit(&call, method, path)) {
+            Ok(()) => self.route(request, call).instrument(span.clone()).await,
+            Err(refused) => Err(ApiError::from(refused)),
         };
         let mut response = result.unwrap_or_else(|err| {
             let (status, kind) = err.status();
             span.in_scope(|| warn!(status = status.as_u16(), %kind, "{err}"));
-            self.metrics.record_rejection(kind.as_str());
+            self.service.rejected(kind);
             err.into_response().map(Either::Left)
         });
         response
@@ -322,25 +256,8 @@ impl<E: Executor> Api<E> {
         response
     }
 
-    /// Lets the caller in if the allow lists do; a refusal is logged and audited.
-    fn admit<B>(&self, request: &Request<B>, ctx: Ctx) -> Result<Ctx, ApiError> {
-        if self.policy.access.allows(&ctx.caller) {
-            return Ok(ctx);
-        }
-        self.policy.audit.denied(&crate::audit::DeniedRecord {
-            request_id: ctx.id,
-            caller: ctx.caller,
-            method: request.method().as_str(),
-            path: request.uri().path(),
-        });
-        Err(ApiError::CallerNotAllowed {
-            uid: ctx.caller.uid,
-            gid: ctx.caller.gid,
-        })
-    }
-
     /// The routing table: every path and method the API serves.
-    async fn route<B>(&self, request: Request<B>, ctx: Ctx) -> Result<Response<Body>, ApiError>
+    async fn route<B>(&self, request: Request<B>, call: Call) -> Result<Response<Body>, ApiError>
     where
         B: hyper::body::Body<Data = Bytes>,
         B::Error: Into<BoxError>,
@@ -348,22 +265,21 @@ impl<E: Executor> Api<E> {
         let whole = |response: Response<Full<Bytes>>| response.map(Either::Left);
         let path = request.uri().path().to_owned();
         let route = Route::parse(&path).ok_or_else(|| ApiError::NotFound(path.clone()))?;
-        let owner = ctx.caller.uid;
         match (request.method().clone(), route) {
-            (Method::POST, Route::Exec) => self.exec(request, ctx).await,
+            (Method::POST, Route::Exec) => self.exec(request, call).await,
             (Method::GET, Route::Health(probe)) => Ok(whole(self.health(probe))),
             (Method::GET, Route::Metrics) => self.render_metrics().map(whole),
-            (Method::POST, Route::Sessions) => self.create_session(request, &ctx).await.map(whole),
-            (Method::GET, Route::Sessions) => Ok(whole(self.list_sessions(owner))),
-            (Method::GET, Route::Session(id)) => self.get_session(owner, id).map(whole),
-            (Method::DELETE, Route::Session(id)) => self.delete_session(id, &ctx).map(whole),
-            (Method::POST, Route::SessionExec(id)) => self.session_exec(request, id, ctx).await,
-            (Method::POST, Route::SessionFork(id)) => self.fork_session(id, &ctx).await.map(whole),
+            (Method::POST, Route::Sessions) => self.create_session(request, &call).await.map(whole),
+            (Method::GET, Route::Sessions) => Ok(whole(self.list_sessions(&call))),
+            (Method::GET, Route::Session(id)) => self.get_session(&call, id).map(whole),
+            (Method::DELETE, Route::Session(id)) => self.delete_session(&call, id).map(whole),
+            (Method::POST, Route::SessionExec(id)) => self.session_exec(request, id, call).await,
+            (Method::POST, Route::SessionFork(id)) => self.fork_session(&call, id).await.map(whole),
             (Method::GET, Route::SessionFiles(id)) => {
-                self.list_session_files(owner, id).await.map(whole)
+                self.list_session_files(&call, id).await.map(whole)
             }
             (Method::GET, Route::SessionFile(id, path)) => {
-                self.get_session_file(owner, id, path).await.map(whole)
+                self.get_session_file(&call, id, path).await.map(whole)
             }
             (method, route) => Err(ApiError::MethodNotAllowed {
                 method,
@@ -373,90 +289,64 @@ impl<E: Executor> Api<E> {
         }
     }
 
-    async fn exec<B>(&self, request: Request<B>, ctx: Ctx) -> Result<Response<Body>, ApiError>
+    async fn exec<B>(&self, request: Request<B>, call: Call) -> Result<Response<Body>, ApiError>
     where
         B: hyper::body::Body<Data = Bytes>,
         B::Error: Into<BoxError>,
     {
-        if self.draining() {
-            return Err(ApiError::ShuttingDown);
-        }
         let accepts_lines = accepts_ndjson(request.headers());
         let exec: ExecRequest = self.read_json(request).await?;
+        let stream = exec.stream || accepts_lines;
+        let language = exec.language;
         let program = Program {
             code: exec.code,
             timeout_ms: exec.timeout_ms,
             max_output_bytes: exec.max_output_bytes,
             policy: exec.policy.map(CodePolicy::from),
-            files: self.files_of(exec.files)?,
-        };
-        self.check_program(&program, exec.language)?;
-        let job = self.job(exec.language, program, &ctx);
-        self.run(job, None, &ctx, exec.stream || accepts_lines)
-            .await
-    }
-
-    /// Refuses a program over the size limit, or with a policy that is not valid for
-    /// `language`.
-    fn check_program(&self, program: &Program, language: Language) -> Result<(), ApiError> {
-        let code = &program.code;
-        if code.len() > self.limits.max_code_bytes {
-            return Err(ApiError::CodeTooLarge {
-                size: code.len(),
-                limit: self.limits.max_code_bytes,
-            });
-        }
-        if let Some(policy) = &program.policy {
-            code_policy::validate(policy)
-                .and_then(|()| code_policy::fits(policy, language))
-                .map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
-        }
-        Ok(())
-    }
-
-    /// The job for `program` in `language`, with the limits granted.
-    fn job(&self, language: Language, program: Program, ctx: &Ctx) -> Job {
-        let timeout = self.limits.timeout_for(program.timeout_ms);
-        Job {
-            language,
-            code: program.code,
-            max_output_bytes: self.limits.output_for(program.max_output_bytes),
-            policy: code_policy::effective(&self.code_policy, program.policy.as_ref(), language),
+            files: files::decode(exec.files)?,
             output: None,
-            files: program.files,
-            file_limits: self.limits.files,
-            timeout,
-            deadline: ctx.received + timeout,
-            span: ctx.span.clone(),
-            caller: ctx.caller,
-        }
+        };
+        self.answer(call, stream, program, move |service, call, program| async move {
+            service.exec(&call, language, program).await
+        })
+        .await
     }
 
-    /// Runs `job` within its caller's quota, writes its audit line, and answers with its
-    /// outcome: whole, or with `stream`, its output as it is written first.
-    async fn run(
+    /// Runs `program` through `run` and answers with its outcome: whole, or with `stream`, its
+    /// output as it is written first (the job then runs in a task of its own, which ends with
+    /// its audit line and metrics even if the client goes away).
+    async fn answer<F, Fut>(
         &self,
-        mut job: Job,
-        session: Option<(String, E::Session)>,
-        ctx: &Ctx,
+        call: Call,
         stream: bool,
-    ) -> Result<Response<Body>, ApiError> {
-        let runner = Runner {
-            executor: self.executor.clone(),
-            metrics: self.metrics.clone(),
-            audit: self.policy.audit.clone(),
-            quota: self.policy.quota.clone(),
-        };
+        mut program: Program,
+        run: F,
+    ) -> Result<Response<Body>, ApiError>
+    where
+        F: FnOnce(Arc<Service<E>>, Call, Program) -> Fut,
+        Fut: Future<Output = Result<Executed, Refusal>> + Send + 'static,
+    {
+        let service = self.service.clone();
         if !stream {
-            let response = runner.run(job, session, ctx.clone()).await?;
+            let executed = run(service, call, program).await?;
+            let response =
+                wire::response(executed.outcome, executed.queued_ms, executed.duration_ms);
             return Ok(json_response(StatusCode::OK, &response).map(Either::Left));
         }
         let (sink, chunks) = tokio::sync::mpsc::unbounded_channel();
-        job.output = Some(sink);
+        program.output = Some(sink);
+        let span = call.span.clone();
+        let running = run(service, call, program);
         let finished = tokio::spawn(
-            runner
-                .run(job, session, ctx.clone())
-                .instrument(ctx.span.clone()),
+            async move {
+                let executed = running.await?;
+                Ok(wire::response(
+                    executed.outcome,
+                    executed.queued_ms,
+                    executed.duration_ms,
+                ))
+            }
+            .instrument(span),
         );
         stream::answer(chunks, finished).await
     }
@@ -478,7 +368,8 @@ impl<E: Executor> Api<E> {
         B: hyper::body::Body<Data = Bytes>,
         B::Error: Into<BoxError>,
     {
-        let limit = self.limits.max_body_bytes;
+        let limits = self.service.limits();
+        let limit = limits.max_body_bytes;
         let declared = request
             .headers()
             .get(CONTENT_LENGTH)
@@ -487,7 +378,7 @@ impl<E: Executor> Api<E> {
         if declared.is_some_and(|len| len > limit as u64) {
             return Err(ApiError::PayloadTooLarge { limit });
         }
-        let timeout = self.limits.body_read_timeout;
+        let timeout = limits.body_read_timeout;
         let body = Limited::new(request.into_body(), limit).collect();
         match tokio::time::timeout(timeout, body).await {
             Err(_) => Err(ApiError::BodyTimeout { limit: timeout }),
@@ -501,48 +392,37 @@ impl<E: Executor> Api<E> {
 
     /// The daemon's health; `probe` decides the status code.
     fn health(&self, probe: Probe) -> Response<Full<Bytes>> {
-        let health = self.executor.health();
-        let at_size = health.sandboxes.values().all(|c| c.total >= c.target);
-        let draining = self.draining();
-        let live = health.stuck_workers == 0;
-        let ready = at_size && !draining;
-        let status = if draining {
-            "stopping"
-        } else if !live {
-            "stuck"
-        } else if at_size {
-            "ok"
-        } else if health.warmed {
-            "degraded"
-        } else {
-            "starting"
-        };
+        let health = self.service.health();
+        let (live, ready) = (health.live(), health.ready());
+        let status = health.status().to_owned();
+        let limits = health.limits;
+        let executor = health.executor;
         let body = HealthResponse {
-            status: status.to_owned(),
+            status,
             live,
             ready,
-            hypervisor: health.hypervisor,
-            versions: self.versions.clone(),
-            sandboxes: wire::sandbox_counts(health.sandboxes),
-            packages: health.packages,
+            hypervisor: executor.hypervisor,
+            versions: health.versions,
+            sandboxes: wire::sandbox_counts(executor.sandboxes),
+            packages: executor.packages,
             limits: ExecLimits {
-                default_timeout_ms: millis(self.limits.default_timeout),
-                max_timeout_ms: millis(self.limits.max_timeout),
-                max_code_bytes: self.limits.max_code_bytes,
-                max_output_bytes: self.limits.max_output_bytes,
-                max_result_bytes: self.limits.max_result_bytes,
-                memory_mib: health.memory_mib,
-                max_files: self.limits.files.max_entries,
-                max_file_bytes: self.limits.files.max_bytes,
+                default_timeout_ms: millis(limits.default_timeout),
+                max_timeout_ms: millis(limits.max_timeout),
+                max_code_bytes: limits.max_code_bytes,
+                max_output_bytes: limits.max_output_bytes,
+                max_result_bytes: limits.max_result_bytes,
+                memory_mib: executor.memory_mib,
+                max_files: limits.files.max_entries,
+                max_file_bytes: limits.files.max_bytes,
             },
-            sessions: wire::session_counts(health.sessions),
-            session_limits: Some(wire::session_limits(&health.session_limits)),
+            sessions: wire::session_counts(executor.sessions),
+            session_limits: Some(wire::session_limits(&executor.session_limits)),
             caller_limits: Some(CallerLimits {
-                max_execs: self.policy.quota.limits().clone(),
-                max_sessions: health.session_limits.max_per_caller,
-                allow_list: self.policy.access.is_restricted(),
+                max_execs: health.max_execs_per_caller,
+                max_sessions: executor.session_limits.max_per_caller,
+                allow_list: health.allow_list,
             }),
-            audit: self.policy.audit.health(),
+            audit: health.audit,
         };
         let up = match probe {
             Probe::Full => true,
@@ -558,10 +438,9 @@ impl<E: Executor> Api<E> {
     }
 
     fn render_metrics(&self) -> Result<Response<Full<Bytes>>, ApiError> {
-        let health = self.executor.health();
         let text = self
-            .metrics
-            .render(&health.sandboxes, &health.sessions)
+            .service
+            .metrics_text()
             .map_err(|e| ApiError::Internal(format!("rendering metrics: {e}")))?;
         let mut response = Response::new(Full::new(Bytes::from(text)));
         response.headers_mut().insert(
@@ -572,126 +451,8 @@ impl<E: Executor> Api<E> {
     }
 }
 
-/// How long a request waited before its program started, and how long the program ran, in
-/// milliseconds to the microsecond. A refused request waited until its refusal, and ran for no
-/// time.
-#[derive(Debug, Clone, Copy)]
-struct Times {
-    queued_ms: f64,
-    duration_ms: f64,
-}
-
-impl Times {
-    fn of(received: Instant, ran: &Result<Outcome, ApiError>) -> Times {
-        let (queued, duration) = match ran {
-            Ok(outcome) => (
-                outcome.started.saturating_duration_since(received),
-                outcome.ran,
-            ),
-            Err(_) => (received.elapsed(), std::time::Duration::ZERO),
-        };
-        let ms = |d: std::time::Duration| (d.as_secs_f64() * 1e6).round() / 1e3;
-        Times {
-            queued_ms: ms(queued),
-            duration_ms: ms(duration),
-        }
-    }
-}
-
-/// The audit line of a job that `ran` (or was refused).
-fn exec_record<'a>(
-    ctx: &Ctx,
-    language: Language,
-    session: Option<&'a str>,
-    code: &'a crate::audit::Code,
-    ran: &'a Result<Outcome, ApiError>,
-    times: Times,
-) -> ExecRecord<'a> {
-    let (status, error_kind, output_bytes, truncated) = match ran {
-        Ok(outcome) => (
-            outcome.status.as_str(),
-            outcome.error.as_ref().map(|e| wire::error_kind(e.kind)),
-            outcome.stdout.len() + outcome.stderr.len(),
-            outcome.truncated,
-        ),
-        Err(refused) => ("rejected", Some(refused.status().1), 0, false),
-    };
-    ExecRecord {
-        request_id: ctx.id,
-        caller: ctx.caller,
-        language,
-        session,
-        code,
-        status,
-        error_kind,
-        duration_ms: times.duration_ms,
-        queued_ms: times.queued_ms,
-        output_bytes,
-        truncated,
-    }
-}
-
 fn millis(duration: std::time::Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// What running a job needs, owned: a streamed job ends in a task of its own, after its
-/// handler has answered.
-struct Runner<E> {
-    executor: Arc<E>,
-    metrics: Metrics,
-    audit: Arc<crate::audit::AuditLog>,
-    quota: Arc<crate::caller::ExecQuota>,
-}
-
-impl<E: Executor> Runner<E> {
-    /// Runs `job` within its caller's quota and writes its audit line and metrics.
-    async fn run(
-        self,
-        job: Job,
-        session: Option<(String, E::Session)>,
-        ctx: Ctx,
-    ) -> Result<ExecResponse, ApiError> {
-        let audit = &self.audit;
-        let code = audit.is_on().then(|| audit.code(&job.code));
-        let language = job.language;
-        let (session, handle) = session.unzip();
-        let ran = match self.quota.admit(ctx.caller.uid, language) {
-            Ok(_slot) => {
-                let _in_flight = self.metrics.in_flight();
-                let ran = match handle {
-                    None => self.executor.exec(job).await,
-                    Some(handle) => self.executor.exec_in_session(handle, job).await,
-                };
-                ran.map_err(ApiError::from)
-            }
-            Err(over) => Err(ApiError::from(over)),
-        };
-        let elapsed = ctx.received.elapsed();
-        let times = Times::of(ctx.received, &ran);
-        if let Some(code) = &code {
-            audit.exec(&exec_record(
-                &ctx,
-                language,
-                session.as_deref(),
-                code,
-                &ran,
-                times,
-            ));
-        }
-        let outcome = ran?;
-        self.metrics
-            .record_execution(language, outcome.status, elapsed);
-        let _entered = ctx.span.enter();
-        info!(
-            %language,
-            status = outcome.status.as_str(),
-            queued_ms = times.queued_ms,
-            duration_ms = times.duration_ms,
-            "executed"
-        );
-        Ok(wire::response(outcome, times.queued_ms, times.duration_ms))
-    }
 }
 
 /// Whether the request's `Accept` header asks for newline-delimited JSON.

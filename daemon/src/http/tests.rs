@@ -9,171 +9,13 @@ mod stream;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use hyperlightd_api::{ExecStatus, HealthResponse, Language, paths};
+use hyperlightd_api::{ExecResponse, ExecStatus, HealthResponse, Language, paths};
 
 use hyper::header::LOCATION;
 
 use super::*;
-use crate::job::{After, ExecutorHealth, Outcome, Ran, SessionInfo, SessionSettings};
-use crate::session::{Session, Sessions};
-
-type Answer = Box<dyn Fn(&Job) -> Result<Outcome, ExecError> + Send + Sync>;
-
-/// Answers every job from a closure and remembers the jobs it saw.
-struct StubExecutor {
-    answer: Answer,
-    seen: Mutex<Vec<(Language, String, Duration)>>,
-    sessions: Arc<Sessions>,
-}
-
-impl StubExecutor {
-    fn new(answer: impl Fn(&Job) -> Result<Outcome, ExecError> + Send + Sync + 'static) -> Self {
-        StubExecutor {
-            answer: Box::new(answer),
-            seen: Mutex::new(Vec::new()),
-            sessions: stub_sessions(3),
-        }
-    }
-
-    /// The same, with room for `n` sessions per caller (3 in all).
-    fn with_session_quota(mut self, n: usize) -> Self {
-        self.sessions = stub_sessions(n);
-        self
-    }
-}
-
-/// A real session table for 3 sessions, `per_caller` of them per caller.
-fn stub_sessions(per_caller: usize) -> Arc<Sessions> {
-    let settings = SessionSettings {
-        max_sessions: 3,
-        max_per_caller: per_caller,
-        exempt_uid: None,
-        default_idle: Duration::from_secs(60),
-        max_idle: Duration::from_secs(600),
-        max_lifetime: Duration::from_secs(3600),
-        memory_budget: 1 << 30,
-    };
-    let languages = [Language::Javascript, Language::Python];
-    let audit = Arc::new(crate::audit::AuditLog::off());
-    let metrics = Metrics::new().unwrap().sessions();
-    Arc::new(Sessions::new(settings, &languages, metrics, audit))
-}
-
-impl StubExecutor {
-    fn answer(&self, job: &Job) -> Result<Outcome, ExecError> {
-        let left = job.deadline.saturating_duration_since(Instant::now());
-        self.seen
-            .lock()
-            .unwrap()
-            .push((job.language, job.code.clone(), left));
-        (self.answer)(job)
-    }
-}
-
-/// The stub keeps its sessions in a real table, so that the session endpoints are tested
-/// against the table's own rules; its execs answer from the closure.
-impl Executor for StubExecutor {
-    type Session = Arc<Session>;
-
-    async fn exec(&self, job: Job) -> Result<Outcome, ExecError> {
-        self.answer(&job)
-    }
-
-    fn create_session(
-        &self,
-        owner: u32,
-        language: Language,
-        idle: Option<Duration>,
-    ) -> Result<SessionInfo, ExecError> {
-        self.sessions.create(owner, language, idle)
-    }
-
-    fn find_session(&self, owner: u32, id: &str) -> Result<(Arc<Session>, Language), ExecError> {
-        let session = self.sessions.find(owner, id)?;
-        let language = session.language();
-        Ok((session, language))
-    }
-
-    async fn exec_in_session(&self, session: Arc<Session>, job: Job) -> Result<Outcome, ExecError> {
-        let turn = self
-            .sessions
-            .turn(session, job.deadline, job.timeout)
-            .await?;
-        let ran = self.answer(&job).map(|outcome| Ran {
-            outcome,
-            after: After::Unchanged,
-        });
-        turn.finish(ran)
-    }
-
-    async fn fork_session(
-        &self,
-        owner: u32,
-        id: &str,
-        wait: Duration,
-    ) -> Result<SessionInfo, ExecError> {
-        self.sessions.fork(owner, id, wait).await
-    }
-
-    fn session(&self, owner: u32, id: &str) -> Result<SessionInfo, ExecError> {
-        self.sessions.get(owner, id)
-    }
-
-    fn sessions(&self, owner: u32) -> Vec<SessionInfo> {
-        self.sessions.list(owner)
-    }
-
-    fn delete_session(&self, owner: u32, id: &str) -> Result<Language, ExecError> {
-        self.sessions.delete(owner, id)
-    }
-
-    async fn session_files(
-        &self,
-        owner: u32,
-        id: &str,
-        wait: Duration,
-    ) -> Result<Arc<crate::job::Files>, ExecError> {
-        self.sessions.files(owner, id, wait).await
-    }
-
-    fn health(&self) -> ExecutorHealth {
-        ExecutorHealth {
-            hypervisor: "stub".into(),
-            warmed: true,
-            stuck_workers: 0,
-            packages: BTreeMap::from([(
-                Language::Python,
-                BTreeMap::from([("sympy".to_owned(), "1.14.0".to_owned())]),
-            )]),
-            sandboxes: BTreeMap::from([(
-                Language::Javascript,
-                crate::job::PoolCounts {
-                    ready: 2,
-                    total: 2,
-                    target: 2,
-                },
-            )]),
-            memory_mib: BTreeMap::from([(Language::Javascript, 64)]),
-            sessions: self.sessions.counts(),
-            session_limits: *self.sessions.settings(),
-        }
-    }
-}
-
-fn ok_outcome(stdout: &str, result: serde_json::Value) -> Outcome {
-    Outcome {
-        status: crate::job::Status::Ok,
-        stdout: stdout.into(),
-        stderr: String::new(),
-        truncated: false,
-        result,
-        error: None,
-        session: None,
-        files: Default::default(),
-        started: std::time::Instant::now(),
-        ran: Duration::from_millis(3),
-    }
-}
+use crate::executor::testing::{StubExecutor, ok_outcome, stub_sessions};
+use crate::job::{ExecutorHealth, Job, Outcome};
 
 fn limits() -> Limits {
     Limits {
@@ -192,14 +34,20 @@ fn limits() -> Limits {
 }
 
 fn api(executor: StubExecutor) -> (Api<StubExecutor>, Arc<StubExecutor>) {
+    let (service, executor) = service(executor);
+    (Api::of(service), executor)
+}
+
+/// The service the tests' API is in front of: open to all, no code policy.
+fn service(executor: StubExecutor) -> (Service<StubExecutor>, Arc<StubExecutor>) {
     let executor = Arc::new(executor);
-    let api = Api::new(
+    let service = Service::new(
         executor.clone(),
         Metrics::new().unwrap(),
         limits(),
         BTreeMap::from([("hyperlightd".to_owned(), "test".to_owned())]),
     );
-    (api, executor)
+    (service, executor)
 }
 
 /// The caller of the tests' requests.
@@ -749,45 +597,48 @@ fn every_refusal_is_where_the_openapi_document_says() {
         ApiError::BodyTimeout {
             limit: Duration::from_secs(1),
         },
-        ApiError::CodeTooLarge { size: 2, limit: 1 },
+        ApiError::from(Refusal::CodeTooLarge { size: 2, limit: 1 }),
+        ApiError::from(Refusal::InvalidRequest("x".into())),
+        ApiError::from(Refusal::FilesOverCap("x".into())),
+        ApiError::from(ExecError::FilesOverCap("x".into())),
         ApiError::NotFound("/x".into()),
         ApiError::MethodNotAllowed {
             method: Method::PUT,
             path: paths::EXEC,
             allowed: "POST",
         },
-        ApiError::ShuttingDown,
-        ApiError::Exec(ExecError::Overloaded {
+        ApiError::from(Refusal::ShuttingDown),
+        ApiError::from(ExecError::Overloaded {
             language: Language::Python,
             queued: 1,
         }),
-        ApiError::Exec(ExecError::NoSandboxAvailable {
+        ApiError::from(ExecError::NoSandboxAvailable {
             language: Language::Python,
             timeout: Duration::from_secs(1),
         }),
-        ApiError::Exec(ExecError::LanguageNotServed(Language::Python)),
-        ApiError::Exec(ExecError::PoolGone(Language::Python)),
-        ApiError::Exec(ExecError::SessionNotFound("x".into())),
-        ApiError::Exec(ExecError::TooManySessions { limit: 1 }),
-        ApiError::Exec(ExecError::SessionMemoryFull { held: 2, budget: 1 }),
-        ApiError::Exec(ExecError::SessionBusy {
+        ApiError::from(ExecError::LanguageNotServed(Language::Python)),
+        ApiError::from(ExecError::PoolGone(Language::Python)),
+        ApiError::from(ExecError::SessionNotFound("x".into())),
+        ApiError::from(ExecError::TooManySessions { limit: 1 }),
+        ApiError::from(ExecError::SessionMemoryFull { held: 2, budget: 1 }),
+        ApiError::from(ExecError::SessionBusy {
             timeout: Duration::from_secs(1),
         }),
-        ApiError::Exec(ExecError::SessionSaving {
+        ApiError::from(ExecError::SessionSaving {
             waited: Duration::from_secs(60),
         }),
-        ApiError::Exec(ExecError::Internal("x".into())),
-        ApiError::Exec(ExecError::SessionQuota {
+        ApiError::from(ExecError::Internal("x".into())),
+        ApiError::from(ExecError::SessionQuota {
             uid: 1,
             limit: 1,
             retry_after: Duration::from_secs(1),
         }),
-        ApiError::CallerNotAllowed { uid: 1, gid: 1 },
-        ApiError::OverQuota(crate::caller::OverQuota {
+        ApiError::from(Refusal::CallerNotAllowed { uid: 1, gid: 1 }),
+        ApiError::from(Refusal::OverQuota(crate::caller::OverQuota {
             uid: 1,
             language: Language::Python,
             limit: 1,
-        }),
+        })),
         ApiError::Internal("x".into()),
     ];
     for error in every {

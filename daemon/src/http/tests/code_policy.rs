@@ -4,7 +4,7 @@
 use hyper::{Method, StatusCode};
 use hyperlightd_api::{ErrorKind, ErrorResponse, Policy, paths};
 
-use super::{StubExecutor, api, call, ok_outcome, request};
+use super::{Api, StubExecutor, api, call, ok_outcome, request, service};
 
 /// An executor that answers with the job's policy, as JSON, on stdout.
 fn policy_echo() -> StubExecutor {
@@ -22,13 +22,13 @@ fn exec(body: &str) -> hyper::Request<http_body_util::Full<bytes::Bytes>> {
 
 #[tokio::test]
 async fn the_job_carries_the_default_policy_narrowed_by_the_request_s_for_its_language() {
-    let (api, _) = api(policy_echo());
     let default = Policy {
         allowed_modules: Some(vec!["json".into(), "math".into()]),
         blocked_functions: vec!["eval".into()],
         blocked_globals: vec!["Function".into()],
     };
-    let api = api.with_code_policy(default.into());
+    let (service, _) = service(policy_echo());
+    let api = Api::of(service.with_code_policy(default.into()));
     let body = r#"{"language":"python","code":"1","policy":{"allowed_modules":["math","os"],
         "blocked_functions":["open"]}}"#;
     let (status, answer) = call(&api, exec(body)).await;

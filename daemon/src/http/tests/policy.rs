@@ -5,7 +5,8 @@ use serde_json::json;
 
 use super::*;
 use crate::audit::testing::{lines as audit_lines, log_in};
-use crate::caller::{Access, ExecQuota, Policy};
+use crate::caller::{Access, ExecQuota};
+use crate::service::Callers;
 
 const OTHER: Caller = Caller {
     uid: 2000,
@@ -19,17 +20,38 @@ fn api_with(
     access: Access,
     quota: usize,
 ) -> (Api<StubExecutor>, Arc<StubExecutor>, std::path::PathBuf) {
-    let (api, executor) = api(echo_executor().with_session_quota(2));
+    let (api, executor, path, _) = api_and_quota(dir, access, quota);
+    (api, executor, path)
+}
+
+/// [`api_with`], and the quota it counts in.
+fn api_and_quota(
+    dir: &tempfile::TempDir,
+    access: Access,
+    quota: usize,
+) -> (
+    Api<StubExecutor>,
+    Arc<StubExecutor>,
+    std::path::PathBuf,
+    Arc<ExecQuota>,
+) {
+    let (service, executor) = service(echo_executor().with_session_quota(2));
     let (audit, path) = log_in(dir, false);
-    let policy = Policy {
+    let quota = ExecQuota::new(
+        BTreeMap::from([(Language::Javascript, quota), (Language::Python, quota)]),
+        None,
+    );
+    let callers = Callers {
         access,
-        quota: ExecQuota::new(
-            BTreeMap::from([(Language::Javascript, quota), (Language::Python, quota)]),
-            None,
-        ),
+        quota: quota.clone(),
         audit: Arc::new(audit),
     };
-    (api.with_policy(policy), executor, path)
+    (
+        Api::of(service.with_callers(callers)),
+        executor,
+        path,
+        quota,
+    )
 }
 
 async fn call_as(
@@ -84,17 +106,11 @@ async fn a_caller_off_the_allow_list_is_refused_403_audited_and_nothing_runs() {
 #[tokio::test]
 async fn past_its_quota_a_caller_gets_429_with_retry_after_and_others_are_served() {
     let dir = tempfile::tempdir().unwrap();
-    let (api, executor, audit) = api_with(&dir, Access::default(), 2);
+    let (api, executor, audit, quota) = api_and_quota(&dir, Access::default(), 2);
     // Two executions of CALLER in flight.
     let held = [
-        api.policy
-            .quota
-            .admit(CALLER.uid, Language::Javascript)
-            .unwrap(),
-        api.policy
-            .quota
-            .admit(CALLER.uid, Language::Javascript)
-            .unwrap(),
+        quota.admit(CALLER.uid, Language::Javascript).unwrap(),
+        quota.admit(CALLER.uid, Language::Javascript).unwrap(),
     ];
     let response = call_as(&api, CALLER, request(Method::POST, paths::EXEC, EXEC)).await;
     assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
@@ -112,10 +128,7 @@ async fn past_its_quota_a_caller_gets_429_with_retry_after_and_others_are_served
     drop(held);
     let response = call_as(&api, CALLER, request(Method::POST, paths::EXEC, EXEC)).await;
     assert_eq!(response.status(), StatusCode::OK);
-    assert_eq!(
-        api.policy.quota.in_flight(CALLER.uid, Language::Javascript),
-        0
-    );
+    assert_eq!(quota.in_flight(CALLER.uid, Language::Javascript), 0);
     let lines = audit_lines(&audit);
     assert_eq!(lines[0]["status"], "rejected");
     assert_eq!(lines[0]["error_kind"], "quota_exceeded");

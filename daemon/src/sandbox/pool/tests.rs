@@ -8,13 +8,13 @@ use std::sync::{Condvar, Mutex};
 use hyperlight_host::HyperlightError;
 
 use super::*;
+use crate::job::files::FileError;
 use crate::job::{
     Caller, FailureKind, FileLimits, Files, Outcome, Policy, SavedState, Status, Violation,
 };
 use crate::metrics::Metrics;
 use crate::sandbox::guest::{GuestError, Program, Stream};
 use crate::sandbox::watchdog::Interrupt;
-use crate::job::files::FileError;
 
 /// What the test controls and observes, shared by every fake sandbox of a pool.
 #[derive(Default)]

@@ -1,0 +1,179 @@
+//! A stub executor for the unit tests of the layers above the boundary (the service, the HTTP
+//! API): it answers every job from a closure and keeps its sessions in a real table.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::Executor;
+use crate::job::{
+    After, ExecError, ExecutorHealth, Job, Language, Outcome, Ran, SessionInfo, SessionSettings,
+};
+use crate::metrics::Metrics;
+use crate::session::{Session, Sessions};
+
+type Answer = Box<dyn Fn(&Job) -> Result<Outcome, ExecError> + Send + Sync>;
+
+/// Answers every job from a closure and remembers the jobs it saw.
+pub struct StubExecutor {
+    answer: Answer,
+    pub seen: Mutex<Vec<(Language, String, Duration)>>,
+    pub sessions: Arc<Sessions>,
+}
+
+impl std::fmt::Debug for StubExecutor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StubExecutor").finish_non_exhaustive()
+    }
+}
+
+impl StubExecutor {
+    pub fn new(
+        answer: impl Fn(&Job) -> Result<Outcome, ExecError> + Send + Sync + 'static,
+    ) -> Self {
+        StubExecutor {
+            answer: Box::new(answer),
+            seen: Mutex::new(Vec::new()),
+            sessions: stub_sessions(3),
+        }
+    }
+
+    /// The same, with room for `n` sessions per caller (3 in all).
+    pub fn with_session_quota(mut self, n: usize) -> Self {
+        self.sessions = stub_sessions(n);
+        self
+    }
+}
+
+/// A real session table for 3 sessions, `per_caller` of them per caller.
+pub fn stub_sessions(per_caller: usize) -> Arc<Sessions> {
+    let settings = SessionSettings {
+        max_sessions: 3,
+        max_per_caller: per_caller,
+        exempt_uid: None,
+        default_idle: Duration::from_secs(60),
+        max_idle: Duration::from_secs(600),
+        max_lifetime: Duration::from_secs(3600),
+        memory_budget: 1 << 30,
+    };
+    let languages = [Language::Javascript, Language::Python];
+    let audit = Arc::new(crate::audit::AuditLog::off());
+    let metrics = Metrics::new().unwrap().sessions();
+    Arc::new(Sessions::new(settings, &languages, metrics, audit))
+}
+
+impl StubExecutor {
+    fn answer(&self, job: &Job) -> Result<Outcome, ExecError> {
+        let left = job.deadline.saturating_duration_since(Instant::now());
+        self.seen
+            .lock()
+            .unwrap()
+            .push((job.language, job.code.clone(), left));
+        (self.answer)(job)
+    }
+}
+
+/// The stub keeps its sessions in a real table, so that the session endpoints are tested
+/// against the table's own rules; its execs answer from the closure.
+impl Executor for StubExecutor {
+    type Session = Arc<Session>;
+
+    async fn exec(&self, job: Job) -> Result<Outcome, ExecError> {
+        self.answer(&job)
+    }
+
+    fn create_session(
+        &self,
+        owner: u32,
+        language: Language,
+        idle: Option<Duration>,
+    ) -> Result<SessionInfo, ExecError> {
+        self.sessions.create(owner, language, idle)
+    }
+
+    fn find_session(&self, owner: u32, id: &str) -> Result<(Arc<Session>, Language), ExecError> {
+        let session = self.sessions.find(owner, id)?;
+        let language = session.language();
+        Ok((session, language))
+    }
+
+    async fn exec_in_session(&self, session: Arc<Session>, job: Job) -> Result<Outcome, ExecError> {
+        let turn = self
+            .sessions
+            .turn(session, job.deadline, job.timeout)
+            .await?;
+        let ran = self.answer(&job).map(|outcome| Ran {
+            outcome,
+            after: After::Unchanged,
+        });
+        turn.finish(ran)
+    }
+
+    async fn fork_session(
+        &self,
+        owner: u32,
+        id: &str,
+        wait: Duration,
+    ) -> Result<SessionInfo, ExecError> {
+        self.sessions.fork(owner, id, wait).await
+    }
+
+    fn session(&self, owner: u32, id: &str) -> Result<SessionInfo, ExecError> {
+        self.sessions.get(owner, id)
+    }
+
+    fn sessions(&self, owner: u32) -> Vec<SessionInfo> {
+        self.sessions.list(owner)
+    }
+
+    fn delete_session(&self, owner: u32, id: &str) -> Result<Language, ExecError> {
+        self.sessions.delete(owner, id)
+    }
+
+    async fn session_files(
+        &self,
+        owner: u32,
+        id: &str,
+        wait: Duration,
+    ) -> Result<Arc<crate::job::Files>, ExecError> {
+        self.sessions.files(owner, id, wait).await
+    }
+
+    fn health(&self) -> ExecutorHealth {
+        ExecutorHealth {
+            hypervisor: "stub".into(),
+            warmed: true,
+            stuck_workers: 0,
+            packages: BTreeMap::from([(
+                Language::Python,
+                BTreeMap::from([("sympy".to_owned(), "1.14.0".to_owned())]),
+            )]),
+            sandboxes: BTreeMap::from([(
+                Language::Javascript,
+                crate::job::PoolCounts {
+                    ready: 2,
+                    total: 2,
+                    target: 2,
+                },
+            )]),
+            memory_mib: BTreeMap::from([(Language::Javascript, 64)]),
+            sessions: self.sessions.counts(),
+            session_limits: *self.sessions.settings(),
+        }
+    }
+}
+
+pub fn ok_outcome(stdout: &str, result: serde_json::Value) -> Outcome {
+    Outcome {
+        status: crate::job::Status::Ok,
+        stdout: stdout.into(),
+        stderr: String::new(),
+        truncated: false,
+        result,
+        error: None,
+        session: None,
+        files: Default::default(),
+        started: std::time::Instant::now(),
+        ran: Duration::from_millis(3),
+    }
+}

@@ -1,0 +1,222 @@
+//! Execs, plain and in a session: the program checked, the job built with the limits granted,
+//! run within the caller's room, then audited, counted and logged.
+
+use std::time::Duration;
+
+use tracing::info;
+
+use super::code_policy::{self, CodePolicy};
+use super::{Call, Refusal, Service, wire};
+use crate::audit::{Code, ExecRecord};
+use crate::executor::Executor;
+use crate::job::{Files, Job, Language, Outcome, OutputSink, files};
+
+/// What a request asks to run, whatever carried it.
+#[derive(Debug)]
+pub struct Program {
+    /// The program's source.
+    pub code: String,
+    /// The time limit asked for; the default when None, capped at the maximum.
+    pub timeout_ms: Option<u64>,
+    /// The output cap asked for; the maximum when None, never above it.
+    pub max_output_bytes: Option<usize>,
+    /// What the program may not name, besides the daemon's default policy.
+    pub policy: Option<CodePolicy>,
+    /// Its working directory's files, decoded (their paths are checked here).
+    pub files: Files,
+    /// Where its output goes as it is written, besides the outcome.
+    pub output: Option<OutputSink>,
+}
+
+/// A program that ran, however it ended, and how long it waited and ran.
+#[derive(Debug)]
+pub struct Executed {
+    /// How it ended.
+    pub outcome: Outcome,
+    /// From the request's arrival to its program's start, in milliseconds.
+    pub queued_ms: f64,
+    /// How long the program ran, in milliseconds.
+    pub duration_ms: f64,
+}
+
+impl<E: Executor> Service<E> {
+    /// Runs `program` in a fresh `language` interpreter.
+    pub async fn exec(
+        &self,
+        call: &Call,
+        language: Language,
+        program: Program,
+    ) -> Result<Executed, Refusal> {
+        self.taking_work()?;
+        let job = self.job(call, language, program)?;
+        self.run(call, job, None).await
+    }
+
+    /// Runs `program` in `call`'s caller's session `id`.
+    pub async fn session_exec(
+        &self,
+        call: &Call,
+        id: &str,
+        program: Program,
+    ) -> Result<Executed, Refusal> {
+        self.taking_work()?;
+        let (session, language) = self.executor.find_session(call.caller.uid, id)?;
+        let job = self.job(call, language, program)?;
+        self.run(call, job, Some((id, session))).await
+    }
+
+    /// The job for `program` in `language`, checked, with the limits granted.
+    fn job(&self, call: &Call, language: Language, program: Program) -> Result<Job, Refusal> {
+        self.check_files(&program.files)?;
+        let limits = &self.limits;
+        if program.code.len() > limits.max_code_bytes {
+            return Err(Refusal::CodeTooLarge {
+                size: program.code.len(),
+                limit: limits.max_code_bytes,
+            });
+        }
+        if let Some(policy) = &program.policy {
+            code_policy::validate(policy)
+                .and_then(|()| code_policy::fits(policy, language))
+                .map_err(|e| Refusal::InvalidRequest(e.to_string()))?;
+        }
+        let timeout = limits.timeout_for(program.timeout_ms);
+        let policy = program.policy.as_ref();
+        Ok(Job {
+            language,
+            code: program.code,
+            max_output_bytes: limits.output_for(program.max_output_bytes),
+            policy: code_policy::effective(&self.code_policy, policy, language),
+            output: program.output,
+            files: program.files,
+            file_limits: limits.files,
+            timeout,
+            deadline: call.received + timeout,
+            span: call.span.clone(),
+            caller: call.caller,
+        })
+    }
+
+    /// Refuses files a working directory cannot hold: a path that is not a plain relative name,
+    /// one given as a file and as a directory, or more than the caps.
+    fn check_files(&self, given: &Files) -> Result<(), Refusal> {
+        for path in given.keys() {
+            if let Err(e) = files::check_given(path) {
+                return Err(Refusal::InvalidRequest(format!(
+                    "files: {path:?} is not a path the working directory allows ({e}): give a \
+                     relative path of plain names joined by '/' (no '.', '..', empty names, \
+                     leading '/' or control characters)"
+                )));
+            }
+        }
+        if let Some((dir, path)) = files::clash(given) {
+            return Err(Refusal::InvalidRequest(format!(
+                "files: {dir:?} is given as a file and as the directory of {path:?}"
+            )));
+        }
+        let limits = self.limits.files;
+        files::check_fits(given, limits).map_err(|e| {
+            let cap = files::cap_in_words(e, limits);
+            Refusal::FilesOverCap(format!(
+                "the request's files are more than a working directory may hold: at most {cap} \
+                 (--max-files, --max-file-bytes)"
+            ))
+        })
+    }
+
+    /// Runs `job` (in `session`, when given) within its caller's room, and writes its audit
+    /// line, metrics and log line.
+    async fn run(
+        &self,
+        call: &Call,
+        job: Job,
+        session: Option<(&str, E::Session)>,
+    ) -> Result<Executed, Refusal> {
+        let audit = &self.callers.audit;
+        let code = audit.is_on().then(|| audit.code(&job.code));
+        let language = job.language;
+        let (id, session) = session.unzip();
+        let ran = match self.callers.quota.admit(call.caller.uid, language) {
+            Ok(_slot) => {
+                let _in_flight = self.metrics.in_flight();
+                let ran = match session {
+                    None => self.executor.exec(job).await,
+                    Some(session) => self.executor.exec_in_session(session, job).await,
+                };
+                ran.map_err(Refusal::from)
+            }
+            Err(over) => Err(Refusal::from(over)),
+        };
+        let elapsed = call.received.elapsed();
+        let (queued, duration) = times(call, &ran);
+        if let Some(code) = &code {
+            audit.exec(&record(call, language, id, code, &ran, (queued, duration)));
+        }
+        let outcome = ran?;
+        self.metrics
+            .record_execution(language, outcome.status, elapsed);
+        let _entered = call.span.enter();
+        info!(
+            %language,
+            status = outcome.status.as_str(),
+            queued_ms = ms(queued),
+            duration_ms = ms(duration),
+            "executed"
+        );
+        Ok(Executed {
+            outcome,
+            queued_ms: ms(queued),
+            duration_ms: ms(duration),
+        })
+    }
+}
+
+/// How long a request waited before its program started, and how long the program ran. A
+/// refused request waited until its refusal, and ran for no time.
+fn times(call: &Call, ran: &Result<Outcome, Refusal>) -> (Duration, Duration) {
+    match ran {
+        Ok(outcome) => (
+            outcome.started.saturating_duration_since(call.received),
+            outcome.ran,
+        ),
+        Err(_) => (call.received.elapsed(), Duration::ZERO),
+    }
+}
+
+/// `duration` in milliseconds, to the microsecond.
+fn ms(duration: Duration) -> f64 {
+    (duration.as_secs_f64() * 1e6).round() / 1e3
+}
+
+/// The audit line of a job that `ran` (or was refused).
+fn record<'a>(
+    call: &Call,
+    language: Language,
+    session: Option<&'a str>,
+    code: &'a Code,
+    ran: &'a Result<Outcome, Refusal>,
+    (queued, duration): (Duration, Duration),
+) -> ExecRecord<'a> {
+    let (status, error_kind, output_bytes, truncated) = match ran {
+        Ok(outcome) => (
+            outcome.status.as_str(),
+            outcome.error.as_ref().map(|e| wire::error_kind(e.kind)),
+            outcome.stdout.len() + outcome.stderr.len(),
+            outcome.truncated,
+        ),
+        Err(refused) => ("rejected", Some(refused.kind()), 0, false),
+    };
+    ExecRecord {
+        request_id: call.id,
+        caller: call.caller,
+        language,
+        session,
+        code,
+        status,
+        error_kind,
+        duration_ms: ms(duration),
+        queued_ms: ms(queued),
+        output_bytes,
+        truncated,
+    }
+}

@@ -1,0 +1,46 @@
+//! The limits requests are granted: what a request may ask for, and what it gets when it asks
+//! for nothing.
+
+use std::time::Duration;
+
+use crate::job::FileLimits;
+
+/// Per-request limits, checked once at startup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Time limit of a request that names none.
+    pub default_timeout: Duration,
+    /// Highest time limit a request may ask for.
+    pub max_timeout: Duration,
+    /// Largest request body.
+    pub max_body_bytes: usize,
+    /// Largest program.
+    pub max_code_bytes: usize,
+    /// Cap on stdout plus stderr of one execution.
+    pub max_output_bytes: usize,
+    /// Largest result returned.
+    pub max_result_bytes: usize,
+    /// How long a request's body may take to arrive, from the end of its head.
+    pub body_read_timeout: Duration,
+    /// What a working directory may hold.
+    pub files: FileLimits,
+}
+
+impl Limits {
+    /// The time limit for a request that asks for `requested_ms`: the default when absent,
+    /// capped at the maximum.
+    pub fn timeout_for(&self, requested_ms: Option<u64>) -> Duration {
+        requested_ms
+            .map(Duration::from_millis)
+            .unwrap_or(self.default_timeout)
+            .min(self.max_timeout)
+    }
+
+    /// The output cap for a request that asks for `requested`: the maximum when absent, and
+    /// never above it.
+    pub fn output_for(&self, requested: Option<usize>) -> usize {
+        requested
+            .unwrap_or(self.max_output_bytes)
+            .min(self.max_output_bytes)
+    }
+}

@@ -1,0 +1,315 @@
+//! The service layer: everything a request must pass before and after the executor, decided
+//! once, for every front end. No transport in it: a front end (the HTTP API today) parses a
+//! request into a [`Call`] and a command, calls the service, and turns the typed answer (an
+//! outcome, a session, a [`Refusal`]) into its own reply.
+//!
+//! What it decides, in order: whether the daemon still takes work (draining), whether the caller
+//! may call at all (allow lists, audited when refused), whether the program may run (its size,
+//! its policy, its files within the caps), the limits it gets (time, output, the code policy
+//! narrowed by the request's), whether the caller has room (the per-caller cap), and afterwards
+//! the audit line, the request metrics and the log line. The executor below runs what it lets
+//! through.
+//!
+//! - [`code_policy`]: a program's policy, validated, combined and cut to its language;
+//! - [`exec`]: plain and session execs;
+//! - [`limits`]: the limits requests are granted;
+//! - [`sessions`]: the session operations;
+//! - [`wire`]: the one place where core types become the API's wire types.
+
+pub mod code_policy;
+mod exec;
+mod limits;
+mod sessions;
+pub mod wire;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use hyperlightd_api::{AuditHealth, ErrorKind, Language};
+
+use self::code_policy::CodePolicy;
+pub use self::exec::{Executed, Program};
+pub use self::limits::Limits;
+use crate::audit::{AuditLog, DeniedRecord};
+use crate::caller::{Access, ExecQuota, OverQuota};
+use crate::executor::Executor;
+use crate::job::{Caller, ExecError, ExecutorHealth};
+use crate::metrics::Metrics;
+
+/// One request as the service sees it, whatever carried it.
+#[derive(Debug, Clone)]
+pub struct Call {
+    /// The request's id (the HTTP API's `x-request-id`), in logs and audit lines.
+    pub id: u64,
+    /// Who sent it.
+    pub caller: Caller,
+    /// When it arrived: its time limit counts from here.
+    pub received: Instant,
+    /// Its tracing span.
+    pub span: tracing::Span,
+}
+
+/// Who may call, how much one caller may have at once, and where that is recorded.
+#[derive(Debug)]
+pub struct Callers {
+    /// Who may call.
+    pub access: Access,
+    /// Executions in flight per caller.
+    pub quota: Arc<ExecQuota>,
+    /// The audit log.
+    pub audit: Arc<AuditLog>,
+}
+
+impl Callers {
+    /// Anyone who can connect may call, as much as the pools take, and nothing is recorded.
+    pub fn open() -> Self {
+        Callers {
+            access: Access::default(),
+            quota: ExecQuota::new(BTreeMap::new(), None),
+            audit: Arc::new(AuditLog::off()),
+        }
+    }
+}
+
+/// Why the service did not do what a request asked. Nothing ran, nothing changed.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    /// The request is not valid (a policy or a file that cannot be, a bad value).
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    /// The program is over the limit.
+    #[error("the code is {size} bytes; the limit is {limit} bytes")]
+    CodeTooLarge {
+        /// The program's size in bytes.
+        size: usize,
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// The request's files are more than a working directory may hold.
+    #[error("{0}")]
+    FilesOverCap(String),
+    /// The caller is not on the allow lists.
+    #[error(
+        "this caller (uid {uid}, gid {gid}) may not use this daemon: it is not on its allow list \
+         (--allow-uid, --allow-gid)"
+    )]
+    CallerNotAllowed {
+        /// The caller's uid.
+        uid: u32,
+        /// Its gid.
+        gid: u32,
+    },
+    /// The caller has as many executions in flight as one caller may.
+    #[error(transparent)]
+    OverQuota(#[from] OverQuota),
+    /// The daemon is stopping and takes no new requests.
+    #[error("the daemon is shutting down and takes no new requests; retry once it is back")]
+    ShuttingDown,
+    /// The executor did not run the job.
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+}
+
+impl Refusal {
+    /// The API's error kind. Exhaustive on purpose: a new variant must decide its kind here
+    /// (and its status in the front end's one mapping).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Refusal::InvalidRequest(_) => ErrorKind::InvalidRequest,
+            Refusal::CodeTooLarge { .. } | Refusal::FilesOverCap(_) => ErrorKind::PayloadTooLarge,
+            Refusal::CallerNotAllowed { .. } => ErrorKind::CallerNotAllowed,
+            Refusal::OverQuota(_) => ErrorKind::QuotaExceeded,
+            Refusal::ShuttingDown => ErrorKind::ShuttingDown,
+            Refusal::Exec(error) => exec_error_kind(error),
+        }
+    }
+}
+
+/// The API's error kind of an error of the executor.
+fn exec_error_kind(error: &ExecError) -> ErrorKind {
+    match error {
+        ExecError::Overloaded { .. } => ErrorKind::Overloaded,
+        ExecError::NoSandboxAvailable { .. } => ErrorKind::NoSandboxAvailable,
+        ExecError::LanguageNotServed(_) => ErrorKind::InvalidRequest,
+        ExecError::SessionNotFound(_) => ErrorKind::SessionNotFound,
+        ExecError::TooManySessions { .. } | ExecError::SessionMemoryFull { .. } => {
+            ErrorKind::TooManySessions
+        }
+        ExecError::SessionQuota { .. } => ErrorKind::QuotaExceeded,
+        ExecError::SessionBusy { .. } | ExecError::SessionSaving { .. } => ErrorKind::SessionBusy,
+        ExecError::FilesOverCap(_) => ErrorKind::PayloadTooLarge,
+        ExecError::PoolGone(_) | ExecError::Internal(_) => ErrorKind::Internal,
+    }
+}
+
+/// The service in front of an executor.
+#[derive(Debug)]
+pub struct Service<E> {
+    executor: Arc<E>,
+    metrics: Metrics,
+    limits: Limits,
+    versions: BTreeMap<String, String>,
+    /// Set once the daemon stops: new work is refused.
+    draining: AtomicBool,
+    callers: Callers,
+    /// What every program is checked against before it runs (`--policy`).
+    code_policy: CodePolicy,
+}
+
+impl<E: Executor> Service<E> {
+    /// A service in front of `executor`, open to anyone who can connect, checking no code
+    /// policy. `versions` is what health reports.
+    pub fn new(
+        executor: Arc<E>,
+        metrics: Metrics,
+        limits: Limits,
+        versions: BTreeMap<String, String>,
+    ) -> Self {
+        Service {
+            executor,
+            metrics,
+            limits,
+            versions,
+            draining: AtomicBool::new(false),
+            callers: Callers::open(),
+            code_policy: CodePolicy::default(),
+        }
+    }
+
+    /// The same service, with `callers`' allow lists, quota and audit log.
+    pub fn with_callers(mut self, callers: Callers) -> Self {
+        self.callers = callers;
+        self
+    }
+
+    /// The same service, checking every program against `policy` (narrowed by each request's
+    /// own).
+    pub fn with_code_policy(mut self, policy: CodePolicy) -> Self {
+        self.code_policy = policy;
+        self
+    }
+
+    /// The daemon's metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The limits requests are granted.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// From now on, refuse new work ([`Refusal::ShuttingDown`]); health says the daemon is
+    /// stopping and not ready.
+    pub fn drain(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+    }
+
+    fn taking_work(&self) -> Result<(), Refusal> {
+        match self.draining.load(Ordering::Relaxed) {
+            true => Err(Refusal::ShuttingDown),
+            false => Ok(()),
+        }
+    }
+
+    /// Lets `call`'s caller in if the allow lists do; a refusal is audited, with what the
+    /// caller asked for (`method` and `path`, in the front end's words).
+    pub fn admit(&self, call: &Call, method: &str, path: &str) -> Result<(), Refusal> {
+        if self.callers.access.allows(&call.caller) {
+            return Ok(());
+        }
+        self.callers.audit.denied(&DeniedRecord {
+            request_id: call.id,
+            caller: call.caller,
+            method,
+            path,
+        });
+        Err(Refusal::CallerNotAllowed {
+            uid: call.caller.uid,
+            gid: call.caller.gid,
+        })
+    }
+
+    /// Counts a request answered with an error of `kind`, whoever refused it.
+    pub fn rejected(&self, kind: ErrorKind) {
+        self.metrics.record_rejection(kind.as_str());
+    }
+
+    /// The daemon's health, as every probe sees it.
+    pub fn health(&self) -> Health {
+        Health {
+            executor: self.executor.health(),
+            draining: self.draining.load(Ordering::Relaxed),
+            limits: self.limits,
+            versions: self.versions.clone(),
+            max_execs_per_caller: self.callers.quota.limits().clone(),
+            allow_list: self.callers.access.is_restricted(),
+            audit: self.callers.audit.health(),
+        }
+    }
+
+    /// Every metric in the Prometheus text format, the gauges read now.
+    pub fn metrics_text(&self) -> Result<String, prometheus::Error> {
+        let health = self.executor.health();
+        self.metrics.render(&health.sandboxes, &health.sessions)
+    }
+}
+
+/// The daemon's health: the executor's, and what the service knows.
+#[derive(Debug, Clone)]
+pub struct Health {
+    /// The pools and sessions.
+    pub executor: ExecutorHealth,
+    /// Whether the daemon is stopping.
+    pub draining: bool,
+    /// The limits requests are granted.
+    pub limits: Limits,
+    /// The Hyperlight versions and the daemon's.
+    pub versions: BTreeMap<String, String>,
+    /// The most executions one caller may have in flight, per language (none: no cap).
+    pub max_execs_per_caller: BTreeMap<Language, usize>,
+    /// Whether only listed callers may call.
+    pub allow_list: bool,
+    /// The audit log's state, when there is one.
+    pub audit: Option<AuditHealth>,
+}
+
+impl Health {
+    /// Liveness: false when a worker is stuck in the hypervisor; only a restart frees it.
+    pub fn live(&self) -> bool {
+        self.executor.stuck_workers == 0
+    }
+
+    /// Readiness: every pool at its size, and not stopping.
+    pub fn ready(&self) -> bool {
+        self.at_size() && !self.draining
+    }
+
+    fn at_size(&self) -> bool {
+        self.executor
+            .sandboxes
+            .values()
+            .all(|counts| counts.total >= counts.target)
+    }
+
+    /// One word for the whole: `stopping`, `stuck`, `ok`, `degraded` (a pool below its size
+    /// after warming) or `starting`.
+    pub fn status(&self) -> &'static str {
+        if self.draining {
+            "stopping"
+        } else if !self.live() {
+            "stuck"
+        } else if self.at_size() {
+            "ok"
+        } else if self.executor.warmed {
+            "degraded"
+        } else {
+            "starting"
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,98 @@
+//! The session operations: create, fork, read, list, delete, and a session's files. Creating
+//! and forking take new work (refused while draining); every change is audited. A session
+//! belongs to the caller that created it: to anyone else it does not exist.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Call, Refusal, Service};
+use crate::audit::SessionRecord;
+use crate::executor::Executor;
+use crate::job::{Files, Language, SessionInfo};
+
+impl<E: Executor> Service<E> {
+    /// A new session of `language` for the caller, idle for at most `idle_timeout_s` seconds
+    /// (the daemon's default when None, capped at its maximum).
+    pub fn create_session(
+        &self,
+        call: &Call,
+        language: Language,
+        idle_timeout_s: Option<u64>,
+    ) -> Result<SessionInfo, Refusal> {
+        self.taking_work()?;
+        if idle_timeout_s == Some(0) {
+            return Err(Refusal::InvalidRequest(
+                "idle_timeout_s must be at least 1 second; leave it out for the daemon's default"
+                    .to_owned(),
+            ));
+        }
+        let idle = idle_timeout_s.map(Duration::from_secs);
+        let info = self
+            .executor
+            .create_session(call.caller.uid, language, idle)?;
+        self.audit_session("session_created", call, &info.id, language, None);
+        Ok(info)
+    }
+
+    /// A new session whose state is a copy of the caller's session `id`'s. Waits for the execs
+    /// that arrived before it, at most the longest time limit an exec may have.
+    pub async fn fork_session(&self, call: &Call, id: &str) -> Result<SessionInfo, Refusal> {
+        self.taking_work()?;
+        let wait = self.limits.max_timeout;
+        let info = self
+            .executor
+            .fork_session(call.caller.uid, id, wait)
+            .await?;
+        self.audit_session("session_forked", call, &info.id, info.language, Some(id));
+        Ok(info)
+    }
+
+    /// The caller's session `id`.
+    pub fn session(&self, call: &Call, id: &str) -> Result<SessionInfo, Refusal> {
+        Ok(self.executor.session(call.caller.uid, id)?)
+    }
+
+    /// The caller's sessions, oldest first.
+    pub fn sessions(&self, call: &Call) -> Vec<SessionInfo> {
+        self.executor.sessions(call.caller.uid)
+    }
+
+    /// Deletes the caller's session `id`.
+    pub fn delete_session(&self, call: &Call, id: &str) -> Result<(), Refusal> {
+        let language = self.executor.delete_session(call.caller.uid, id)?;
+        self.audit_session("session_deleted", call, id, language, None);
+        Ok(())
+    }
+
+    /// The working directory of the caller's session `id`, as the execs that arrived before
+    /// left it (waiting at most the longest time limit an exec may have).
+    pub async fn session_files(&self, call: &Call, id: &str) -> Result<Arc<Files>, Refusal> {
+        let wait = self.limits.max_timeout;
+        Ok(self
+            .executor
+            .session_files(call.caller.uid, id, wait)
+            .await?)
+    }
+
+    fn audit_session(
+        &self,
+        event: &str,
+        call: &Call,
+        session: &str,
+        language: Language,
+        from: Option<&str>,
+    ) {
+        self.callers.audit.session(
+            event,
+            &SessionRecord {
+                request_id: Some(call.id),
+                caller: Some(call.caller),
+                owner_uid: call.caller.uid,
+                session,
+                language,
+                from,
+                reason: None,
+            },
+        );
+    }
+}

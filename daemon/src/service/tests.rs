@@ -1,0 +1,274 @@
+//! The service driven directly, with no transport: what it lets through to the executor, what
+//! it refuses, and what it records.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hyperlightd_api::ErrorKind;
+
+use super::*;
+use crate::audit::testing::{lines, log_in};
+use crate::caller::{Access, ExecQuota};
+use crate::executor::testing::{StubExecutor, ok_outcome};
+use crate::job::{Failure, FailureKind, Files, Outcome, Policy, Status};
+
+const CALLER: Caller = Caller {
+    uid: 1000,
+    gid: 1000,
+    pid: Some(42),
+};
+
+fn limits() -> Limits {
+    Limits {
+        default_timeout: Duration::from_millis(5_000),
+        max_timeout: Duration::from_millis(10_000),
+        max_body_bytes: 1 << 20,
+        max_code_bytes: 64,
+        max_output_bytes: 1024,
+        max_result_bytes: 1024,
+        body_read_timeout: Duration::from_secs(1),
+        files: crate::job::FileLimits {
+            max_entries: 4,
+            max_bytes: 100,
+        },
+    }
+}
+
+/// A service in front of `executor`, its audit log in `dir`, `quota` execs per caller.
+fn service(
+    executor: StubExecutor,
+    dir: &tempfile::TempDir,
+    quota: usize,
+) -> (
+    Service<StubExecutor>,
+    Arc<StubExecutor>,
+    Arc<ExecQuota>,
+    std::path::PathBuf,
+) {
+    let executor = Arc::new(executor);
+    let (audit, path) = log_in(dir, false);
+    let quota = ExecQuota::new(BTreeMap::from([(Language::Javascript, quota)]), None);
+    let service = Service::new(
+        executor.clone(),
+        Metrics::new().unwrap(),
+        limits(),
+        BTreeMap::new(),
+    )
+    .with_callers(Callers {
+        access: Access::default(),
+        quota: quota.clone(),
+        audit: Arc::new(audit),
+    });
+    (service, executor, quota, path)
+}
+
+fn call() -> Call {
+    Call {
+        id: 7,
+        caller: CALLER,
+        received: Instant::now(),
+        span: tracing::Span::none(),
+    }
+}
+
+fn program(code: &str) -> Program {
+    Program {
+        code: code.to_owned(),
+        timeout_ms: Some(2_000),
+        max_output_bytes: None,
+        policy: None,
+        files: Files::new(),
+        output: None,
+    }
+}
+
+fn echo() -> StubExecutor {
+    StubExecutor::new(|job| Ok(ok_outcome(&job.code, serde_json::json!(1))))
+}
+
+#[tokio::test]
+async fn an_exec_runs_with_the_limits_granted_and_is_audited() {
+    let dir = tempfile::tempdir().unwrap();
+    let (service, executor, _, audit) = service(echo(), &dir, 4);
+    let executed = service
+        .exec(&call(), Language::Javascript, program("6 * 7"))
+        .await
+        .unwrap();
+    assert_eq!(executed.outcome.stdout, "6 * 7");
+    assert!(executed.queued_ms >= 0.0 && executed.duration_ms == 3.0);
+    let seen = executor.seen.lock().unwrap();
+    let (language, code, left) = &seen[0];
+    assert_eq!((*language, code.as_str()), (Language::Javascript, "6 * 7"));
+    assert!(*left <= Duration::from_millis(2_000) && *left > Duration::from_millis(1_000));
+    let [line] = lines(&audit).try_into().unwrap();
+    assert_eq!(line["status"], "ok");
+    assert_eq!(line["request_id"], 7);
+}
+
+#[tokio::test]
+async fn past_the_caller_s_cap_an_exec_is_refused_and_nothing_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (service, executor, quota, audit) = service(echo(), &dir, 1);
+    let _held = quota.admit(CALLER.uid, Language::Javascript).unwrap();
+    let refused = service
+        .exec(&call(), Language::Javascript, program("1"))
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, Refusal::OverQuota(_)), "{refused:?}");
+    assert_eq!(refused.kind(), ErrorKind::QuotaExceeded);
+    assert!(executor.seen.lock().unwrap().is_empty());
+    let [line] = lines(&audit).try_into().unwrap();
+    assert_eq!(
+        (&line["status"], &line["error_kind"]),
+        (&json("rejected"), &json("quota_exceeded"))
+    );
+}
+
+#[tokio::test]
+async fn a_program_its_policy_refuses_is_answered_as_a_policy_violation() {
+    let dir = tempfile::tempdir().unwrap();
+    // The executor answers as a runner does for a program naming what its policy refuses.
+    let refusing = StubExecutor::new(|job| {
+        let blocked = job.policy.as_ref().map(|p| p.blocked_globals.clone());
+        assert_eq!(blocked, Some(vec!["eval".to_owned()]));
+        let failure = Failure::new(FailureKind::PolicyViolation, "names eval");
+        Ok(Outcome::failed(
+            failure,
+            String::new(),
+            String::new(),
+            false,
+        ))
+    });
+    let (service, _, _, _) = service(refusing, &dir, 4);
+    let service = service.with_code_policy(Policy {
+        blocked_globals: vec!["eval".to_owned()],
+        ..Policy::default()
+    });
+    let executed = service
+        .exec(&call(), Language::Javascript, program("eval('1')"))
+        .await
+        .unwrap();
+    assert_eq!(executed.outcome.status, Status::Error);
+    let kind = executed.outcome.error.map(|e| e.kind);
+    assert_eq!(kind, Some(FailureKind::PolicyViolation));
+    // A request's policy with a rule of the other language is refused before anything runs.
+    let mut foreign = program("1");
+    foreign.policy = Some(Policy {
+        allowed_modules: Some(vec!["json".to_owned()]),
+        ..Policy::default()
+    });
+    let refused = service
+        .exec(&call(), Language::Javascript, foreign)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::InvalidRequest, "{refused}");
+}
+
+#[tokio::test]
+async fn a_session_exec_runs_in_the_caller_s_session_and_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (service, _, _, audit) = service(echo(), &dir, 4);
+    let info = service
+        .create_session(&call(), Language::Javascript, None)
+        .unwrap();
+    let executed = service
+        .session_exec(&call(), &info.id, program("x"))
+        .await
+        .unwrap();
+    let session = executed.outcome.session.unwrap();
+    assert_eq!(
+        (session.id.as_str(), session.rolled_back),
+        (info.id.as_str(), false)
+    );
+    assert_eq!(service.session(&call(), &info.id).unwrap().execs, 1);
+    // Another caller's view: no such session.
+    let other = Call {
+        caller: Caller {
+            uid: 2000,
+            ..CALLER
+        },
+        ..call()
+    };
+    let refused = service
+        .session_exec(&other, &info.id, program("x"))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::SessionNotFound);
+    let events: Vec<String> = lines(&audit)
+        .iter()
+        .map(|line| line["audit"].as_str().unwrap().to_owned())
+        .collect();
+    // Another caller's exec was refused before it became one: no exec line.
+    assert_eq!(events, ["session_created", "exec"]);
+}
+
+#[tokio::test]
+async fn while_draining_new_work_is_refused_and_reads_are_still_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let (service, executor, _, _) = service(echo(), &dir, 4);
+    let info = service
+        .create_session(&call(), Language::Javascript, None)
+        .unwrap();
+    service.drain();
+    let refused = service
+        .exec(&call(), Language::Javascript, program("1"))
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, Refusal::ShuttingDown));
+    assert!(matches!(
+        service.create_session(&call(), Language::Javascript, None),
+        Err(Refusal::ShuttingDown)
+    ));
+    assert!(matches!(
+        service.session_exec(&call(), &info.id, program("1")).await,
+        Err(Refusal::ShuttingDown)
+    ));
+    assert_eq!(service.sessions(&call()).len(), 1);
+    assert!(!service.health().ready());
+    assert_eq!(service.health().status(), "stopping");
+    assert!(executor.seen.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn files_are_checked_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (service, executor, _, _) = service(echo(), &dir, 4);
+    let with = |files: &[(&str, usize)]| {
+        let mut program = program("1");
+        program.files = files
+            .iter()
+            .map(|(path, size)| ((*path).to_owned(), vec![b'x'; *size]))
+            .collect();
+        program
+    };
+    for (files, kind) in [
+        (vec![("../x", 1)], ErrorKind::InvalidRequest),
+        (vec![("a", 1), ("a/b", 1)], ErrorKind::InvalidRequest),
+        (vec![("a", 101)], ErrorKind::PayloadTooLarge),
+        (vec![("a/b/c/d/e", 1)], ErrorKind::PayloadTooLarge),
+    ] {
+        let refused = service
+            .exec(&call(), Language::Javascript, with(&files))
+            .await
+            .unwrap_err();
+        assert_eq!(refused.kind(), kind, "{files:?}: {refused}");
+    }
+    let code = program(&"x".repeat(65));
+    let refused = service
+        .exec(&call(), Language::Javascript, code)
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        refused,
+        Refusal::CodeTooLarge {
+            size: 65,
+            limit: 64
+        }
+    ));
+    assert!(executor.seen.lock().unwrap().is_empty());
+}
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::Value::String(text.to_owned())
+}
