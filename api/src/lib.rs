@@ -374,6 +374,43 @@ impl ErrorKind {
         ErrorKind::Internal,
     ];
 
+    /// The HTTP status of an answer refusing a request with this kind: the one table of
+    /// statuses (the OpenAPI document's tables are checked against it). None for the kinds
+    /// that say what became of a program that ran (the `error` of a 200 answer), and for
+    /// [`ErrorKind::Unknown`].
+    pub const fn status(self) -> Option<u16> {
+        match self {
+            ErrorKind::SyntaxError
+            | ErrorKind::Exception
+            | ErrorKind::Timeout
+            | ErrorKind::ResultTooLarge
+            | ErrorKind::OutOfMemory
+            | ErrorKind::SandboxFailure
+            | ErrorKind::ResourceLimit
+            | ErrorKind::PolicyViolation
+            | ErrorKind::FileLimit
+            | ErrorKind::Unknown => None,
+            ErrorKind::InvalidRequest => Some(400),
+            ErrorKind::CallerNotAllowed => Some(403),
+            ErrorKind::NotFound | ErrorKind::SessionNotFound => Some(404),
+            ErrorKind::MethodNotAllowed => Some(405),
+            ErrorKind::RequestTimeout => Some(408),
+            ErrorKind::SessionBusy => Some(409),
+            ErrorKind::PayloadTooLarge => Some(413),
+            ErrorKind::QuotaExceeded | ErrorKind::TooManySessions => Some(429),
+            ErrorKind::Internal => Some(500),
+            ErrorKind::Overloaded | ErrorKind::NoSandboxAvailable | ErrorKind::ShuttingDown => {
+                Some(503)
+            }
+        }
+    }
+
+    /// Whether the kind says what became of a program that ran (the `error` of a 200 answer),
+    /// rather than why a request was refused.
+    pub const fn is_outcome(self) -> bool {
+        self.status().is_none() && !matches!(self, ErrorKind::Unknown)
+    }
+
     /// The name used on the wire.
     pub const fn as_str(self) -> &'static str {
         match self {

@@ -19,18 +19,14 @@ use crate::{
 pub const DOCUMENT_PATH: &str = "api/openapi.json";
 
 /// The kinds an [`ExecResponse`]'s `error` carries in a 200 answer: what became of a program
-/// that ran.
-pub const OUTCOME_KINDS: &[ErrorKind] = &[
-    ErrorKind::SyntaxError,
-    ErrorKind::Exception,
-    ErrorKind::Timeout,
-    ErrorKind::ResultTooLarge,
-    ErrorKind::OutOfMemory,
-    ErrorKind::SandboxFailure,
-    ErrorKind::ResourceLimit,
-    ErrorKind::PolicyViolation,
-    ErrorKind::FileLimit,
-];
+/// that ran ([`ErrorKind::is_outcome`]).
+pub fn outcome_kinds() -> Vec<ErrorKind> {
+    ErrorKind::ALL
+        .iter()
+        .copied()
+        .filter(|kind| kind.is_outcome())
+        .collect()
+}
 
 /// The refusals of `POST /v1/exec`: each status with the error kinds it carries and when.
 pub const EXEC_REJECTIONS: &[Rejection] = &[
@@ -313,7 +309,7 @@ fn outcome_response() -> Value {
                     { "$ref": "#/components/schemas/ExecResponse" },
                     { "properties": { "error": { "anyOf": [
                         { "type": "null" },
-                        { "properties": { "kind": { "enum": names(OUTCOME_KINDS) } } }
+                        { "properties": { "kind": { "enum": names(&outcome_kinds()) } } }
                     ] } } }
                 ]
             } },
@@ -567,7 +563,7 @@ mod tests {
             .iter()
             .map(|variant| variant["const"].as_str().expect("a constant"))
             .collect();
-        let mut placed: Vec<&str> = names(OUTCOME_KINDS);
+        let mut placed: Vec<&str> = names(&outcome_kinds());
         for r in EXEC_REJECTIONS
             .iter()
             .chain(ANY_PATH_REJECTIONS)
@@ -583,6 +579,22 @@ mod tests {
         sorted.sort_unstable();
         assert_eq!(sorted, placed, "every kind has a place");
         assert_eq!(ErrorKind::ALL.len(), documented.len());
+    }
+
+    #[test]
+    fn each_refusal_is_listed_under_its_kind_s_status() {
+        for r in EXEC_REJECTIONS
+            .iter()
+            .chain(ANY_PATH_REJECTIONS)
+            .chain(SESSION_REJECTIONS)
+        {
+            for kind in r.kinds {
+                assert_eq!(kind.status(), Some(r.status), "{kind}");
+            }
+        }
+        for kind in outcome_kinds() {
+            assert_eq!(kind.status(), None, "{kind} is answered 200");
+        }
     }
 
     #[test]

@@ -75,6 +75,19 @@ impl SessionExecRequest {
             files: crate::FileMap::new(),
         }
     }
+
+    /// The same program as a request to `POST /v1/exec`, in a fresh `language` interpreter.
+    pub fn with_language(self, language: crate::Language) -> crate::ExecRequest {
+        crate::ExecRequest {
+            language,
+            code: self.code,
+            timeout_ms: self.timeout_ms,
+            max_output_bytes: self.max_output_bytes,
+            policy: self.policy,
+            stream: self.stream,
+            files: self.files,
+        }
+    }
 }
 
 /// What a session exec did to the session's state: part of its

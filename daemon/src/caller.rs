@@ -30,7 +30,9 @@ pub struct CallerOptions {
     pub allow_gids: Vec<String>,
 
     /// Executions one caller (uid) may have in flight (running or waiting for a sandbox) per
-    /// language; past it, 429 quota_exceeded. Default: half of the language's pool, at least 1.
+    /// language, a hard cap; past it, 429 quota_exceeded. Default: none. Without it a caller
+    /// alone may use a whole pool, and callers waiting together share it fairly: the next free
+    /// sandbox goes to the one with the fewest running.
     #[arg(long, value_name = "N")]
     pub max_execs_per_caller: Option<usize>,
 
@@ -70,23 +72,17 @@ impl CallerOptions {
         Ok(Access::new(&uids, &gids, own_uid))
     }
 
-    /// The execution quota per language, for pools of `sizes`.
+    /// The hard cap on executions per caller, per language of `sizes`: none (an empty map)
+    /// unless `--max-execs-per-caller` sets one.
     pub fn exec_quota(
         &self,
         sizes: &BTreeMap<Language, usize>,
     ) -> Result<BTreeMap<Language, usize>, CallerOptionError> {
-        if self.max_execs_per_caller == Some(0) {
-            return Err(CallerOptionError::Zero("--max-execs-per-caller"));
+        match self.max_execs_per_caller {
+            Some(0) => Err(CallerOptionError::Zero("--max-execs-per-caller")),
+            Some(cap) => Ok(sizes.keys().map(|&language| (language, cap)).collect()),
+            None => Ok(BTreeMap::new()),
         }
-        Ok(sizes
-            .iter()
-            .map(|(&language, &size)| {
-                let quota = self
-                    .max_execs_per_caller
-                    .unwrap_or_else(|| default_exec_quota(size));
-                (language, quota)
-            })
-            .collect())
     }
 
     /// The most sessions one caller may hold, of `max_sessions` in all.
@@ -252,12 +248,6 @@ impl Drop for Slot {
     }
 }
 
-/// The default quota of executions per caller in a language's pool of `size` sandboxes: half
-/// of it (at least one), so that one caller cannot take a whole pool that has room for two.
-pub fn default_exec_quota(size: usize) -> usize {
-    (size / 2).max(1)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -342,10 +332,5 @@ mod tests {
         drop((second, again, other, python));
         assert_eq!(quota.in_flight(1000, Language::Javascript), 0);
         assert!(quota.in_flight.lock().unwrap().is_empty(), "no entry left");
-    }
-
-    #[test]
-    fn the_default_quota_is_half_a_pool_and_at_least_one() {
-        assert_eq!([1, 2, 3, 4, 9].map(default_exec_quota), [1, 1, 1, 2, 4]);
     }
 }

@@ -12,7 +12,7 @@ use hyperlightd::executor::Executor;
 use hyperlightd::http::Api;
 use hyperlightd::metrics::Metrics;
 use hyperlightd::server::{self, ServerConfig};
-use hyperlightd::service::Limits;
+use hyperlightd::service::{Limits, Service};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
@@ -101,12 +101,12 @@ async fn thousands_of_stalled_connections_are_bounded_and_dropped_while_requests
         },
     };
     let metrics = Metrics::new().unwrap();
-    let api = Arc::new(Api::new(
+    let api = Arc::new(Api::of(Service::new(
         Arc::new(Stub::new()),
         metrics.clone(),
         limits,
         BTreeMap::new(),
-    ));
+    )));
     let config = ServerConfig {
         max_connections: MAX_CONNECTIONS,
         max_header_bytes: 16 * 1024,

@@ -22,7 +22,7 @@ use hyperlightd::http::Api;
 use hyperlightd::metrics::Metrics;
 use hyperlightd::sandbox::guest::RunnerReply;
 use hyperlightd::server::{self, ServerConfig};
-use hyperlightd::service::Limits;
+use hyperlightd::service::{Limits, Service};
 use hyperlightd_api::{ErrorResponse, ExecRequest, ExecResponse, HealthResponse};
 use proptest::prelude::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -67,12 +67,12 @@ fn api() -> Arc<Api<Stub>> {
             max_bytes: 1024,
         },
     };
-    Arc::new(Api::new(
+    Arc::new(Api::of(Service::new(
         Arc::new(Stub::new()),
         Metrics::new().unwrap(),
         limits,
         BTreeMap::new(),
-    ))
+    )))
 }
 
 const CONFIG: ServerConfig = ServerConfig {

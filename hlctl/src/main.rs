@@ -18,7 +18,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use hyperlightd_client::{
-    Client, Error, ExecEvent, ExecRequest, ExecResponse, ExecStatus, ExecStream, Language, tool,
+    Client, Error, ExecEvent, ExecResponse, ExecStatus, ExecStream, Language, SessionExecRequest,
+    tool,
 };
 
 /// Exit codes, documented in the README.
@@ -49,24 +50,12 @@ struct Cli {
 enum Command {
     /// Run a program: from -e, from FILE (language from its extension), or from stdin.
     Exec {
-        /// Language (javascript, js). Required with -e or stdin; taken from the extension of FILE.
+        /// Language: javascript (js) or python (py). Required with -e or stdin; taken from the
+        /// extension of FILE (.js, .py).
         #[arg(long, short = 'l')]
         lang: Option<Language>,
-        /// The program text.
-        #[arg(
-            short = 'e',
-            long = "eval",
-            value_name = "CODE",
-            conflicts_with = "file"
-        )]
-        code: Option<String>,
         #[command(flatten)]
-        limits: Limits,
-        /// Print the daemon's whole JSON response instead of the program's output.
-        #[arg(long)]
-        json: bool,
-        /// File holding the program; `-` or nothing reads stdin.
-        file: Option<PathBuf>,
+        program: ProgramArgs,
     },
     /// Print the daemon's health as JSON; exit 0 when it is ready (every pool at its size),
     /// 1 when it answers but is not.
@@ -115,13 +104,7 @@ fn main() -> ExitCode {
     let client = Client::connect(&cli.socket);
     let code = runtime.block_on(async {
         match cli.command {
-            Command::Exec {
-                lang,
-                code,
-                limits,
-                json,
-                file,
-            } => exec(&client, lang, code, file, limits, json).await,
+            Command::Exec { lang, program } => exec(&client, lang, program).await,
             Command::Health { live } => health(&client, live).await,
             Command::Session(command) => session::run(&client, command).await,
             Command::Mcp {
@@ -180,6 +163,26 @@ fn read_program(
     Ok((text, guessed))
 }
 
+/// A program and how to run it: what `exec` and `session exec` both take.
+#[derive(Debug, Clone, clap::Args)]
+struct ProgramArgs {
+    /// The program text.
+    #[arg(
+        short = 'e',
+        long = "eval",
+        value_name = "CODE",
+        conflicts_with = "file"
+    )]
+    code: Option<String>,
+    #[command(flatten)]
+    limits: Limits,
+    /// Print the daemon's whole JSON response instead of the program's output.
+    #[arg(long)]
+    json: bool,
+    /// File holding the program; `-` or nothing reads stdin.
+    file: Option<PathBuf>,
+}
+
 /// The limits a request asks for, and its policy.
 #[derive(Debug, Clone, clap::Args)]
 struct Limits {
@@ -221,21 +224,40 @@ impl Limits {
     }
 }
 
-async fn exec(
+async fn exec(client: &Client, lang: Option<Language>, args: ProgramArgs) -> u8 {
+    match program(lang, args.code, args.file) {
+        Ok((language, text)) => {
+            run_program(
+                client,
+                Target::Fresh(language),
+                text,
+                args.limits,
+                args.json,
+            )
+            .await
+        }
+        Err(message) => {
+            eprintln!("hlctl: {message}");
+            exit::USAGE
+        }
+    }
+}
+
+/// Where a program runs: a fresh interpreter of a language, or a session's.
+enum Target<'a> {
+    Fresh(Language),
+    Session(&'a str),
+}
+
+/// Runs `code` with `limits` in `target`: prints its output as it comes (with `json`, the
+/// whole response at the end) and saves the files it wrote; the exit code says how it ended.
+async fn run_program(
     client: &Client,
-    lang: Option<Language>,
-    code: Option<String>,
-    file: Option<PathBuf>,
+    target: Target<'_>,
+    code: String,
     limits: Limits,
     json: bool,
 ) -> u8 {
-    let (language, text) = match program(lang, code, file) {
-        Ok(program) => program,
-        Err(message) => {
-            eprintln!("hlctl: {message}");
-            return exit::USAGE;
-        }
-    };
     let files = match files::inputs(&limits.input) {
         Ok(files) => files,
         Err(message) => {
@@ -243,18 +265,23 @@ async fn exec(
             return exit::USAGE;
         }
     };
-    let request = ExecRequest {
-        language,
-        code: text,
+    let program = SessionExecRequest {
+        policy: limits.policy(),
         timeout_ms: limits.timeout_ms,
         max_output_bytes: limits.max_output_bytes,
-        policy: limits.policy(),
-        stream: false,
         files,
+        ..SessionExecRequest::new(code)
     };
-    let answered = match json {
-        true => client.exec(&request).await,
-        false => streamed(client.exec_stream(&request).await).await,
+    let answered = match (target, json) {
+        (Target::Fresh(language), true) => client.exec(&program.with_language(language)).await,
+        (Target::Fresh(language), false) => {
+            let request = program.with_language(language);
+            streamed(client.exec_stream(&request).await).await
+        }
+        (Target::Session(id), true) => client.session_exec(id, &program).await,
+        (Target::Session(id), false) => {
+            streamed(client.session_exec_stream(id, &program).await).await
+        }
     };
     let response = match answered {
         Ok(response) => response,
@@ -264,6 +291,9 @@ async fn exec(
         print_json(&response);
     } else {
         print_ending(&response);
+        if response.session.as_ref().is_some_and(|s| s.rolled_back) {
+            eprintln!("hlctl: the session was rolled back to its state before this program");
+        }
     }
     if let Err(message) = files::save(&response.files, limits.output_dir.as_deref()) {
         eprintln!("hlctl: {message}");

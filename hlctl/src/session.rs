@@ -2,11 +2,9 @@
 //! carries over from one exec to the next).
 
 use clap::Subcommand;
-use hyperlightd_client::{
-    Client, CreateSessionRequest, ExecStatus, Language, SessionExecRequest, SessionInfo,
-};
+use hyperlightd_client::{Client, CreateSessionRequest, Language, SessionInfo};
 
-use super::{Limits, exit, files, print_ending, print_json, read_program, report, streamed};
+use super::{ProgramArgs, Target, exit, files, print_json, read_program, report, run_program};
 
 #[derive(Debug, Subcommand)]
 pub enum SessionCommand {
@@ -28,21 +26,8 @@ pub enum SessionCommand {
     Exec {
         /// The session's id.
         id: String,
-        /// The program text.
-        #[arg(
-            short = 'e',
-            long = "eval",
-            value_name = "CODE",
-            conflicts_with = "file"
-        )]
-        code: Option<String>,
         #[command(flatten)]
-        limits: Limits,
-        /// Print the daemon's whole JSON response instead of the program's output.
-        #[arg(long)]
-        json: bool,
-        /// File holding the program; `-` or nothing reads stdin.
-        file: Option<std::path::PathBuf>,
+        program: ProgramArgs,
     },
     /// Copy a session: print the id of a new session with the same state.
     Fork {
@@ -94,13 +79,7 @@ pub async fn run(client: &Client, command: SessionCommand) -> u8 {
             };
             print_session(client.create_session(&request).await, json)
         }
-        SessionCommand::Exec {
-            id,
-            code,
-            limits,
-            json,
-            file,
-        } => exec(client, &id, code, file, limits, json).await,
+        SessionCommand::Exec { id, program } => exec(client, &id, program).await,
         SessionCommand::Fork { id, json } => print_session(client.fork_session(&id).await, json),
         SessionCommand::Show { id } => print_session(client.session(&id).await, true),
         SessionCommand::Ls { json } => match client.sessions().await {
@@ -132,60 +111,16 @@ fn print_session(answer: Result<SessionInfo, hyperlightd_client::Error>, json: b
     }
 }
 
-async fn exec(
-    client: &Client,
-    id: &str,
-    code: Option<String>,
-    file: Option<std::path::PathBuf>,
-    limits: Limits,
-    json: bool,
-) -> u8 {
-    let text = match read_program(code, file) {
-        Ok((text, _)) => text,
+async fn exec(client: &Client, id: &str, args: ProgramArgs) -> u8 {
+    match read_program(args.code, args.file) {
+        Ok((text, _)) => {
+            let target = Target::Session(id);
+            run_program(client, target, text, args.limits, args.json).await
+        }
         Err(message) => {
             eprintln!("hlctl: {message}");
-            return exit::USAGE;
+            exit::USAGE
         }
-    };
-    let files = match files::inputs(&limits.input) {
-        Ok(files) => files,
-        Err(message) => {
-            eprintln!("hlctl: {message}");
-            return exit::USAGE;
-        }
-    };
-    let request = SessionExecRequest {
-        code: text,
-        timeout_ms: limits.timeout_ms,
-        max_output_bytes: limits.max_output_bytes,
-        policy: limits.policy(),
-        stream: false,
-        files,
-    };
-    let answered = match json {
-        true => client.session_exec(id, &request).await,
-        false => streamed(client.session_exec_stream(id, &request).await).await,
-    };
-    let response = match answered {
-        Ok(response) => response,
-        Err(e) => return report(&e),
-    };
-    if json {
-        print_json(&response);
-    } else {
-        print_ending(&response);
-        if response.session.as_ref().is_some_and(|s| s.rolled_back) {
-            eprintln!("hlctl: the session was rolled back to its state before this program");
-        }
-    }
-    if let Err(message) = files::save(&response.files, limits.output_dir.as_deref()) {
-        eprintln!("hlctl: {message}");
-        return exit::USAGE;
-    }
-    match response.status {
-        ExecStatus::Ok => exit::OK,
-        ExecStatus::Error => exit::PROGRAM_FAILED,
-        ExecStatus::Timeout => exit::TIMEOUT,
     }
 }
 

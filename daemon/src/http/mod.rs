@@ -3,7 +3,6 @@
 //! response; what a request may do is the service's to decide, and it knows nothing of
 //! sandboxes.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -31,7 +30,7 @@ use crate::executor::Executor;
 use crate::job::{Caller, ExecError};
 use crate::metrics::Metrics;
 use crate::service::code_policy::CodePolicy;
-use crate::service::{Call, Executed, Limits, Program, Refusal, Service, wire};
+use crate::service::{Call, Executed, Program, Refusal, Service, wire};
 
 /// The error type bodies are read with.
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -47,7 +46,7 @@ pub struct Api<E> {
 }
 
 /// A request the API refuses. Each variant has one error kind ([`ApiError::kind`]), and each
-/// kind one status code ([`status_of`]).
+/// kind one status code ([`ErrorKind::status`]).
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// The body is not a valid request.
@@ -161,50 +160,17 @@ impl ApiError {
     }
 }
 
-/// The status code of an answer carrying an error of `kind`: the one mapping of errors to
-/// statuses, exhaustive on purpose (a new kind must decide its status here; the OpenAPI
-/// document's tables must agree, which a unit test checks).
+/// The status code of an answer carrying an error of `kind`, from the API's one table
+/// ([`ErrorKind::status`], exhaustive). A kind without a status says what became of a program
+/// that ran, which is answered 200 inside its response and never as a refusal: should one reach
+/// here, it is a fault of the daemon's.
 fn status_of(kind: ErrorKind) -> StatusCode {
-    match kind {
-        ErrorKind::InvalidRequest => StatusCode::BAD_REQUEST,
-        ErrorKind::CallerNotAllowed => StatusCode::FORBIDDEN,
-        ErrorKind::NotFound | ErrorKind::SessionNotFound => StatusCode::NOT_FOUND,
-        ErrorKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-        ErrorKind::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
-        ErrorKind::SessionBusy => StatusCode::CONFLICT,
-        ErrorKind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-        ErrorKind::QuotaExceeded | ErrorKind::TooManySessions => StatusCode::TOO_MANY_REQUESTS,
-        ErrorKind::Overloaded | ErrorKind::NoSandboxAvailable | ErrorKind::ShuttingDown => {
-            StatusCode::SERVICE_UNAVAILABLE
-        }
-        ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-        // What became of a program that ran: answered 200, inside its response, never as a
-        // refusal. Should one reach here, it is a fault of the daemon's.
-        ErrorKind::SyntaxError
-        | ErrorKind::Exception
-        | ErrorKind::Timeout
-        | ErrorKind::ResultTooLarge
-        | ErrorKind::OutOfMemory
-        | ErrorKind::SandboxFailure
-        | ErrorKind::ResourceLimit
-        | ErrorKind::PolicyViolation
-        | ErrorKind::FileLimit
-        | ErrorKind::Unknown => StatusCode::INTERNAL_SERVER_ERROR,
-    }
+    kind.status()
+        .and_then(|code| StatusCode::from_u16(code).ok())
+        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
 impl<E: Executor> Api<E> {
-    /// An API in front of a service in front of `executor`, open to anyone who can connect.
-    /// `versions` is reported by `/v1/health`.
-    pub fn new(
-        executor: Arc<E>,
-        metrics: Metrics,
-        limits: Limits,
-        versions: BTreeMap<String, String>,
-    ) -> Self {
-        Api::of(Service::new(executor, metrics, limits, versions))
-    }
-
     /// The API in front of `service`.
     pub fn of(service: Service<E>) -> Self {
         Api {
@@ -298,14 +264,8 @@ impl<E: Executor> Api<E> {
         let exec: ExecRequest = self.read_json(request).await?;
         let stream = exec.stream || accepts_lines;
         let language = exec.language;
-        let program = Program {
-            code: exec.code,
-            timeout_ms: exec.timeout_ms,
-            max_output_bytes: exec.max_output_bytes,
-            policy: exec.policy.map(CodePolicy::from),
-            files: files::decode(exec.files)?,
-            output: None,
-        };
+        let (code, timeout_ms, output) = (exec.code, exec.timeout_ms, exec.max_output_bytes);
+        let program = program(code, timeout_ms, output, exec.policy, exec.files)?;
         self.answer(call, stream, program, move |service, call, program| async move {
             service.exec(&call, language, program).await
         })
@@ -453,6 +413,25 @@ impl<E: Executor> Api<E> {
 
 fn millis(duration: std::time::Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The program a request asks to run (`POST /v1/exec` and a session's exec carry the same
+/// fields), its files decoded.
+fn program(
+    code: String,
+    timeout_ms: Option<u64>,
+    max_output_bytes: Option<usize>,
+    policy: Option<hyperlightd_api::Policy>,
+    files: hyperlightd_api::FileMap,
+) -> Result<Program, ApiError> {
+    Ok(Program {
+        code,
+        timeout_ms,
+        max_output_bytes,
+        policy: policy.map(CodePolicy::from),
+        files: files::decode(files)?,
+        output: None,
+    })
 }
 
 /// Whether the request's `Accept` header asks for newline-delimited JSON.

@@ -8,11 +8,10 @@ use hyper::header::{HeaderValue, LOCATION};
 use hyper::{Request, Response, StatusCode};
 use hyperlightd_api::{CreateSessionRequest, SessionExecRequest, SessionList, paths};
 
-use super::{Api, ApiError, Body, BoxError, files, json_response};
+use super::{Api, ApiError, Body, BoxError, json_response};
 use crate::executor::Executor;
 use crate::job::SessionInfo;
-use crate::service::code_policy::CodePolicy;
-use crate::service::{Call, Program, wire};
+use crate::service::{Call, wire};
 
 impl<E: Executor> Api<E> {
     /// `POST /v1/sessions`: 201 with the new session.
@@ -46,14 +45,8 @@ impl<E: Executor> Api<E> {
         let accepts_lines = super::accepts_ndjson(request.headers());
         let exec: SessionExecRequest = self.read_json(request).await?;
         let stream = exec.stream || accepts_lines;
-        let program = Program {
-            code: exec.code,
-            timeout_ms: exec.timeout_ms,
-            max_output_bytes: exec.max_output_bytes,
-            policy: exec.policy.map(CodePolicy::from),
-            files: files::decode(exec.files)?,
-            output: None,
-        };
+        let (code, timeout_ms, output) = (exec.code, exec.timeout_ms, exec.max_output_bytes);
+        let program = super::program(code, timeout_ms, output, exec.policy, exec.files)?;
         let id = id.to_owned();
         self.answer(call, stream, program, move |service, call, program| async move {
             service.session_exec(&call, &id, program).await

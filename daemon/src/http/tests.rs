@@ -13,9 +13,12 @@ use hyperlightd_api::{ExecResponse, ExecStatus, HealthResponse, Language, paths}
 
 use hyper::header::LOCATION;
 
+use std::collections::BTreeMap;
+
 use super::*;
 use crate::executor::testing::{StubExecutor, ok_outcome, stub_sessions};
 use crate::job::{ExecutorHealth, Job, Outcome};
+use crate::service::Limits;
 
 fn limits() -> Limits {
     Limits {
@@ -532,12 +535,12 @@ impl Executor for WarmingExecutor {
 #[tokio::test]
 async fn health_is_not_ready_while_pools_are_below_their_size() {
     for (warmed, status) in [(false, "starting"), (true, "degraded")] {
-        let api = Api::new(
+        let api = Api::of(Service::new(
             Arc::new(WarmingExecutor::new(warmed, 0)),
             Metrics::new().unwrap(),
             limits(),
             BTreeMap::new(),
-        );
+        ));
         let response = api
             .handle_from_test_caller(request(Method::GET, paths::HEALTH, ""))
             .await;
@@ -556,12 +559,12 @@ async fn health_is_not_ready_while_pools_are_below_their_size() {
 #[tokio::test]
 async fn readiness_and_liveness_answer_different_questions() {
     let probe = |warmed, stuck_workers, path| async move {
-        let api = Api::new(
+        let api = Api::of(Service::new(
             Arc::new(WarmingExecutor::new(warmed, stuck_workers)),
             Metrics::new().unwrap(),
             limits(),
             BTreeMap::new(),
-        );
+        ));
         let response = api
             .handle_from_test_caller(request(Method::GET, path, ""))
             .await;

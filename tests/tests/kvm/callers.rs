@@ -156,3 +156,109 @@ async fn callers_are_allowed_refused_and_held_to_their_own_quota_and_each_run_is
     assert_eq!(limits.max_execs[&Language::Javascript], 1);
     assert!(limits.allow_list);
 }
+
+/// Admission is work-conserving: with no `--max-execs-per-caller`, a caller alone may keep
+/// every sandbox busy, and when several callers wait, the next free sandbox goes to the one with
+/// the fewest running, so a flood does not keep another caller waiting behind it.
+#[tokio::test]
+async fn a_caller_alone_uses_the_whole_pool_and_a_flood_does_not_starve_another_caller() {
+    let audit_dir = tempfile::tempdir().unwrap();
+    let audit = audit_dir.path().join("audit.log");
+    let audit_arg = audit.to_string_lossy().into_owned();
+    let daemon = Daemon::start(&["--pool", "javascript=2", "--audit-log", &audit_arg]).await;
+    daemon.open_socket_to_everyone();
+    let health = within("health", STEP_LIMIT, daemon.client().health())
+        .await
+        .unwrap();
+    assert!(health.caller_limits.unwrap().max_execs.is_empty(), "no cap");
+    let spawn_as = |user: (u32, u32), code: String| {
+        let socket = daemon.socket().to_owned();
+        tokio::spawn(async move {
+            let args =
+                ["exec", "--lang", "js", "--timeout-ms", "60000", "-e", &code].map(str::to_owned);
+            tokio::task::spawn_blocking(move || {
+                hyperlightd_e2e::run_hlctl_as(Some(user), &socket, &args, "")
+            })
+            .await
+            .unwrap()
+        })
+    };
+    let busy = |ms: u32, tag: &str| {
+        format!("const end = Date.now() + {ms}; while (Date.now() < end) {{}} '{tag}'")
+    };
+    let in_flight_reaches = |n: f64, what: &'static str| {
+        let daemon = &daemon;
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let metrics = within("metrics", STEP_LIMIT, daemon.client().metrics())
+                    .await
+                    .unwrap();
+                let running = metric(&metrics, "hyperlightd_executions_in_flight");
+                let idle = metric(
+                    &metrics,
+                    r#"hyperlightd_pool_idle_sandboxes{language="javascript"}"#,
+                );
+                if running >= n {
+                    return idle;
+                }
+                assert!(Instant::now() < deadline, "{what}: {running} in flight");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+
+    // Alice alone: two programs at once take both sandboxes, neither refused.
+    let alone: Vec<_> = (0..2)
+        .map(|n| spawn_as(ALICE, busy(3000, &format!("alone{n}"))))
+        .collect();
+    let idle = in_flight_reaches(2.0, "Alice's two programs").await;
+    for program in alone {
+        let output = within("Alice's program", STEP_LIMIT, program)
+            .await
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+    }
+    assert_eq!(
+        idle, 0.0,
+        "both sandboxes were busy with Alice's programs at once"
+    );
+
+    // Alice floods the pool: two long programs take both sandboxes, four short ones wait.
+    // Bob's one program, sent while they do, is the next to get a sandbox: when one of the
+    // long ones ends, Bob has none running and Alice one.
+    let mut flood: Vec<_> = (0..2)
+        .map(|n| spawn_as(ALICE, busy(12_000, &format!("long{n}"))))
+        .collect();
+    in_flight_reaches(2.0, "Alice's long programs").await;
+    flood.extend((0..4).map(|n| spawn_as(ALICE, busy(200, &format!("short{n}")))));
+    in_flight_reaches(6.0, "Alice's flood").await;
+    let bob = within(
+        "Bob's program",
+        Duration::from_secs(120),
+        spawn_as(BOB, "'bob'".to_owned()),
+    )
+    .await
+    .unwrap();
+    assert!(bob.status.success(), "{bob:?}");
+    for program in flood {
+        let output = within("Alice's flood", Duration::from_secs(120), program)
+            .await
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+    }
+    // The audit log has a line per exec as it ends: Bob's comes after Alice's two long ones
+    // at most, before her four short ones that waited before he came (first in, first out
+    // would have run those four first).
+    let uids: Vec<i64> = audit_lines(&audit)
+        .iter()
+        .filter(|line| line["audit"] == "exec")
+        .map(|line| line["caller"]["uid"].as_i64().unwrap())
+        .skip(2)
+        .collect();
+    let bob_at = uids.iter().position(|&uid| uid == i64::from(BOB.0));
+    assert!(
+        bob_at.is_some_and(|at| at <= 3),
+        "exec lines by uid: {uids:?}"
+    );
+}

@@ -178,7 +178,12 @@ async fn a_client_that_goes_away_mid_stream_closes_the_job_s_output() {
         stub: writer(&[]),
         gone: gone.clone(),
     });
-    let api = Api::new(executor, Metrics::new().unwrap(), limits(), BTreeMap::new());
+    let api = Api::of(Service::new(
+        executor,
+        Metrics::new().unwrap(),
+        limits(),
+        BTreeMap::new(),
+    ));
     let body = r#"{"language":"javascript","code":"x","stream":true}"#;
     let response = api.handle_from_test_caller(exec_request(body, None)).await;
     let mut body = response.into_body();

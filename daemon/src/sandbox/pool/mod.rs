@@ -12,6 +12,7 @@
 //! [`ExecError::NoSandboxAvailable`]; a worker that dequeues it afterwards drops it without
 //! touching its sandbox.
 
+mod queue;
 mod scope;
 mod worker;
 
@@ -20,10 +21,10 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Sender, TrySendError};
 use tokio::sync::oneshot;
 use tracing::{error, info};
 
+use self::queue::{FairQueue, Refused};
 use self::worker::{Worker, timeout_outcome};
 use super::guest::{Captured, Guest, GuestFactory, OutputCapture, SavedState};
 use super::watchdog::Watchdog;
@@ -249,7 +250,7 @@ pub struct Pool {
     language: Language,
     size: usize,
     queue_depth: usize,
-    queue: Sender<Task>,
+    queue: Arc<FairQueue<Task>>,
     shared: Arc<Shared>,
 }
 
@@ -280,7 +281,7 @@ impl Pool {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "first sandbox built from the template"
         );
-        let (queue, jobs) = crossbeam_channel::bounded::<Task>(config.queue_depth);
+        let queue = FairQueue::new(config.queue_depth);
         let shared = Arc::new(Shared::new(config.size));
         let mut first = Some(first);
         for index in 0..config.size {
@@ -290,7 +291,7 @@ impl Pool {
                 heap_bytes: config.heap_bytes,
                 build_limit: config.build_limit,
                 factory: config.factory.clone(),
-                jobs: jobs.clone(),
+                jobs: queue.clone(),
                 shared: shared.clone(),
                 watchdog: watchdog.clone(),
                 metrics: metrics.clone(),
@@ -325,13 +326,16 @@ impl Pool {
             claim: claim.clone(),
             reply,
         };
-        self.queue.try_send(task).map_err(|e| match e {
-            TrySendError::Full(_) => ExecError::Overloaded {
-                language: self.language,
-                queued: self.queue_depth,
-            },
-            TrySendError::Disconnected(_) => ExecError::PoolGone(self.language),
-        })?;
+        let uid = task.job.caller.uid;
+        self.queue
+            .push(uid, task)
+            .map_err(|refused| match refused {
+                Refused::Full => ExecError::Overloaded {
+                    language: self.language,
+                    queued: self.queue_depth,
+                },
+                Refused::Closed => ExecError::PoolGone(self.language),
+            })?;
         let claim = AbandonOnDrop(claim);
         tokio::select! {
             answered = &mut answer => return self.answered(answered),
@@ -399,6 +403,7 @@ impl Pool {
 impl Drop for Pool {
     fn drop(&mut self) {
         self.shared.closed.store(true, Ordering::Relaxed);
+        self.queue.close();
     }
 }
 

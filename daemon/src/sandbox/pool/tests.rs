@@ -25,6 +25,11 @@ struct Control {
     failing_resets: AtomicUsize,
     /// Upcoming `is_poisoned` calls that panic: a bug in the worker outside any guest call.
     panicking_checks: AtomicUsize,
+    /// `mark` programs running now, and the most that ran at once.
+    marks_running: AtomicUsize,
+    most_marks_running: AtomicUsize,
+    /// The names of the `mark` programs, in the order they started.
+    marks: Mutex<Vec<String>>,
 }
 
 fn take_one(counter: &AtomicUsize) -> bool {
@@ -75,7 +80,8 @@ impl Guest for FakeGuest {
     /// `ok:JSON` answers JSON; `spin` runs until interrupted; `sleep:MS` takes MS milliseconds
     /// unless interrupted; `abort` fails as a guest abort; `host-panic` panics as a host
     /// function would; `print:TEXT` writes TEXT to stdout, `print-spin:TEXT` too, then spins;
-    /// `seen` answers how many programs ran before it since the last reset;
+    /// `seen` answers how many programs ran before it since the last reset; `mark:NAME:MS`
+    /// notes NAME as started and takes MS milliseconds;
     /// with a policy, `refused:NAME` is refused as a runner refuses a program naming NAME.
     fn run(&mut self, program: &Program<'_>, _deadline: Instant) -> Result<String, GuestError> {
         let code = program.code;
@@ -115,6 +121,19 @@ impl Guest for FakeGuest {
                 cancelled()
             }
             ("seen", _) => ok(&(self.runs_since_reset - 1).to_string()),
+            ("mark", mark) => {
+                let (name, ms) = mark.split_once(':').unwrap();
+                let control = &self.control;
+                control.marks.lock().unwrap().push(name.to_owned());
+                let now = control.marks_running.fetch_add(1, Ordering::SeqCst) + 1;
+                control.most_marks_running.fetch_max(now, Ordering::SeqCst);
+                let interrupted = self
+                    .interrupt
+                    .wait(Duration::from_millis(ms.parse().unwrap()));
+                control.marks_running.fetch_sub(1, Ordering::SeqCst);
+                assert!(!interrupted, "{name} was interrupted");
+                ok("\"marked\"")
+            }
             ("write", file) => {
                 let (path, text) = file.split_once('=').unwrap();
                 self.files.insert(path.to_owned(), text.as_bytes().to_vec());
@@ -225,6 +244,11 @@ fn pool(size: usize) -> (Pool, Arc<Control>, Metrics) {
 }
 
 fn job(code: &str, timeout_ms: u64) -> Job {
+    job_of(1000, code, timeout_ms)
+}
+
+/// A job of the caller `uid`.
+fn job_of(uid: u32, code: &str, timeout_ms: u64) -> Job {
     let timeout = Duration::from_millis(timeout_ms);
     Job {
         language: Language::Javascript,
@@ -241,7 +265,7 @@ fn job(code: &str, timeout_ms: u64) -> Job {
         },
         span: tracing::Span::none(),
         caller: Caller {
-            uid: 1000,
+            uid,
             gid: 1000,
             pid: None,
         },
@@ -562,4 +586,52 @@ async fn only_files_created_or_changed_come_back() {
         outcome.files,
         [("out.txt".to_owned(), b"new".to_vec())].into()
     );
+}
+
+#[tokio::test]
+async fn a_caller_alone_keeps_every_sandbox_busy() {
+    let (pool, control, _) = pool(3);
+    settle(&pool, 3).await;
+    let (a, b, c) = tokio::join!(
+        submit(&pool, job("mark:a:300", 20_000)),
+        submit(&pool, job("mark:b:300", 20_000)),
+        submit(&pool, job("mark:c:300", 20_000)),
+    );
+    for outcome in [a, b, c] {
+        assert_eq!(outcome.unwrap().status, Status::Ok);
+    }
+    assert_eq!(control.most_marks_running.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn a_flooding_caller_does_not_keep_another_waiting_behind_its_flood() {
+    let (pool, control, _) = pool(2);
+    settle(&pool, 2).await;
+    let pool = Arc::new(pool);
+    let flood: Vec<_> = (0..6)
+        .map(|n| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                submit(&pool, job_of(1, &format!("mark:a{n}:200"), 60_000)).await
+            })
+        })
+        .collect();
+    // Both sandboxes run the flood, the rest of it waits; then the other caller's job comes.
+    let started = Instant::now();
+    while control.marks.lock().unwrap().len() < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the flood never started"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let other = submit(&pool, job_of(2, "mark:b:10", 60_000)).await;
+    assert_eq!(other.unwrap().status, Status::Ok);
+    for job in flood {
+        assert_eq!(job.await.unwrap().unwrap().status, Status::Ok);
+    }
+    // It was the next to start once a sandbox came free: after the two running, before the
+    // four of the flood that waited before it came.
+    let marks = control.marks.lock().unwrap().clone();
+    assert_eq!(marks.iter().position(|m| m == "b"), Some(2), "{marks:?}");
 }

@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 use crate::job::{
     ExecError, Failure, FailureKind, FileLimits, Files, Job, Language, Outcome, Status,
 };
-use crossbeam_channel::Receiver;
 use hyperlight_host::HyperlightError;
 use tracing::{debug, error, info, warn};
 
+use super::queue::FairQueue;
 use super::{Sandbox, Shared, SlotState, Task};
 use crate::job::files::{FileError, cap_in_words};
 use crate::metrics::PoolMetrics;
@@ -99,7 +99,7 @@ pub(super) struct Worker {
     pub(super) heap_bytes: u64,
     pub(super) build_limit: Duration,
     pub(super) factory: Arc<dyn GuestFactory>,
-    pub(super) jobs: Receiver<Task>,
+    pub(super) jobs: Arc<FairQueue<Task>>,
     pub(super) shared: Arc<Shared>,
     pub(super) watchdog: Watchdog,
     pub(super) metrics: PoolMetrics,
@@ -177,7 +177,7 @@ impl Worker {
     /// Runs jobs on `guest` until it must be dropped (and says why), or the queue closes (None).
     fn serve(&self, guest: &mut dyn Guest, output: &OutputCapture) -> Option<Recycle> {
         self.shared.set_state(self.index, SlotState::Idle);
-        for task in self.jobs.iter() {
+        while let Some((task, running)) = self.jobs.take() {
             if !task.claim.take() || task.reply.is_closed() || task.job.watcher_gone() {
                 debug!("the caller stopped waiting while the job was queued; not running it");
                 continue;
@@ -198,6 +198,8 @@ impl Worker {
             self.shared.set_state(self.index, SlotState::Busy);
             // The answer goes out first; whatever happens to the sandbox is off its path.
             let fate = self.run_task(guest, output, task);
+            // Its caller's share of the pool is free again as soon as the job is done.
+            drop(running);
             if let Err(reason) = self.recover(guest, fate) {
                 return Some(reason);
             }
@@ -447,21 +449,10 @@ pub(super) fn build_sandbox(
     Ok((guest, output))
 }
 
-/// The outcome of a program that failed with `error`, timed as if it ran no time from now (the
-/// caller sets when it started and how long it ran).
+/// The outcome of a program that failed with `error`, with the output it wrote (timed by the
+/// caller).
 fn error_outcome(error: Failure, captured: Captured) -> Outcome {
-    Outcome {
-        status: Status::Error,
-        stdout: captured.stdout,
-        stderr: captured.stderr,
-        truncated: captured.truncated,
-        result: serde_json::Value::Null,
-        error: Some(error),
-        session: None,
-        files: Files::new(),
-        started: Instant::now(),
-        ran: Duration::ZERO,
-    }
+    Outcome::failed(error, captured.stdout, captured.stderr, captured.truncated)
 }
 
 /// The files of `after` that are not in `before` as they are there.
@@ -505,17 +496,9 @@ fn file_limit(error: Failure, cap: FileError, limits: FileLimits) -> Failure {
 }
 
 pub(super) fn timeout_outcome(timeout: Duration, captured: Captured) -> Outcome {
-    Outcome {
-        status: Status::Timeout,
-        ..error_outcome(
-            Failure::new(
-                FailureKind::Timeout,
-                format!(
-                    "the program did not finish within its time limit of {} ms",
-                    timeout.as_millis()
-                ),
-            ),
-            captured,
-        )
-    }
+    let message = format!(
+        "the program did not finish within its time limit of {} ms",
+        timeout.as_millis()
+    );
+    error_outcome(Failure::new(FailureKind::Timeout, message), captured)
 }

@@ -45,6 +45,24 @@ impl<F> sockets::UdpCreateSocket<N, NetError, F, Never> for WasiHost {
     }
 }
 
+/// The methods of a resource the guest can never hold: each takes the resource (`self_`, of
+/// the uninhabited [`Never`]) and the arguments listed, and its body cannot be reached.
+macro_rules! unreachable_methods {
+    ($(fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
+        $(fn $name(&mut self, self_: B<'_, Never>, $($arg: $ty),*) -> $ret {
+            match *self_ {}
+        })*
+    };
+}
+
+/// What a TCP socket's methods answer: a value, or the interface's error code.
+type Tcp<T, E> = Result<T, sockets::tcp::ErrorCode<E>>;
+/// What a UDP socket's methods answer.
+type Udp<T, E> = Result<T, sockets::udp::ErrorCode<E>>;
+type TcpAddress<A> = sockets::tcp::IpSocketAddress<A>;
+type UdpAddress<A> = sockets::udp::IpSocketAddress<A>;
+type TcpDuration<D> = sockets::tcp::Duration<D>;
+
 impl<Duration, ErrorCode, InputStream, IpSocketAddress, Network, OutputStream, Pollable>
     sockets::tcp::TcpSocket<
         N,
@@ -58,186 +76,34 @@ impl<Duration, ErrorCode, InputStream, IpSocketAddress, Network, OutputStream, P
     > for WasiHost
 {
     type T = Never;
-    fn start_bind(
-        &mut self,
-        self_: B<'_, Never>,
-        _network: B<'_, sockets::tcp::Network<Network>>,
-        _local_address: sockets::tcp::IpSocketAddress<IpSocketAddress>,
-    ) -> Result<(), sockets::tcp::ErrorCode<ErrorCode>> {
-        match *self_ {}
-    }
-    fn finish_bind(
-        &mut self,
-        self_: B<'_, Never>,
-    ) -> Result<(), sockets::tcp::ErrorCode<ErrorCode>> {
-        match *self_ {}
-    }
-    fn start_connect(
-        &mut self,
-        self_: B<'_, Never>,
-        _network: B<'_, sockets::tcp::Network<Network>>,
-        _remote_address: sockets::tcp::IpSocketAddress<IpSocketAddress>,
-    ) -> Result<(), sockets::tcp::ErrorCode<ErrorCode>> {
-        match *self_ {}
-    }
-    fn finish_connect(
-        &mut self,
-        self_: B<'_, Never>,
-    ) -> Result<
-        (
-            sockets::tcp::InputStream<InputStream>,
-            sockets::tcp::OutputStream<OutputStream>,
-        ),
-        sockets::tcp::ErrorCode<ErrorCode>,
-    > {
-        match *self_ {}
-    }
-    fn start_listen(
-        &mut self,
-        self_: B<'_, Never>,
-    ) -> Result<(), sockets::tcp::ErrorCode<ErrorCode>> {
-        match *self_ {}
-    }
-    fn finish_listen(
-        &mut self,
-        self_: B<'_, Never>,
-    ) -> Result<(), sockets::tcp::ErrorCode<ErrorCode>> {
-        match *self_ {}
-    }
-    fn accept(
-        &mut self,
-        self_: B<'_, Never>,
-    ) -> Result<
-        (
-            Never,
-            sockets::tcp::InputStream<InputStream>,
-            sockets::tcp::OutputStream<OutputStream>,
-        ),
-        sockets::tcp::ErrorCode<ErrorCode>,
-    > {
-        match *self_ {}
-    }
-    fn local_address(
-        &mut self,
-        self_: B<'_, Never>,
-    ) -> Result<sockets::tcp::IpSocketAddress<IpSocketAddress>, sockets::tcp::ErrorCode<ErrorCode>>
-    {
-        match *self_ {}
-    }
-    fn remote_address(
-        &mut self,
-        self_: B<'_, Never>,
-    ) -> Result<sockets::tcp::IpSocketAddress<IpSocketAddress>, sockets::tcp::ErrorCode<ErrorCode>>
-    {
-        match *self_ {}
-    }
-    fn is_listening(&mut self, self_: B<'_, Never>) -> bool {
-        match *self_ {}
-    }
-    fn set_listen_backlog_size(
-        &mut self,
-        self_: B<'_, Never>,
-        _value: u64,
-    ) -> Result<(), sockets::tcp::ErrorCode<ErrorCode>> {
-        match *self_ {}
-    }
-    fn keep_alive_enabled(
-        &mut self,
-        self_: B<'_, Never>,
-    ) -> Result<bool, sockets::tcp::ErrorCode<ErrorCode>> {
-        match *self_ {}
-    }
-    fn set_keep_alive_enabled(
-        &mut self,
-        self_: B<'_, Never>,
-        _value: bool,
-    ) -> Result<(), sockets::tcp::ErrorCode<ErrorCode>> {
-        match *self_ {}
-    }
-    fn keep_alive_idle_time(
-        &mut self,
-        self_: B<'_, Never>,
-    ) -> Result<sockets::tcp::Duration<Duration>, sockets::tcp::ErrorCode<ErrorCode>> {
-        match *self_ {}
-    }
-    fn set_keep_alive_idle_time(
-        &mut self,
-        self_: B<'_, Never>,
-        _value: sockets::tcp::Duration<Duration>,
-    ) -> Result<(), sockets::tcp::ErrorCode<ErrorCode>> {
-        match *self_ {}
-    }
-    fn keep_alive_interval(
-        &mut self,
-        self_: B<'_, Never>,
-    ) -> Result<sockets::tcp::Duration<Duration>, sockets::tcp::ErrorCode<ErrorCode>> {
-        match *self_ {}
-    }
-    fn set_keep_alive_interval(
-        &mut self,
-        self_: B<'_, Never>,
-        _value: sockets::tcp::Duration<Duration>,
-    ) -> Result<(), sockets::tcp::ErrorCode<ErrorCode>> {
-        match *self_ {}
-    }
-    fn keep_alive_count(
-        &mut self,
-        self_: B<'_, Never>,
-    ) -> Result<u32, sockets::tcp::ErrorCode<ErrorCode>> {
-        match *self_ {}
-    }
-    fn set_keep_alive_count(
-        &mut self,
-        self_: B<'_, Never>,
-        _value: u32,
-    ) -> Result<(), sockets::tcp::ErrorCode<ErrorCode>> {
-        match *self_ {}
-    }
-    fn hop_limit(&mut self, self_: B<'_, Never>) -> Result<u8, sockets::tcp::ErrorCode<ErrorCode>> {
-        match *self_ {}
-    }
-    fn set_hop_limit(
-        &mut self,
-        self_: B<'_, Never>,
-        _value: u8,
-    ) -> Result<(), sockets::tcp::ErrorCode<ErrorCode>> {
-        match *self_ {}
-    }
-    fn receive_buffer_size(
-        &mut self,
-        self_: B<'_, Never>,
-    ) -> Result<u64, sockets::tcp::ErrorCode<ErrorCode>> {
-        match *self_ {}
-    }
-    fn set_receive_buffer_size(
-        &mut self,
-        self_: B<'_, Never>,
-        _value: u64,
-    ) -> Result<(), sockets::tcp::ErrorCode<ErrorCode>> {
-        match *self_ {}
-    }
-    fn send_buffer_size(
-        &mut self,
-        self_: B<'_, Never>,
-    ) -> Result<u64, sockets::tcp::ErrorCode<ErrorCode>> {
-        match *self_ {}
-    }
-    fn set_send_buffer_size(
-        &mut self,
-        self_: B<'_, Never>,
-        _value: u64,
-    ) -> Result<(), sockets::tcp::ErrorCode<ErrorCode>> {
-        match *self_ {}
-    }
-    fn subscribe(&mut self, self_: B<'_, Never>) -> sockets::tcp::Pollable<Pollable> {
-        match *self_ {}
-    }
-    fn shutdown(
-        &mut self,
-        self_: B<'_, Never>,
-        _shutdown_type: sockets::tcp::ShutdownType,
-    ) -> Result<(), sockets::tcp::ErrorCode<ErrorCode>> {
-        match *self_ {}
+    unreachable_methods! {
+        fn start_bind(_network: B<'_, sockets::tcp::Network<Network>>, _local: TcpAddress<IpSocketAddress>) -> Tcp<(), ErrorCode>;
+        fn finish_bind() -> Tcp<(), ErrorCode>;
+        fn start_connect(_network: B<'_, sockets::tcp::Network<Network>>, _remote: TcpAddress<IpSocketAddress>) -> Tcp<(), ErrorCode>;
+        fn finish_connect() -> Tcp<(sockets::tcp::InputStream<InputStream>, sockets::tcp::OutputStream<OutputStream>), ErrorCode>;
+        fn start_listen() -> Tcp<(), ErrorCode>;
+        fn finish_listen() -> Tcp<(), ErrorCode>;
+        fn accept() -> Tcp<(Never, sockets::tcp::InputStream<InputStream>, sockets::tcp::OutputStream<OutputStream>), ErrorCode>;
+        fn local_address() -> Tcp<TcpAddress<IpSocketAddress>, ErrorCode>;
+        fn remote_address() -> Tcp<TcpAddress<IpSocketAddress>, ErrorCode>;
+        fn is_listening() -> bool;
+        fn set_listen_backlog_size(_value: u64) -> Tcp<(), ErrorCode>;
+        fn keep_alive_enabled() -> Tcp<bool, ErrorCode>;
+        fn set_keep_alive_enabled(_value: bool) -> Tcp<(), ErrorCode>;
+        fn keep_alive_idle_time() -> Tcp<TcpDuration<Duration>, ErrorCode>;
+        fn set_keep_alive_idle_time(_value: TcpDuration<Duration>) -> Tcp<(), ErrorCode>;
+        fn keep_alive_interval() -> Tcp<TcpDuration<Duration>, ErrorCode>;
+        fn set_keep_alive_interval(_value: TcpDuration<Duration>) -> Tcp<(), ErrorCode>;
+        fn keep_alive_count() -> Tcp<u32, ErrorCode>;
+        fn set_keep_alive_count(_value: u32) -> Tcp<(), ErrorCode>;
+        fn hop_limit() -> Tcp<u8, ErrorCode>;
+        fn set_hop_limit(_value: u8) -> Tcp<(), ErrorCode>;
+        fn receive_buffer_size() -> Tcp<u64, ErrorCode>;
+        fn set_receive_buffer_size(_value: u64) -> Tcp<(), ErrorCode>;
+        fn send_buffer_size() -> Tcp<u64, ErrorCode>;
+        fn set_send_buffer_size(_value: u64) -> Tcp<(), ErrorCode>;
+        fn subscribe() -> sockets::tcp::Pollable<Pollable>;
+        fn shutdown(_how: sockets::tcp::ShutdownType) -> Tcp<(), ErrorCode>;
     }
 }
 
@@ -253,83 +119,19 @@ impl<ErrorCode, IncomingDatagramStream, IpSocketAddress, Network, OutgoingDatagr
     > for WasiHost
 {
     type T = Never;
-    fn start_bind(
-        &mut self,
-        self_: B<'_, Never>,
-        _network: B<'_, sockets::udp::Network<Network>>,
-        _local_address: sockets::udp::IpSocketAddress<IpSocketAddress>,
-    ) -> Result<(), sockets::udp::ErrorCode<ErrorCode>> {
-        match *self_ {}
-    }
-    fn finish_bind(
-        &mut self,
-        self_: B<'_, Never>,
-    ) -> Result<(), sockets::udp::ErrorCode<ErrorCode>> {
-        match *self_ {}
-    }
-    fn stream(
-        &mut self,
-        self_: B<'_, Never>,
-        _remote_address: Option<sockets::udp::IpSocketAddress<IpSocketAddress>>,
-    ) -> Result<(IncomingDatagramStream, OutgoingDatagramStream), sockets::udp::ErrorCode<ErrorCode>>
-    {
-        match *self_ {}
-    }
-    fn local_address(
-        &mut self,
-        self_: B<'_, Never>,
-    ) -> Result<sockets::udp::IpSocketAddress<IpSocketAddress>, sockets::udp::ErrorCode<ErrorCode>>
-    {
-        match *self_ {}
-    }
-    fn remote_address(
-        &mut self,
-        self_: B<'_, Never>,
-    ) -> Result<sockets::udp::IpSocketAddress<IpSocketAddress>, sockets::udp::ErrorCode<ErrorCode>>
-    {
-        match *self_ {}
-    }
-    fn unicast_hop_limit(
-        &mut self,
-        self_: B<'_, Never>,
-    ) -> Result<u8, sockets::udp::ErrorCode<ErrorCode>> {
-        match *self_ {}
-    }
-    fn set_unicast_hop_limit(
-        &mut self,
-        self_: B<'_, Never>,
-        _value: u8,
-    ) -> Result<(), sockets::udp::ErrorCode<ErrorCode>> {
-        match *self_ {}
-    }
-    fn receive_buffer_size(
-        &mut self,
-        self_: B<'_, Never>,
-    ) -> Result<u64, sockets::udp::ErrorCode<ErrorCode>> {
-        match *self_ {}
-    }
-    fn set_receive_buffer_size(
-        &mut self,
-        self_: B<'_, Never>,
-        _value: u64,
-    ) -> Result<(), sockets::udp::ErrorCode<ErrorCode>> {
-        match *self_ {}
-    }
-    fn send_buffer_size(
-        &mut self,
-        self_: B<'_, Never>,
-    ) -> Result<u64, sockets::udp::ErrorCode<ErrorCode>> {
-        match *self_ {}
-    }
-    fn set_send_buffer_size(
-        &mut self,
-        self_: B<'_, Never>,
-        _value: u64,
-    ) -> Result<(), sockets::udp::ErrorCode<ErrorCode>> {
-        match *self_ {}
-    }
-    fn subscribe(&mut self, self_: B<'_, Never>) -> sockets::udp::Pollable<Pollable> {
-        match *self_ {}
+    unreachable_methods! {
+        fn start_bind(_network: B<'_, sockets::udp::Network<Network>>, _local: UdpAddress<IpSocketAddress>) -> Udp<(), ErrorCode>;
+        fn finish_bind() -> Udp<(), ErrorCode>;
+        fn stream(_remote: Option<UdpAddress<IpSocketAddress>>) -> Udp<(IncomingDatagramStream, OutgoingDatagramStream), ErrorCode>;
+        fn local_address() -> Udp<UdpAddress<IpSocketAddress>, ErrorCode>;
+        fn remote_address() -> Udp<UdpAddress<IpSocketAddress>, ErrorCode>;
+        fn unicast_hop_limit() -> Udp<u8, ErrorCode>;
+        fn set_unicast_hop_limit(_value: u8) -> Udp<(), ErrorCode>;
+        fn receive_buffer_size() -> Udp<u64, ErrorCode>;
+        fn set_receive_buffer_size(_value: u64) -> Udp<(), ErrorCode>;
+        fn send_buffer_size() -> Udp<u64, ErrorCode>;
+        fn set_send_buffer_size(_value: u64) -> Udp<(), ErrorCode>;
+        fn subscribe() -> sockets::udp::Pollable<Pollable>;
     }
 }
 
@@ -337,18 +139,9 @@ impl<ErrorCode, IpSocketAddress, Pollable>
     sockets::udp::IncomingDatagramStream<N, ErrorCode, IpSocketAddress, Pollable> for WasiHost
 {
     type T = Never;
-    fn receive(
-        &mut self,
-        self_: B<'_, Never>,
-        _max_results: u64,
-    ) -> Result<
-        Vec<sockets::udp::IncomingDatagram<IpSocketAddress>>,
-        sockets::udp::ErrorCode<ErrorCode>,
-    > {
-        match *self_ {}
-    }
-    fn subscribe(&mut self, self_: B<'_, Never>) -> sockets::udp::Pollable<Pollable> {
-        match *self_ {}
+    unreachable_methods! {
+        fn receive(_max_results: u64) -> Udp<Vec<sockets::udp::IncomingDatagram<IpSocketAddress>>, ErrorCode>;
+        fn subscribe() -> sockets::udp::Pollable<Pollable>;
     }
 }
 
@@ -356,21 +149,10 @@ impl<ErrorCode, IpSocketAddress, Pollable>
     sockets::udp::OutgoingDatagramStream<N, ErrorCode, IpSocketAddress, Pollable> for WasiHost
 {
     type T = Never;
-    fn check_send(
-        &mut self,
-        self_: B<'_, Never>,
-    ) -> Result<u64, sockets::udp::ErrorCode<ErrorCode>> {
-        match *self_ {}
-    }
-    fn send(
-        &mut self,
-        self_: B<'_, Never>,
-        _datagrams: Vec<sockets::udp::OutgoingDatagram<IpSocketAddress>>,
-    ) -> Result<u64, sockets::udp::ErrorCode<ErrorCode>> {
-        match *self_ {}
-    }
-    fn subscribe(&mut self, self_: B<'_, Never>) -> sockets::udp::Pollable<Pollable> {
-        match *self_ {}
+    unreachable_methods! {
+        fn check_send() -> Udp<u64, ErrorCode>;
+        fn send(_datagrams: Vec<sockets::udp::OutgoingDatagram<IpSocketAddress>>) -> Udp<u64, ErrorCode>;
+        fn subscribe() -> sockets::udp::Pollable<Pollable>;
     }
 }
 
@@ -378,16 +160,8 @@ impl<ErrorCode, IpAddress, Pollable>
     sockets::ip_name_lookup::ResolveAddressStream<N, ErrorCode, IpAddress, Pollable> for WasiHost
 {
     type T = Never;
-    fn resolve_next_address(
-        &mut self,
-        self_: B<'_, Never>,
-    ) -> Result<
-        Option<sockets::ip_name_lookup::IpAddress<IpAddress>>,
-        sockets::ip_name_lookup::ErrorCode<ErrorCode>,
-    > {
-        match *self_ {}
-    }
-    fn subscribe(&mut self, self_: B<'_, Never>) -> sockets::ip_name_lookup::Pollable<Pollable> {
-        match *self_ {}
+    unreachable_methods! {
+        fn resolve_next_address() -> Result<Option<sockets::ip_name_lookup::IpAddress<IpAddress>>, sockets::ip_name_lookup::ErrorCode<ErrorCode>>;
+        fn subscribe() -> sockets::ip_name_lookup::Pollable<Pollable>;
     }
 }
