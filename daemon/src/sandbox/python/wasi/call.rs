@@ -1,8 +1,9 @@
 //! The state of the call in progress, shared between the worker (which begins each call) and the
 //! host functions the guest calls during it.
 //!
-//! - Its deadline: a sleep ends there at the latest, so that the time limit, which can only stop
-//!   the guest while it runs, also bounds a program that sleeps.
+//! - Its deadline: a sleep ends there at the latest, and stops the call when it does, so that
+//!   the time limit, which the watchdog can only enforce while the guest runs, also bounds a
+//!   program that sleeps.
 //! - The wall clock as it read when the call began, and the monotonic instant it did: the
 //!   guest's wall clock advances from there with the monotonic one, so it never steps back
 //!   during a call (the program's monotonic clocks are derived from it; see the clocks section
@@ -121,6 +122,17 @@ impl CallState {
             inner.interrupt.clone()
         };
         tracing::info!("the program used up its host handles; stopping it");
+        if let Some(interrupt) = interrupt {
+            interrupt.kill();
+        }
+    }
+
+    /// The program waited until the call's deadline: the call is stopped, as the watchdog
+    /// would, before the guest runs on (the watchdog's interrupt cannot reach a guest that is
+    /// in a host call, and a program whose wait ends at the deadline could otherwise finish
+    /// past its time limit, between two of the watchdog's interrupts).
+    pub fn out_of_time(&self) {
+        let interrupt = self.lock().interrupt.clone();
         if let Some(interrupt) = interrupt {
             interrupt.kill();
         }

@@ -108,15 +108,21 @@ impl WasiHost {
         }
     }
 
+    /// Sleeps until `at`, or until the call's deadline if that comes first: then the program
+    /// is out of time, and the call is stopped before the guest runs on (a wait that ended at
+    /// the deadline must not let the program finish as if its time limit had not passed).
     fn sleep_until(&self, at: Instant) {
         let limit = self.call.deadline();
-        let at = match limit {
-            Some(limit) if limit < at => limit,
-            _ => at,
+        let (at, out_of_time) = match limit {
+            Some(limit) if limit <= at => (limit, true),
+            _ => (at, false),
         };
         let now = Instant::now();
         if at > now {
             std::thread::sleep(at - now);
+        }
+        if out_of_time {
+            self.call.out_of_time();
         }
     }
 }
