@@ -231,6 +231,10 @@ impl<E: Executor> Api<E> {
         let whole = |response: Response<Full<Bytes>>| response.map(Either::Left);
         let path = request.uri().path().to_owned();
         let route = Route::parse(&path).ok_or_else(|| ApiError::NotFound(path.clone()))?;
+        if route.takes_work(request.method()) {
+            // Before the body is read: a draining daemon answers 503 whatever the body.
+            self.service.taking_work()?;
+        }
         match (request.method().clone(), route) {
             (Method::POST, Route::Exec) => self.exec(request, call).await,
             (Method::GET, Route::Health(probe)) => Ok(whole(self.health(probe))),

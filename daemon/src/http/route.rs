@@ -72,6 +72,16 @@ impl<'a> Route<'a> {
         })
     }
 
+    /// Whether `method` on this path asks for new work (an exec, a new session, a fork), which
+    /// a draining daemon refuses.
+    pub fn takes_work(&self, method: &hyper::Method) -> bool {
+        *method == hyper::Method::POST
+            && matches!(
+                self,
+                Route::Exec | Route::Sessions | Route::SessionExec(_) | Route::SessionFork(_)
+            )
+    }
+
     /// The path as the API documents it.
     pub fn pattern(&self) -> &'static str {
         match self {

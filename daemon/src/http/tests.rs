@@ -315,6 +315,11 @@ async fn while_draining_exec_is_503_shutting_down_and_health_is_not_ready() {
     let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(body["error"]["kind"], "shutting_down");
     assert!(executor.seen.lock().unwrap().is_empty());
+    // Refused before its body is read: whatever the body, the answer is the same.
+    for (path, body) in [(paths::EXEC, "{not json"), (paths::SESSIONS, "")] {
+        let (status, answer) = call(&api, request(Method::POST, path, body)).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{path}: {answer}");
+    }
 
     let (status, health) = call(&api, request(Method::GET, paths::HEALTH_READY, "")).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);

@@ -48,6 +48,7 @@ impl<E: Executor> Service<E> {
         program: Program,
     ) -> Result<Executed, Refusal> {
         self.taking_work()?;
+        self.check_files(&program.files)?;
         let job = self.job(call, language, program)?;
         self.run(call, job, None).await
     }
@@ -60,14 +61,15 @@ impl<E: Executor> Service<E> {
         program: Program,
     ) -> Result<Executed, Refusal> {
         self.taking_work()?;
+        self.check_files(&program.files)?;
         let (session, language) = self.executor.find_session(call.caller.uid, id)?;
         let job = self.job(call, language, program)?;
         self.run(call, job, Some((id, session))).await
     }
 
-    /// The job for `program` in `language`, checked, with the limits granted.
+    /// The job for `program` (its files checked) in `language`: its size and policy checked,
+    /// with the limits granted.
     fn job(&self, call: &Call, language: Language, program: Program) -> Result<Job, Refusal> {
-        self.check_files(&program.files)?;
         let limits = &self.limits;
         if program.code.len() > limits.max_code_bytes {
             return Err(Refusal::CodeTooLarge {

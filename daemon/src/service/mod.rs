@@ -207,7 +207,10 @@ impl<E: Executor> Service<E> {
         self.draining.store(true, Ordering::Relaxed);
     }
 
-    fn taking_work(&self) -> Result<(), Refusal> {
+    /// Whether the daemon still takes new work: [`Refusal::ShuttingDown`] once it drains. Every
+    /// operation that takes work checks it; a front end may check it before reading a request's
+    /// body, so that a draining daemon answers the same whatever the body.
+    pub fn taking_work(&self) -> Result<(), Refusal> {
         match self.draining.load(Ordering::Relaxed) {
             true => Err(Refusal::ShuttingDown),
             false => Ok(()),
