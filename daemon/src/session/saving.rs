@@ -79,6 +79,8 @@ impl SaveClock {
                 moved()
             };
             tokio::select! {
+                // What the caller waits for wins a tie with the deadline.
+                biased;
                 value = &mut done => return Ok((value, moved())),
                 () = ended, if saving => continue,
                 () = tokio::time::sleep_until(until.into()) => {}
@@ -142,7 +144,8 @@ mod tests {
         let clock = Arc::new(SaveClock::default());
         let saver = save(&clock, 50 * MS, 500 * MS);
         let deadline = Instant::now() + 200 * MS;
-        let done = tokio::time::sleep(650 * MS);
+        // 200 ms of limit and 500 ms of saving: done at 600 ms is within it.
+        let done = tokio::time::sleep(600 * MS);
         let (_, moved) = clock.wait(deadline, SAVE_WAIT_LIMIT, done).await.unwrap();
         assert!(moved - deadline >= 500 * MS, "{:?}", moved - deadline);
         saver.await.unwrap();

@@ -593,9 +593,9 @@ async fn a_caller_alone_keeps_every_sandbox_busy() {
     let (pool, control, _) = pool(3);
     settle(&pool, 3).await;
     let (a, b, c) = tokio::join!(
-        submit(&pool, job("mark:a:300", 20_000)),
-        submit(&pool, job("mark:b:300", 20_000)),
-        submit(&pool, job("mark:c:300", 20_000)),
+        submit(&pool, job("mark:a:1000", 20_000)),
+        submit(&pool, job("mark:b:1000", 20_000)),
+        submit(&pool, job("mark:c:1000", 20_000)),
     );
     for outcome in [a, b, c] {
         assert_eq!(outcome.unwrap().status, Status::Ok);
@@ -612,7 +612,7 @@ async fn a_flooding_caller_does_not_keep_another_waiting_behind_its_flood() {
         .map(|n| {
             let pool = pool.clone();
             tokio::spawn(async move {
-                submit(&pool, job_of(1, &format!("mark:a{n}:200"), 60_000)).await
+                submit(&pool, job_of(1, &format!("mark:a{n}:1000"), 60_000)).await
             })
         })
         .collect();
