@@ -589,7 +589,7 @@ function run(event) {
 // `await` about 340 µs. Allocating these objects here, last, before the template's snapshot,
 // empties the lists of their sizes, so that a program's objects are split from larger blocks
 // and freed next to their buddies: about 17 µs and 70 µs (measured side by side in one VM).
-// They hold about 300 KiB of the heap, in the template's pages, which every sandbox shares.
+// They hold a few hundred KiB of the heap, in the template's pages, which every sandbox shares.
 const FREE_LIST_BALLAST = (() => {
   const keep = [];
   for (let i = 0; i < 1000; i++) {
