@@ -321,7 +321,7 @@ async fn real_answers_match_the_openapi_document() {
     }
     // The check can fail: answers the document rules out are caught.
     let ok = json!({"status": "ok", "stdout": "", "stderr": "", "truncated": false,
-                    "result": null, "error": null, "duration_ms": 1.0});
+                    "result": null, "error": null, "duration_ms": 1.0, "queued_ms": 0.1});
     assert!(violations(&document, "POST", "/v1/exec", 200, &ok).is_empty());
     let mut missing = ok.clone();
     missing.as_object_mut().unwrap().remove("truncated");
