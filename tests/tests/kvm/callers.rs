@@ -186,7 +186,8 @@ async fn a_caller_alone_uses_the_whole_pool_and_a_flood_does_not_starve_another_
     let busy = |ms: u32, tag: &str| {
         format!("const end = Date.now() + {ms}; while (Date.now() < end) {{}} '{tag}'")
     };
-    let in_flight_reaches = |n: f64, what: &'static str| {
+    // Waits (bounded) until the executions in flight and the idle sandboxes satisfy `until`.
+    let metrics_reach = |until: fn(f64, f64) -> bool, what: &'static str| {
         let daemon = &daemon;
         async move {
             let deadline = Instant::now() + Duration::from_secs(60);
@@ -199,10 +200,13 @@ async fn a_caller_alone_uses_the_whole_pool_and_a_flood_does_not_starve_another_
                     &metrics,
                     r#"hyperlightd_pool_idle_sandboxes{language="javascript"}"#,
                 );
-                if running >= n {
-                    return idle;
+                if until(running, idle) {
+                    return;
                 }
-                assert!(Instant::now() < deadline, "{what}: {running} in flight");
+                assert!(
+                    Instant::now() < deadline,
+                    "{what}: {running} in flight, {idle} idle"
+                );
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
@@ -212,17 +216,18 @@ async fn a_caller_alone_uses_the_whole_pool_and_a_flood_does_not_starve_another_
     let alone: Vec<_> = (0..2)
         .map(|n| spawn_as(ALICE, busy(3000, &format!("alone{n}"))))
         .collect();
-    let idle = in_flight_reaches(2.0, "Alice's two programs").await;
+    let both_busy = |running: f64, idle: f64| running >= 2.0 && idle == 0.0;
+    metrics_reach(
+        both_busy,
+        "both sandboxes busy with Alice's programs at once",
+    )
+    .await;
     for program in alone {
         let output = within("Alice's program", STEP_LIMIT, program)
             .await
             .unwrap();
         assert!(output.status.success(), "{output:?}");
     }
-    assert_eq!(
-        idle, 0.0,
-        "both sandboxes were busy with Alice's programs at once"
-    );
 
     // Alice floods the pool: two long programs take both sandboxes, four short ones wait.
     // Bob's one program, sent while they do, is the next to get a sandbox: when one of the
@@ -230,9 +235,9 @@ async fn a_caller_alone_uses_the_whole_pool_and_a_flood_does_not_starve_another_
     let mut flood: Vec<_> = (0..2)
         .map(|n| spawn_as(ALICE, busy(12_000, &format!("long{n}"))))
         .collect();
-    in_flight_reaches(2.0, "Alice's long programs").await;
+    metrics_reach(both_busy, "Alice's long programs running").await;
     flood.extend((0..4).map(|n| spawn_as(ALICE, busy(200, &format!("short{n}")))));
-    in_flight_reaches(6.0, "Alice's flood").await;
+    metrics_reach(|running, _| running >= 6.0, "Alice's flood in flight").await;
     let bob = within(
         "Bob's program",
         Duration::from_secs(120),
