@@ -13,6 +13,35 @@ fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
+/// Waits, at most `limit`, until the executions in flight and the idle JavaScript sandboxes
+/// satisfy `until`; fails naming `what` and the last figures otherwise.
+async fn pool_reaches(
+    daemon: &Daemon,
+    limit: Duration,
+    until: impl Fn(f64, f64) -> bool,
+    what: &str,
+) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let metrics = within("metrics", STEP_LIMIT, daemon.client().metrics())
+            .await
+            .unwrap();
+        let running = metric(&metrics, "hyperlightd_executions_in_flight");
+        let idle = metric(
+            &metrics,
+            r#"hyperlightd_pool_idle_sandboxes{language="javascript"}"#,
+        );
+        if until(running, idle) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {running} in flight, {idle} idle"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 fn audit_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)
         .unwrap()
@@ -79,17 +108,13 @@ async fn callers_are_allowed_refused_and_held_to_their_own_quota_and_each_run_is
             .unwrap()
         }
     });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let metrics = within("metrics", STEP_LIMIT, daemon.client().metrics())
-            .await
-            .unwrap();
-        if metric(&metrics, "hyperlightd_executions_in_flight") >= 1.0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "Alice's program never started");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    pool_reaches(
+        &daemon,
+        Duration::from_secs(20),
+        |running, _| running >= 1.0,
+        "Alice's program in flight",
+    )
+    .await;
     let over = as_user(ALICE, "1").await;
     assert_eq!(over.status.code(), Some(4), "{over:?}");
     assert!(stderr(&over).contains("quota_exceeded"), "{over:?}");
@@ -186,42 +211,15 @@ async fn a_caller_alone_uses_the_whole_pool_and_a_flood_does_not_starve_another_
     let busy = |ms: u32, tag: &str| {
         format!("const end = Date.now() + {ms}; while (Date.now() < end) {{}} '{tag}'")
     };
-    // Waits (bounded) until the executions in flight and the idle sandboxes satisfy `until`.
-    let metrics_reach = |until: fn(f64, f64) -> bool, what: &'static str| {
-        let daemon = &daemon;
-        async move {
-            let deadline = Instant::now() + Duration::from_secs(60);
-            loop {
-                let metrics = within("metrics", STEP_LIMIT, daemon.client().metrics())
-                    .await
-                    .unwrap();
-                let running = metric(&metrics, "hyperlightd_executions_in_flight");
-                let idle = metric(
-                    &metrics,
-                    r#"hyperlightd_pool_idle_sandboxes{language="javascript"}"#,
-                );
-                if until(running, idle) {
-                    return;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "{what}: {running} in flight, {idle} idle"
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    };
 
     // Alice alone: two programs at once take both sandboxes, neither refused.
     let alone: Vec<_> = (0..2)
         .map(|n| spawn_as(ALICE, busy(3000, &format!("alone{n}"))))
         .collect();
     let both_busy = |running: f64, idle: f64| running >= 2.0 && idle == 0.0;
-    metrics_reach(
-        both_busy,
-        "both sandboxes busy with Alice's programs at once",
-    )
-    .await;
+    let minute = Duration::from_secs(60);
+    let at_once = "both sandboxes busy with Alice's programs at once";
+    pool_reaches(&daemon, minute, both_busy, at_once).await;
     for program in alone {
         let output = within("Alice's program", STEP_LIMIT, program)
             .await
@@ -235,9 +233,10 @@ async fn a_caller_alone_uses_the_whole_pool_and_a_flood_does_not_starve_another_
     let mut flood: Vec<_> = (0..2)
         .map(|n| spawn_as(ALICE, busy(12_000, &format!("long{n}"))))
         .collect();
-    metrics_reach(both_busy, "Alice's long programs running").await;
+    pool_reaches(&daemon, minute, both_busy, "Alice's long programs running").await;
     flood.extend((0..4).map(|n| spawn_as(ALICE, busy(200, &format!("short{n}")))));
-    metrics_reach(|running, _| running >= 6.0, "Alice's flood in flight").await;
+    let flooded = |running: f64, _| running >= 6.0;
+    pool_reaches(&daemon, minute, flooded, "Alice's flood in flight").await;
     let bob = within(
         "Bob's program",
         Duration::from_secs(120),
