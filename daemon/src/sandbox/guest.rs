@@ -83,19 +83,29 @@ pub trait Guest: Send {
 
 /// The state in `state`, if a guest of this kind saved it.
 pub fn saved_state<T: Any>(state: &SavedState) -> Result<&T, GuestError> {
-    state.get().ok_or_else(|| {
-        GuestError::Hyperlight(HyperlightError::Error(
-            "the saved state is not this kind of guest's".to_owned(),
-        ))
-    })
+    state
+        .get()
+        .ok_or_else(|| GuestError::Failed("the saved state is not this kind of guest's".to_owned()))
 }
 
-/// Why a call into a guest failed.
+/// Why a call into a guest failed, in the terms the pool acts on. Each guest kind says which of
+/// its runtime's errors is which (for the hyperlight-host that hyperlight-js and hyperlight-wasm
+/// build on, `From<HyperlightError>`), so that nothing above the guests depends on one version of
+/// Hyperlight.
 #[derive(Debug, thiserror::Error)]
 pub enum GuestError {
-    /// Hyperlight reported it: the guest was interrupted, aborted, faulted, or returned an error.
-    #[error(transparent)]
-    Hyperlight(#[from] HyperlightError),
+    /// The call was stopped from another thread: the watchdog, at a time limit or because
+    /// nobody waits any more.
+    #[error("the call was stopped by the host")]
+    Interrupted,
+    /// The guest ran out of memory and aborted: the program dirtied more memory than its
+    /// sandbox has.
+    #[error("the guest ran out of memory: {0}")]
+    OutOfMemory(String),
+    /// The guest's code reported an error of its own through the call, and the sandbox is
+    /// sound.
+    #[error("{0}")]
+    Raised(String),
     /// The program used up a limit the host keeps on it (beyond time, memory and output), and
     /// the host stopped it. The message says which limit and what uses it up.
     #[error("{0}")]
@@ -104,6 +114,43 @@ pub enum GuestError {
     /// updated by the unwinding, so the sandbox is never reused, not even after a restore.
     #[error("a host function panicked during the call: {0}")]
     HostPanic(String),
+    /// The sandbox failed otherwise (the guest aborted, faulted, exited): the message says how.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Hyperlight's guest error code for a failed physical page allocation ("Out of physical
+/// memory"): the program dirtied more memory than the sandbox has.
+const GUEST_OUT_OF_MEMORY: u8 = 13;
+
+impl From<HyperlightError> for GuestError {
+    fn from(error: HyperlightError) -> Self {
+        match error {
+            HyperlightError::ExecutionCanceledByHost() => GuestError::Interrupted,
+            HyperlightError::GuestAborted(GUEST_OUT_OF_MEMORY, message) => {
+                GuestError::OutOfMemory(message)
+            }
+            HyperlightError::GuestError(_, message) => GuestError::Raised(message),
+            other => GuestError::Failed(other.to_string()),
+        }
+    }
+}
+
+/// Why a sandbox or its template could not be built: what failed, in words.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BuildError(pub String);
+
+impl From<HyperlightError> for BuildError {
+    fn from(error: HyperlightError) -> Self {
+        BuildError(error.to_string())
+    }
+}
+
+impl From<GuestError> for BuildError {
+    fn from(error: GuestError) -> Self {
+        BuildError(error.to_string())
+    }
 }
 
 /// A fresh seed for a program's random numbers: 128 bits of the host's entropy, in hex. Every
@@ -198,12 +245,12 @@ pub trait GuestFactory: Send + Sync + 'static {
     /// Makes ready, once, the template every sandbox is built from (a snapshot of a guest with
     /// its runtime loaded and its runner ready), and says how long that took and how, when this
     /// call did it. [`create`](Self::create) prepares too; a pool prepares first, to time it.
-    fn prepare(&self) -> Result<Option<Prepared>, HyperlightError> {
+    fn prepare(&self) -> Result<Option<Prepared>, BuildError> {
         Ok(None)
     }
 
     /// Builds a sandbox whose output goes to `output`.
-    fn create(&self, output: Arc<OutputCapture>) -> Result<Box<dyn Guest>, HyperlightError>;
+    fn create(&self, output: Arc<OutputCapture>) -> Result<Box<dyn Guest>, BuildError>;
 }
 
 /// How a template was made ready.
@@ -252,10 +299,10 @@ impl<T> std::fmt::Debug for Template<T> {
 impl<T: Clone> Template<T> {
     /// The template, made with `make` if there is none yet, and how when this call made it. A
     /// failure leaves none, for the next call to try again.
-    pub fn get_or_make(
+    pub fn get_or_make<E>(
         &self,
-        make: impl FnOnce() -> Result<(T, Source), HyperlightError>,
-    ) -> Result<(T, Option<Prepared>), HyperlightError> {
+        make: impl FnOnce() -> Result<(T, Source), E>,
+    ) -> Result<(T, Option<Prepared>), E> {
         let mut template = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(ready) = template.as_ref() {
             return Ok((ready.clone(), None));
@@ -408,10 +455,10 @@ impl From<RunnerErrorKind> for FailureKind {
 
 impl RunnerReply {
     /// Checks the reply to a runner's priming program: it must have completed.
-    pub fn primed(json: &str) -> Result<(), HyperlightError> {
+    pub fn primed(json: &str) -> Result<(), GuestError> {
         match RunnerReply::parse(json) {
             Ok(RunnerReply::Completed { .. }) => Ok(()),
-            _ => Err(HyperlightError::Error(format!(
+            _ => Err(GuestError::Failed(format!(
                 "the runner's priming program failed: {json}"
             ))),
         }

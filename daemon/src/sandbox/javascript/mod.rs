@@ -19,8 +19,8 @@ use hyperlight_js::{HostPrintFn, SandboxBuilder, Script, Snapshot};
 
 use self::host::{CallClock, Host};
 use super::guest::{
-    Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, Prepared, Program, RunnerReply,
-    SavedState, Template, from_template, saved_state, seed,
+    BuildError, Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, Prepared, Program,
+    RunnerReply, SavedState, Template, from_template, saved_state, seed,
 };
 use super::stored::{self, Codec, Key, SnapshotStore, Stored};
 use super::watchdog::{self, Interrupt};
@@ -155,11 +155,11 @@ fn event(program: &Program<'_>, max_result_bytes: usize) -> String {
 }
 
 impl GuestFactory for JavascriptFactory {
-    fn prepare(&self) -> Result<Option<Prepared>, HyperlightError> {
+    fn prepare(&self) -> Result<Option<Prepared>, BuildError> {
         Ok(self.template()?.1)
     }
 
-    fn create(&self, output: Arc<OutputCapture>) -> Result<Box<dyn Guest>, HyperlightError> {
+    fn create(&self, output: Arc<OutputCapture>) -> Result<Box<dyn Guest>, BuildError> {
         let (template, _) = self.template()?;
         let host = Host::new(output.clone());
         let sandbox = from_template(template.clone(), &self.sizes, host.functions()?)?;

@@ -74,7 +74,7 @@ impl std::fmt::Debug for PoolConfig {
 pub enum PoolError {
     /// Its first sandbox could not be built.
     #[error("building its first sandbox failed: {0}")]
-    Build(hyperlight_host::HyperlightError),
+    Build(crate::sandbox::guest::BuildError),
     /// A worker thread could not be started.
     #[error("starting a worker thread failed: {0}")]
     Spawn(std::io::Error),

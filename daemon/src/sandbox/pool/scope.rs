@@ -72,10 +72,8 @@ impl Worker {
         let started = Instant::now();
         self.guarded(guest, RESET_LIMIT, |guest| guest.load(state))?;
         if guest.is_poisoned() {
-            return Err(GuestError::Hyperlight(
-                hyperlight_host::HyperlightError::Error(
-                    "the sandbox is not ready after loading the state".to_owned(),
-                ),
+            return Err(GuestError::Failed(
+                "the sandbox is not ready after loading the state".to_owned(),
             ));
         }
         self.metrics

@@ -5,15 +5,13 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 
-use hyperlight_host::HyperlightError;
-
 use super::*;
 use crate::job::files::FileError;
 use crate::job::{
     Caller, FailureKind, FileLimits, Files, Outcome, Policy, SavedState, Status, Violation,
 };
 use crate::metrics::Metrics;
-use crate::sandbox::guest::{GuestError, Program, Stream};
+use crate::sandbox::guest::{BuildError, GuestError, Program, Stream};
 use crate::sandbox::watchdog::Interrupt;
 
 /// What the test controls and observes, shared by every fake sandbox of a pool.
@@ -100,11 +98,7 @@ impl Guest for FakeGuest {
         self.runs_since_reset += 1;
         self.files = program.files.clone();
         let ok = |result: &str| Ok(format!(r#"{{"ok":true,"result":{result}}}"#));
-        let cancelled = || {
-            Err(GuestError::Hyperlight(
-                HyperlightError::ExecutionCanceledByHost(),
-            ))
-        };
+        let cancelled = || Err(GuestError::Interrupted);
         match code.split_once(':').unwrap_or((code, "")) {
             ("ok", json) => ok(json),
             ("print", text) => {
@@ -159,10 +153,7 @@ impl Guest for FakeGuest {
             }
             ("abort", _) => {
                 self.poisoned = true;
-                Err(GuestError::Hyperlight(HyperlightError::GuestAborted(
-                    1,
-                    "boom".into(),
-                )))
+                Err(GuestError::Failed("the guest aborted: boom".into()))
             }
             ("host-panic", _) => panic!("a host function panicked"),
             ("syntax", _) => {
@@ -193,9 +184,7 @@ impl Guest for FakeGuest {
     fn reset(&mut self) -> Result<(), GuestError> {
         self.control.resets.fetch_add(1, Ordering::SeqCst);
         if take_one(&self.control.failing_resets) {
-            return Err(GuestError::Hyperlight(HyperlightError::Error(
-                "restore failed".into(),
-            )));
+            return Err(GuestError::Failed("restore failed".into()));
         }
         self.poisoned = false;
         self.runs_since_reset = 0;
@@ -213,7 +202,7 @@ impl Guest for FakeGuest {
 struct FakeFactory(Arc<Control>);
 
 impl GuestFactory for FakeFactory {
-    fn create(&self, output: Arc<OutputCapture>) -> Result<Box<dyn Guest>, HyperlightError> {
+    fn create(&self, output: Arc<OutputCapture>) -> Result<Box<dyn Guest>, BuildError> {
         self.0.builds.fetch_add(1, Ordering::SeqCst);
         Ok(Box::new(FakeGuest {
             control: self.0.clone(),

@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 use crate::job::{
     ExecError, Failure, FailureKind, FileLimits, Files, Job, Language, Outcome, Status,
 };
-use hyperlight_host::HyperlightError;
 use tracing::{debug, error, info, warn};
 
 use super::queue::FairQueue;
@@ -24,7 +23,8 @@ use super::{Sandbox, Shared, SlotState, Task};
 use crate::job::files::{FileError, cap_in_words};
 use crate::metrics::PoolMetrics;
 use crate::sandbox::guest::{
-    Captured, Guest, GuestError, GuestFactory, OutputCapture, OutputSink, Program, RunnerReply,
+    BuildError, Captured, Guest, GuestError, GuestFactory, OutputCapture, OutputSink, Program,
+    RunnerReply,
 };
 use crate::sandbox::watchdog::Watchdog;
 use crate::sys::signals::block_process_signals_on_this_thread;
@@ -35,10 +35,6 @@ pub(super) const RESET_LIMIT: Duration = Duration::from_secs(30);
 
 /// First and longest pause between failed attempts to build a replacement sandbox.
 const REBUILD_BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(10));
-
-/// Hyperlight's guest error code for a failed physical page allocation ("Out of physical
-/// memory"): the program dirtied more memory than the sandbox has.
-const GUEST_OUT_OF_MEMORY: u8 = 13;
 
 /// What left a sandbox poisoned or unusable: the `reason` label of the restore-after-poison and
 /// recycle metrics.
@@ -376,7 +372,7 @@ impl Worker {
     /// The outcome of a call that failed with `error`, and what it left the sandbox fit for.
     fn failed(&self, error: GuestError, job: &Job, captured: Captured) -> (Outcome, Fate) {
         let (kind, message, fate) = match error {
-            GuestError::Hyperlight(HyperlightError::ExecutionCanceledByHost()) => {
+            GuestError::Interrupted => {
                 let mut outcome = timeout_outcome(job.timeout, captured);
                 if job.watcher_gone() {
                     // Stopped by the watchdog like a time limit, but because nobody waits:
@@ -390,7 +386,7 @@ impl Worker {
                 }
                 return (outcome, Fate::Poisoned(Recycle::Timeout));
             }
-            GuestError::Hyperlight(HyperlightError::GuestAborted(GUEST_OUT_OF_MEMORY, _)) => (
+            GuestError::OutOfMemory(_) => (
                 FailureKind::OutOfMemory,
                 format!(
                     "the program ran out of memory: its sandbox has {} MiB",
@@ -398,9 +394,7 @@ impl Worker {
                 ),
                 Fate::Poisoned(Recycle::OutOfMemory),
             ),
-            GuestError::Hyperlight(HyperlightError::GuestError(_, message)) => {
-                (FailureKind::Exception, message, Fate::Sound)
-            }
+            GuestError::Raised(message) => (FailureKind::Exception, message, Fate::Sound),
             GuestError::ResourceLimit(message) => (
                 FailureKind::ResourceLimit,
                 message,
@@ -415,7 +409,7 @@ impl Worker {
                     Fate::Broken(Recycle::HostPanic),
                 )
             }
-            GuestError::Hyperlight(e) => {
+            GuestError::Failed(e) => {
                 warn!("the guest failed: {e}");
                 (
                     FailureKind::SandboxFailure,
@@ -441,7 +435,7 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 pub(super) fn build_sandbox(
     factory: &dyn GuestFactory,
     metrics: &PoolMetrics,
-) -> Result<Sandbox, HyperlightError> {
+) -> Result<Sandbox, BuildError> {
     let output = Arc::new(OutputCapture::new());
     let started = Instant::now();
     let guest = factory.create(output.clone())?;

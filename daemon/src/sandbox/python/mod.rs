@@ -28,8 +28,8 @@ use serde::Serialize;
 use self::bindings::root::component::RootExports;
 use self::wasi::{CallState, Portable, ToPortable, WasiHost};
 use super::guest::{
-    Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, Prepared, Program, RunnerReply,
-    SavedState, Template, from_template, saved_state, seed,
+    BuildError, Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, Prepared, Program,
+    RunnerReply, SavedState, Template, from_template, saved_state, seed,
 };
 use super::stored::{self, Codec, Key, SnapshotStore, Stored};
 use super::watchdog::{self, Interrupt, Watchdog};
@@ -350,13 +350,13 @@ impl PythonFactory {
 }
 
 impl GuestFactory for PythonFactory {
-    fn prepare(&self) -> Result<Option<Prepared>, HyperlightError> {
+    fn prepare(&self) -> Result<Option<Prepared>, BuildError> {
         Ok(self.template()?.1)
     }
 
     /// A new micro-VM over the template's memory, with host functions of its own and a copy of
     /// the template's resource tables.
-    fn create(&self, output: Arc<OutputCapture>) -> Result<Box<dyn Guest>, HyperlightError> {
+    fn create(&self, output: Arc<OutputCapture>) -> Result<Box<dyn Guest>, BuildError> {
         let (template, _) = self.template()?;
         let call = CallState::new(self.max_host_handles);
         let mut functions = HostFunctions::default();
@@ -435,7 +435,7 @@ fn prime<S: Callable>(
     call: &CallState,
     output: &OutputCapture,
     max_result_bytes: usize,
-) -> Result<(), HyperlightError> {
+) -> Result<(), GuestError> {
     call.begin(Instant::now() + PRIME_LIMIT);
     output.begin(0, None);
     let reply = call_runner(sandbox, &Event::prime(max_result_bytes))?;
