@@ -10,6 +10,9 @@
 //! - `python-guest`: build the Python guest (`target/python-guest/python.aot`): componentize-py
 //!   (from PyPI, in a virtualenv under `target/`) makes a WebAssembly component of CPython and
 //!   `guest/python/runner.py`, and hyperlight-wasm-aot (from crates.io) compiles it ahead of time;
+//! - `native-python`: build the native Python guest's root filesystem
+//!   (`target/native-python/python.cpio`) from pinned Debian packages and PyPI wheels (see
+//!   [`native_python`]);
 //! - `js-vendor`: rebuild the JavaScript guest's web APIs (`guest/javascript/web-apis.js`)
 //!   from npm with esbuild;
 //! - `dist`: the Debian package (see [`dist`]);
@@ -21,6 +24,7 @@ mod bench_baseline;
 mod deploy;
 mod dist;
 mod js_vendor;
+mod native_python;
 mod python_guest;
 mod vm;
 
@@ -86,6 +90,18 @@ enum Cmd {
     },
     /// Say whether this host's KVM can run Hyperlight guests directly.
     Kvm,
+    /// Build the native Python guest's root filesystem, target/native-python/python.cpio:
+    /// Debian's CPython 3.11 with the scientific stack, from the pins in guest/python-native/.
+    NativePython {
+        /// More packages, in pip's requirements format: binary wheels from PyPI, resolved with
+        /// what they depend on against the default set's pins, and installed with their hashes.
+        #[arg(long, conflicts_with = "lock")]
+        requirements: Option<PathBuf>,
+        /// Rewrite guest/python-native/debs.lock and requirements.lock from debs.txt and
+        /// requirements.txt (what Debian's mirror and PyPI have now) instead of building.
+        #[arg(long)]
+        lock: bool,
+    },
     /// Regenerate api/openapi.json, the API's contract, from the wire types.
     Openapi,
     /// Rebuild guest/javascript/web-apis.js from the npm packages guest/javascript/vendor/ pins.
@@ -136,6 +152,16 @@ fn main() -> ExitCode {
             println!("{}", path.display());
             ExitCode::SUCCESS
         }),
+        Cmd::NativePython { requirements, lock } => {
+            if lock {
+                native_python::relock().map(|()| ExitCode::SUCCESS)
+            } else {
+                native_python::native_python(requirements.as_deref()).map(|path| {
+                    println!("{}", path.display());
+                    ExitCode::SUCCESS
+                })
+            }
+        }
         Cmd::JsVendor => js_vendor().map(|()| ExitCode::SUCCESS),
         Cmd::Openapi => openapi().map(|()| ExitCode::SUCCESS),
         Cmd::Kvm => {
