@@ -108,6 +108,27 @@ pub struct Config {
     #[arg(long, default_value_t = 128)]
     pub python_heap_mib: u64,
 
+    /// Which Python serves `"language": "python"`: `wasm`, CPython compiled to WebAssembly
+    /// (pure-Python packages only; `--python-guest`), or `native`, Debian's CPython with the
+    /// scientific stack in a Unikraft micro-VM (`--python-rootfs`).
+    #[arg(long, value_enum, env = "HYPERLIGHTD_PYTHON_RUNTIME", default_value_t = PythonRuntime::Wasm)]
+    pub python_runtime: PythonRuntime,
+
+    /// The native Python guest's root filesystem (`python.cpio`, built by `cargo xtask
+    /// native-python`). Needed only with `--python-runtime native`.
+    #[arg(
+        long,
+        env = "HYPERLIGHTD_PYTHON_ROOTFS",
+        default_value = "/usr/lib/hyperlightd/python.cpio"
+    )]
+    pub python_rootfs: std::path::PathBuf,
+
+    /// Memory of each native Python sandbox, in MiB: the interpreter, the packages' and the
+    /// program's data, and its working directory's files together. Only pages used cost the
+    /// host memory.
+    #[arg(long, default_value_t = 1024)]
+    pub python_native_memory_mib: u64,
+
     /// Host handles a Python program may take in one run: each `time.sleep()`, poll or stream
     /// takes one, and the host keeps them (about 32 bytes each, in tables that grow by
     /// doubling) until the run ends. Past the limit the program is stopped with the error kind
@@ -227,6 +248,15 @@ impl FromStr for PoolSpec {
     }
 }
 
+/// Which Python serves `"language": "python"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PythonRuntime {
+    /// CPython compiled to WebAssembly, run by hyperlight-wasm.
+    Wasm,
+    /// Debian's CPython with the scientific stack, run by hyperlight-unikraft.
+    Native,
+}
+
 /// An inconsistent configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -242,6 +272,13 @@ pub enum ConfigError {
          pass its path with --python-guest (or HYPERLIGHTD_PYTHON_GUEST), or configure no python pool"
     )]
     PythonGuestMissing(std::path::PathBuf),
+    /// A native `python` pool is configured but its root filesystem is missing.
+    #[error(
+        "the native Python guest's root filesystem {0:?} does not exist: build it with `cargo \
+         xtask native-python` and pass its path with --python-rootfs (or \
+         HYPERLIGHTD_PYTHON_ROOTFS), or choose --python-runtime wasm"
+    )]
+    PythonRootfsMissing(std::path::PathBuf),
     /// A `python` pool is configured but the guest's library is missing.
     #[error(
         "the Python guest's library {0:?} does not exist: `cargo xtask python-guest` builds it \
@@ -332,7 +369,11 @@ impl Config {
                 return Err(ConfigError::DuplicatePool(spec.language));
             }
         }
-        if sizes.contains_key(&Language::Python) {
+        if sizes.contains_key(&Language::Python) && self.python_runtime == PythonRuntime::Native {
+            if !self.python_rootfs.is_file() {
+                return Err(ConfigError::PythonRootfsMissing(self.python_rootfs.clone()));
+            }
+        } else if sizes.contains_key(&Language::Python) {
             if !self.python_guest.is_file() {
                 return Err(ConfigError::PythonGuestMissing(self.python_guest.clone()));
             }
@@ -359,6 +400,7 @@ impl Config {
             ("--max-connections", self.max_connections as u64),
             ("--idle-timeout-ms", self.idle_timeout_ms),
             ("--python-max-host-handles", self.python_max_host_handles),
+            ("--python-native-memory-mib", self.python_native_memory_mib),
         ] {
             if value == 0 {
                 return Err(ConfigError::Zero(name));

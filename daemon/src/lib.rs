@@ -278,7 +278,8 @@ async fn start_executor(
         max_body_bytes: limits.max_body_bytes,
         max_result_bytes: limits.max_result_bytes,
     };
-    let python_library = match sizes.contains_key(&Language::Python) {
+    let native = config.python_runtime == config::PythonRuntime::Native;
+    let python_library = match sizes.contains_key(&Language::Python) && !native {
         true => Some(load_python_library(config.python_library()).await?),
         false => None,
     };
@@ -289,6 +290,8 @@ async fn start_executor(
         python_library,
         python_library_file: Some(config.python_library()),
         python_max_host_handles: config.python_max_host_handles,
+        python_rootfs: native.then(|| config.python_rootfs.clone()),
+        native_python_sizes: sizes_with_heap(config.python_native_memory_mib),
         snapshots: stores.snapshots,
         queue_depth: config.queue_depth,
         build_limit: limit,

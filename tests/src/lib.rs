@@ -54,6 +54,17 @@ pub fn python_guest_with_packages() -> PathBuf {
     built_by_xtask("python-guest-packages/python.aot")
 }
 
+/// The native Python guest's root filesystem, which `cargo xtask native-python` builds
+/// (`cargo xtask test` does it first).
+pub fn native_python_rootfs() -> PathBuf {
+    built_by_xtask("native-python/python.cpio")
+}
+
+/// Time limit for a daemon with a native Python pool to come up: it boots the rootfs and
+/// imports the scientific stack before its template is taken (a minute or more under
+/// emulation).
+pub const NATIVE_STARTUP_LIMIT: Duration = Duration::from_secs(900);
+
 /// The Python of the virtual environment holding the MCP client SDK (tests/mcp/requirements.txt),
 /// which `cargo xtask test` builds in target/mcp-client.
 pub fn mcp_client_python() -> PathBuf {
@@ -102,6 +113,11 @@ impl Daemon {
 
     /// [`start`](Self::start) with `env` added to the daemon's environment.
     pub async fn start_with_env(args: &[&str], env: &[(&str, &Path)]) -> Daemon {
+        Self::start_within(args, env, STARTUP_LIMIT).await
+    }
+
+    /// [`start_with_env`](Self::start_with_env), ready within `limit`.
+    async fn start_within(args: &[&str], env: &[(&str, &Path)], limit: Duration) -> Daemon {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let socket = dir.path().join("hyperlightd.sock");
         let log = std::fs::File::create(dir.path().join("daemon.log")).expect("a log file");
@@ -121,7 +137,7 @@ impl Daemon {
             dir,
             socket,
         };
-        daemon.wait_ready().await;
+        daemon.wait_ready_within(limit).await;
         daemon
     }
 
@@ -135,7 +151,19 @@ impl Daemon {
         Daemon::start(&args).await
     }
 
-    async fn wait_ready(&mut self) {
+    /// Starts `hyperlightd` with the native Python guest serving Python, a `--pool` for each
+    /// of `pools`, and `extra` arguments, and waits until it is ready.
+    pub async fn start_with_native_python(pools: &[&str], extra: &[&str]) -> Daemon {
+        let rootfs = native_python_rootfs();
+        let limit = NATIVE_STARTUP_LIMIT.as_millis().to_string();
+        let mut args: Vec<&str> = pools.iter().flat_map(|pool| ["--pool", pool]).collect();
+        args.extend(["--python-runtime", "native", "--startup-timeout-ms", &limit]);
+        args.extend(["--python-rootfs", rootfs.to_str().expect("a UTF-8 path")]);
+        args.extend_from_slice(extra);
+        Daemon::start_within(&args, &[], NATIVE_STARTUP_LIMIT).await
+    }
+
+    async fn wait_ready_within(&mut self, limit: Duration) {
         let started = Instant::now();
         let client = self.client();
         loop {
@@ -153,10 +181,10 @@ impl Daemon {
             if matches!(probe, Ok(Ok(ref health)) if health.ready) {
                 return;
             }
-            if started.elapsed() > STARTUP_LIMIT {
+            if started.elapsed() > limit {
                 panic!(
                     "hyperlightd did not answer within {} s of starting; its log:\n{}",
-                    STARTUP_LIMIT.as_secs(),
+                    limit.as_secs(),
                     self.log()
                 );
             }

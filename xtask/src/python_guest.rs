@@ -70,7 +70,9 @@ fn python_guest_in(name: &str, extra_requirements: Option<&Path>) -> Result<Path
     }
     std::fs::create_dir_all(&app)?;
     let guest_dir = root.join("guest/python");
-    std::fs::copy(guest_dir.join("runner.py"), app.join("runner.py"))?;
+    for module in ["runner.py", "hyperlightd_program.py"] {
+        std::fs::copy(guest_dir.join(module), app.join(module))?;
+    }
     // Modules in place of C modules CPython's WASI build lacks, which packages import.
     for stub in std::fs::read_dir(guest_dir.join("stubs"))? {
         let stub = stub?;

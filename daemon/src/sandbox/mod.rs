@@ -4,6 +4,7 @@
 //! - [`guest`]: what a language's guest provides, the runner protocol, output capture;
 //! - [`javascript`]: the QuickJS guest from hyperlight-js;
 //! - [`python`]: CPython as a WebAssembly component, run by hyperlight-wasm;
+//! - [`native_python`]: Debian's CPython with the scientific stack, run by hyperlight-unikraft;
 //! - [`pool`]: worker threads, the bounded queue, time limits, restore after each request;
 //! - [`stored`]: templates saved on disk, so that a daemon starts without building them;
 //! - [`watchdog`]: the timers that interrupt a guest at its limit;
@@ -11,6 +12,7 @@
 
 pub mod guest;
 pub mod javascript;
+pub mod native_python;
 pub mod pool;
 pub mod python;
 pub mod stored;
@@ -24,6 +26,7 @@ use std::time::Duration;
 
 use self::guest::{GuestFactory, GuestSizes};
 use self::javascript::JavascriptFactory;
+use self::native_python::NativePythonFactory;
 use self::pool::{Pool, PoolConfig, PoolError};
 use self::python::PythonFactory;
 use self::stored::SnapshotStore;
@@ -47,6 +50,10 @@ pub struct SandboxSettings {
     pub python_library_file: Option<PathBuf>,
     /// Host handles a Python program may take in one run.
     pub python_max_host_handles: u64,
+    /// The native Python guest's root filesystem, when it serves Python (else WebAssembly).
+    pub python_rootfs: Option<PathBuf>,
+    /// What each native Python guest is built with.
+    pub native_python_sizes: GuestSizes,
     /// Where templates are saved and loaded from (`--snapshot-dir`).
     pub snapshots: Option<Arc<SnapshotStore>>,
     /// Jobs that may wait per language.
@@ -60,6 +67,7 @@ impl SandboxSettings {
     fn sizes(&self, language: Language) -> GuestSizes {
         match language {
             Language::Javascript => self.sizes,
+            Language::Python if self.python_rootfs.is_some() => self.native_python_sizes,
             Language::Python => self.python_sizes,
         }
     }
@@ -69,6 +77,10 @@ impl SandboxSettings {
         match language {
             Language::Javascript => {
                 Arc::new(JavascriptFactory::new(self.sizes, self.snapshots.clone()))
+            }
+            Language::Python if self.python_rootfs.is_some() => {
+                let rootfs = self.python_rootfs.clone().unwrap_or_default();
+                Arc::new(NativePythonFactory::new(rootfs, self.native_python_sizes))
             }
             Language::Python => {
                 let factory = PythonFactory::new(

@@ -31,6 +31,10 @@ const PIP: &str = "pip==25.3";
 const BUILDER: &str = "native-python 1";
 /// Where the packages are installed in the rootfs (on Debian's interpreter's path).
 const SITE: &str = "usr/lib/python3/dist-packages";
+/// The runner's module, in `GUEST_DIR`.
+const RUNNER: &str = "hyperlightd_native.py";
+/// Where the runner's modules are in the rootfs.
+const RUNNER_DIR: &str = "usr/lib/hyperlightd";
 /// matplotlib's configuration and font cache, made at build time (see the guest's `MPLCONFIGDIR`).
 pub const MPLCONFIGDIR: &str = "/usr/lib/hyperlightd/matplotlib";
 
@@ -68,6 +72,11 @@ pub fn native_python(extra_requirements: Option<&Path>) -> Result<PathBuf> {
     compile_driver(&guest, &driver, &work, &root)?;
     system_files(&root)?;
     install_wheels(&pip, &guest, extra_lock.as_deref(), &root)?;
+    for file in runner_files(&guest) {
+        let name = file.file_name().context("a runner file has no name")?;
+        std::fs::copy(&file, root.join(RUNNER_DIR).join(name))
+            .with_context(|| format!("copying {}", file.display()))?;
+    }
     // Quietly: it warns of every library that is a file rather than a link, which is all of
     // them here.
     step(
@@ -184,11 +193,16 @@ fn driver_sources() -> Result<PathBuf> {
 fn inputs_key(guest: &Path, driver: &Path, extra_lock: Option<&Path>) -> Result<String> {
     let mut hash = Sha256::new();
     hash.update(BUILDER);
-    let mut files: Vec<PathBuf> = ["debs.lock", "requirements.lock", "python311-shim.h"]
-        .iter()
-        .chain(&["check_imports.py"])
-        .map(|name| guest.join(name))
-        .collect();
+    let mut files: Vec<PathBuf> = [
+        "debs.lock",
+        "requirements.lock",
+        "python311-shim.h",
+        "check_imports.py",
+    ]
+    .iter()
+    .map(|name| guest.join(name))
+    .chain(runner_files(guest))
+    .collect();
     files.push(driver.join("python/hl_pydriver.c"));
     for header in std::fs::read_dir(driver)? {
         let path = header?.path();
@@ -203,6 +217,15 @@ fn inputs_key(guest: &Path, driver: &Path, extra_lock: Option<&Path>) -> Result<
         hash.update(std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?);
     }
     Ok(lock::hex(&hash.finalize()))
+}
+
+/// hyperlightd's runner (the modules the daemon imports into the guest's interpreter), in the
+/// source tree.
+fn runner_files(guest: &Path) -> [PathBuf; 2] {
+    [
+        guest.join(RUNNER),
+        guest.join("../python/hyperlightd_program.py"),
+    ]
 }
 
 /// Unpacks the runtime packages into `work/unpack` and the build-only ones into `work/dev`.
@@ -266,7 +289,7 @@ fn system_files(root: &Path) -> Result<()> {
         etc.join("ld.so.conf"),
         "/lib/x86_64-linux-gnu\n/usr/lib/x86_64-linux-gnu\n",
     )?;
-    for dir in ["tmp", "work", "root", SITE, &MPLCONFIGDIR[1..]] {
+    for dir in ["tmp", "work", "root", SITE, RUNNER_DIR, &MPLCONFIGDIR[1..]] {
         std::fs::create_dir_all(root.join(dir))?;
     }
     // The driver starts the interpreter with argv[0] "hl_pydriver", which is no path: Python
@@ -365,6 +388,7 @@ fn check_and_compile(guest: &Path, root: &Path, out: &Path) -> Result<()> {
             "unchecked-hash",
             "/usr/lib/python3.11",
             "/usr/lib/python3/dist-packages",
+            "/usr/lib/hyperlightd",
         ],
         &[],
         Duration::from_secs(1200),

@@ -1,0 +1,135 @@
+//! The host functions of a native Python sandbox: what the runner
+//! (`guest/python-native/hyperlightd_native.py`) calls through hyperlight-unikraft. Each call
+//! carries at most about 68 KB, so an event, a file and a reply too large for one go in pieces,
+//! as base64.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use hyperlight_unikraft::SandboxBuilder;
+use serde::de::DeserializeOwned;
+
+use crate::job::{Files, Stream};
+use crate::sandbox::guest::OutputCapture;
+use crate::sandbox::workspace::Workspace;
+
+/// Bytes of a file, an event or a reply per call (60,000 characters of base64).
+pub const PIECE: usize = 45_000;
+
+/// What a sandbox's host functions serve during one call.
+#[derive(Debug)]
+pub struct Host {
+    pub output: Arc<OutputCapture>,
+    /// The working directory: the request's files, then what the program wrote.
+    pub work: Arc<Workspace>,
+    state: Mutex<CallState>,
+}
+
+#[derive(Debug, Default)]
+struct CallState {
+    /// The event's JSON text, when it is too large for the call.
+    event: Vec<u8>,
+    /// The request's files, in the order the event lists them.
+    paths: Vec<String>,
+    /// The reply's text so far, when it comes in pieces.
+    reply: Vec<u8>,
+}
+
+impl Host {
+    pub fn new(output: Arc<OutputCapture>) -> Arc<Host> {
+        Arc::new(Host {
+            output,
+            work: Arc::new(Workspace::default()),
+            state: Mutex::default(),
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, CallState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A call begins: `files` are the request's, `event` its event when it goes in pieces.
+    pub fn begin(&self, files: &Files, event: Vec<u8>) {
+        *self.state() = CallState {
+            event,
+            paths: files.keys().cloned().collect(),
+            reply: Vec::new(),
+        };
+    }
+
+    /// The reply the runner sent in pieces, if it did.
+    pub fn take_reply(&self) -> Vec<u8> {
+        std::mem::take(&mut self.state().reply)
+    }
+
+    /// `builder` with this host's functions.
+    pub fn register(self: &Arc<Self>, builder: SandboxBuilder) -> SandboxBuilder {
+        let (write, event, file, put, remove, reply) = (
+            self.clone(),
+            self.clone(),
+            self.clone(),
+            self.clone(),
+            self.clone(),
+            self.clone(),
+        );
+        builder
+            .host_function("write", move |args| {
+                let (stream, text): (u8, String) = parse(args)?;
+                let room = write.output.write(Stream::from_number(stream), &text);
+                Ok(room.to_string())
+            })
+            .host_function("event", move |args| {
+                let (index,): (usize,) = parse(args)?;
+                let state = event.state();
+                let start = index.saturating_mul(PIECE).min(state.event.len());
+                let end = start.saturating_add(PIECE).min(state.event.len());
+                Ok(base64_json(&state.event[start..end]))
+            })
+            .host_function("file", move |args| {
+                let (index, offset): (usize, u64) = parse(args)?;
+                let path = file.state().paths.get(index).cloned();
+                let path = path.ok_or_else(|| format!("no file {index}"))?;
+                let (bytes, _) = file
+                    .work
+                    .read(&path, offset, PIECE as u64)
+                    .map_err(|e| e.to_string())?;
+                Ok(base64_json(&bytes))
+            })
+            .host_function("put", move |args| {
+                let (path, offset, data, _last): (String, u64, String, bool) = parse(args)?;
+                let bytes = BASE64.decode(data).map_err(|e| e.to_string())?;
+                let written = match offset {
+                    0 => put.work.put(&path, &bytes),
+                    _ => put.work.write(&path, Some(offset), &bytes).map(drop),
+                };
+                Ok(match written {
+                    Ok(()) => "null".to_owned(),
+                    Err(refused) => serde_json::Value::String(refused.to_string()).to_string(),
+                })
+            })
+            .host_function("remove", move |args| {
+                let (path,): (String,) = parse(args)?;
+                // A file the program removed is gone from the directory it leaves; one that
+                // was never there has nothing to remove.
+                let _ = remove.work.remove_file(&path);
+                Ok("null".to_owned())
+            })
+            .host_function("reply", move |args| {
+                let (data,): (String,) = parse(args)?;
+                let bytes = BASE64.decode(data).map_err(|e| e.to_string())?;
+                reply.state().reply.extend_from_slice(&bytes);
+                Ok("null".to_owned())
+            })
+    }
+}
+
+/// A host function's arguments (a JSON array).
+fn parse<T: DeserializeOwned>(args: &str) -> Result<T, String> {
+    serde_json::from_str(args).map_err(|e| format!("bad arguments: {e}"))
+}
+
+/// `bytes` in base64, as a JSON string.
+fn base64_json(bytes: &[u8]) -> String {
+    format!("\"{}\"", BASE64.encode(bytes))
+}

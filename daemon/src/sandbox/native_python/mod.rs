@@ -1,0 +1,393 @@
+//! The native Python guest: Debian's CPython 3.11 with the scientific stack on a Unikraft kernel
+//! in a Hyperlight micro-VM, run by hyperlight-unikraft (library only) from the root filesystem
+//! `cargo xtask native-python` builds. The runner (`guest/python-native/hyperlightd_native.py`,
+//! in the rootfs) answers the event every language's runner answers, with the program code the
+//! WebAssembly guest's runner uses; [`host`] serves its calls.
+//!
+//! The template is a snapshot taken after the runner is imported and `warm()` has imported the
+//! packages most programs use; sandboxes are made from it and restored to it after every
+//! answer, as the other guests are. hyperlight-unikraft sits on hyperlight-host 0.18 (the other
+//! guests on 0.17): its errors are mapped into the pool's here, and nothing else names them.
+
+mod host;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hyperlight_unikraft::hyperlight_host::HyperlightError as Hyperlight18;
+use hyperlight_unikraft::{
+    AppSandbox, Error as UnikraftError, Exec, SandboxBuilder, Snapshot, Yield,
+};
+use serde::{Deserialize, Serialize};
+
+use self::host::{Host, PIECE};
+use super::guest::{
+    BuildError, Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, Prepared, Program,
+    RunnerReply, SavedState, Source, Template, saved_state, seed,
+};
+use super::watchdog::Interrupt;
+use crate::job::{Files, Policy, Stream, files::FileError};
+
+/// What the guest says it has: its Python and its packages, with versions.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct About {
+    pub python: String,
+    pub packages: std::collections::BTreeMap<String, String>,
+}
+
+/// The environment every native Python program runs in: matplotlib draws without a display
+/// from the font cache the build made, BLAS and joblib use the one vCPU there is.
+const ENV: &[(&str, &str)] = &[
+    ("HOME", "/root"),
+    ("MPLBACKEND", "Agg"),
+    ("MPLCONFIGDIR", "/usr/lib/hyperlightd/matplotlib"),
+    ("OPENBLAS_NUM_THREADS", "1"),
+    ("OMP_NUM_THREADS", "1"),
+    ("JOBLIB_MULTIPROCESSING", "0"),
+    ("TZ", "UTC"),
+];
+
+/// What the template's guest runs first: the runner, from the rootfs.
+const LOAD_RUNNER: &str =
+    "import sys\nsys.path.insert(0, '/usr/lib/hyperlightd')\nimport hyperlightd_native\n";
+
+/// The exit status of a guest whose kernel ran out of memory (128 + SIGKILL, as Linux's OOM
+/// killer leaves it).
+const OUT_OF_MEMORY_EXIT: i32 = 137;
+
+/// How long the runner's priming call may take before the sandbox is given up.
+const PRIME_LIMIT: Duration = Duration::from_secs(60);
+
+/// The most the guest's console keeps between calls (what C code writes to its descriptors
+/// directly; the program's Python output goes through the runner).
+const CONSOLE_LIMIT: usize = 64 * 1024;
+
+/// An event of this many bytes or fewer goes in the call; a larger one in pieces.
+const INLINE_EVENT: usize = 60_000;
+
+/// Builds native Python sandboxes from one template.
+#[derive(Debug)]
+pub struct NativePythonFactory {
+    rootfs: PathBuf,
+    sizes: GuestSizes,
+    template: Template<Arc<NativeTemplate>>,
+}
+
+struct NativeTemplate {
+    snapshot: Arc<Snapshot>,
+    about: About,
+}
+
+impl std::fmt::Debug for NativeTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NativeTemplate")
+            .field("about", &self.about)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NativePythonFactory {
+    pub fn new(rootfs: PathBuf, sizes: GuestSizes) -> Self {
+        NativePythonFactory {
+            rootfs,
+            sizes,
+            template: Template::default(),
+        }
+    }
+
+    /// The guest's memory: the program's, the interpreter's and the packages' together.
+    fn scratch_mb(&self) -> usize {
+        usize::try_from(self.sizes.heap_bytes >> 20).unwrap_or(usize::MAX)
+    }
+
+    fn template(&self) -> Result<(Arc<NativeTemplate>, Option<Prepared>), BuildError> {
+        self.template
+            .get_or_make(|| Ok((Arc::new(self.build_template()?), Source::Built)))
+    }
+
+    /// Boots the rootfs, loads the runner, imports the warm packages and snapshots the guest.
+    fn build_template(&self) -> Result<NativeTemplate, BuildError> {
+        if !self.rootfs.is_file() {
+            return Err(BuildError(format!(
+                "the native Python rootfs {} does not exist: build it with `cargo xtask \
+                 native-python`",
+                self.rootfs.display()
+            )));
+        }
+        let host = Host::new(Arc::new(OutputCapture::new()));
+        let builder = SandboxBuilder::from_initrd(&self.rootfs).scratch_mb(self.scratch_mb());
+        let mut sandbox = configure(builder, &host).boot().map_err(build_error)?;
+        let loaded = sandbox.run(LOAD_RUNNER);
+        let about = loaded.and_then(|()| sandbox.call("hyperlightd_warm", ""));
+        let about = about.map_err(|e| {
+            BuildError(format!(
+                "loading the runner and the packages failed: {e}: {}",
+                sandbox.drain_stderr()
+            ))
+        })?;
+        let about: About = serde_json::from_str(&about)
+            .map_err(|e| BuildError(format!("the guest's description is not valid: {e}")))?;
+        sandbox.drain_output();
+        let snapshot = sandbox.snapshot().map_err(build_error)?;
+        Ok(NativeTemplate { snapshot, about })
+    }
+
+    /// What the guest has (made ready with the template).
+    pub fn about(&self) -> Result<About, BuildError> {
+        Ok(self.template()?.0.about.clone())
+    }
+}
+
+/// `builder` as every native sandbox is built: its output kept, not echoed, its environment,
+/// its host functions, no network (hyperlight-unikraft's default).
+fn configure(builder: SandboxBuilder, host: &Arc<Host>) -> SandboxBuilder {
+    let builder = ENV
+        .iter()
+        .fold(builder, |builder, (key, value)| builder.env(*key, *value));
+    host.register(builder.echo_output(false).output_limit(CONSOLE_LIMIT))
+}
+
+fn build_error(error: UnikraftError) -> BuildError {
+    BuildError(error.to_string())
+}
+
+impl GuestFactory for NativePythonFactory {
+    fn prepare(&self) -> Result<Option<Prepared>, BuildError> {
+        Ok(self.template()?.1)
+    }
+
+    fn create(&self, output: Arc<OutputCapture>) -> Result<Box<dyn Guest>, BuildError> {
+        let (template, _) = self.template()?;
+        let host = Host::new(output);
+        let builder = SandboxBuilder::from_snapshot(template.snapshot.clone());
+        let sandbox = configure(builder, &host).boot().map_err(build_error)?;
+        let interrupt = Arc::new(Kill(sandbox.interrupt_handle()));
+        Ok(Box::new(NativePythonGuest {
+            sandbox,
+            warm: template.snapshot.clone(),
+            host,
+            interrupt,
+            poisoned: false,
+            max_result_bytes: self.sizes.max_result_bytes,
+        }))
+    }
+}
+
+/// hyperlight-unikraft's interrupt handle as an [`Interrupt`].
+struct Kill(Arc<dyn hyperlight_unikraft::hyperlight_host::hypervisor::InterruptHandle>);
+
+impl Interrupt for Kill {
+    fn interrupt(&self) {
+        self.0.kill();
+    }
+}
+
+/// A native Python sandbox and the snapshot it returns to after every program.
+struct NativePythonGuest {
+    sandbox: AppSandbox,
+    warm: Arc<Snapshot>,
+    host: Arc<Host>,
+    interrupt: Arc<Kill>,
+    /// The last call did not return (stopped, exited, failed): the guest needs a restore.
+    poisoned: bool,
+    max_result_bytes: usize,
+}
+
+/// The runner's event (see guest/python-native/hyperlightd_native.py).
+#[derive(Serialize)]
+struct Event<'a> {
+    code: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    policy: Option<&'a Policy>,
+    max_result_bytes: usize,
+    seed: String,
+    session: bool,
+    prime: bool,
+    files: Vec<FileEntry<'a>>,
+}
+
+#[derive(Serialize)]
+struct FileEntry<'a> {
+    path: &'a str,
+    size: usize,
+}
+
+impl<'a> Event<'a> {
+    fn new(program: &Program<'a>, max_result_bytes: usize, prime: bool) -> Event<'a> {
+        Event {
+            code: program.code,
+            policy: program.policy,
+            max_result_bytes,
+            seed: seed(),
+            session: program.session,
+            prime,
+            files: program
+                .files
+                .iter()
+                .map(|(path, bytes)| FileEntry {
+                    path,
+                    size: bytes.len(),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl NativePythonGuest {
+    /// Calls the runner with `event`, driving the guest until it answers or `deadline` passes
+    /// (a program asleep is not in the VM, so the interrupt alone would not end it), and
+    /// returns its reply.
+    fn call_runner(
+        &mut self,
+        event: &Event<'_>,
+        files: &Files,
+        deadline: Instant,
+    ) -> Result<String, GuestError> {
+        let text = serde_json::to_vec(event)
+            .map_err(|e| GuestError::Failed(format!("encoding the runner's event: {e}")))?;
+        let input = if text.len() <= INLINE_EVENT {
+            self.host.begin(files, Vec::new());
+            String::from_utf8_lossy(&text).into_owned()
+        } else {
+            let pieces = text.len().div_ceil(PIECE);
+            self.host.begin(files, text);
+            format!("{{\"pieces\": {pieces}}}")
+        };
+        self.poisoned = true;
+        let call = Exec::Call {
+            function: "hyperlightd_run".to_owned(),
+            input,
+        };
+        self.sandbox.submit(call).map_err(|e| self.failed(e))?;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(GuestError::Interrupted);
+            }
+            match self.sandbox.step(left).map_err(|e| self.failed(e))? {
+                Yield::Blocked { .. } => continue,
+                Yield::CallDone => break,
+                Yield::CallFailed { status } => {
+                    return Err(GuestError::Failed(format!(
+                        "the runner failed (status {status}): {}",
+                        self.sandbox.drain_stderr()
+                    )));
+                }
+                Yield::Exited { status } => return Err(exited(status)),
+            }
+        }
+        self.poisoned = false;
+        self.console();
+        match self.sandbox.take_result() {
+            Some(result) => serde_json::from_slice::<String>(&result)
+                .map_err(|e| GuestError::Failed(format!("the runner's reply is not text: {e}"))),
+            None => String::from_utf8(self.host.take_reply())
+                .map_err(|e| GuestError::Failed(format!("the runner's reply is not UTF-8: {e}"))),
+        }
+    }
+
+    /// What C code wrote to the console's descriptors during the call, into the output: its
+    /// standard error to stderr; the rest, which interleaves both streams, to stdout when
+    /// there was no standard error, else to stderr, in the order written.
+    fn console(&self) {
+        let stderr = self.sandbox.take_stderr().text;
+        let all = self.sandbox.take_output().text;
+        let stream = if stderr.is_empty() {
+            Stream::Stdout
+        } else {
+            Stream::Stderr
+        };
+        if !all.is_empty() {
+            self.host.output.write(stream, &all);
+        }
+    }
+
+    /// A hyperlight-unikraft error in the pool's terms.
+    fn failed(&self, error: UnikraftError) -> GuestError {
+        match error {
+            UnikraftError::Hyperlight(Hyperlight18::ExecutionCanceledByHost()) => {
+                GuestError::Interrupted
+            }
+            UnikraftError::GuestExited { status } => exited(status),
+            UnikraftError::Deadlocked => GuestError::Raised(
+                "the program blocked with nothing left that could wake it (every thread waits, \
+                 and no timer or socket is pending)"
+                    .to_owned(),
+            ),
+            other => GuestError::Failed(other.to_string()),
+        }
+    }
+}
+
+/// The guest process ended during a call.
+fn exited(status: i32) -> GuestError {
+    match status {
+        OUT_OF_MEMORY_EXIT => GuestError::OutOfMemory(
+            "the guest's kernel ended the program: its memory was used up".to_owned(),
+        ),
+        status => GuestError::Raised(format!(
+            "SystemExit: the program ended the interpreter's process with status {status} \
+             (os._exit or a fatal error)"
+        )),
+    }
+}
+
+impl Guest for NativePythonGuest {
+    fn run(&mut self, program: &Program<'_>, deadline: Instant) -> Result<String, GuestError> {
+        self.host.work.begin(program.files, program.file_limits);
+        let event = Event::new(program, self.max_result_bytes, false);
+        self.call_runner(&event, program.files, deadline)
+    }
+
+    fn take_files(&mut self) -> (Files, Option<FileError>) {
+        self.host.work.take()
+    }
+
+    fn interrupt_handle(&self) -> Arc<dyn Interrupt> {
+        self.interrupt.clone()
+    }
+
+    /// The guest's memory, its working directory included.
+    fn save(&mut self) -> Result<SavedState, GuestError> {
+        let snapshot = self.sandbox.snapshot().map_err(|e| self.failed(e))?;
+        Ok(SavedState::new(NativeState(snapshot)))
+    }
+
+    fn load(&mut self, state: &SavedState) -> Result<(), GuestError> {
+        let NativeState(snapshot) = saved_state(state)?;
+        self.sandbox
+            .restore(snapshot.clone())
+            .map_err(|e| self.failed(e))?;
+        self.poisoned = false;
+        Ok(())
+    }
+
+    fn reset(&mut self) -> Result<(), GuestError> {
+        self.sandbox
+            .restore(self.warm.clone())
+            .map_err(|e| self.failed(e))?;
+        self.poisoned = false;
+        Ok(())
+    }
+
+    /// Runs the runner's priming program (numpy and pandas at work) with its output refused:
+    /// the pages a request writes are copied here, off its path.
+    fn prime(&mut self) -> Result<bool, GuestError> {
+        self.host.output.begin(0, None);
+        self.host.work.begin(&Files::new(), Default::default());
+        let program = Program::fixed("");
+        let event = Event::new(&program, self.max_result_bytes, true);
+        let reply = self.call_runner(&event, &Files::new(), Instant::now() + PRIME_LIMIT)?;
+        self.host.work.take();
+        RunnerReply::primed(&reply)?;
+        Ok(true)
+    }
+
+    fn is_poisoned(&self) -> bool {
+        self.poisoned
+    }
+}
+
+/// A native Python guest's state saved for a session.
+struct NativeState(Arc<Snapshot>);

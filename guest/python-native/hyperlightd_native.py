@@ -1,0 +1,197 @@
+"""hyperlightd's runner in the native Python guest: Debian's CPython 3.11 on a Unikraft kernel in a
+Hyperlight micro-VM (hyperlight-unikraft), with the scientific stack.
+
+The daemon imports this module once, while it builds the template: it puts `hyperlightd_run` in
+__main__, where hyperlight-unikraft's driver finds the functions the host calls, and `warm()`
+imports the packages most programs use, so that the template (a snapshot taken afterwards) holds
+them imported. Every request is then a call of `hyperlightd_run` with the event the other
+runners take (see guest/README.md), and its answer is the same reply, made by the same code
+(hyperlightd_program, shared with the WebAssembly guest's runner).
+
+What the host and this runner say through hyperlight-unikraft's calls, each of which carries at
+most about 68 KB:
+  hyperlightd_run(event) -> reply text, or None when the reply went in pieces; the event is
+      {"pieces": n} when it is too large for the call, then fetched with event(i).
+  event(i) -> piece i of the event's JSON text, base64.
+  file(i, offset) -> the bytes of the request's file i from offset (at most PIECE), base64.
+  write(stream, text) -> whether the output cap leaves room (1 = stdout, 2 = stderr).
+  put(path, offset, data, last) -> None, or why the working directory's cap refuses it.
+  remove(path) -> None: the program removed one of the request's files.
+  reply(data) -> None: the next piece of the reply's UTF-8 text, base64.
+"""
+
+import base64
+import json
+import os
+import random
+import sys
+
+import __main__
+import hyperlight
+import hyperlightd_program as program
+
+WORKDIR = "/work"
+# Bytes of a file or a reply per host call: 60,000 characters of base64.
+PIECE = 45_000
+# A reply this long or shorter, in ASCII, is the call's result; a longer one goes in pieces
+# (the driver encodes the result as a JSON string, which may take up to 12 bytes a character).
+INLINE_REPLY = 4096
+
+# The program's output goes to the host as it is written (see hyperlightd_program.HostStream),
+# at most 4096 characters a call: the driver encodes the arguments as JSON in ASCII.
+program.Output.send = lambda stream, text: bool(hyperlight.call("write", stream, text))
+program.Output.chunk = 4096
+
+# What the daemon runs after every restore, before the sandbox takes its next request (see
+# PRIME in runner.py): the pages a typical request writes are copied here, off its path.
+PRIME = """
+import numpy as np
+import pandas as pd
+values = np.arange(1000, dtype=float)
+frame = pd.DataFrame({"k": values.astype(int) % 7, "v": values})
+summary = frame.groupby("k")["v"].agg(["sum", "mean"])
+print(summary.head(2), float(values.std()))
+{"rows": len(frame), "total": float(summary["sum"].sum())}
+"""
+
+# The packages imported before the template is taken, so that no request pays for them.
+WARM = (
+    "numpy",
+    "pandas",
+    "matplotlib",
+    "matplotlib.pyplot",
+    "scipy",
+    "scipy.optimize",
+    "scipy.stats",
+    "sklearn",
+    "sklearn.linear_model",
+)
+
+# The request's files as they were written into WORKDIR: (size, modification time) by path.
+_given = {}
+
+
+def warm() -> dict:
+    """Imports WARM, and says what the guest has: Python's version and every package's."""
+    import importlib
+    import importlib.metadata
+
+    for module in WARM:
+        importlib.import_module(module)
+    os.makedirs(WORKDIR, exist_ok=True)
+    os.chdir(WORKDIR)
+    packages = {
+        dist.metadata["Name"]: dist.version
+        for dist in importlib.metadata.distributions(path=["/usr/lib/python3/dist-packages"])
+    }
+    version = ".".join(str(part) for part in sys.version_info[:3])
+    return {"python": version, "packages": dict(sorted(packages.items()))}
+
+
+def _request(event: dict) -> dict:
+    if "pieces" not in event:
+        return event
+    data = b"".join(base64.b64decode(hyperlight.call("event", i)) for i in range(event["pieces"]))
+    return json.loads(data.decode("utf-8"))
+
+
+def _reseed(seed: str) -> None:
+    """Seeds the generators a program uses without making its own from the host's entropy
+    (the kernel's, which os.urandom, secrets and uuid4 read, is reseeded on every restore)."""
+    value = int(seed, 16)
+    random.seed(value)
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        numpy_random.seed([(value >> shift) & 0xFFFFFFFF for shift in (0, 32, 64, 96)])
+
+
+def _clear(directory: str) -> None:
+    for entry in os.scandir(directory):
+        if entry.is_dir(follow_symlinks=False):
+            _clear(entry.path)
+            os.rmdir(entry.path)
+        else:
+            os.unlink(entry.path)
+
+
+def _receive_files(files: list) -> None:
+    """Makes WORKDIR hold exactly the request's files."""
+    os.makedirs(WORKDIR, exist_ok=True)
+    _clear(WORKDIR)
+    os.chdir(WORKDIR)
+    _given.clear()
+    for index, file in enumerate(files):
+        path = os.path.join(WORKDIR, file["path"])
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as out:
+            offset = 0
+            while offset < file["size"]:
+                piece = base64.b64decode(hyperlight.call("file", index, offset))
+                if not piece:
+                    raise OSError(f"the host gave {offset} of {file['size']} bytes of {path}")
+                out.write(piece)
+                offset += len(piece)
+        stat = os.stat(path)
+        _given[file["path"]] = (stat.st_size, stat.st_mtime_ns)
+
+
+def _send_files() -> None:
+    """Sends the host every file of WORKDIR that is new or changed since the request began,
+    and says which of the request's files are gone."""
+    seen = set()
+    for directory, subdirectories, names in os.walk(WORKDIR):
+        subdirectories.sort()
+        for name in sorted(names):
+            path = os.path.join(directory, name)
+            stat = os.lstat(path)
+            relative = os.path.relpath(path, WORKDIR)
+            if not os.path.isfile(path) or os.path.islink(path):
+                continue
+            seen.add(relative)
+            if _given.get(relative) == (stat.st_size, stat.st_mtime_ns):
+                continue
+            with open(path, "rb") as source:
+                offset = 0
+                while True:
+                    data = source.read(PIECE)
+                    last = len(data) < PIECE
+                    text = base64.b64encode(data).decode("ascii")
+                    refused = hyperlight.call("put", relative, offset, text, last)
+                    if refused is not None or last:
+                        break
+                    offset += len(data)
+    for relative in _given.keys() - seen:
+        hyperlight.call("remove", relative)
+
+
+def _deliver(reply: str):
+    if len(reply) <= INLINE_REPLY and reply.isascii():
+        return reply
+    data = reply.encode("utf-8", "surrogatepass")
+    for start in range(0, len(data), PIECE):
+        hyperlight.call("reply", base64.b64encode(data[start : start + PIECE]).decode("ascii"))
+    return None
+
+
+def hyperlightd_run(event: dict):
+    """One request: its files into WORKDIR, its program run, the files it wrote back, the reply."""
+    request = _request(event)
+    _reseed(request["seed"])
+    program.Output.start()
+    sys.stdout, sys.stderr = program.stdout, program.stderr
+    prime = bool(request.get("prime"))
+    try:
+        _receive_files(request.get("files") or [])
+        code = PRIME if prime else request["code"]
+        scope = program.scope(bool(request.get("session")) and not prime)
+        policy = None if prime else request.get("policy")
+        reply = program.run(code, int(request["max_result_bytes"]), scope, program.stderr, policy)
+    finally:
+        program.Output.flush()
+    if not prime:
+        _send_files()
+    return _deliver(reply)
+
+
+__main__.hyperlightd_run = hyperlightd_run
+__main__.hyperlightd_warm = warm

@@ -1,0 +1,187 @@
+//! End-to-end tests of the native Python guest (issue 27) on a KVM that runs Hyperlight guests:
+//! the real daemon with `--python-runtime native` and the rootfs `cargo xtask native-python`
+//! builds (Debian's CPython 3.11 with the scientific stack), driven through the client.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use hyperlightd_client::{ErrorKind, ExecRequest, ExecStatus, FileData, Language};
+use hyperlightd_e2e::{Daemon, STEP_LIMIT, within};
+use serde_json::json;
+
+fn py(code: &str) -> ExecRequest {
+    ExecRequest::new(Language::Python, code)
+}
+
+async fn native_daemon(extra: &[&str]) -> Daemon {
+    Daemon::start_with_native_python(&["python=1"], extra).await
+}
+
+/// Runs `request`, waiting at most its own time limit plus a margin.
+async fn run(daemon: &Daemon, request: ExecRequest) -> hyperlightd_client::ExecResponse {
+    let limit = request
+        .timeout_ms
+        .map_or(STEP_LIMIT, |ms| Duration::from_millis(ms) + STEP_LIMIT / 2)
+        .max(STEP_LIMIT);
+    within("exec", limit, daemon.client().exec(&request))
+        .await
+        .unwrap_or_else(|e| panic!("exec failed: {e}\ndaemon log:\n{}", daemon.log()))
+}
+
+#[tokio::test]
+async fn the_result_convention_output_and_errors_are_the_webassembly_guest_s() {
+    let daemon = native_daemon(&[]).await;
+    let hello = run(
+        &daemon,
+        py("print('hello')\nimport sys\nsys.stderr.write('note\\n')\n6 * 7"),
+    )
+    .await;
+    assert_eq!(hello.status, ExecStatus::Ok, "{hello:?}");
+    assert_eq!(
+        (hello.stdout.as_str(), hello.stderr.as_str()),
+        ("hello\n", "note\n")
+    );
+    assert_eq!(hello.result, json!(42));
+
+    let version = run(&daemon, py("import sys, numpy, pandas\n[sys.version_info[:2], numpy.__version__, pandas.__version__]")).await;
+    assert_eq!(version.status, ExecStatus::Ok, "{version:?}");
+    assert_eq!(version.result[0], json!([3, 11]), "{version:?}");
+
+    let raised = run(
+        &daemon,
+        py("def f():\n    raise ValueError('bad value')\nf()"),
+    )
+    .await;
+    assert_eq!(raised.status, ExecStatus::Error, "{raised:?}");
+    let error = raised.error.expect("an error");
+    assert_eq!(error.kind, ErrorKind::Exception);
+    assert_eq!(error.message, "ValueError: bad value");
+    assert!(raised.stderr.contains("line 2, in f"), "{}", raised.stderr);
+
+    let syntax = run(&daemon, py("def (")).await;
+    assert_eq!(syntax.error.expect("an error").kind, ErrorKind::SyntaxError);
+
+    // Nothing of one request is left for the next.
+    run(&daemon, py("leaked = 1")).await;
+    let fresh = run(&daemon, py("'leaked' in globals()")).await;
+    assert_eq!(fresh.result, json!(false), "{fresh:?}");
+}
+
+const GROUP_SALES: &str = r#"
+import os
+import pandas as pd
+frame = pd.read_csv('sales.csv')
+totals = frame.groupby('city', as_index=False)['sales'].sum().sort_values('city')
+os.makedirs('out', exist_ok=True)
+totals.to_csv('out/totals.csv', index=False)
+int(totals['sales'].sum())
+"#;
+
+#[tokio::test]
+async fn pandas_reads_a_csv_given_groups_it_and_writes_a_csv_that_comes_back() {
+    let daemon = native_daemon(&[]).await;
+    let csv = "city,sales\nOslo,10\nLima,5\nOslo,7\nLima,1\nKyiv,3\n";
+    let request = ExecRequest {
+        files: [("sales.csv".to_owned(), FileData::Text(csv.to_owned()))]
+            .into_iter()
+            .collect(),
+        ..py(GROUP_SALES)
+    };
+    let answer = run(&daemon, request).await;
+    assert_eq!(answer.status, ExecStatus::Ok, "{answer:?}");
+    assert_eq!(answer.result, json!(26));
+    assert_eq!(
+        answer.files.get("out/totals.csv"),
+        Some(&FileData::Text(
+            "city,sales\nKyiv,3\nLima,6\nOslo,17\n".to_owned()
+        )),
+        "{:?}",
+        answer.files
+    );
+    assert!(
+        !answer.files.contains_key("sales.csv"),
+        "only what changed comes back"
+    );
+}
+
+#[tokio::test]
+async fn scikit_learn_fits_and_predicts_and_scipy_optimises() {
+    let daemon = native_daemon(&[]).await;
+    let fit = run(
+        &daemon,
+        py(
+            "import numpy as np\nfrom sklearn.linear_model import LinearRegression\n\
+            x = np.arange(10).reshape(-1, 1)\ny = 3 * x.ravel() + 2\n\
+            model = LinearRegression().fit(x, y)\nround(float(model.predict([[20]])[0]), 6)",
+        ),
+    )
+    .await;
+    assert_eq!(fit.result, json!(62.0), "{fit:?}");
+    let optimum = run(
+        &daemon,
+        py("from scipy.optimize import minimize\n\
+            best = minimize(lambda v: (v[0] - 3) ** 2 + (v[1] + 1) ** 2, [0, 0])\n\
+            [round(float(x), 3) for x in best.x]"),
+    )
+    .await;
+    assert_eq!(optimum.result, json!([3.0, -1.0]), "{optimum:?}");
+}
+
+#[tokio::test]
+async fn random_numbers_differ_across_requests() {
+    let daemon = native_daemon(&[]).await;
+    let draw = "import random, os, secrets, uuid\nimport numpy as np\n\
+                [np.random.default_rng().integers(0, 2**62), float(np.random.rand()), \
+                random.random(), os.urandom(8).hex(), secrets.token_hex(8), str(uuid.uuid4())]";
+    let first = run(&daemon, py(draw)).await;
+    let second = run(&daemon, py(draw)).await;
+    assert_eq!(first.status, ExecStatus::Ok, "{first:?}");
+    for i in 0..6 {
+        assert_ne!(
+            first.result[i], second.result[i],
+            "draw {i}: {first:?} {second:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_infinite_loop_is_stopped_in_time_and_the_next_request_succeeds() {
+    let daemon = native_daemon(&[]).await;
+    let request = ExecRequest {
+        timeout_ms: Some(2000),
+        ..py("print('spinning', flush=True)\nwhile True:\n    pass")
+    };
+    let stopped = run(&daemon, request).await;
+    assert_eq!(stopped.status, ExecStatus::Error, "{stopped:?}");
+    assert_eq!(stopped.error.expect("an error").kind, ErrorKind::Timeout);
+    assert_eq!(stopped.stdout, "spinning\n");
+    let asleep = ExecRequest {
+        timeout_ms: Some(1000),
+        ..py("import time\ntime.sleep(30)")
+    };
+    let stopped = run(&daemon, asleep).await;
+    assert_eq!(stopped.error.expect("an error").kind, ErrorKind::Timeout);
+    let next = run(&daemon, py("1 + 1")).await;
+    assert_eq!(next.result, json!(2), "{next:?}");
+}
+
+#[tokio::test]
+async fn processes_and_sockets_fail_cleanly() {
+    let daemon = native_daemon(&[]).await;
+    let answer = run(
+        &daemon,
+        py("import subprocess, os, socket\nout = {}\n\
+            try:\n    subprocess.run(['/usr/bin/python3', '-c', 'print(1)'])\n    out['subprocess'] = 'ran'\n\
+            except OSError as e:\n    out['subprocess'] = type(e).__name__\n\
+            out['system'] = os.system('echo hi')\n\
+            try:\n    socket.create_connection(('1.1.1.1', 80), timeout=2)\n    out['socket'] = 'connected'\n\
+            except OSError as e:\n    out['socket'] = type(e).__name__\n\
+            out"),
+    )
+    .await;
+    assert_eq!(answer.status, ExecStatus::Ok, "{answer:?}");
+    assert_ne!(answer.result["subprocess"], json!("ran"), "{answer:?}");
+    assert_ne!(answer.result["system"], json!(0), "{answer:?}");
+    assert_ne!(answer.result["socket"], json!("connected"), "{answer:?}");
+}
