@@ -24,6 +24,7 @@ import base64
 import json
 import os
 import random
+import struct
 import sys
 
 import __main__
@@ -98,11 +99,12 @@ def _request(event: dict) -> dict:
 def _reseed(seed: str) -> None:
     """Seeds the generators a program uses without making its own from the host's entropy
     (the kernel's, which os.urandom, secrets and uuid4 read, is reseeded on every restore)."""
-    value = int(seed, 16)
-    random.seed(value)
+    random.seed(int(seed, 16))
     numpy_random = sys.modules.get("numpy.random")
     if numpy_random is not None:
-        numpy_random.seed([(value >> shift) & 0xFFFFFFFF for shift in (0, 32, 64, 96)])
+        # Its own entropy: seeded from the host's seed, its Mersenne Twister would draw the
+        # very numbers random's does.
+        numpy_random.seed(list(struct.unpack("4I", os.urandom(16))))
 
 
 def _clear(directory: str) -> None:
