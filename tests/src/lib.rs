@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use hyperlightd_client::Client;
+use hyperlightd_client::{Client, ExecRequest, ExecResponse, Language};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
@@ -94,6 +94,46 @@ pub async fn within<T>(step: &str, limit: Duration, future: impl Future<Output =
         Ok(value) => value,
         Err(_) => panic!("timed out after {} s: {step}", limit.as_secs()),
     }
+}
+
+/// A Python request for `code`.
+pub fn py(code: &str) -> ExecRequest {
+    ExecRequest::new(Language::Python, code)
+}
+
+/// A JavaScript request for `code`.
+pub fn js(code: &str) -> ExecRequest {
+    ExecRequest::new(Language::Javascript, code)
+}
+
+/// A Python request for `code` with a time limit of `timeout_ms`.
+pub fn py_with_timeout(code: &str, timeout_ms: u64) -> ExecRequest {
+    ExecRequest {
+        timeout_ms: Some(timeout_ms),
+        ..py(code)
+    }
+}
+
+/// A JavaScript request for `code` with a time limit of `timeout_ms`.
+pub fn js_with_timeout(code: &str, timeout_ms: u64) -> ExecRequest {
+    ExecRequest {
+        timeout_ms: Some(timeout_ms),
+        ..js(code)
+    }
+}
+
+/// Runs `request` on `daemon`, waiting for the answer at most the request's own time limit
+/// plus a margin (and never less than [`STEP_LIMIT`]): a program stopped at its limit is then
+/// answered `timeout`, not a harness time-out. A failed exchange fails the test with the
+/// daemon's log.
+pub async fn run(daemon: &Daemon, request: ExecRequest) -> ExecResponse {
+    let limit = request
+        .timeout_ms
+        .map_or(STEP_LIMIT, |ms| Duration::from_millis(ms) + STEP_LIMIT / 2)
+        .max(STEP_LIMIT);
+    within("exec", limit, daemon.client().exec(&request))
+        .await
+        .unwrap_or_else(|e| panic!("exec failed: {e}\ndaemon log:\n{}", daemon.log()))
 }
 
 /// A running daemon on a temporary socket. Killed when dropped.
@@ -313,7 +353,7 @@ pub fn get_request(path: &str) -> Vec<u8> {
 /// when `to_stderr`) and then ended with the value `"after"`: it ran to its end, and its
 /// output was cut at exactly the cap and flagged.
 pub fn assert_capped_and_finished(
-    response: &hyperlightd_client::ExecResponse,
+    response: &ExecResponse,
     program: &str,
     to_stderr: bool,
     cap: usize,

@@ -7,10 +7,9 @@
 use std::time::Duration;
 
 use hyperlightd_client::{
-    CreateSessionRequest, ErrorKind, ExecRequest, ExecResponse, ExecStatus, Language,
-    SessionExecRequest,
+    CreateSessionRequest, ErrorKind, ExecRequest, ExecStatus, Language, SessionExecRequest,
 };
-use hyperlightd_e2e::{Daemon, STEP_LIMIT, within};
+use hyperlightd_e2e::{Daemon, STEP_LIMIT, run, within};
 use serde_json::{Value, json};
 
 fn js(code: &str) -> ExecRequest {
@@ -24,12 +23,6 @@ fn js(code: &str) -> ExecRequest {
 /// buffer must still hold the runner, 50 times larger, when it is registered).
 async fn daemon() -> Daemon {
     Daemon::start(&["--pool", "javascript=1", "--max-body-bytes", "8192"]).await
-}
-
-async fn run(daemon: &Daemon, request: ExecRequest) -> ExecResponse {
-    within("exec", STEP_LIMIT, daemon.client().exec(&request))
-        .await
-        .unwrap_or_else(|e| panic!("exec failed: {e}\ndaemon log:\n{}", daemon.log()))
 }
 
 /// Runs `code` and returns its result, failing unless it succeeded.

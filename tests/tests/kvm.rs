@@ -7,9 +7,10 @@
 
 use std::time::{Duration, Instant};
 
-use hyperlightd_client::{Error, ErrorKind, ExecRequest, ExecStatus, Language};
+use hyperlightd_client::{Error, ErrorKind, ExecStatus, Language};
 use hyperlightd_e2e::{
-    Daemon, STEP_LIMIT, assert_capped_and_finished, exec_request, get_request, raw_request, within,
+    Daemon, STEP_LIMIT, assert_capped_and_finished, exec_request, get_request, js, js_with_timeout,
+    raw_request, run, within,
 };
 use nix::sys::signal::Signal;
 use serde_json::json;
@@ -18,23 +19,6 @@ use serde_json::json;
 mod callers;
 #[path = "kvm/service.rs"]
 mod service;
-
-fn js(code: &str) -> ExecRequest {
-    ExecRequest::new(Language::Javascript, code)
-}
-
-fn js_with_timeout(code: &str, timeout_ms: u64) -> ExecRequest {
-    ExecRequest {
-        timeout_ms: Some(timeout_ms),
-        ..js(code)
-    }
-}
-
-async fn run(daemon: &Daemon, request: ExecRequest) -> hyperlightd_client::ExecResponse {
-    within("exec", STEP_LIMIT, daemon.client().exec(&request))
-        .await
-        .unwrap_or_else(|e| panic!("exec failed: {e}\ndaemon log:\n{}", daemon.log()))
-}
 
 #[tokio::test]
 async fn hello_world_goes_to_stdout() {

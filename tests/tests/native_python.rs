@@ -4,29 +4,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::Duration;
-
-use hyperlightd_client::{ErrorKind, ExecRequest, ExecStatus, FileData, Language};
-use hyperlightd_e2e::{Daemon, STEP_LIMIT, within};
-use serde_json::json;
-
-fn py(code: &str) -> ExecRequest {
-    ExecRequest::new(Language::Python, code)
-}
+use hyperlightd_client::{
+    Client, CreateSessionRequest, ErrorKind, ExecRequest, ExecStatus, FileData, Language,
+    SessionExecRequest,
+};
+use hyperlightd_e2e::{Daemon, STEP_LIMIT, py, py_with_timeout, run, within};
+use serde_json::{Value, json};
 
 async fn native_daemon(extra: &[&str]) -> Daemon {
     Daemon::start_with_native_python(&["python=1"], extra).await
-}
-
-/// Runs `request`, waiting at most its own time limit plus a margin.
-async fn run(daemon: &Daemon, request: ExecRequest) -> hyperlightd_client::ExecResponse {
-    let limit = request
-        .timeout_ms
-        .map_or(STEP_LIMIT, |ms| Duration::from_millis(ms) + STEP_LIMIT / 2)
-        .max(STEP_LIMIT);
-    within("exec", limit, daemon.client().exec(&request))
-        .await
-        .unwrap_or_else(|e| panic!("exec failed: {e}\ndaemon log:\n{}", daemon.log()))
 }
 
 #[tokio::test]
@@ -58,6 +44,11 @@ async fn the_result_convention_output_and_errors_are_the_webassembly_guest_s() {
     assert_eq!(error.kind, ErrorKind::Exception);
     assert_eq!(error.message, "ValueError: bad value");
     assert!(raised.stderr.contains("line 2, in f"), "{}", raised.stderr);
+    assert!(
+        !raised.stderr.contains("hyperlightd_"),
+        "the runner's own frames are left out: {}",
+        raised.stderr
+    );
 
     let syntax = run(&daemon, py("def (")).await;
     assert_eq!(syntax.error.expect("an error").kind, ErrorKind::SyntaxError);
@@ -184,4 +175,103 @@ async fn processes_and_sockets_fail_cleanly() {
     assert_ne!(answer.result["subprocess"], json!("ran"), "{answer:?}");
     assert_ne!(answer.result["system"], json!(0), "{answer:?}");
     assert_ne!(answer.result["socket"], json!("connected"), "{answer:?}");
+}
+
+/// A session and its fork, each exec's answer checked: the result, and no rollback.
+async fn value(client: &Client, id: &str, code: &str) -> Value {
+    let request = SessionExecRequest::new(code);
+    let response = within(
+        "session exec",
+        STEP_LIMIT,
+        client.session_exec(id, &request),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("session exec of {code:?} failed: {e}"));
+    assert_eq!(response.status, ExecStatus::Ok, "{code}: {response:?}");
+    assert!(
+        !response.session.as_ref().unwrap().rolled_back,
+        "{response:?}"
+    );
+    response.result
+}
+
+#[tokio::test]
+async fn a_session_keeps_a_data_frame_survives_a_rolled_back_timeout_and_forks() {
+    let daemon = native_daemon(&[]).await;
+    let client = daemon.client();
+    let request = CreateSessionRequest::new(Language::Python);
+    let id = within("create", STEP_LIMIT, client.create_session(&request))
+        .await
+        .unwrap()
+        .id;
+    value(
+        &client,
+        &id,
+        "import pandas as pd\nframe = pd.DataFrame({'n': [1, 2, 3]})",
+    )
+    .await;
+    let doubled = value(
+        &client,
+        &id,
+        "frame['twice'] = frame['n'] * 2\nint(frame['twice'].sum())",
+    )
+    .await;
+    assert_eq!(doubled, json!(12));
+
+    let spin = SessionExecRequest {
+        timeout_ms: Some(2000),
+        ..SessionExecRequest::new("frame['lost'] = 0\nwhile True:\n    pass")
+    };
+    let stopped = within("session exec", STEP_LIMIT, client.session_exec(&id, &spin))
+        .await
+        .unwrap();
+    assert_eq!(stopped.status, ExecStatus::Timeout, "{stopped:?}");
+    assert!(stopped.session.unwrap().rolled_back);
+    let columns = "list(frame.columns)";
+    assert_eq!(value(&client, &id, columns).await, json!(["n", "twice"]));
+
+    // The two halves of a fork share the frame, then diverge, and draw their own numbers.
+    let fork = within("fork", STEP_LIMIT, client.fork_session(&id))
+        .await
+        .unwrap()
+        .id;
+    value(&client, &id, "frame['origin'] = 1").await;
+    assert_eq!(value(&client, &fork, columns).await, json!(["n", "twice"]));
+    let draw = "import numpy as np, random\n\
+                [int(np.random.default_rng().integers(0, 2**62)), float(np.random.rand()), random.random()]";
+    let (a, b) = (
+        value(&client, &id, draw).await,
+        value(&client, &fork, draw).await,
+    );
+    for i in 0..3 {
+        assert_ne!(
+            a[i], b[i],
+            "draw {i}: the halves of a fork share a random sequence"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_memory_bomb_is_out_of_memory_and_the_next_request_succeeds() {
+    // A smaller guest than the default 1 GiB: filling it page by page takes about a minute a
+    // GiB under emulation.
+    let daemon = native_daemon(&[
+        "--python-native-memory-mib",
+        "512",
+        "--max-timeout-ms",
+        "180000",
+    ])
+    .await;
+    let bomb = run(
+        &daemon,
+        py_with_timeout(
+            "import numpy as np\nhoard = np.ones(10**10)\nint(hoard.sum())",
+            120_000,
+        ),
+    )
+    .await;
+    assert_eq!(bomb.status, ExecStatus::Error, "{bomb:?}");
+    assert_eq!(bomb.error.expect("an error").kind, ErrorKind::OutOfMemory);
+    let next = run(&daemon, py("import numpy as np\nint(np.arange(10).sum())")).await;
+    assert_eq!(next.result, json!(45), "{next:?}");
 }

@@ -8,7 +8,9 @@
 use std::time::Duration;
 
 use hyperlightd_client::{ErrorKind, ExecRequest, ExecStatus, Language};
-use hyperlightd_e2e::{Daemon, STEP_LIMIT, assert_capped_and_finished, python_guest, within};
+use hyperlightd_e2e::{
+    Daemon, STEP_LIMIT, assert_capped_and_finished, py, py_with_timeout, python_guest, run, within,
+};
 use serde_json::json;
 
 #[path = "python/files.rs"]
@@ -20,31 +22,8 @@ mod snapshots;
 #[path = "python/stream.rs"]
 mod stream;
 
-fn py(code: &str) -> ExecRequest {
-    ExecRequest::new(Language::Python, code)
-}
-
-fn py_with_timeout(code: &str, timeout_ms: u64) -> ExecRequest {
-    ExecRequest {
-        timeout_ms: Some(timeout_ms),
-        ..py(code)
-    }
-}
-
 async fn python_daemon(extra: &[&str]) -> Daemon {
     Daemon::start_with_python(&["python=1"], extra).await
-}
-
-/// Runs `request`, waiting for the daemon's answer at most its own time limit plus a margin:
-/// a program stopped at its limit is then answered `timeout`, not a harness time-out.
-async fn run(daemon: &Daemon, request: ExecRequest) -> hyperlightd_client::ExecResponse {
-    let limit = request
-        .timeout_ms
-        .map_or(STEP_LIMIT, |ms| Duration::from_millis(ms) + STEP_LIMIT / 2)
-        .max(STEP_LIMIT);
-    within("exec", limit, daemon.client().exec(&request))
-        .await
-        .unwrap_or_else(|e| panic!("exec failed: {e}\ndaemon log:\n{}", daemon.log()))
 }
 
 #[tokio::test]
@@ -121,7 +100,7 @@ async fn exception_gives_type_message_and_traceback() {
         response.stderr
     );
     assert!(
-        !response.stderr.contains("runner.py"),
+        !response.stderr.contains("runner.py") && !response.stderr.contains("hyperlightd_program"),
         "the runner's own frames are left out: {}",
         response.stderr
     );

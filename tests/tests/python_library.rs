@@ -9,12 +9,10 @@
 use std::time::Duration;
 
 use hyperlightd_client::{ExecRequest, ExecStatus, Language};
-use hyperlightd_e2e::{Daemon, STEP_LIMIT, python_guest, python_guest_with_packages, within};
+use hyperlightd_e2e::{
+    Daemon, STEP_LIMIT, py, py_with_timeout, python_guest, python_guest_with_packages, within,
+};
 use serde_json::json;
-
-fn py(code: &str) -> ExecRequest {
-    ExecRequest::new(Language::Python, code)
-}
 
 /// A daemon with one Python sandbox of `guest`. Importing hundreds of modules takes a minute or
 /// more under emulation: requests may take up to 5 minutes.
@@ -33,13 +31,6 @@ async fn daemon_with_guest(guest: std::path::PathBuf) -> Daemon {
 
 async fn python_daemon() -> Daemon {
     daemon_with_guest(python_guest()).await
-}
-
-fn py_with_timeout(code: &str, timeout_ms: u64) -> ExecRequest {
-    ExecRequest {
-        timeout_ms: Some(timeout_ms),
-        ..py(code)
-    }
 }
 
 /// Runs `request`, waiting at most its own time limit and a margin.

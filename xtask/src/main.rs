@@ -458,6 +458,7 @@ fn test() -> Result<()> {
     build_daemon_and_hlctl()?;
     let python = python_guest(None)?;
     python_guest_for_package_tests()?;
+    native_python::native_python(None)?;
     mcp_client()?;
     step(
         "unit tests (host), with a short fuzzing pass of the HTTP layer",
@@ -487,6 +488,10 @@ fn test() -> Result<()> {
         ("javascript_apis", "the JavaScript guest's everyday APIs"),
         ("python", "the Python guest"),
         ("python_library", "the Python guest's library and packages"),
+        (
+            "native_python",
+            "the native Python guest and its scientific stack",
+        ),
         ("agents", "MCP, the agent tool and the OpenAPI contract"),
         ("sessions", "sessions"),
     ] {
