@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use hyperlightd_client::{
-    Client, CreateSessionRequest, ErrorKind, ExecRequest, ExecStatus, FileData, Language,
+    CreateSessionRequest, ErrorKind, ExecRequest, ExecStatus, FileData, Language,
     SessionExecRequest,
 };
 use hyperlightd_e2e::{Daemon, STEP_LIMIT, py, py_with_timeout, run, within};
@@ -177,16 +177,20 @@ async fn processes_and_sockets_fail_cleanly() {
     assert_ne!(answer.result["socket"], json!("connected"), "{answer:?}");
 }
 
-/// A session and its fork, each exec's answer checked: the result, and no rollback.
-async fn value(client: &Client, id: &str, code: &str) -> Value {
-    let request = SessionExecRequest::new(code);
+/// The result of a session exec that must succeed and not roll back. Its time limit leaves
+/// room for loading the session's saved state after another exec was rolled back.
+async fn value(daemon: &Daemon, id: &str, code: &str) -> Value {
+    let request = SessionExecRequest {
+        timeout_ms: Some(30_000),
+        ..SessionExecRequest::new(code)
+    };
     let response = within(
         "session exec",
         STEP_LIMIT,
-        client.session_exec(id, &request),
+        daemon.client().session_exec(id, &request),
     )
     .await
-    .unwrap_or_else(|e| panic!("session exec of {code:?} failed: {e}"));
+    .unwrap_or_else(|e| panic!("session exec of {code:?} failed: {e}\n{}", daemon.log()));
     assert_eq!(response.status, ExecStatus::Ok, "{code}: {response:?}");
     assert!(
         !response.session.as_ref().unwrap().rolled_back,
@@ -205,13 +209,13 @@ async fn a_session_keeps_a_data_frame_survives_a_rolled_back_timeout_and_forks()
         .unwrap()
         .id;
     value(
-        &client,
+        &daemon,
         &id,
         "import pandas as pd\nframe = pd.DataFrame({'n': [1, 2, 3]})",
     )
     .await;
     let doubled = value(
-        &client,
+        &daemon,
         &id,
         "frame['twice'] = frame['n'] * 2\nint(frame['twice'].sum())",
     )
@@ -228,20 +232,20 @@ async fn a_session_keeps_a_data_frame_survives_a_rolled_back_timeout_and_forks()
     assert_eq!(stopped.status, ExecStatus::Timeout, "{stopped:?}");
     assert!(stopped.session.unwrap().rolled_back);
     let columns = "list(frame.columns)";
-    assert_eq!(value(&client, &id, columns).await, json!(["n", "twice"]));
+    assert_eq!(value(&daemon, &id, columns).await, json!(["n", "twice"]));
 
     // The two halves of a fork share the frame, then diverge, and draw their own numbers.
     let fork = within("fork", STEP_LIMIT, client.fork_session(&id))
         .await
         .unwrap()
         .id;
-    value(&client, &id, "frame['origin'] = 1").await;
-    assert_eq!(value(&client, &fork, columns).await, json!(["n", "twice"]));
+    value(&daemon, &id, "frame['origin'] = 1").await;
+    assert_eq!(value(&daemon, &fork, columns).await, json!(["n", "twice"]));
     let draw = "import numpy as np, random\n\
                 [int(np.random.default_rng().integers(0, 2**62)), float(np.random.rand()), random.random()]";
     let (a, b) = (
-        value(&client, &id, draw).await,
-        value(&client, &fork, draw).await,
+        value(&daemon, &id, draw).await,
+        value(&daemon, &fork, draw).await,
     );
     for i in 0..3 {
         assert_ne!(
@@ -257,7 +261,7 @@ async fn a_memory_bomb_is_out_of_memory_and_the_next_request_succeeds() {
     // GiB under emulation.
     let daemon = native_daemon(&[
         "--python-native-memory-mib",
-        "512",
+        "768",
         "--max-timeout-ms",
         "180000",
     ])

@@ -483,20 +483,38 @@ fn test() -> Result<()> {
         ),
     }
 
-    for (target, what) in [
-        ("kvm", "daemon, client and hlctl"),
-        ("javascript_apis", "the JavaScript guest's everyday APIs"),
-        ("python", "the Python guest"),
-        ("python_library", "the Python guest's library and packages"),
+    // Five tests per VM boot; the longest group of most targets (importing sympy and networkx
+    // in a debug daemon under emulation) takes over two minutes. Each native Python test boots
+    // the guest and imports the scientific stack before its template is taken (about 40 s
+    // under emulation), and a session's exec saves a GiB of guest memory (about 10 s).
+    let short = Duration::from_secs(600);
+    for (target, what, limit) in [
+        ("kvm", "daemon, client and hlctl", short),
+        (
+            "javascript_apis",
+            "the JavaScript guest's everyday APIs",
+            short,
+        ),
+        ("python", "the Python guest", short),
+        (
+            "python_library",
+            "the Python guest's library and packages",
+            short,
+        ),
         (
             "native_python",
             "the native Python guest and its scientific stack",
+            Duration::from_secs(1200),
         ),
-        ("agents", "MCP, the agent tool and the OpenAPI contract"),
-        ("sessions", "sessions"),
+        (
+            "agents",
+            "MCP, the agent tool and the OpenAPI contract",
+            short,
+        ),
+        ("sessions", "sessions", short),
     ] {
         let binary = find_binary(&binaries, target)?;
-        e2e_on_kvm(&binary, &format!("end-to-end: {what} on real KVM"))?;
+        e2e_on_kvm(&binary, &format!("end-to-end: {what} on real KVM"), limit)?;
     }
     package_under_systemd(python)
 }
@@ -529,7 +547,7 @@ fn package_under_systemd(python: PathBuf) -> Result<()> {
 }
 
 /// Runs the tests of one end-to-end binary on real KVM.
-fn e2e_on_kvm(binary: &Path, name: &str) -> Result<()> {
+fn e2e_on_kvm(binary: &Path, name: &str, group_limit: Duration) -> Result<()> {
     let path = binary.to_string_lossy().into_owned();
     match guest_host() {
         GuestHost::Here(_) => on_kvm(
@@ -550,9 +568,7 @@ fn e2e_on_kvm(binary: &Path, name: &str) -> Result<()> {
                 on_kvm(
                     &format!("{name} ({}/{})", i + 1, groups.len()),
                     &command,
-                    // Five tests; the longest (importing sympy and networkx in a debug
-                    // daemon under emulation) takes over two minutes.
-                    Duration::from_secs(600),
+                    group_limit,
                     &[],
                     vm::Tcg::Single,
                 )?;
