@@ -536,6 +536,9 @@ pub struct HealthResponse {
     /// absent.
     #[serde(default)]
     pub packages: BTreeMap<Language, BTreeMap<String, String>>,
+    /// What runs each served language: the runtime and the language's version.
+    #[serde(default)]
+    pub runtimes: BTreeMap<Language, Runtime>,
     /// The limits every execution runs under, so that a client (an agent's tool description,
     /// say) can state them.
     pub limits: ExecLimits,
@@ -578,6 +581,19 @@ pub struct ExecLimits {
 
 fn default_true() -> bool {
     true
+}
+
+/// What runs a language's programs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Runtime {
+    /// The runtime: for Python `"native"` (CPython built for Linux, with the scientific stack,
+    /// in a Unikraft micro-VM) or `"webassembly"` (CPython compiled to WebAssembly, pure-Python
+    /// packages only); for JavaScript `"quickjs"`.
+    pub name: String,
+    /// The language's version as the runtime reports it (Python's `platform.python_version()`),
+    /// when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }
 
 /// Sandbox counts for one language.

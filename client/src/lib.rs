@@ -53,8 +53,8 @@ const EXEC_MARGIN: Duration = Duration::from_secs(15);
 pub use hyperlightd_api::{
     CreateSessionRequest, DEFAULT_SOCKET, ErrorBody, ErrorKind, ExecEvent, ExecLimits, ExecRequest,
     ExecResponse, ExecSession, ExecStatus, FileData, FileInfo, FileList, FileMap, HealthResponse,
-    Language, Policy, SOCKET_ENV, SandboxCounts, SessionCounts, SessionExecRequest, SessionInfo,
-    SessionLimits, SessionList, Violation,
+    Language, Policy, Runtime, SOCKET_ENV, SandboxCounts, SessionCounts, SessionExecRequest,
+    SessionInfo, SessionLimits, SessionList, Violation,
 };
 
 /// What can go wrong talking to the daemon.

@@ -34,6 +34,28 @@ async fn the_result_convention_output_and_errors_are_the_webassembly_guest_s() {
     assert_eq!(version.status, ExecStatus::Ok, "{version:?}");
     assert_eq!(version.result[0], json!([3, 11]), "{version:?}");
 
+    // Health says which runtime serves Python, its version, and the packages with the
+    // versions the guest imports.
+    let health = within("health", STEP_LIMIT, daemon.client().health())
+        .await
+        .unwrap();
+    let runtime = &health.runtimes[&Language::Python];
+    assert_eq!(runtime.name, "native");
+    let packages = &health.packages[&Language::Python];
+    assert_eq!(
+        json!([
+            runtime
+                .version
+                .as_deref()
+                .unwrap_or_default()
+                .starts_with("3.11."),
+            packages["numpy"],
+            packages["pandas"]
+        ]),
+        json!([true, version.result[1], version.result[2]]),
+        "{health:?}"
+    );
+
     let raised = run(
         &daemon,
         py("def f():\n    raise ValueError('bad value')\nf()"),

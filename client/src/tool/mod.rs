@@ -28,7 +28,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyperlightd_api::{ErrorKind, ExecLimits, ExecRequest, ExecResponse, ExecStatus, Language};
+use hyperlightd_api::{
+    ErrorKind, ExecLimits, ExecRequest, ExecResponse, ExecStatus, Language, Runtime,
+};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -59,6 +61,8 @@ pub struct DaemonFacts {
     pub limits: Option<ExecLimits>,
     /// Packages each language offers beyond its standard library, name to version.
     pub packages: BTreeMap<Language, BTreeMap<String, String>>,
+    /// What runs each language (for Python: native or WebAssembly, and its version).
+    pub runtimes: BTreeMap<Language, Runtime>,
 }
 
 impl DaemonFacts {
@@ -68,6 +72,7 @@ impl DaemonFacts {
             languages: Language::ALL.to_vec(),
             limits: None,
             packages: BTreeMap::new(),
+            runtimes: BTreeMap::new(),
         }
     }
 }
@@ -170,6 +175,7 @@ impl CodeTool {
                 languages: health.sandboxes.keys().copied().collect(),
                 limits: Some(health.limits),
                 packages: health.packages,
+                runtimes: health.runtimes,
             },
             Err(_) => DaemonFacts::unknown(),
         };

@@ -91,11 +91,21 @@ pub(super) fn description(facts: &DaemonFacts, keeps_state: bool) -> String {
 fn language_note(language: Language, facts: &DaemonFacts) -> String {
     match language {
         Language::Python => {
-            let mut note = String::from(
-                "python: CPython 3.14 with its standard library (json, re, math, statistics, \
-                 datetime, collections, itertools, decimal, csv and the rest; absent: ctypes, \
-                 ssl, lzma, starting processes or threads)",
-            );
+            let runtime = facts.runtimes.get(&Language::Python);
+            let version = runtime.and_then(|r| r.version.as_deref());
+            let mut note = if runtime.is_some_and(|r| r.name == "native") {
+                format!(
+                    "python: CPython {} (a native Linux build) with its standard library",
+                    version.unwrap_or("3")
+                )
+            } else {
+                format!(
+                    "python: CPython {} compiled to WebAssembly, with its standard library (json, \
+                     re, math, statistics, datetime, collections, itertools, decimal, csv and the \
+                     rest; absent: ctypes, ssl, lzma, starting processes or threads)",
+                    version.unwrap_or("3.14")
+                )
+            };
             match facts.packages.get(&Language::Python) {
                 Some(packages) if !packages.is_empty() => {
                     let list: Vec<String> =

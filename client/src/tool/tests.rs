@@ -24,6 +24,13 @@ fn facts() -> DaemonFacts {
             Language::Python,
             BTreeMap::from([("networkx".to_owned(), "3.5".to_owned())]),
         )]),
+        runtimes: BTreeMap::from([(
+            Language::Python,
+            Runtime {
+                name: "webassembly".to_owned(),
+                version: Some("3.14".to_owned()),
+            },
+        )]),
     }
 }
 
@@ -166,6 +173,45 @@ fn the_description_tells_a_model_what_it_needs() {
     }
     let unknown = CodeTool::new(Client::connect("/x"), DaemonFacts::unknown()).description();
     assert!(!unknown.contains("Limits:"), "{unknown}");
+}
+
+#[test]
+fn the_description_names_the_python_runtime_and_its_version() {
+    let wasm = tool().description();
+    assert!(
+        wasm.contains("CPython 3.14 compiled to WebAssembly"),
+        "{wasm}"
+    );
+    let native = DaemonFacts {
+        runtimes: BTreeMap::from([(
+            Language::Python,
+            Runtime {
+                name: "native".to_owned(),
+                version: Some("3.11.2".to_owned()),
+            },
+        )]),
+        packages: BTreeMap::from([(
+            Language::Python,
+            BTreeMap::from([
+                ("numpy".to_owned(), "2.4.6".to_owned()),
+                ("pandas".to_owned(), "3.1.1".to_owned()),
+            ]),
+        )]),
+        ..facts()
+    };
+    let text = CodeTool::new(Client::connect("/x"), native).description();
+    assert!(
+        text.contains("CPython 3.11.2 (a native Linux build)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("packages: numpy 2.4.6, pandas 3.1.1"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("WebAssembly") && !text.contains("absent: ctypes"),
+        "{text}"
+    );
 }
 
 #[test]

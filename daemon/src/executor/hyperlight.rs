@@ -32,8 +32,6 @@ pub struct HyperlightExecutor {
     hypervisor: String,
     pools: BTreeMap<Language, Arc<Pool>>,
     sessions: Arc<Sessions>,
-    /// What health reports of each guest's packages (read once, at start).
-    packages: BTreeMap<Language, BTreeMap<String, String>>,
     /// Each pool's guest heap, in MiB.
     memory_mib: BTreeMap<Language, u64>,
 }
@@ -65,7 +63,6 @@ impl HyperlightExecutor {
                 .iter()
                 .map(|&language| (language, settings.memory_mib(language)))
                 .collect(),
-            packages: settings.packages(),
             pools,
             sessions,
         })
@@ -97,7 +94,11 @@ impl Executor for HyperlightExecutor {
                 .collect(),
             warmed: self.pools.values().all(|pool| pool.warmed()),
             stuck_workers: self.pools.values().map(|pool| pool.stuck_workers()).sum(),
-            packages: self.packages.clone(),
+            runtimes: self
+                .pools
+                .iter()
+                .map(|(&language, pool)| (language, pool.runtime().clone()))
+                .collect(),
             memory_mib: self.memory_mib.clone(),
             sessions: self.sessions.counts(),
             session_limits: *self.sessions.settings(),

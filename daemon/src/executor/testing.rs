@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use super::Executor;
 use crate::job::{
-    After, ExecError, ExecutorHealth, Job, Language, Outcome, Ran, SessionInfo, SessionSettings,
+    After, ExecError, ExecutorHealth, Job, Language, Outcome, Ran, Runtime, SessionInfo,
+    SessionSettings,
 };
 use crate::metrics::Metrics;
 use crate::session::{Session, Sessions};
@@ -144,10 +145,23 @@ impl Executor for StubExecutor {
             hypervisor: "stub".into(),
             warmed: true,
             stuck_workers: 0,
-            packages: BTreeMap::from([(
-                Language::Python,
-                BTreeMap::from([("sympy".to_owned(), "1.14.0".to_owned())]),
-            )]),
+            runtimes: BTreeMap::from([
+                (
+                    Language::Python,
+                    Runtime {
+                        name: "native",
+                        version: Some("3.11.2".to_owned()),
+                        packages: BTreeMap::from([("sympy".to_owned(), "1.14.0".to_owned())]),
+                    },
+                ),
+                (
+                    Language::Javascript,
+                    Runtime {
+                        name: "quickjs",
+                        ..Runtime::default()
+                    },
+                ),
+            ]),
             sandboxes: BTreeMap::from([(
                 Language::Javascript,
                 crate::job::PoolCounts {

@@ -368,7 +368,8 @@ impl<E: Executor> Api<E> {
             hypervisor: executor.hypervisor,
             versions: health.versions,
             sandboxes: wire::sandbox_counts(executor.sandboxes),
-            packages: executor.packages,
+            packages: wire::packages(&executor.runtimes),
+            runtimes: wire::runtimes(&executor.runtimes),
             limits: ExecLimits {
                 default_timeout_ms: millis(limits.default_timeout),
                 max_timeout_ms: millis(limits.max_timeout),

@@ -412,6 +412,21 @@ async fn health_reports_executor_state_and_versions() {
     assert_eq!(health.sandboxes[&Language::Javascript].total, 2);
     assert_eq!(health.versions["hyperlightd"], "test");
     assert_eq!(health.packages[&Language::Python]["sympy"], "1.14.0");
+    assert!(
+        !health.packages.contains_key(&Language::Javascript),
+        "a language without packages is absent: {:?}",
+        health.packages
+    );
+    let python = &health.runtimes[&Language::Python];
+    assert_eq!(
+        (python.name.as_str(), python.version.as_deref()),
+        ("native", Some("3.11.2"))
+    );
+    let javascript = &health.runtimes[&Language::Javascript];
+    assert_eq!(
+        (javascript.name.as_str(), javascript.version.as_deref()),
+        ("quickjs", None)
+    );
     let limits = health.limits;
     assert_eq!(
         (limits.default_timeout_ms, limits.max_timeout_ms),
@@ -529,7 +544,7 @@ impl Executor for WarmingExecutor {
             )]),
             warmed: self.warmed,
             stuck_workers: self.stuck_workers,
-            packages: BTreeMap::new(),
+            runtimes: BTreeMap::new(),
             memory_mib: BTreeMap::new(),
             sessions: BTreeMap::new(),
             session_limits: *stub_sessions(3).settings(),

@@ -17,14 +17,25 @@ pub struct ExecutorHealth {
     /// Workers whose guest step (a call, a restore, a build) has run far past its limit: the
     /// hypervisor is not giving the thread back, and only restarting the daemon frees it.
     pub stuck_workers: usize,
-    /// Packages each language's guest offers beyond its standard library, name to version.
-    pub packages: BTreeMap<Language, BTreeMap<String, String>>,
+    /// What runs each served language (asked of each pool's template once it is ready).
+    pub runtimes: BTreeMap<Language, Runtime>,
     /// Memory a program can allocate in each served language's sandbox, in MiB.
     pub memory_mib: BTreeMap<Language, u64>,
     /// Live sessions and their memory, per served language.
     pub sessions: BTreeMap<Language, SessionCounts>,
     /// The limits sessions live under.
     pub session_limits: SessionSettings,
+}
+
+/// What runs a language's programs, as its guest reports it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Runtime {
+    /// The runtime: `"native"` or `"webassembly"` for Python, `"quickjs"` for JavaScript.
+    pub name: &'static str,
+    /// The language's version, when known.
+    pub version: Option<String>,
+    /// Packages the guest offers beyond the language's standard library, name to version.
+    pub packages: BTreeMap<String, String>,
 }
 
 /// A pool's sandboxes.

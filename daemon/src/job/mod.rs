@@ -19,7 +19,9 @@ use serde::Serialize;
 
 pub use self::error::ExecError;
 pub use self::files::{FileLimits, Files};
-pub use self::health::{ExecutorHealth, PoolCounts, SessionCounts, SessionInfo, SessionSettings};
+pub use self::health::{
+    ExecutorHealth, PoolCounts, Runtime, SessionCounts, SessionInfo, SessionSettings,
+};
 pub use self::outcome::{Failure, FailureKind, Outcome, SessionRef, Status, Violation};
 pub use self::state::{After, Answer, Ran, Resume, Saved, SavedState};
 pub use hyperlightd_api::Language;

@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use super::watchdog::Interrupt;
 use crate::job::files::FileError;
-use crate::job::{FailureKind, FileLimits, Files, Policy, Violation};
+use crate::job::{FailureKind, FileLimits, Files, Policy, Runtime, Violation};
 
 /// What a guest is asked to run.
 #[derive(Debug, Clone, Copy)]
@@ -251,6 +251,10 @@ pub trait GuestFactory: Send + Sync + 'static {
 
     /// Builds a sandbox whose output goes to `output`.
     fn create(&self, output: Arc<OutputCapture>) -> Result<Box<dyn Guest>, BuildError>;
+
+    /// What runs the programs: the runtime, the language's version, the packages. Asked once
+    /// the template is ready (what the guest reports may be known only then).
+    fn runtime(&self) -> Runtime;
 }
 
 /// How a template was made ready.

@@ -143,16 +143,4 @@ impl SandboxSettings {
     pub fn memory_mib(&self, language: Language) -> u64 {
         self.sizes(language).heap_bytes >> 20
     }
-
-    /// The packages each language's guest offers beyond its standard library (read once, at
-    /// start); a language with none is absent.
-    pub fn packages(&self) -> BTreeMap<Language, BTreeMap<String, String>> {
-        self.python_library
-            .as_ref()
-            .map(|library| library.packages())
-            .filter(|packages| !packages.is_empty())
-            .map(|packages| (Language::Python, packages))
-            .into_iter()
-            .collect()
-    }
 }

@@ -8,8 +8,8 @@ use std::time::SystemTime;
 use hyperlightd_api as api;
 
 use crate::job::{
-    Failure, FailureKind, Files, Language, Outcome, PoolCounts, SessionCounts, SessionInfo,
-    SessionRef, SessionSettings, Status,
+    Failure, FailureKind, Files, Language, Outcome, PoolCounts, Runtime, SessionCounts,
+    SessionInfo, SessionRef, SessionSettings, Status,
 };
 
 /// A program's outcome as the response carries it, with how long it waited and ran.
@@ -121,6 +121,36 @@ pub fn sandbox_counts(
             };
             (language, counts)
         })
+        .collect()
+}
+
+/// Each language's runtime and version.
+pub fn runtimes(runtimes: &BTreeMap<Language, Runtime>) -> BTreeMap<Language, api::Runtime> {
+    runtimes
+        .iter()
+        .map(|(&language, runtime)| {
+            let Runtime {
+                name,
+                version,
+                packages: _,
+            } = runtime;
+            let runtime = api::Runtime {
+                name: (*name).to_owned(),
+                version: version.clone(),
+            };
+            (language, runtime)
+        })
+        .collect()
+}
+
+/// The packages of each language that has some.
+pub fn packages(
+    runtimes: &BTreeMap<Language, Runtime>,
+) -> BTreeMap<Language, BTreeMap<String, String>> {
+    runtimes
+        .iter()
+        .filter(|(_, runtime)| !runtime.packages.is_empty())
+        .map(|(&language, runtime)| (language, runtime.packages.clone()))
         .collect()
 }
 

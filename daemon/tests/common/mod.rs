@@ -57,7 +57,7 @@ impl Executor for Stub {
             )]),
             warmed: true,
             stuck_workers: 0,
-            packages: BTreeMap::new(),
+            runtimes: BTreeMap::new(),
             memory_mib: BTreeMap::new(),
             sessions: BTreeMap::new(),
             session_limits: SessionSettings {

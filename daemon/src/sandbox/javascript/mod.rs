@@ -25,8 +25,8 @@ use super::guest::{
 use super::stored::{self, Codec, Key, SnapshotStore, Stored};
 use super::watchdog::{self, Interrupt};
 use super::workspace::Workspace;
-use crate::job::Files;
 use crate::job::files::FileError;
+use crate::job::{Files, Runtime};
 
 /// The runner, compiled into the daemon so that the daemon and its guest protocol always match:
 /// the web APIs bundled from npm (`cargo xtask js-vendor`), those built on the host functions
@@ -157,6 +157,14 @@ fn event(program: &Program<'_>, max_result_bytes: usize) -> String {
 impl GuestFactory for JavascriptFactory {
     fn prepare(&self) -> Result<Option<Prepared>, BuildError> {
         Ok(self.template()?.1)
+    }
+
+    /// hyperlight-js's QuickJS, which does not say its version.
+    fn runtime(&self) -> Runtime {
+        Runtime {
+            name: "quickjs",
+            ..Runtime::default()
+        }
     }
 
     fn create(&self, output: Arc<OutputCapture>) -> Result<Box<dyn Guest>, BuildError> {

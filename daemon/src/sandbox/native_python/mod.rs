@@ -27,11 +27,11 @@ use super::guest::{
     RunnerReply, SavedState, Source, Template, saved_state, seed,
 };
 use super::watchdog::Interrupt;
-use crate::job::{Files, Policy, Stream, files::FileError};
+use crate::job::{Files, Policy, Runtime, Stream, files::FileError};
 
 /// What the guest says it has: its Python and its packages, with versions.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-pub struct About {
+struct About {
     pub python: String,
     pub packages: std::collections::BTreeMap<String, String>,
 }
@@ -132,11 +132,6 @@ impl NativePythonFactory {
         let snapshot = sandbox.snapshot().map_err(build_error)?;
         Ok(NativeTemplate { snapshot, about })
     }
-
-    /// What the guest has (made ready with the template).
-    pub fn about(&self) -> Result<About, BuildError> {
-        Ok(self.template()?.0.about.clone())
-    }
 }
 
 /// `builder` as every native sandbox is built: its output kept, not echoed, its environment,
@@ -171,6 +166,20 @@ impl GuestFactory for NativePythonFactory {
             poisoned: false,
             max_result_bytes: self.sizes.max_result_bytes,
         }))
+    }
+
+    /// What the runner reported when the template was made: Python's version, and every
+    /// package of the rootfs with its version.
+    fn runtime(&self) -> Runtime {
+        let about = self
+            .template()
+            .map(|(template, _)| template.about.clone())
+            .unwrap_or_default();
+        Runtime {
+            name: "native",
+            version: Some(about.python).filter(|v| !v.is_empty()),
+            packages: about.packages,
+        }
     }
 }
 

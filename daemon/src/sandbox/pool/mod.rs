@@ -28,7 +28,7 @@ use self::queue::{FairQueue, Refused};
 use self::worker::{Worker, timeout_outcome};
 use super::guest::{Captured, Guest, GuestFactory, OutputCapture, SavedState};
 use super::watchdog::Watchdog;
-use crate::job::{After, ExecError, Job, Language, Outcome, PoolCounts, Ran};
+use crate::job::{After, ExecError, Job, Language, Outcome, PoolCounts, Ran, Runtime};
 use crate::metrics::PoolMetrics;
 
 /// How long past a job's deadline the caller waits for the worker running it before answering
@@ -252,6 +252,7 @@ pub struct Pool {
     queue_depth: usize,
     queue: Arc<FairQueue<Task>>,
     shared: Arc<Shared>,
+    runtime: Runtime,
 }
 
 impl Pool {
@@ -308,6 +309,7 @@ impl Pool {
             queue_depth: config.queue_depth,
             queue,
             shared,
+            runtime: config.factory.runtime(),
         })
     }
 
@@ -376,6 +378,11 @@ impl Pool {
                 self.language
             )))
         })
+    }
+
+    /// What runs the pool's programs, as its template reported it.
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
     }
 
     /// Sandboxes idle, in all, and the pool's size.

@@ -8,7 +8,7 @@ use std::sync::{Condvar, Mutex};
 use super::*;
 use crate::job::files::FileError;
 use crate::job::{
-    Caller, FailureKind, FileLimits, Files, Outcome, Policy, SavedState, Status, Violation,
+    Caller, FailureKind, FileLimits, Files, Outcome, Policy, Runtime, SavedState, Status, Violation,
 };
 use crate::metrics::Metrics;
 use crate::sandbox::guest::{BuildError, GuestError, Program, Stream};
@@ -202,6 +202,13 @@ impl Guest for FakeGuest {
 struct FakeFactory(Arc<Control>);
 
 impl GuestFactory for FakeFactory {
+    fn runtime(&self) -> Runtime {
+        Runtime {
+            name: "fake",
+            ..Runtime::default()
+        }
+    }
+
     fn create(&self, output: Arc<OutputCapture>) -> Result<Box<dyn Guest>, BuildError> {
         self.0.builds.fetch_add(1, Ordering::SeqCst);
         Ok(Box::new(FakeGuest {

@@ -35,7 +35,7 @@ use super::stored::{self, Codec, Key, SnapshotStore, Stored};
 use super::watchdog::{self, Interrupt, Watchdog};
 use super::workspace::Workspace;
 use crate::job::files::FileError;
-use crate::job::{Files, Policy};
+use crate::job::{Files, Policy, Runtime};
 
 #[allow(missing_debug_implementations, clippy::all)]
 mod bindings {
@@ -349,9 +349,26 @@ impl PythonFactory {
     }
 }
 
+/// The CPython componentize-py compiles into the guest (its minor version): kept in step with
+/// xtask's `GUEST_PYTHON_VERSION`, which resolves packages for it.
+const WASI_PYTHON_VERSION: &str = "3.14";
+
 impl GuestFactory for PythonFactory {
     fn prepare(&self) -> Result<Option<Prepared>, BuildError> {
         Ok(self.template()?.1)
+    }
+
+    /// CPython compiled to WebAssembly, and the packages installed beside the runner.
+    fn runtime(&self) -> Runtime {
+        Runtime {
+            name: "webassembly",
+            version: Some(WASI_PYTHON_VERSION.to_owned()),
+            packages: self
+                .library
+                .as_ref()
+                .map(|library| library.packages())
+                .unwrap_or_default(),
+        }
     }
 
     /// A new micro-VM over the template's memory, with host functions of its own and a copy of
