@@ -218,6 +218,9 @@ pub const NDJSON: &str = "application/x-ndjson";
 /// output cap), then the response, exactly as `POST /v1/exec` would have answered it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
+// One event a line, made once and written out: the size of the largest (the response) is not
+// worth a box in every caller's match.
+#[allow(clippy::large_enum_variant)]
 pub enum ExecEvent {
     /// Written to standard output.
     Stdout {
@@ -228,6 +231,11 @@ pub enum ExecEvent {
     Stderr {
         /// The text, as the program wrote it.
         text: String,
+    },
+    /// Rich output the program showed (see [`ExecResponse::display`]).
+    Display {
+        /// MIME type to content: text as it is, binary types in base64.
+        data: BTreeMap<String, String>,
     },
     /// The program ended: the last line. Its `stdout` and `stderr` hold the whole output.
     Result(ExecResponse),
@@ -478,6 +486,13 @@ pub struct ErrorResponse {
     pub error: ErrorBody,
 }
 
+/// One item of rich output, in one or more representations, as a notebook's display data.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct DisplayData {
+    /// MIME type to content: text as it is, binary types (`image/png`) in base64.
+    pub data: BTreeMap<String, String>,
+}
+
 /// Body of a 200 answer to `POST /v1/exec`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ExecResponse {
@@ -488,11 +503,19 @@ pub struct ExecResponse {
     /// What the program wrote to standard error (`console.error`, `console.warn`), and the
     /// stack trace of an uncaught exception.
     pub stderr: String,
-    /// Whether stdout or stderr was cut at the daemon's output cap.
+    /// Whether stdout or stderr was cut at the daemon's output cap, or display data left out
+    /// at it.
     #[serde(default)]
     pub truncated: bool,
-    /// The value of the program's last expression statement as JSON, or null.
+    /// The value of the program's last expression statement as JSON, or null (null too when
+    /// that value is shown as display data instead: a figure, a table).
     pub result: serde_json::Value,
+    /// Rich output, in the order the program showed it: a matplotlib figure (`plt.show()`, or
+    /// a figure left as the last expression) as `image/png`; a pandas DataFrame or Series left
+    /// as the last expression as `text/html` and `text/plain`. Counted against the output cap
+    /// with stdout and stderr; an item past it is left out whole, and `truncated` is set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub display: Vec<DisplayData>,
     /// Set when `status` is not `ok`.
     pub error: Option<ErrorBody>,
     /// How long the program ran in its sandbox, in milliseconds.

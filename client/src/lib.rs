@@ -51,10 +51,10 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(90);
 const EXEC_MARGIN: Duration = Duration::from_secs(15);
 
 pub use hyperlightd_api::{
-    CreateSessionRequest, DEFAULT_SOCKET, ErrorBody, ErrorKind, ExecEvent, ExecLimits, ExecRequest,
-    ExecResponse, ExecSession, ExecStatus, FileData, FileInfo, FileList, FileMap, HealthResponse,
-    Language, Policy, Runtime, SOCKET_ENV, SandboxCounts, SessionCounts, SessionExecRequest,
-    SessionInfo, SessionLimits, SessionList, Violation,
+    CreateSessionRequest, DEFAULT_SOCKET, DisplayData, ErrorBody, ErrorKind, ExecEvent, ExecLimits,
+    ExecRequest, ExecResponse, ExecSession, ExecStatus, FileData, FileInfo, FileList, FileMap,
+    HealthResponse, Language, Policy, Runtime, SOCKET_ENV, SandboxCounts, SessionCounts,
+    SessionExecRequest, SessionInfo, SessionLimits, SessionList, Violation,
 };
 
 /// What can go wrong talking to the daemon.

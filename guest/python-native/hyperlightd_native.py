@@ -18,9 +18,16 @@ most about 68 KB:
   put(path, offset, data, last) -> None, or why the working directory's cap refuses it.
   remove(path) -> None: the program removed one of the request's files.
   reply(data) -> None: the next piece of the reply's UTF-8 text, base64.
+  display(data, last) -> whether the output cap leaves room: the next piece of a display item's
+      JSON text (an object of MIME type to content), base64; the item is complete at `last`.
+
+Rich output: plt.show() sends each open figure as an `image/png` display item, and a figure
+(or something drawn on one) or a pandas DataFrame or Series left as the last expression is
+sent as one too (a table as `text/html` and `text/plain`) instead of being the result.
 """
 
 import base64
+import io
 import json
 import os
 import random
@@ -79,6 +86,15 @@ def warm() -> dict:
 
     for module in WARM:
         importlib.import_module(module)
+    import matplotlib.pyplot as plt
+
+    plt.show = _show
+    # Drawing loads the fonts: done here, it is in the template, not in a request's time.
+    figure = plt.figure(figsize=(1, 1))
+    figure.gca().plot([0, 1], [0, 1])
+    figure.gca().set_title("warm")
+    figure.savefig(io.BytesIO(), format="png")
+    plt.close(figure)
     os.makedirs(WORKDIR, exist_ok=True)
     os.chdir(WORKDIR)
     packages = {
@@ -175,6 +191,69 @@ def _deliver(reply: str):
     return None
 
 
+def _display(bundle: dict) -> bool:
+    """Sends the host one display item, after the output written before it; whether the output
+    cap leaves room."""
+    program.Output.flush()
+    data = json.dumps(bundle).encode("utf-8")
+    for start in range(0, len(data), PIECE):
+        last = start + PIECE >= len(data)
+        text = base64.b64encode(data[start : start + PIECE]).decode("ascii")
+        if not hyperlight.call("display", text, last):
+            return False
+    return True
+
+
+def _show_figure(figure) -> None:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", bbox_inches="tight")
+    image = base64.b64encode(buffer.getvalue()).decode("ascii")
+    _display({"image/png": image, "text/plain": repr(figure)})
+
+
+def _show(*_args, **_kwargs) -> None:
+    """plt.show(): every open figure as an image, then closed, as a notebook shows them."""
+    import matplotlib.pyplot as plt
+
+    for number in plt.get_fignums():
+        _show_figure(plt.figure(number))
+    plt.close("all")
+
+
+def _figure_of(value):
+    """The figure `value` is, or is drawn on (axes, a line, a list of lines); else None."""
+    figure_module = sys.modules.get("matplotlib.figure")
+    if figure_module is None:
+        return None
+    from matplotlib.artist import Artist
+
+    items = value if isinstance(value, (list, tuple)) and value else (value,)
+    if not all(isinstance(item, (Artist, figure_module.Figure)) for item in items):
+        return None
+    figure = items[0]
+    while figure is not None and not isinstance(figure, figure_module.Figure):
+        figure = getattr(figure, "figure", None)
+    return figure
+
+
+def _rich(value) -> bool:
+    """Sends `value` as display data when it is a figure or a pandas table; whether it did."""
+    figure = _figure_of(value)
+    if figure is not None:
+        import matplotlib.pyplot as plt
+
+        _show_figure(figure)
+        plt.close(figure)
+        return True
+    pandas = sys.modules.get("pandas")
+    if pandas is not None and isinstance(value, (pandas.DataFrame, pandas.Series)):
+        frame = value if isinstance(value, pandas.DataFrame) else value.to_frame()
+        html = frame._repr_html_() or frame.to_html(max_rows=60)
+        _display({"text/html": html, "text/plain": repr(value)})
+        return True
+    return False
+
+
 def hyperlightd_run(event: dict):
     """One request: its files into WORKDIR, its program run, the files it wrote back, the reply."""
     request = _request(event)
@@ -187,7 +266,8 @@ def hyperlightd_run(event: dict):
         code = PRIME if prime else request["code"]
         scope = program.scope(bool(request.get("session")) and not prime)
         policy = None if prime else request.get("policy")
-        reply = program.run(code, int(request["max_result_bytes"]), scope, program.stderr, policy)
+        max_result = int(request["max_result_bytes"])
+        reply = program.run(code, max_result, scope, program.stderr, policy, _rich)
     finally:
         program.Output.flush()
     if not prime:

@@ -303,9 +303,11 @@ def scope(session: bool) -> dict:
     return _session_scope
 
 
-def run(code: str, max_result_bytes: int, scope: dict, stderr, policy=None) -> str:
+def run(code: str, max_result_bytes: int, scope: dict, stderr, policy=None, rich=None) -> str:
     """Runs `code` in `scope` (after checking it against `policy`, when there is one) and returns
-    the reply; a failure's traceback goes to `stderr`."""
+    the reply; a failure's traceback goes to `stderr`. `rich(value)`, when given, may show the
+    last expression's value as display data instead (a figure, a table): then the result is
+    None."""
     try:
         tree = None
         if policy:
@@ -325,6 +327,8 @@ def run(code: str, max_result_bytes: int, scope: dict, stderr, policy=None) -> s
     try:
         exec(body, scope)
         value = eval(last, scope) if last is not None else None
+        if rich is not None and value is not None and rich(value):
+            value = None
     except MemoryError:
         return failure_reply("out_of_memory", "the program ran out of memory (MemoryError)")
     except SystemExit as error:

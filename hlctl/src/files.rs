@@ -2,10 +2,13 @@
 //! request, `--output-dir` saves the files the program wrote; `hlctl session files` lists and
 //! fetches a session's.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Component, Path, PathBuf};
 
-use hyperlightd_client::{Client, FileData, FileMap};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use hyperlightd_client::{Client, DisplayData, FileData, FileMap};
 
 use super::{exit, print_json, report};
 
@@ -68,6 +71,70 @@ pub fn save(files: &FileMap, dir: Option<&Path>) -> Result<(), String> {
                 .map_err(|e| format!("making {}: {e}", parent.display()))?;
         }
         std::fs::write(&path, bytes).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Prints a display item as it arrives: its text on stdout when it has no image (a table's
+/// `text/plain`); an image is saved, or named, once the program ends.
+pub fn show(data: &BTreeMap<String, String>) {
+    if image(data).is_none()
+        && let Some(text) = data.get("text/plain")
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{text}");
+        let _ = out.flush();
+    }
+}
+
+/// The image of a display item, with its file name extension.
+fn image(data: &BTreeMap<String, String>) -> Option<(&'static str, &String)> {
+    [
+        ("image/png", "png"),
+        ("image/jpeg", "jpg"),
+        ("image/svg+xml", "svg"),
+    ]
+    .into_iter()
+    .find_map(|(kind, extension)| Some((extension, data.get(kind)?)))
+}
+
+/// Saves the images of `display` under `dir` as `display-N.EXT` (N counts every display item
+/// from 1); without a directory, says on stderr how many there were. A name the program's own
+/// `files` took is not overwritten.
+pub fn save_display(
+    display: &[DisplayData],
+    files: &FileMap,
+    dir: Option<&Path>,
+) -> Result<(), String> {
+    let images: Vec<(usize, &str, &String)> = display
+        .iter()
+        .enumerate()
+        .filter_map(|(i, item)| image(&item.data).map(|(ext, data)| (i + 1, ext, data)))
+        .collect();
+    if images.is_empty() {
+        return Ok(());
+    }
+    let Some(dir) = dir else {
+        eprintln!(
+            "hlctl: the program showed {} image(s) (--output-dir DIR saves them)",
+            images.len()
+        );
+        return Ok(());
+    };
+    for (n, extension, data) in images {
+        let name = format!("display-{n}.{extension}");
+        if files.contains_key(&name) {
+            return Err(format!(
+                "the program wrote a file named {name}: image {n} not saved"
+            ));
+        }
+        let bytes = BASE64
+            .decode(data)
+            .map_err(|e| format!("the daemon sent image {n} not in base64: {e}"))?;
+        let path = dir.join(&name);
+        std::fs::create_dir_all(dir).map_err(|e| format!("making {}: {e}", dir.display()))?;
+        std::fs::write(&path, bytes).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        eprintln!("hlctl: image {n} saved as {}", path.display());
     }
     Ok(())
 }

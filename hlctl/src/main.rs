@@ -207,7 +207,8 @@ struct Limits {
     /// with NAME=PATH (`in/data.csv=./data.csv`); repeatable.
     #[arg(long, value_name = "[NAME=]PATH")]
     input: Vec<String>,
-    /// Save the files the program wrote (created or changed) under DIR.
+    /// Save the files the program wrote (created or changed) under DIR, and the images it
+    /// showed (a matplotlib figure) as display-N.png.
     #[arg(long, value_name = "DIR")]
     output_dir: Option<PathBuf>,
 }
@@ -295,7 +296,10 @@ async fn run_program(
             eprintln!("hlctl: the session was rolled back to its state before this program");
         }
     }
-    if let Err(message) = files::save(&response.files, limits.output_dir.as_deref()) {
+    let output_dir = limits.output_dir.as_deref();
+    let saved = files::save(&response.files, output_dir)
+        .and_then(|()| files::save_display(&response.display, &response.files, output_dir));
+    if let Err(message) = saved {
         eprintln!("hlctl: {message}");
         return exit::USAGE;
     }
@@ -333,6 +337,7 @@ async fn streamed(opened: Result<ExecStream, Error>) -> Result<ExecResponse, Err
             ExecEvent::Stderr { text } => {
                 let _ = std::io::stderr().lock().write_all(text.as_bytes());
             }
+            ExecEvent::Display { data } => files::show(data),
             ExecEvent::Result(_) | ExecEvent::Error { .. } => {}
         })
         .await

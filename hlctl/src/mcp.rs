@@ -79,10 +79,19 @@ fn definition(tool: &CodeTool) -> Tool {
     definition
 }
 
-/// The MCP form of a call's result: the rendering as text, the structured output, `isError`
-/// for a failed program or a call that did not run.
+/// The MCP form of a call's result: the rendering as text, then each image the program
+/// showed, the structured output, `isError` for a failed program or a call that did not run.
 fn call_result(result: ToolResult) -> CallToolResult {
-    let content = vec![ContentBlock::text(result.text)];
+    let mut content = vec![ContentBlock::text(result.text)];
+    // The figures the program showed, as images the client can show the user.
+    let shown = result.response.iter().flat_map(|r| &r.display);
+    content.extend(shown.filter_map(|item| {
+        let (kind, data) = item
+            .data
+            .iter()
+            .find(|(kind, _)| kind.starts_with("image/"))?;
+        Some(ContentBlock::image(data.clone(), kind.clone()))
+    }));
     let mut call = if result.is_error {
         CallToolResult::error(content)
     } else {

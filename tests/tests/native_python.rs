@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use hyperlightd_client::{
     CreateSessionRequest, ErrorKind, ExecRequest, ExecStatus, FileData, Language,
     SessionExecRequest,
@@ -300,4 +302,55 @@ async fn a_memory_bomb_is_out_of_memory_and_the_next_request_succeeds() {
     assert_eq!(bomb.error.expect("an error").kind, ErrorKind::OutOfMemory);
     let next = run(&daemon, py("import numpy as np\nint(np.arange(10).sum())")).await;
     assert_eq!(next.result, json!(45), "{next:?}");
+}
+
+const FIGURE_AND_FRAME: &str = "import matplotlib.pyplot as plt\nimport pandas as pd\n\
+    print('before')\nplt.plot([1, 4, 9])\nplt.title('squares')\nplt.show()\nprint('after')\n\
+    pd.DataFrame({'city': ['Oslo', 'Lima'], 'sales': [17, 6]})";
+
+#[tokio::test]
+async fn a_figure_comes_back_as_png_and_a_data_frame_as_html_and_text() {
+    let daemon = native_daemon(&[]).await;
+    let answer = run(&daemon, py(FIGURE_AND_FRAME)).await;
+    assert_eq!(answer.status, ExecStatus::Ok, "{answer:?}");
+    assert_eq!(
+        (answer.stdout.as_str(), &answer.result),
+        ("before\nafter\n", &json!(null))
+    );
+    assert_eq!(answer.display.len(), 2, "{:?}", answer.display);
+    let png = BASE64.decode(&answer.display[0].data["image/png"]).unwrap();
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+    let table = &answer.display[1].data;
+    assert!(table["text/html"].contains("<table") && table["text/html"].contains("Oslo"));
+    assert!(table["text/plain"].contains("Lima") && table["text/plain"].contains("17"));
+
+    // hlctl streams the same program: the table's text as it comes, the image saved.
+    let dir = tempfile::tempdir().unwrap();
+    let saved = dir.path().to_str().unwrap();
+    let out = daemon
+        .hlctl(
+            &[
+                "exec",
+                "--lang",
+                "python",
+                "--output-dir",
+                saved,
+                "-e",
+                FIGURE_AND_FRAME,
+            ],
+            "",
+        )
+        .await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        stdout.starts_with("before\nafter\n") && stdout.contains("Oslo"),
+        "{stdout}"
+    );
+    let image = std::fs::read(dir.path().join("display-1.png")).unwrap();
+    assert!(image.starts_with(b"\x89PNG"), "not a PNG");
+    assert!(
+        !dir.path().join("display-2.png").exists(),
+        "a table is no image"
+    );
 }

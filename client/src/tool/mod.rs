@@ -132,6 +132,9 @@ pub struct ToolOutput {
     pub result: Value,
     /// Why the call failed, and what to do about it.
     pub error: Option<ToolError>,
+    /// The rich output the program showed (figures, tables), in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub display: Vec<ToolDisplay>,
     /// Whether the daemon cut the output at its cap (the program ran on).
     pub truncated: bool,
     /// With sessions: the call timed out, ran out of memory or crashed, and the session is
@@ -146,6 +149,25 @@ pub struct ToolOutput {
     pub cut_to_budget: bool,
     /// How long the execution took, when it ran.
     pub duration_ms: Option<f64>,
+}
+
+/// One item of rich output, as the model is told of it: the image itself stays in the
+/// response (`response.display`), for the application to show (`hlctl mcp` attaches it as an
+/// MCP image).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ToolDisplay {
+    /// Its position in the response's `display` list.
+    pub index: usize,
+    /// The image's MIME type, when it is one (`image/png`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// The image's size in bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_bytes: Option<usize>,
+    /// Its text form (a table's `text/plain`), cut to the budget when over it; none for an
+    /// image.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
 }
 
 /// A failure and the advice a model needs to recover from it.
@@ -330,6 +352,7 @@ impl CodeTool {
             stderr: cut.stderr,
             result: cut.result,
             error,
+            display: render::display(&response.display, self.budget),
             truncated: response.truncated,
             rolled_back: response.session.as_ref().is_some_and(|s| s.rolled_back),
             notice: notice.map(str::to_owned),
@@ -404,6 +427,7 @@ impl ToolOutput {
             stdout: String::new(),
             stderr: String::new(),
             result: Value::Null,
+            display: Vec::new(),
             error: Some(ToolError {
                 kind,
                 message,

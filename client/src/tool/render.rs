@@ -3,10 +3,10 @@
 
 use std::fmt::Write as _;
 
-use hyperlightd_api::{ErrorKind, Language};
+use hyperlightd_api::{DisplayData, ErrorKind, Language};
 use serde_json::Value;
 
-use super::{DaemonFacts, ToolOutput, ToolStatus};
+use super::{DaemonFacts, ToolDisplay, ToolOutput, ToolStatus};
 
 /// Advice when the daemon cannot be reached.
 pub(super) const UNREACHABLE: &str = "Nothing ran: the code execution service is not reachable \
@@ -336,6 +336,33 @@ fn cut_middle(text: &str, keep: usize) -> String {
 }
 
 /// The rendering a model reads.
+/// What the model is told of each display item: an image by its type and size, anything else
+/// by its `text/plain`, each cut to a quarter of the budget.
+pub(super) fn display(items: &[DisplayData], budget: usize) -> Vec<ToolDisplay> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(index, item)| {
+            let image = item
+                .data
+                .iter()
+                .find(|(kind, _)| kind.starts_with("image/"));
+            ToolDisplay {
+                index,
+                image: image.map(|(kind, _)| kind.clone()),
+                image_bytes: image.map(|(_, data)| data.len() / 4 * 3),
+                text: match image {
+                    Some(_) => None,
+                    None => item
+                        .data
+                        .get("text/plain")
+                        .map(|t| cut_middle(t, budget / 4)),
+                },
+            }
+        })
+        .collect()
+}
+
 pub(super) fn text(output: &ToolOutput, context: &Context<'_>) -> String {
     let mut text = String::new();
     let status = match output.status {
@@ -357,6 +384,26 @@ pub(super) fn text(output: &ToolOutput, context: &Context<'_>) -> String {
     for (name, stream) in [("stdout", &output.stdout), ("stderr", &output.stderr)] {
         if !stream.is_empty() {
             let _ = writeln!(text, "{name}:\n{}", stream.trim_end_matches('\n'));
+        }
+    }
+    for item in &output.display {
+        let n = item.index + 1;
+        match (&item.image, &item.text) {
+            (Some(kind), _) => {
+                let kib = item.image_bytes.unwrap_or(0).div_ceil(1024);
+                let _ = writeln!(
+                    text,
+                    "display {n}: a figure was produced ({kind}, {kib} KiB); it comes with this \
+                     result as display[{}] for the user to see, not as text",
+                    item.index
+                );
+            }
+            (None, Some(shown)) => {
+                let _ = writeln!(text, "display {n}:\n{}", shown.trim_end_matches('\n'));
+            }
+            (None, None) => {
+                let _ = writeln!(text, "display {n}: rich output with no text form");
+            }
         }
     }
     if let Some(error) = &output.error {

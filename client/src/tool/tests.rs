@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use hyperlightd_api::{ErrorBody, ExecLimits};
+use hyperlightd_api::{DisplayData, ErrorBody, ExecLimits};
 use serde_json::json;
 
 use super::*;
@@ -52,6 +52,7 @@ fn response(status: ExecStatus, kind: Option<ErrorKind>, stdout: &str) -> ExecRe
         queued_ms: 0.5,
         session: None,
         files: Default::default(),
+        display: Vec::new(),
     }
 }
 
@@ -173,6 +174,38 @@ fn the_description_tells_a_model_what_it_needs() {
     }
     let unknown = CodeTool::new(Client::connect("/x"), DaemonFacts::unknown()).description();
     assert!(!unknown.contains("Limits:"), "{unknown}");
+}
+
+#[test]
+fn a_figure_is_named_and_a_table_shown_as_text() {
+    let mut answer = response(ExecStatus::Ok, None, "");
+    let item = |pairs: &[(&str, &str)]| DisplayData {
+        data: pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    };
+    answer.display = vec![
+        item(&[("image/png", &"A".repeat(4096)), ("text/plain", "<Figure>")]),
+        item(&[("text/html", "<table/>"), ("text/plain", "   a\n0  1")]),
+    ];
+    let result = tool().ran(answer, Language::Python, None, None);
+    assert!(
+        result
+            .text
+            .contains("display 1: a figure was produced (image/png, 3 KiB)"),
+        "{}",
+        result.text
+    );
+    assert!(
+        result.text.contains("display 2:\n   a\n0  1"),
+        "{}",
+        result.text
+    );
+    assert!(!result.text.contains("<Figure>") && !result.text.contains("AAAA"));
+    let output = serde_json::to_value(&result.output).unwrap();
+    assert_eq!(output["display"][0]["image"], "image/png");
+    assert_eq!(output["display"][1]["text"], "   a\n0  1");
 }
 
 #[test]

@@ -184,6 +184,7 @@ pub fn ok_outcome(stdout: &str, result: serde_json::Value) -> Outcome {
         stderr: String::new(),
         truncated: false,
         result,
+        display: Vec::new(),
         error: None,
         session: None,
         files: Default::default(),

@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::ApiError;
-use crate::job::{OutputChunk, Stream};
+use crate::job::{Display, OutputChunk, Stream};
 
 /// Every answer's body: whole, or a stream of lines.
 pub type Body = Either<Full<Bytes>, Lines>;
@@ -121,9 +121,16 @@ fn joined_result(
 }
 
 fn event(chunk: OutputChunk) -> ExecEvent {
-    match chunk.stream {
-        Stream::Stdout => ExecEvent::Stdout { text: chunk.text },
-        Stream::Stderr => ExecEvent::Stderr { text: chunk.text },
+    match chunk {
+        OutputChunk::Text {
+            stream: Stream::Stdout,
+            text,
+        } => ExecEvent::Stdout { text },
+        OutputChunk::Text {
+            stream: Stream::Stderr,
+            text,
+        } => ExecEvent::Stderr { text },
+        OutputChunk::Display(Display { data }) => ExecEvent::Display { data },
     }
 }
 

@@ -150,6 +150,7 @@ async fn exec_with_guest_error_is_still_200() {
             stderr: "stack".into(),
             truncated: false,
             result: serde_json::Value::Null,
+            display: Vec::new(),
             error: Some(crate::job::Failure::new(
                 crate::job::FailureKind::Exception,
                 "Error: boom",

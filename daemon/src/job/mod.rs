@@ -13,6 +13,7 @@ mod health;
 mod outcome;
 mod state;
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -120,13 +121,36 @@ impl Stream {
     }
 }
 
-/// A piece of a program's output, as the program wrote it (within its output cap).
+/// A piece of a program's output, as the program wrote or showed it (within its output cap).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutputChunk {
-    /// Where it was written.
-    pub stream: Stream,
-    /// What was written.
-    pub text: String,
+pub enum OutputChunk {
+    /// Text written to a stream.
+    Text {
+        /// Where it was written.
+        stream: Stream,
+        /// What was written.
+        text: String,
+    },
+    /// Rich output shown.
+    Display(Display),
+}
+
+/// Rich output a program showed (a figure, a table): one item in one or more
+/// representations, MIME type to content (binary content in base64), as a notebook's display
+/// data.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Display {
+    pub data: BTreeMap<String, String>,
+}
+
+impl Display {
+    /// What it counts against the output cap: every type's name and content.
+    pub fn size(&self) -> usize {
+        self.data
+            .iter()
+            .map(|(kind, content)| kind.len() + content.len())
+            .sum()
+    }
 }
 
 /// Where a job's output goes while it runs, for a caller that sees it as it comes. The caller

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
-use super::Files;
+use super::{Display, Files};
 
 /// How a program's run ended. Produced for every job the executor accepts.
 #[derive(Debug, Clone, PartialEq)]
@@ -15,10 +15,12 @@ pub struct Outcome {
     pub stdout: String,
     /// Standard error, possibly truncated.
     pub stderr: String,
-    /// Whether stdout or stderr was cut at the output cap.
+    /// Whether stdout or stderr was cut at the output cap, or display data left out at it.
     pub truncated: bool,
     /// The program's result value (JSON null when none).
     pub result: serde_json::Value,
+    /// Rich output, in the order the program showed it.
+    pub display: Vec<Display>,
     /// Set when `status` is not `Ok`.
     pub error: Option<Failure>,
     /// For a session's exec: the session, and whether its state was rolled back.
@@ -46,6 +48,7 @@ impl Outcome {
             stderr,
             truncated,
             result: serde_json::Value::Null,
+            display: Vec::new(),
             error: Some(error),
             session: None,
             files: Files::new(),

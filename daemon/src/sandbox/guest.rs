@@ -5,7 +5,7 @@
 //! and writes its output into an [`OutputCapture`] through host functions.
 
 use std::any::Any;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use hyperlight_host::HyperlightError;
@@ -319,7 +319,7 @@ impl<T: Clone> Template<T> {
     }
 }
 
-pub use crate::job::{OutputChunk, OutputSink, SavedState, Stream};
+pub use crate::job::{Display, OutputChunk, OutputSink, SavedState, Stream};
 
 /// Output of the current execution, shared between the host functions a guest writes through
 /// and the worker that owns the guest. Holds at most the execution's limit of stdout and stderr
@@ -333,8 +333,25 @@ pub struct OutputCapture {
 struct CaptureState {
     limit: usize,
     captured: Captured,
+    /// Bytes of display data kept.
+    display_bytes: usize,
     /// Where what is kept also goes as it is written.
     sink: Option<OutputSink>,
+}
+
+impl CaptureState {
+    /// Bytes the cap has left.
+    fn room(&self) -> usize {
+        let used = self.captured.stdout.len() + self.captured.stderr.len() + self.display_bytes;
+        self.limit.saturating_sub(used)
+    }
+
+    fn send(&self, chunk: OutputChunk) {
+        if let Some(sink) = &self.sink {
+            // A caller that went away is the watchdog's business: the program is stopped.
+            let _ = sink.send(chunk);
+        }
+    }
 }
 
 /// What one execution wrote.
@@ -344,7 +361,9 @@ pub struct Captured {
     pub stdout: String,
     /// Standard error.
     pub stderr: String,
-    /// Whether anything was cut at the cap.
+    /// Rich output, in the order it was shown.
+    pub display: Vec<Display>,
+    /// Whether anything was cut, or left out, at the cap.
     pub truncated: bool,
 }
 
@@ -354,51 +373,73 @@ impl OutputCapture {
         OutputCapture::default()
     }
 
+    fn state(&self) -> MutexGuard<'_, CaptureState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Starts an execution: empties the capture and keeps at most `limit` bytes from now on,
     /// each write's kept part also sent to `sink` when there is one.
     pub fn begin(&self, limit: usize, sink: Option<OutputSink>) {
-        *self.state.lock().unwrap_or_else(PoisonError::into_inner) = CaptureState {
+        *self.state() = CaptureState {
             limit,
-            captured: Captured::default(),
             sink,
+            ..CaptureState::default()
         };
     }
 
     /// Appends `text` to `stream`, cut at a character boundary once the cap is reached.
     /// Returns whether there is room for more, so a runner can stop sending output early.
     pub fn write(&self, stream: Stream, text: &str) -> bool {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let CaptureState {
-            limit,
-            captured,
-            sink,
-        } = &mut *state;
-        let room = limit.saturating_sub(captured.stdout.len() + captured.stderr.len());
+        let mut state = self.state();
+        let room = state.room();
         let take = if text.len() <= room {
             text.len()
         } else {
-            captured.truncated = true;
+            state.captured.truncated = true;
             text.floor_char_boundary(room)
         };
         let target = match stream {
-            Stream::Stdout => &mut captured.stdout,
-            Stream::Stderr => &mut captured.stderr,
+            Stream::Stdout => &mut state.captured.stdout,
+            Stream::Stderr => &mut state.captured.stderr,
         };
         target.push_str(&text[..take]);
-        if let Some(sink) = sink.as_ref().filter(|_| take > 0) {
-            // A caller that went away is the watchdog's business: the program is stopped.
-            let _ = sink.send(OutputChunk {
-                stream,
-                text: text[..take].to_owned(),
-            });
+        if take > 0 {
+            let text = text[..take].to_owned();
+            state.send(OutputChunk::Text { stream, text });
         }
-        !captured.truncated
+        !state.captured.truncated
+    }
+
+    /// Keeps `item` when it fits in what the cap has left; one that does not is left out
+    /// whole (never half a picture), and the output is marked cut. Returns whether there is
+    /// room for more.
+    pub fn display(&self, item: Display) -> bool {
+        let mut state = self.state();
+        let size = item.size();
+        if size > state.room() {
+            state.captured.truncated = true;
+            return false;
+        }
+        state.display_bytes += size;
+        state.send(OutputChunk::Display(item.clone()));
+        state.captured.display.push(item);
+        !state.captured.truncated
+    }
+
+    /// Bytes the cap has left: a runner sending an item in pieces gives up past it.
+    pub fn room(&self) -> usize {
+        self.state().room()
+    }
+
+    /// Records that output was left out at the cap.
+    pub fn mark_truncated(&self) {
+        self.state().captured.truncated = true;
     }
 
     /// Takes what was written since `begin`, leaving the capture empty with no room (and no
     /// sink).
     pub fn take(&self) -> Captured {
-        std::mem::take(&mut *self.state.lock().unwrap_or_else(PoisonError::into_inner)).captured
+        std::mem::take(&mut *self.state()).captured
     }
 }
 
@@ -546,7 +587,7 @@ mod tests {
         capture.write(Stream::Stderr, "");
         capture.write(Stream::Stderr, "cdefgh");
         capture.write(Stream::Stdout, "past the cap");
-        let chunk = |stream, text: &str| OutputChunk {
+        let chunk = |stream, text: &str| OutputChunk::Text {
             stream,
             text: text.to_owned(),
         };
@@ -566,6 +607,35 @@ mod tests {
             Err(tokio::sync::mpsc::error::TryRecvError::Disconnected),
             "the capture lets go of the sink once the execution's output is taken"
         );
+    }
+
+    #[test]
+    fn display_items_share_the_cap_and_one_past_it_is_left_out_whole() {
+        let capture = OutputCapture::new();
+        let (sink, mut chunks) = tokio::sync::mpsc::unbounded_channel();
+        capture.begin(40, Some(sink));
+        let item = |text: &str| Display {
+            data: [("text/plain".to_owned(), text.to_owned())].into(),
+        };
+        capture.write(Stream::Stdout, "0123456789");
+        // 10 bytes of the type's name and 10 of content: 30 of 40 used.
+        assert!(capture.display(item("abcdefghij")));
+        assert!(!capture.display(item("too large for the rest")));
+        assert!(
+            !capture.write(Stream::Stdout, "0123456789ab"),
+            "10 bytes were left"
+        );
+        let captured = capture.take();
+        assert_eq!(captured.display, vec![item("abcdefghij")]);
+        assert_eq!(captured.stdout, "01234567890123456789");
+        assert!(captured.truncated);
+        let sent: Vec<OutputChunk> = std::iter::from_fn(|| chunks.try_recv().ok()).collect();
+        assert_eq!(
+            sent[1],
+            OutputChunk::Display(item("abcdefghij")),
+            "{sent:?}"
+        );
+        assert_eq!(sent.len(), 3, "nothing of the item left out: {sent:?}");
     }
 
     #[test]

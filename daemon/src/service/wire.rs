@@ -8,7 +8,7 @@ use std::time::SystemTime;
 use hyperlightd_api as api;
 
 use crate::job::{
-    Failure, FailureKind, Files, Language, Outcome, PoolCounts, Runtime, SessionCounts,
+    Display, Failure, FailureKind, Files, Language, Outcome, PoolCounts, Runtime, SessionCounts,
     SessionInfo, SessionRef, SessionSettings, Status,
 };
 
@@ -20,6 +20,7 @@ pub fn response(outcome: Outcome, queued_ms: f64, duration_ms: f64) -> api::Exec
         stderr: outcome.stderr,
         truncated: outcome.truncated,
         result: outcome.result,
+        display: outcome.display.into_iter().map(display).collect(),
         error: outcome.error.map(error_body),
         duration_ms,
         queued_ms,
@@ -122,6 +123,11 @@ pub fn sandbox_counts(
             (language, counts)
         })
         .collect()
+}
+
+fn display(item: Display) -> api::DisplayData {
+    let Display { data } = item;
+    api::DisplayData { data }
 }
 
 /// Each language's runtime and version.

@@ -44,6 +44,7 @@ fn outcome() -> Outcome {
         stderr: String::new(),
         truncated: false,
         result: serde_json::Value::Null,
+        display: Vec::new(),
         error: None,
         session: None,
         files: Files::new(),

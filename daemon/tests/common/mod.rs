@@ -36,6 +36,7 @@ impl Executor for Stub {
             stderr: String::new(),
             truncated: false,
             result: serde_json::json!(job.code.len()),
+            display: Vec::new(),
             error: None,
             session: None,
             files: Default::default(),

@@ -15,7 +15,7 @@ fn writer(writes: &'static [(Stream, &'static str)]) -> StubExecutor {
         let sink = job.output.as_ref();
         for (stream, text) in writes {
             if let Some(sink) = sink {
-                let _ = sink.send(OutputChunk {
+                let _ = sink.send(OutputChunk::Text {
                     stream: *stream,
                     text: text.to_string(),
                 });
@@ -152,7 +152,7 @@ impl Executor for Held {
 
     async fn exec(&self, job: Job) -> Result<Outcome, ExecError> {
         let sink = job.output.clone().unwrap();
-        sink.send(OutputChunk {
+        sink.send(OutputChunk::Text {
             stream: Stream::Stdout,
             text: "started\n".into(),
         })

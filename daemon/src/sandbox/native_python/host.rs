@@ -1,7 +1,7 @@
 //! The host functions of a native Python sandbox: what the runner
 //! (`guest/python-native/hyperlightd_native.py`) calls through hyperlight-unikraft. Each call
-//! carries at most about 68 KB, so an event, a file and a reply too large for one go in pieces,
-//! as base64.
+//! carries at most about 68 KB, so an event, a file, a display item and a reply too large for
+//! one go in pieces, as base64.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -10,7 +10,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use hyperlight_unikraft::SandboxBuilder;
 use serde::de::DeserializeOwned;
 
-use crate::job::{Files, Stream};
+use crate::job::{Display, Files, Stream};
 use crate::sandbox::guest::OutputCapture;
 use crate::sandbox::workspace::Workspace;
 
@@ -34,6 +34,8 @@ struct CallState {
     paths: Vec<String>,
     /// The reply's text so far, when it comes in pieces.
     reply: Vec<u8>,
+    /// The display item being sent, so far.
+    display: Vec<u8>,
 }
 
 impl Host {
@@ -54,7 +56,7 @@ impl Host {
         *self.state() = CallState {
             event,
             paths: files.keys().cloned().collect(),
-            reply: Vec::new(),
+            ..CallState::default()
         };
     }
 
@@ -65,7 +67,8 @@ impl Host {
 
     /// `builder` with this host's functions.
     pub fn register(self: &Arc<Self>, builder: SandboxBuilder) -> SandboxBuilder {
-        let (write, event, file, put, remove, reply) = (
+        let (write, event, file, put, remove, reply, display) = (
+            self.clone(),
             self.clone(),
             self.clone(),
             self.clone(),
@@ -114,6 +117,27 @@ impl Host {
                 // was never there has nothing to remove.
                 let _ = remove.work.remove_file(&path);
                 Ok("null".to_owned())
+            })
+            .host_function("display", move |args| {
+                let (data, last): (String, bool) = parse(args)?;
+                let bytes = BASE64.decode(data).map_err(|e| e.to_string())?;
+                let item = {
+                    let mut state = display.state();
+                    if state.display.len() + bytes.len() > display.output.room() {
+                        // Never held past the cap, however many pieces the guest sends.
+                        state.display = Vec::new();
+                        display.output.mark_truncated();
+                        return Ok("false".to_owned());
+                    }
+                    state.display.extend_from_slice(&bytes);
+                    if !last {
+                        return Ok("true".to_owned());
+                    }
+                    std::mem::take(&mut state.display)
+                };
+                let data = serde_json::from_slice(&item)
+                    .map_err(|e| format!("a display item is not an object of strings: {e}"))?;
+                Ok(display.output.display(Display { data }).to_string())
             })
             .host_function("reply", move |args| {
                 let (data,): (String,) = parse(args)?;

@@ -11,7 +11,7 @@ use crate::job::{
     Caller, FailureKind, FileLimits, Files, Outcome, Policy, Runtime, SavedState, Status, Violation,
 };
 use crate::metrics::Metrics;
-use crate::sandbox::guest::{BuildError, GuestError, Program, Stream};
+use crate::sandbox::guest::{BuildError, GuestError, OutputChunk, Program, Stream};
 use crate::sandbox::watchdog::Interrupt;
 
 /// What the test controls and observes, shared by every fake sandbox of a pool.
@@ -544,17 +544,25 @@ async fn output_reaches_a_watching_caller_as_it_is_written_and_its_going_away_st
         outcome.stdout, "hello",
         "the outcome keeps the whole output"
     );
-    let chunk = chunks.recv().await.unwrap();
     assert_eq!(
-        (chunk.stream, chunk.text.as_str()),
-        (Stream::Stdout, "hello")
+        chunks.recv().await.unwrap(),
+        OutputChunk::Text {
+            stream: Stream::Stdout,
+            text: "hello".to_owned()
+        }
     );
 
     let (sink, mut chunks) = tokio::sync::mpsc::unbounded_channel();
     let mut spinning = job("print-spin:working", 60_000);
     spinning.output = Some(sink);
     let running = tokio::spawn(async move { submit(&pool, spinning).await });
-    assert_eq!(chunks.recv().await.unwrap().text, "working");
+    assert_eq!(
+        chunks.recv().await.unwrap(),
+        OutputChunk::Text {
+            stream: Stream::Stdout,
+            text: "working".to_owned()
+        }
+    );
     drop(chunks);
     // The program spins until interrupted, and its limit is a minute away: only the caller's
     // going away can end it within the bound of this wait.

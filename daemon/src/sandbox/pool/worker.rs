@@ -335,6 +335,7 @@ impl Worker {
                         stderr: with_refusal(captured.stderr, over, job.file_limits),
                         truncated: captured.truncated,
                         result,
+                        display: captured.display,
                         error: None,
                         session: None,
                         files: changed(&job.files, &files),
@@ -446,7 +447,10 @@ pub(super) fn build_sandbox(
 /// The outcome of a program that failed with `error`, with the output it wrote (timed by the
 /// caller).
 fn error_outcome(error: Failure, captured: Captured) -> Outcome {
-    Outcome::failed(error, captured.stdout, captured.stderr, captured.truncated)
+    Outcome {
+        display: captured.display,
+        ..Outcome::failed(error, captured.stdout, captured.stderr, captured.truncated)
+    }
 }
 
 /// The files of `after` that are not in `before` as they are there.
