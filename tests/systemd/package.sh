@@ -51,6 +51,10 @@ js=$(runuser -u alice -- hlctl exec --lang js -e '6 * 7') || fail "alice's JavaS
 [ "$js" = 42 ] || fail "alice's JavaScript printed $js"
 py=$(runuser -u alice -- hlctl exec --lang python -e 'sum(range(10))') || fail "alice's Python"
 [ "$py" = 45 ] || fail "alice's Python printed $py"
+# The package serves Python with the native runtime: pandas is there.
+pd=$(runuser -u alice -- hlctl exec --lang python -e 'import pandas as pd; int(pd.Series([1, 2, 3]).sum())') \
+    || fail "alice's pandas"
+[ "$pd" = 6 ] || fail "alice's pandas printed $pd"
 
 check "bob, outside the group, cannot reach the socket"
 runuser -u bob -- hlctl health > /dev/null 2>&1
@@ -61,7 +65,7 @@ check "the audit log"
 audit=/var/log/hyperlightd/audit.log
 cat "$audit"
 alice=$(id -u alice)
-[ "$(grep -c "\"audit\":\"exec\".*\"uid\":$alice," "$audit")" = 2 ] || fail "not two exec lines of alice"
+[ "$(grep -c "\"audit\":\"exec\".*\"uid\":$alice," "$audit")" = 3 ] || fail "not three exec lines of alice"
 [ "$(stat -c '%a %U' "$audit")" = "640 hyperlightd" ] || fail "audit log mode: $(stat -c '%a %U' "$audit")"
 
 check "systemd-analyze security, on the running unit"

@@ -2,7 +2,11 @@
 //! operator installs on a KVM host with `apt install ./hyperlightd_*.deb`:
 //!
 //! - `/usr/bin/hyperlightd`, `/usr/bin/hlctl`;
-//! - `/usr/lib/hyperlightd/python.aot` and `python-lib.tar`, the compiled Python guest;
+//! - `/usr/lib/hyperlightd/python.cpio`, the native Python guest's root filesystem (Debian's
+//!   CPython with the scientific stack, `cargo xtask native-python`), which the unit serves
+//!   Python with;
+//! - `/usr/lib/hyperlightd/python.aot` and `python-lib.tar`, the WebAssembly Python guest
+//!   (`--python-runtime wasm`);
 //! - `/lib/systemd/system/hyperlightd.service`, `/usr/lib/sysusers.d/hyperlightd.conf`, and
 //!   `/etc/default/hyperlightd` (a conffile: the operator's options);
 //! - `/usr/share/doc/hyperlightd/`: the README and each program's `--help`.
@@ -82,6 +86,7 @@ pub fn dist(debug: bool, guest: Option<PathBuf>) -> Result<PathBuf> {
         Some(guest) => guest,
         None => python_guest(None)?,
     };
+    let rootfs = crate::native_python::native_python(None)?;
     let target = vm::target_dir()?;
     let version = env!("CARGO_PKG_VERSION");
     let name = format!("hyperlightd_{version}_amd64");
@@ -92,7 +97,7 @@ pub fn dist(debug: bool, guest: Option<PathBuf>) -> Result<PathBuf> {
     }
     let bin = target.join(profile);
     let repo = workspace_root()?;
-    let files: [(PathBuf, &str, u32); 8] = [
+    let files: [(PathBuf, &str, u32); 9] = [
         (bin.join("hyperlightd"), "usr/bin/hyperlightd", 0o755),
         (bin.join("hlctl"), "usr/bin/hlctl", 0o755),
         (guest.clone(), "usr/lib/hyperlightd/python.aot", 0o644),
@@ -101,6 +106,7 @@ pub fn dist(debug: bool, guest: Option<PathBuf>) -> Result<PathBuf> {
             "usr/lib/hyperlightd/python-lib.tar",
             0o644,
         ),
+        (rootfs, "usr/lib/hyperlightd/python.cpio", 0o644),
         (
             repo.join("systemd/hyperlightd.service"),
             "lib/systemd/system/hyperlightd.service",

@@ -611,7 +611,7 @@ fn list_tests(binary: &Path) -> Result<Vec<String>> {
 
 fn demo() -> Result<()> {
     build_daemon_and_hlctl()?;
-    let python = python_guest(None)?;
+    let python = native_python::native_python(None)?;
     let root = workspace_root()?;
     let bin = vm::target_dir()?.join("debug");
     on_kvm(
@@ -622,7 +622,7 @@ fn demo() -> Result<()> {
             bin.to_string_lossy().into_owned(),
             python.to_string_lossy().into_owned(),
         ],
-        Duration::from_secs(600),
+        Duration::from_secs(900),
         &[],
         vm::Tcg::Single,
     )
