@@ -12,7 +12,9 @@
 //! - `library`: the Python guest's library and packages (see python_library.rs);
 //! - `sessions`: session execs, forks, saved states (see sessions.rs);
 //! - `baseline`: a plain exec against the daemon from before issue 16, and what files, a
-//!   policy and streaming cost when used (see baseline.rs).
+//!   policy and streaming cost when used (see baseline.rs);
+//! - `native`: native Python against WebAssembly Python and upstream's `hluk bench
+//!   warm-restore` (see native.rs).
 //!
 //! Each part prints its rows and targets and writes `<out>/<part>.json`; `--summary` prints
 //! every target from those files. Run it where KVM runs Hyperlight guests: `cargo xtask bench`
@@ -26,6 +28,7 @@ mod common;
 mod concurrency;
 mod direct;
 mod latency;
+mod native;
 mod process;
 mod python_library;
 mod refill;
@@ -65,6 +68,7 @@ enum Part {
     Library,
     Sessions,
     Baseline,
+    Native,
 }
 
 impl Part {
@@ -105,6 +109,12 @@ struct Args {
     /// The Python guest built with sympy, networkx and python-dateutil, for `library`.
     #[arg(long)]
     python_packages_guest: Option<PathBuf>,
+    /// The native Python guest's rootfs (`cargo xtask native-python`), for `native`.
+    #[arg(long)]
+    python_rootfs: Option<PathBuf>,
+    /// Upstream's `hluk` (hyperlight-unikraft's CLI), the anchor of `native`.
+    #[arg(long)]
+    hluk: Option<PathBuf>,
     /// The daemon from before issue 16, for `baseline` (`cargo xtask bench` builds it).
     #[arg(long)]
     baseline_daemon: Option<PathBuf>,
@@ -171,6 +181,7 @@ async fn run(part: Part, args: &Args) -> Result<PartReport> {
         Part::Sustained => sustained::run(args).await,
         Part::Baseline => baseline::run(args).await,
         Part::Library => library(args).await,
+        Part::Native => native::run(args).await,
         Part::Sessions => {
             let figures = sessions::session_costs(args).await?;
             sessions::print(&figures, common::print_row);
