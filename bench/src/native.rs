@@ -105,7 +105,11 @@ pub async fn run(args: &Args) -> Result<PartReport> {
     wait_until_idle(&daemon.client).await?;
     let one_mib = resident_mib(daemon.child.id())?;
     let mut programs = Vec::new();
-    for (name, code) in [("trivial", PYTHON_BODY), ("numpy", NUMPY), ("pandas", PANDAS)] {
+    for (name, code) in [
+        ("trivial", PYTHON_BODY),
+        ("numpy", NUMPY),
+        ("pandas", PANDAS),
+    ] {
         eprintln!("(n) native: {name} ...");
         let request = ExecRequest::new(Language::Python, code);
         programs.push(Program {
@@ -174,7 +178,10 @@ fn targets(figures: &Figures) -> Vec<Target> {
 fn print(figures: &Figures) {
     println!("\n(n) native Python against WebAssembly and the upstream anchor (hluk)");
     for p in &figures.programs {
-        print_row(&format!("(n) {}: native, warm at the client", p.name), &p.native);
+        print_row(
+            &format!("(n) {}: native, warm at the client", p.name),
+            &p.native,
+        );
         match &p.wasm {
             Some(wasm) => print_row(&format!("(n) {}: WebAssembly, warm", p.name), wasm),
             None if p.name == "trivial" => println!("(n) {}: WebAssembly NOT RUN", p.name),
@@ -195,7 +202,10 @@ fn print(figures: &Figures) {
         figures.rootfs_bytes as f64 / 1e6,
         figures
             .snapshot_bytes
-            .map_or("not measured".to_owned(), |b| format!("{:.1} MB", b as f64 / 1e6)),
+            .map_or("not measured".to_owned(), |b| format!(
+                "{:.1} MB",
+                b as f64 / 1e6
+            )),
     );
 }
 
@@ -210,7 +220,14 @@ impl Anchor {
         let snapshot = tempfile::tempdir()?;
         eprintln!("(n) hluk snapshot save ...");
         let output = Command::new(hluk)
-            .args(["snapshot", "save", "--scratch-mb", MEMORY_MIB, "--warm-exec", ANCHOR_WARM])
+            .args([
+                "snapshot",
+                "save",
+                "--scratch-mb",
+                MEMORY_MIB,
+                "--warm-exec",
+                ANCHOR_WARM,
+            ])
             .arg("--initrd")
             .arg(rootfs)
             .arg("--output")
@@ -218,7 +235,10 @@ impl Anchor {
             .output()
             .context("running hluk snapshot save")?;
         if !output.status.success() {
-            bail!("hluk snapshot save: {}", String::from_utf8_lossy(&output.stderr));
+            bail!(
+                "hluk snapshot save: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
         }
         Ok(Anchor {
             hluk: hluk.to_owned(),
@@ -238,7 +258,10 @@ impl Anchor {
             .output()
             .context("running hluk bench warm-restore")?;
         if !output.status.success() {
-            bail!("hluk bench warm-restore: {}", String::from_utf8_lossy(&output.stderr));
+            bail!(
+                "hluk bench warm-restore: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
         }
         let samples: Vec<Duration> = String::from_utf8_lossy(&output.stdout)
             .lines()

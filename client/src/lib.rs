@@ -438,6 +438,48 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_stream_goes_on_past_display_events_to_its_response() {
+        use tokio::io::AsyncWriteExt;
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("stream.sock");
+        let listener = UnixListener::bind(&socket).unwrap();
+        let lines = concat!(
+            r#"{"type":"stdout","text":"before\n"}"#,
+            "\n",
+            r#"{"type":"display","data":{"image/png":"iVBORw0=","text/plain":"<Figure>"}}"#,
+            "\n",
+            r#"{"type":"result","status":"ok","stdout":"before\n","stderr":"","result":null,"#,
+            r#""error":null,"duration_ms":1.0,"display":[{"data":{"text/plain":"<Figure>"}}]}"#,
+            "\n",
+        );
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut request = vec![0u8; 4096];
+            let _ = stream.read(&mut request).await;
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: {}\r\ncontent-length: {}\r\n\
+                 connection: close\r\n\r\n",
+                hyperlightd_api::NDJSON,
+                lines.len()
+            );
+            stream.write_all(head.as_bytes()).await.unwrap();
+            stream.write_all(lines.as_bytes()).await.unwrap();
+        });
+        let mut seen = Vec::new();
+        let opened = Client::connect(&socket).exec_stream(&program()).await;
+        let response = opened
+            .unwrap()
+            .finish(|event| seen.push(event.clone()))
+            .await
+            .unwrap();
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        assert!(
+            matches!(&seen[1], ExecEvent::Display { data } if data["text/plain"] == "<Figure>")
+        );
+        assert_eq!(response.display.len(), 1);
+    }
+
+    #[tokio::test]
     async fn nothing_listening_is_unreachable_and_safe_to_retry() {
         let dir = tempfile::tempdir().unwrap();
         let err = Client::connect(dir.path().join("none.sock"))

@@ -101,10 +101,12 @@ impl ExecStream {
             return None;
         }
         let event = self.read().await;
-        self.ended = !matches!(
-            event,
-            Ok(ExecEvent::Stdout { .. } | ExecEvent::Stderr { .. })
-        );
+        self.ended = match &event {
+            Ok(ExecEvent::Stdout { .. } | ExecEvent::Stderr { .. } | ExecEvent::Display { .. }) => {
+                false
+            }
+            Ok(ExecEvent::Result(_) | ExecEvent::Error { .. }) | Err(_) => true,
+        };
         Some(event)
     }
 

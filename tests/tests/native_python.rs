@@ -118,6 +118,20 @@ async fn pandas_reads_a_csv_given_groups_it_and_writes_a_csv_that_comes_back() {
         !answer.files.contains_key("sales.csv"),
         "only what changed comes back"
     );
+
+    // The working directory's caps (8 MiB by default) hold when the files are sent back.
+    let big = run(&daemon, py("open('big.bin', 'wb').write(b'x' * 9_000_000)")).await;
+    assert_eq!(big.status, ExecStatus::Ok, "{big:?}");
+    assert!(
+        big.stderr.contains("hyperlightd: a write was refused"),
+        "{}",
+        big.stderr
+    );
+    let kept = big
+        .files
+        .get("big.bin")
+        .map_or(0, |f| f.to_bytes().unwrap().len());
+    assert!(kept <= 8 << 20, "{kept} bytes came back");
 }
 
 #[tokio::test]

@@ -20,7 +20,13 @@ pub fn hluk() -> Result<PathBuf> {
         step(
             "benchmark anchor: cargo install hyperlight-unikraft (hluk)",
             cargo()
-                .args(["install", "hyperlight-unikraft", "--locked", "--version", VERSION])
+                .args([
+                    "install",
+                    "hyperlight-unikraft",
+                    "--locked",
+                    "--version",
+                    VERSION,
+                ])
                 .arg("--root")
                 .arg(&root),
             Duration::from_secs(3600),

@@ -410,6 +410,23 @@ impl OutputCapture {
         !state.captured.truncated
     }
 
+    /// Writes `line` to `stream` on a line of its own: after a line break, if what the stream
+    /// holds does not end with one.
+    pub fn write_line(&self, stream: Stream, line: &str) -> bool {
+        let open = {
+            let state = self.state();
+            let text = match stream {
+                Stream::Stdout => &state.captured.stdout,
+                Stream::Stderr => &state.captured.stderr,
+            };
+            !text.is_empty() && !text.ends_with('\n')
+        };
+        if open {
+            self.write(stream, "\n");
+        }
+        self.write(stream, line)
+    }
+
     /// Keeps `item` when it fits in what the cap has left; one that does not is left out
     /// whole (never half a picture), and the output is marked cut. Returns whether there is
     /// room for more.

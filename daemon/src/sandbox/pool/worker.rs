@@ -24,7 +24,7 @@ use crate::job::files::{FileError, cap_in_words};
 use crate::metrics::PoolMetrics;
 use crate::sandbox::guest::{
     BuildError, Captured, Guest, GuestError, GuestFactory, OutputCapture, OutputSink, Program,
-    RunnerReply,
+    RunnerReply, Stream,
 };
 use crate::sandbox::watchdog::Watchdog;
 use crate::sys::signals::block_process_signals_on_this_thread;
@@ -325,14 +325,19 @@ impl Worker {
         let ran = started.elapsed();
         self.metrics.guest_call.observe(ran.as_secs_f64());
         debug!(call_ms = ran.as_secs_f64() * 1e3, "guest call returned");
+        let result = result.map(|reply| RunnerReply::parse(&reply));
+        if let (Ok(Ok(RunnerReply::Completed { .. })), Some(cap)) = (&result, over) {
+            // Said through the output, so that a streaming caller sees it too.
+            output.write_line(Stream::Stderr, &refusal(cap, job.file_limits));
+        }
         let captured = output.take();
         let (mut outcome, fate) = match result {
-            Ok(reply) => match RunnerReply::parse(&reply) {
+            Ok(parsed) => match parsed {
                 Ok(RunnerReply::Completed { result }) => (
                     Outcome {
                         status: Status::Ok,
                         stdout: captured.stdout,
-                        stderr: with_refusal(captured.stderr, over, job.file_limits),
+                        stderr: captured.stderr,
                         truncated: captured.truncated,
                         result,
                         display: captured.display,
@@ -462,21 +467,15 @@ fn changed(before: &Files, after: &Files) -> Files {
         .collect()
 }
 
-/// A completed program's stderr, with a last line saying that a write of its was refused at a
-/// cap, if one was (a program may not notice: Python drops an error closing a file it never
-/// closed itself).
-fn with_refusal(mut stderr: String, over: Option<FileError>, limits: FileLimits) -> String {
-    if let Some(cap) = over {
-        if !stderr.is_empty() && !stderr.ends_with('\n') {
-            stderr.push('\n');
-        }
-        stderr.push_str(&format!(
-            "hyperlightd: a write was refused: the working directory's cap is {}; what was \
-             refused is not in the files returned\n",
-            cap_in_words(cap, limits)
-        ));
-    }
-    stderr
+/// The line a completed program's stderr ends with when a write of its was refused at a cap
+/// (a program may not notice: Python drops an error closing a file it never closed itself, and
+/// the native guest's files meet the caps only when they are sent back).
+fn refusal(cap: FileError, limits: FileLimits) -> String {
+    format!(
+        "hyperlightd: a write was refused: the working directory's cap is {}; what was refused \
+         is not in the files returned\n",
+        cap_in_words(cap, limits)
+    )
 }
 
 /// An exception after a write was refused at the working directory's `cap`: the program failed
