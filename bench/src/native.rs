@@ -134,7 +134,7 @@ pub async fn run(args: &Args) -> Result<PartReport> {
     let mut snapshot_bytes = None;
     if let Some(hluk) = &args.hluk {
         let anchor = Anchor::save(hluk, rootfs)?;
-        snapshot_bytes = Some(dir_bytes(anchor.snapshot.path())?);
+        snapshot_bytes = Some(dir_bytes(&anchor.snapshot())?);
         for (program, code) in programs.iter_mut().zip([PYTHON_BODY, NUMPY, PANDAS]) {
             eprintln!("(n) hluk bench warm-restore: {} ...", program.name);
             program.anchor = Some(anchor.warm_restore(code, n)?);
@@ -212,12 +212,12 @@ fn print(figures: &Figures) {
 /// Upstream's CLI, with a snapshot of the rootfs taken after the daemon's imports.
 struct Anchor {
     hluk: PathBuf,
-    snapshot: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Anchor {
     fn save(hluk: &Path, rootfs: &Path) -> Result<Anchor> {
-        let snapshot = tempfile::tempdir()?;
+        let dir = tempfile::tempdir()?;
         eprintln!("(n) hluk snapshot save ...");
         let output = Command::new(hluk)
             .args([
@@ -231,7 +231,7 @@ impl Anchor {
             .arg("--initrd")
             .arg(rootfs)
             .arg("--output")
-            .arg(snapshot.path())
+            .arg(dir.path().join("snapshot"))
             .output()
             .context("running hluk snapshot save")?;
         if !output.status.success() {
@@ -242,17 +242,21 @@ impl Anchor {
         }
         Ok(Anchor {
             hluk: hluk.to_owned(),
-            snapshot,
+            dir,
         })
+    }
+
+    fn snapshot(&self) -> PathBuf {
+        self.dir.path().join("snapshot")
     }
 
     /// `n` runs of `code`, each in the warm sandbox and followed by a restore; the run times.
     fn warm_restore(&self, code: &str, n: usize) -> Result<Latency> {
-        let script = self.snapshot.path().with_extension("py");
+        let script = self.dir.path().join("program.py");
         std::fs::write(&script, code)?;
         let output = Command::new(&self.hluk)
             .args(["bench", "warm-restore"])
-            .arg(self.snapshot.path())
+            .arg(self.snapshot())
             .arg(&script)
             .args(["--samples", &n.to_string()])
             .output()
