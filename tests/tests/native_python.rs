@@ -13,8 +13,13 @@ use hyperlightd_client::{
 use hyperlightd_e2e::{Daemon, STEP_LIMIT, py, py_with_timeout, run, within};
 use serde_json::{Value, json};
 
+/// A daemon serving Python natively. A request that names no time limit gets 30 s: drawing a figure
+/// or fitting a model in a debug daemon under emulation takes seconds, and more while the
+/// machine is busy.
 async fn native_daemon(extra: &[&str]) -> Daemon {
-    Daemon::start_with_native_python(&["python=1"], extra).await
+    let mut args = vec!["--default-timeout-ms", "30000"];
+    args.extend_from_slice(extra);
+    Daemon::start_with_native_python(&["python=1"], &args).await
 }
 
 #[tokio::test]
