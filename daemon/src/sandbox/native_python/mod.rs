@@ -19,15 +19,16 @@ use hyperlight_unikraft::hyperlight_host::HyperlightError as Hyperlight18;
 use hyperlight_unikraft::{
     AppSandbox, Error as UnikraftError, Exec, SandboxBuilder, Snapshot, Yield,
 };
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use self::host::{Host, PIECE};
 use super::guest::{
     BuildError, Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, Prepared, Program,
-    RunnerReply, SavedState, Source, Template, saved_state, seed,
+    RunnerReply, SavedState, Source, Template, saved_state,
 };
+use super::python::Event;
 use super::watchdog::Interrupt;
-use crate::job::{Files, Policy, Runtime, Stream, files::FileError};
+use crate::job::{Files, Runtime, Stream, files::FileError};
 
 /// What the guest says it has: its Python and its packages, with versions.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -203,46 +204,6 @@ struct NativePythonGuest {
     max_result_bytes: usize,
 }
 
-/// The runner's event (see guest/python-native/hyperlightd_native.py).
-#[derive(Serialize)]
-struct Event<'a> {
-    code: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    policy: Option<&'a Policy>,
-    max_result_bytes: usize,
-    seed: String,
-    session: bool,
-    prime: bool,
-    files: Vec<FileEntry<'a>>,
-}
-
-#[derive(Serialize)]
-struct FileEntry<'a> {
-    path: &'a str,
-    size: usize,
-}
-
-impl<'a> Event<'a> {
-    fn new(program: &Program<'a>, max_result_bytes: usize, prime: bool) -> Event<'a> {
-        Event {
-            code: program.code,
-            policy: program.policy,
-            max_result_bytes,
-            seed: seed(),
-            session: program.session,
-            prime,
-            files: program
-                .files
-                .iter()
-                .map(|(path, bytes)| FileEntry {
-                    path,
-                    size: bytes.len(),
-                })
-                .collect(),
-        }
-    }
-}
-
 impl NativePythonGuest {
     /// Calls the runner with `event`, driving the guest until it answers or `deadline` passes
     /// (a program asleep is not in the VM, so the interrupt alone would not end it), and
@@ -345,7 +306,7 @@ fn exited(status: i32) -> GuestError {
 impl Guest for NativePythonGuest {
     fn run(&mut self, program: &Program<'_>, deadline: Instant) -> Result<String, GuestError> {
         self.host.work.begin(program.files, program.file_limits);
-        let event = Event::new(program, self.max_result_bytes, false);
+        let event = Event::program(program, self.max_result_bytes).with_files(program.files);
         self.call_runner(&event, program.files, deadline)
     }
 
@@ -385,8 +346,7 @@ impl Guest for NativePythonGuest {
     fn prime(&mut self) -> Result<bool, GuestError> {
         self.host.output.begin(0, None);
         self.host.work.begin(&Files::new(), Default::default());
-        let program = Program::fixed("");
-        let event = Event::new(&program, self.max_result_bytes, true);
+        let event = Event::prime(self.max_result_bytes);
         let reply = self.call_runner(&event, &Files::new(), Instant::now() + PRIME_LIMIT)?;
         self.host.work.take();
         RunnerReply::primed(&reply)?;

@@ -9,8 +9,11 @@
 //! (hyperlight-host's `SandboxBuilder::from_snapshot`, with the same host functions, and a copy
 //! of the template's host-side resource tables).
 
+mod event;
 mod library;
 mod wasi;
+
+pub(super) use self::event::Event;
 
 pub use self::library::{Library, LibraryError};
 
@@ -23,19 +26,18 @@ use hyperlight_host::func::Registerable;
 use hyperlight_host::sandbox::Callable;
 use hyperlight_host::{HostFunctions, HyperlightError, MultiUseSandbox};
 use hyperlight_wasm::Snapshot;
-use serde::Serialize;
 
 use self::bindings::root::component::RootExports;
 use self::wasi::{CallState, Portable, ToPortable, WasiHost};
 use super::guest::{
     BuildError, Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, Prepared, Program,
-    RunnerReply, SavedState, Template, from_template, saved_state, seed,
+    RunnerReply, SavedState, Template, from_template, saved_state,
 };
 use super::stored::{self, Codec, Key, SnapshotStore, Stored};
 use super::watchdog::{self, Interrupt, Watchdog};
 use super::workspace::Workspace;
 use crate::job::files::FileError;
-use crate::job::{Files, Policy, Runtime};
+use crate::job::{Files, Runtime};
 
 #[allow(missing_debug_implementations, clippy::all)]
 mod bindings {
@@ -406,45 +408,6 @@ impl GuestFactory for PythonFactory {
 /// How long the runner's priming call may take before the sandbox is given up. It runs a few
 /// milliseconds of fixed code; the limit only stops a sandbox that hangs (and ends its sleeps).
 const PRIME_LIMIT: Duration = Duration::from_secs(30);
-
-/// The runner's event (see guest/python/runner.py).
-#[derive(Serialize)]
-struct Event<'a> {
-    code: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    policy: Option<&'a Policy>,
-    max_result_bytes: usize,
-    /// 128 bits from the host's getrandom, in hex: the seed of the program's `random`.
-    seed: String,
-    /// Run the program in the session's globals.
-    session: bool,
-    /// Run the runner's priming program instead of `code`.
-    prime: bool,
-}
-
-impl<'a> Event<'a> {
-    fn program(program: &Program<'a>, max_result_bytes: usize) -> Event<'a> {
-        Event {
-            code: program.code,
-            policy: program.policy,
-            max_result_bytes,
-            seed: seed(),
-            session: program.session,
-            prime: false,
-        }
-    }
-
-    fn prime(max_result_bytes: usize) -> Event<'static> {
-        Event {
-            code: "",
-            policy: None,
-            max_result_bytes,
-            seed: seed(),
-            session: false,
-            prime: true,
-        }
-    }
-}
 
 /// Runs the runner's priming program (see `PRIME` in runner.py), with its output refused.
 fn prime<S: Callable>(
