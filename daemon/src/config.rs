@@ -573,6 +573,43 @@ mod tests {
     }
 
     #[test]
+    fn the_native_python_runtime_needs_its_rootfs_and_some_memory() {
+        let missing = parse(&[
+            "--pool",
+            "python=1",
+            "--python-runtime",
+            "native",
+            "--python-rootfs",
+            "/nonexistent/python.cpio",
+        ])
+        .unwrap();
+        assert!(matches!(
+            missing.pool_sizes(),
+            Err(ConfigError::PythonRootfsMissing(path)) if path.ends_with("python.cpio")
+        ));
+        // Without a Python pool the rootfs is not needed.
+        let unused = parse(&[
+            "--python-runtime",
+            "native",
+            "--python-rootfs",
+            "/nonexistent",
+        ]);
+        assert!(unused.unwrap().pool_sizes().is_ok());
+        let err = parse(&["--python-native-memory-mib", "0"])
+            .unwrap()
+            .limits()
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("--python-native-memory-mib"),
+            "{err}"
+        );
+        let err = parse(&["--python-runtime", "cobol"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("native") && err.contains("wasm"), "{err}");
+    }
+
+    #[test]
     fn pool_spec_with_zero_count_is_rejected() {
         let err = parse(&["--pool", "javascript=0"]).unwrap_err().to_string();
         assert!(err.contains("at least one sandbox"), "{err}");
