@@ -247,6 +247,21 @@ impl Daemon {
         std::fs::read_to_string(self.dir.path().join("daemon.log")).unwrap_or_default()
     }
 
+    /// How many times `language`'s template was made ready from `source` ("built", "loaded"),
+    /// as the daemon's metrics count it.
+    pub async fn templates(&self, language: &str, source: &str) -> u64 {
+        let metrics = within("metrics", STEP_LIMIT, self.client().metrics())
+            .await
+            .expect("metrics");
+        let series = format!(
+            r#"hyperlightd_sandbox_template_seconds_count{{language="{language}",source="{source}"}}"#
+        );
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(series.as_str()))
+            .map_or(0, |count| count.trim().parse().expect("a count"))
+    }
+
     /// Sends `signal` to the daemon.
     pub fn signal(&self, signal: Signal) {
         let child = self.child.as_ref().expect("the daemon is running");
@@ -418,4 +433,19 @@ impl Drop for Daemon {
             let _ = child.wait();
         }
     }
+}
+
+/// The templates of `language` saved in the snapshot directory `dir` (finished saves only).
+pub fn saved_templates(dir: &Path, language: &str) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("the snapshot directory")
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| {
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            name.starts_with(&format!("{language}-")) && path.join("key.json").is_file()
+        })
+        .collect();
+    found.sort();
+    found
 }

@@ -10,7 +10,7 @@ use hyperlightd_client::{
     CreateSessionRequest, ErrorKind, ExecRequest, ExecStatus, FileData, Language,
     SessionExecRequest,
 };
-use hyperlightd_e2e::{Daemon, STEP_LIMIT, py, py_with_timeout, run, within};
+use hyperlightd_e2e::{Daemon, STEP_LIMIT, py, py_with_timeout, run, saved_templates, within};
 use serde_json::{Value, json};
 
 /// A daemon serving Python natively. A request that names no time limit gets 30 s: drawing a figure
@@ -164,12 +164,16 @@ async fn scikit_learn_fits_and_predicts_and_scipy_optimises() {
 
 #[tokio::test]
 async fn random_numbers_differ_across_requests() {
-    let daemon = native_daemon(&[]).await;
+    draws_differ(&native_daemon(&[]).await).await;
+}
+
+/// Each source of randomness a program may use draws other numbers in two requests.
+async fn draws_differ(daemon: &Daemon) {
     let draw = "import random, os, secrets, uuid\nimport numpy as np\n\
                 [int(np.random.default_rng().integers(0, 2**62)), float(np.random.rand()), \
                 random.random(), os.urandom(8).hex(), secrets.token_hex(8), str(uuid.uuid4())]";
-    let first = run(&daemon, py(draw)).await;
-    let second = run(&daemon, py(draw)).await;
+    let first = run(daemon, py(draw)).await;
+    let second = run(daemon, py(draw)).await;
     assert_eq!(first.status, ExecStatus::Ok, "{first:?}");
     for i in 0..6 {
         assert_ne!(
@@ -373,3 +377,72 @@ async fn a_figure_comes_back_as_png_and_a_data_frame_as_html_and_text() {
         "a table is no image"
     );
 }
+
+/// With `--snapshot-dir` the template is saved once the daemon serves, with what the guest
+/// reported of itself; the next start loads it instead of booting the rootfs, and its
+/// sandboxes work and draw fresh numbers. A template saved with other settings is not used.
+#[tokio::test]
+async fn the_template_is_saved_and_the_next_start_loads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let snapshots = dir.path().join("snapshots");
+    let store = ["--snapshot-dir", snapshots.to_str().unwrap()];
+    let daemon = native_daemon(&store).await;
+    assert_eq!(daemon.templates("python", "built").await, 1);
+    let built = within("health", STEP_LIMIT, daemon.client().health())
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    loop {
+        if saved_templates(&snapshots, "python").len() == 1 {
+            break;
+        }
+        assert!(
+            started.elapsed() < SAVE_LIMIT,
+            "the template was not saved within {} s; daemon log:\n{}",
+            SAVE_LIMIT.as_secs(),
+            daemon.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    drop(daemon);
+
+    let daemon = native_daemon(&store).await;
+    let log = daemon.log();
+    assert_eq!(daemon.templates("python", "loaded").await, 1, "{log}");
+    assert_eq!(daemon.templates("python", "built").await, 0, "{log}");
+    let loaded = within("health", STEP_LIMIT, daemon.client().health())
+        .await
+        .unwrap();
+    assert_eq!(
+        (&loaded.runtimes, &loaded.packages),
+        (&built.runtimes, &built.packages),
+        "the runtime and its packages as the guest reported them when the template was built"
+    );
+    let frame = run(
+        &daemon,
+        py("import pandas as pd\npd.DataFrame({'a': [1, 2, 3]})['a'].sum().item()"),
+    )
+    .await;
+    assert_eq!(
+        (frame.status, &frame.result),
+        (ExecStatus::Ok, &json!(6)),
+        "{frame:?}"
+    );
+    draws_differ(&daemon).await;
+    drop(daemon);
+
+    // Another guest memory size: the saved template is not this daemon's; built, not loaded.
+    let mut other = store.to_vec();
+    other.extend(["--python-native-memory-mib", "768"]);
+    let daemon = native_daemon(&other).await;
+    assert_eq!(
+        daemon.templates("python", "loaded").await,
+        0,
+        "{}",
+        daemon.log()
+    );
+    assert_eq!(daemon.templates("python", "built").await, 1);
+}
+
+/// How long saving the template (about a GiB) may take once the daemon serves.
+const SAVE_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);

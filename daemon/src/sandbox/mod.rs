@@ -80,7 +80,11 @@ impl SandboxSettings {
             }
             Language::Python if self.python_rootfs.is_some() => {
                 let rootfs = self.python_rootfs.clone().unwrap_or_default();
-                Arc::new(NativePythonFactory::new(rootfs, self.native_python_sizes))
+                Arc::new(NativePythonFactory::new(
+                    rootfs,
+                    self.native_python_sizes,
+                    self.snapshots.clone(),
+                ))
             }
             Language::Python => {
                 let factory = PythonFactory::new(

@@ -5,8 +5,11 @@
 //! Python the component and its library). The key's SHA-256 names the directory, so a daemon
 //! finds only snapshots made for it; the others of its language are removed once it has saved
 //! its own. Each directory holds:
-//! - `oci/`: the snapshot, in hyperlight-host's OCI layout (`Snapshot::save`);
-//! - `extra`: what the language keeps beside the guest's memory (Python's resource tables);
+//! - `oci/`: the snapshot, in its Hyperlight's OCI layout ([`Persist`]: hyperlight-host's
+//!   `Snapshot::save` for the JavaScript and WebAssembly guests, hyperlight-unikraft's
+//!   `save_snapshot` for native Python);
+//! - `extra`: what the language keeps beside the guest's memory (the WebAssembly guest's
+//!   resource tables, what the native guest reported of itself);
 //! - `key.json`: the key in full, and the checksum of every other file.
 //!
 //! Nothing on disk is trusted: every byte is checked against `key.json`, then the snapshot is
@@ -30,7 +33,6 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
-use hyperlight_host::HyperlightError;
 use hyperlight_host::sandbox::snapshot::{OciTag, Snapshot};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -122,9 +124,33 @@ struct Stamp {
 
 /// A template as saved: the snapshot, and what the language keeps beside it.
 #[allow(missing_debug_implementations)]
-pub struct Stored {
-    pub snapshot: Arc<Snapshot>,
+pub struct Stored<S> {
+    pub snapshot: Arc<S>,
     pub extra: Vec<u8>,
+}
+
+/// A snapshot the store writes into a directory and reads back. Each Hyperlight has its own
+/// snapshot type and its own way to name it in its layout; each refuses, when it reads, a
+/// snapshot of another format, hypervisor or CPU.
+pub trait Persist: Sized + Send + Sync + 'static {
+    fn write_to(&self, dir: &Path) -> Result<(), String>;
+    fn read_from(dir: &Path) -> Result<Arc<Self>, String>;
+}
+
+/// hyperlight-host's snapshot (the JavaScript and WebAssembly guests), under the tag
+/// `template`.
+impl Persist for Snapshot {
+    fn write_to(&self, dir: &Path) -> Result<(), String> {
+        let tag = OciTag::new(TAG).map_err(|e| e.to_string())?;
+        self.save(dir, &tag).map(drop).map_err(|e| e.to_string())
+    }
+
+    fn read_from(dir: &Path) -> Result<Arc<Self>, String> {
+        let tag = OciTag::new(TAG).map_err(|e| e.to_string())?;
+        Snapshot::load(dir, tag)
+            .map(Arc::new)
+            .map_err(|e| e.to_string())
+    }
 }
 
 impl SnapshotStore {
@@ -169,7 +195,7 @@ impl SnapshotStore {
 
     /// The template saved under `key`, if one is and it passes every check. One that fails is
     /// removed, and says why in the log.
-    pub fn load(&self, key: &Key) -> Option<Stored> {
+    pub fn load<S: Persist>(&self, key: &Key) -> Option<Stored<S>> {
         let dir = self.dir.join(key.dir_name());
         if !dir.exists() {
             info!(language = %key.language, dir = %dir.display(), "no saved template for this daemon");
@@ -199,7 +225,7 @@ impl SnapshotStore {
 
     /// Saves `snapshot` and `extra` under `key`, then removes the other templates of its
     /// language (saved for other builds or settings).
-    pub fn save(&self, key: &Key, snapshot: &Snapshot, extra: &[u8]) -> Result<(), String> {
+    pub fn save<S: Persist>(&self, key: &Key, snapshot: &S, extra: &[u8]) -> Result<(), String> {
         let name = key.dir_name();
         let partial = self
             .dir
@@ -239,22 +265,22 @@ impl SnapshotStore {
 
 /// How a language saves its template, and reads it back.
 #[allow(missing_debug_implementations)]
-pub struct Codec<T> {
+pub struct Codec<T, S> {
     /// The snapshot, and what the language keeps beside it, as bytes.
-    pub encode: fn(&T) -> Result<Stored, String>,
+    pub encode: fn(&T) -> Result<Stored<S>, String>,
     /// A template from what was saved; an error says why it does not fit.
-    pub decode: Box<dyn FnOnce(Stored) -> Result<T, String>>,
+    pub decode: Box<dyn FnOnce(Stored<S>) -> Result<T, String>>,
 }
 
 /// The template saved under the key `key` gives, when `store` has a fitting one; otherwise one
 /// from `build`, then saved in the background once the daemon serves (a save is not on the way
 /// of the daemon's start).
-pub fn load_or_build<T>(
+pub fn load_or_build<T, S: Persist, E>(
     store: Option<&Arc<SnapshotStore>>,
     key: impl FnOnce() -> io::Result<Key>,
-    build: impl FnOnce() -> Result<T, HyperlightError>,
-    codec: Codec<T>,
-) -> Result<(T, Source), HyperlightError> {
+    build: impl FnOnce() -> Result<T, E>,
+    codec: Codec<T, S>,
+) -> Result<(T, Source), E> {
     let Some(store) = store else {
         return Ok((build()?, Source::Built));
     };
@@ -265,7 +291,7 @@ pub fn load_or_build<T>(
             return Ok((build()?, Source::Built));
         }
     };
-    if let Some(stored) = store.load(&key) {
+    if let Some(stored) = store.load::<S>(&key) {
         match (codec.decode)(stored) {
             Ok(template) => {
                 info!(language = %key.language, "template loaded from {}", store.dir.display());
@@ -286,7 +312,7 @@ pub fn load_or_build<T>(
                 .spawn(move || {
                     store.wait_serving();
                     let started = std::time::Instant::now();
-                    match store.save(&key, &snapshot, &extra) {
+                    match store.save(&key, snapshot.as_ref(), &extra) {
                         Ok(()) => info!(language = %key.language, elapsed_ms = started.elapsed().as_millis() as u64, "template saved in {}", store.dir.display()),
                         Err(why) => warn!(language = %key.language, "saving the template failed: {why}"),
                     }
@@ -332,11 +358,10 @@ fn discard(dir: &Path) {
     }
 }
 
-fn write(dir: &Path, key: &Key, snapshot: &Snapshot, extra: &[u8]) -> Result<(), String> {
-    let tag = OciTag::new(TAG).map_err(|e| e.to_string())?;
+fn write<S: Persist>(dir: &Path, key: &Key, snapshot: &S, extra: &[u8]) -> Result<(), String> {
     fs::create_dir(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     snapshot
-        .save(dir.join("oci"), &tag)
+        .write_to(&dir.join("oci"))
         .map_err(|e| format!("saving the snapshot: {e}"))?;
     write_synced(&dir.join("extra"), extra).map_err(|e| format!("writing extra: {e}"))?;
     let stamp = Stamp {
@@ -406,7 +431,7 @@ struct ReadCost {
     mapping: std::time::Duration,
 }
 
-fn read(dir: &Path, key: &Key) -> Result<(Stored, ReadCost), String> {
+fn read<S: Persist>(dir: &Path, key: &Key) -> Result<(Stored<S>, ReadCost), String> {
     let stamp = fs::read(dir.join("key.json")).map_err(|e| format!("reading key.json: {e}"))?;
     let stamp: Stamp =
         serde_json::from_slice(&stamp).map_err(|e| format!("reading key.json: {e}"))?;
@@ -425,18 +450,14 @@ fn read(dir: &Path, key: &Key) -> Result<(Stored, ReadCost), String> {
         return Err("its files do not match the digests in key.json".to_owned());
     }
     let checking = started.elapsed();
-    let tag = OciTag::new(TAG).map_err(|e| e.to_string())?;
-    let snapshot = Snapshot::load(dir.join("oci"), tag)
-        .map_err(|e: HyperlightError| format!("loading the snapshot: {e}"))?;
+    let snapshot =
+        S::read_from(&dir.join("oci")).map_err(|e| format!("loading the snapshot: {e}"))?;
     let cost = ReadCost {
         bytes,
         checking,
         mapping: started.elapsed() - checking,
     };
-    let stored = Stored {
-        snapshot: Arc::new(snapshot),
-        extra,
-    };
+    let stored = Stored { snapshot, extra };
     Ok((stored, cost))
 }
 
@@ -489,7 +510,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let store = SnapshotStore::open(&root.path().join("snapshots")).unwrap();
         let key = key("heap 64 MiB");
-        assert!(store.load(&key).is_none(), "nothing saved yet");
+        assert!(store.load::<Snapshot>(&key).is_none(), "nothing saved yet");
         let dir = store.dir.join(key.dir_name());
         // Each case: the files of a directory of the right name that is not a whole template
         // (a crash, a disk error, a hand edit). Each is refused, and removed.
@@ -535,7 +556,7 @@ mod tests {
             for (name, bytes) in files {
                 fs::write(dir.join(name), bytes).unwrap();
             }
-            assert!(store.load(&key).is_none(), "{case}");
+            assert!(store.load::<Snapshot>(&key).is_none(), "{case}");
             assert!(!dir.exists(), "{case}: the broken template is removed");
             let left: Vec<_> = fs::read_dir(&store.dir).unwrap().flatten().collect();
             assert!(left.is_empty(), "{case}: nothing is left aside: {left:?}");

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use hyperlightd_client::{ExecRequest, ExecStatus, Language};
-use hyperlightd_e2e::{Daemon, within};
+use hyperlightd_e2e::{Daemon, saved_templates as saved};
 use serde_json::json;
 
 use super::{py, run};
@@ -18,39 +18,6 @@ async fn start(dir: &Path, extra: &[&str]) -> Daemon {
     let mut args = vec!["--snapshot-dir", dir.to_str().expect("a UTF-8 path")];
     args.extend_from_slice(extra);
     Daemon::start_with_python(&["javascript=1", "python=1"], &args).await
-}
-
-/// How many times `language`'s template was made ready from `source` ("built", "loaded").
-async fn templates(daemon: &Daemon, language: &str, source: &str) -> u64 {
-    let metrics = within(
-        "metrics",
-        Duration::from_secs(30),
-        daemon.client().metrics(),
-    )
-    .await
-    .expect("metrics");
-    let series = format!(
-        r#"hyperlightd_sandbox_template_seconds_count{{language="{language}",source="{source}"}}"#
-    );
-    metrics
-        .lines()
-        .find_map(|line| line.strip_prefix(series.as_str()))
-        .map_or(0, |count| count.trim().parse().expect("a count"))
-}
-
-/// The saved templates of `language` in `dir` (finished saves only).
-fn saved(dir: &Path, language: &str) -> Vec<PathBuf> {
-    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-        .expect("the snapshot directory")
-        .flatten()
-        .map(|entry| entry.path())
-        .filter(|path| {
-            let name = path.file_name().unwrap_or_default().to_string_lossy();
-            name.starts_with(&format!("{language}-")) && path.join("key.json").is_file()
-        })
-        .collect();
-    found.sort();
-    found
 }
 
 /// Waits until both languages' templates are saved, and returns them.
@@ -116,8 +83,8 @@ async fn templates_are_saved_loaded_and_rebuilt_when_corrupt_or_stale() {
 
     // Nothing saved: built, and saved in the background.
     let daemon = start(&snapshots, &[]).await;
-    assert_eq!(templates(&daemon, "javascript", "built").await, 1);
-    assert_eq!(templates(&daemon, "python", "built").await, 1);
+    assert_eq!(daemon.templates("javascript", "built").await, 1);
+    assert_eq!(daemon.templates("python", "built").await, 1);
     both_work(&daemon).await;
     let (js, python) = wait_saved(&snapshots, &daemon).await;
     drop(daemon);
@@ -127,9 +94,9 @@ async fn templates_are_saved_loaded_and_rebuilt_when_corrupt_or_stale() {
     corrupt(&js);
     let daemon = start(&snapshots, &[]).await;
     let log = daemon.log();
-    assert_eq!(templates(&daemon, "python", "loaded").await, 1, "{log}");
-    assert_eq!(templates(&daemon, "python", "built").await, 0, "{log}");
-    assert_eq!(templates(&daemon, "javascript", "built").await, 1, "{log}");
+    assert_eq!(daemon.templates("python", "loaded").await, 1, "{log}");
+    assert_eq!(daemon.templates("python", "built").await, 0, "{log}");
+    assert_eq!(daemon.templates("javascript", "built").await, 1, "{log}");
     assert!(log.contains("is not used, and is removed"), "{log}");
     both_work(&daemon).await;
     let (js_again, python_again) = wait_saved(&snapshots, &daemon).await;
@@ -144,12 +111,12 @@ async fn templates_are_saved_loaded_and_rebuilt_when_corrupt_or_stale() {
     // one is gone. Python's is loaded again.
     let daemon = start(&snapshots, &["--guest-heap-mib", "48"]).await;
     assert_eq!(
-        templates(&daemon, "javascript", "built").await,
+        daemon.templates("javascript", "built").await,
         1,
         "{}",
         daemon.log()
     );
-    assert_eq!(templates(&daemon, "python", "loaded").await, 1);
+    assert_eq!(daemon.templates("python", "loaded").await, 1);
     both_work(&daemon).await;
     // Saved under the new key, and then the stale one removed.
     let started = Instant::now();

@@ -103,7 +103,7 @@ impl JavascriptFactory {
 
 /// The JavaScript template: a snapshot, and nothing beside it (every sandbox registers the
 /// same host functions, which keep no state of the guest's).
-fn codec() -> Codec<Arc<Snapshot>> {
+fn codec() -> Codec<Arc<Snapshot>, Snapshot> {
     Codec {
         encode: |snapshot| {
             Ok(Stored {
@@ -111,7 +111,7 @@ fn codec() -> Codec<Arc<Snapshot>> {
                 extra: Vec::new(),
             })
         },
-        decode: Box::new(|stored: Stored| {
+        decode: Box::new(|stored: Stored<Snapshot>| {
             if !stored.extra.is_empty() {
                 return Err("a JavaScript template keeps nothing beside its snapshot".to_owned());
             }

@@ -6,32 +6,34 @@
 //!
 //! The template is a snapshot taken after the runner is imported and `warm()` has imported the
 //! packages most programs use; sandboxes are made from it and restored to it after every
-//! answer, as the other guests are. hyperlight-unikraft sits on hyperlight-host 0.18 (the other
+//! answer, as the other guests are. With `--snapshot-dir` it is saved, with what the guest
+//! reported of itself, and loaded at the next start (see `stored`). hyperlight-unikraft sits on hyperlight-host 0.18 (the other
 //! guests on 0.17): its errors are mapped into the pool's here, and nothing else names them.
 
 mod host;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hyperlight_unikraft::hyperlight_host::HyperlightError as Hyperlight18;
 use hyperlight_unikraft::{
-    AppSandbox, Error as UnikraftError, Exec, SandboxBuilder, Snapshot, Yield,
+    AppSandbox, Error as UnikraftError, Exec, SNAPSHOT_KEY, SandboxBuilder, Snapshot, Yield,
 };
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use self::host::{Host, PIECE};
 use super::guest::{
     BuildError, Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, Prepared, Program,
-    RunnerReply, SavedState, Source, Template, saved_state,
+    RunnerReply, SavedState, Template, saved_state,
 };
 use super::python::Event;
+use super::stored::{self, Codec, Key, Persist, SnapshotStore, Stored};
 use super::watchdog::Interrupt;
 use crate::job::{Files, Runtime, Stream, files::FileError};
 
 /// What the guest says it has: its Python and its packages, with versions.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 struct About {
     pub python: String,
     pub packages: std::collections::BTreeMap<String, String>,
@@ -72,6 +74,7 @@ const INLINE_EVENT: usize = 60_000;
 pub struct NativePythonFactory {
     rootfs: PathBuf,
     sizes: GuestSizes,
+    store: Option<Arc<SnapshotStore>>,
     template: Template<Arc<NativeTemplate>>,
 }
 
@@ -89,10 +92,13 @@ impl std::fmt::Debug for NativeTemplate {
 }
 
 impl NativePythonFactory {
-    pub fn new(rootfs: PathBuf, sizes: GuestSizes) -> Self {
+    /// A factory whose sandboxes boot `rootfs` with `sizes`; its template is saved in `store`,
+    /// and loaded from it when it fits.
+    pub fn new(rootfs: PathBuf, sizes: GuestSizes, store: Option<Arc<SnapshotStore>>) -> Self {
         NativePythonFactory {
             rootfs,
             sizes,
+            store,
             template: Template::default(),
         }
     }
@@ -103,8 +109,21 @@ impl NativePythonFactory {
     }
 
     fn template(&self) -> Result<(Arc<NativeTemplate>, Option<Prepared>), BuildError> {
-        self.template
-            .get_or_make(|| Ok((Arc::new(self.build_template()?), Source::Built)))
+        self.template.get_or_make(|| {
+            stored::load_or_build(
+                self.store.as_ref(),
+                || self.key(),
+                || self.build_template().map(Arc::new),
+                codec(),
+            )
+        })
+    }
+
+    /// What the template depends on: the sizes and limits, the rootfs (the runner and every
+    /// package are in it), hyperlight-unikraft's kernel and host contract.
+    fn key(&self) -> std::io::Result<Key> {
+        let sizes = format!("{:?}, unikraft {SNAPSHOT_KEY}", self.sizes);
+        Key::new("python", sizes, &[self.rootfs.as_path()])
     }
 
     /// Boots the rootfs, loads the runner, imports the warm packages and snapshots the guest.
@@ -142,6 +161,38 @@ fn configure(builder: SandboxBuilder, host: &Arc<Host>) -> SandboxBuilder {
         .iter()
         .fold(builder, |builder, (key, value)| builder.env(*key, *value));
     host.register(builder.echo_output(false).output_limit(CONSOLE_LIMIT))
+}
+
+/// The template on disk: the snapshot, and what the guest reported of itself (JSON).
+fn codec() -> Codec<Arc<NativeTemplate>, Snapshot> {
+    Codec {
+        encode: |template| {
+            Ok(Stored {
+                snapshot: template.snapshot.clone(),
+                extra: serde_json::to_vec(&template.about).map_err(|e| e.to_string())?,
+            })
+        },
+        decode: Box::new(|stored: Stored<Snapshot>| {
+            let about = serde_json::from_slice(&stored.extra)
+                .map_err(|e| format!("reading what the guest reported: {e}"))?;
+            Ok(Arc::new(NativeTemplate {
+                snapshot: stored.snapshot,
+                about,
+            }))
+        }),
+    }
+}
+
+/// hyperlight-unikraft's snapshot, named in its layout by the crate's release and
+/// [`SNAPSHOT_KEY`] (a load refuses another kernel or host contract).
+impl Persist for Snapshot {
+    fn write_to(&self, dir: &Path) -> Result<(), String> {
+        hyperlight_unikraft::save_snapshot(self, dir).map_err(|e| e.to_string())
+    }
+
+    fn read_from(dir: &Path) -> Result<Arc<Self>, String> {
+        hyperlight_unikraft::load_snapshot(dir).map_err(|e| e.to_string())
+    }
 }
 
 fn build_error(error: UnikraftError) -> BuildError {

@@ -319,7 +319,7 @@ impl PythonFactory {
 
     /// The snapshot, and the host's resource tables as plain data (JSON); read back, every
     /// entry must name a node of this factory's library.
-    fn codec(&self) -> Codec<Arc<PythonState>> {
+    fn codec(&self) -> Codec<Arc<PythonState>, Snapshot> {
         let nodes = self.library.as_ref().map_or(0, |library| library.nodes());
         Codec {
             encode: |state| {
@@ -330,7 +330,7 @@ impl PythonFactory {
                     extra: tables,
                 })
             },
-            decode: Box::new(move |stored: Stored| {
+            decode: Box::new(move |stored: Stored<Snapshot>| {
                 let saved: Vec<Vec<Option<Portable>>> = serde_json::from_slice(&stored.extra)
                     .map_err(|e| format!("reading the resource tables: {e}"))?;
                 if let Some(node) = saved.iter().flatten().flatten().find_map(Portable::node)
