@@ -4,7 +4,9 @@
 //! client; the same three programs in upstream's `hluk bench warm-restore` (a run in a warm
 //! sandbox, then a restore: no daemon, no socket) as the anchor the daemon's warm p50 must not
 //! be slower than; a sandbox from the template; host memory per idle sandbox and per template;
-//! the template's build; the rootfs's and a saved snapshot's sizes.
+//! the template's build; a daemon's start to ready when it builds the template and when it loads
+//! the one an earlier start saved (`--snapshot-dir`); the rootfs's and the saved snapshots'
+//! sizes.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -59,9 +61,46 @@ struct Figures {
     /// Daemon resident memory with one native sandbox, less one sandbox and less a daemon
     /// without Python: what the template holds.
     memory_template_mib: f64,
+    /// Start to ready, building the template (and saving it).
+    start_built_ms: f64,
+    /// Start to ready, loading the template an earlier start saved.
+    start_saved: Latency,
     rootfs_bytes: u64,
+    /// The daemon's saved template on disk (its directory).
+    saved_template_bytes: u64,
     /// The anchor's snapshot on disk, when hluk was given.
     snapshot_bytes: Option<u64>,
+}
+
+/// A daemon's start with an empty snapshot directory, then `starts` from the template it saved:
+/// start to ready each time, and the saved template's size.
+async fn start_from_saved(
+    args: &Args,
+    extra: &[String],
+    starts: usize,
+) -> Result<(f64, Latency, u64)> {
+    let dir = tempfile::tempdir()?;
+    let mut extra = extra.to_vec();
+    extra.extend([
+        "--snapshot-dir".to_owned(),
+        dir.path().to_string_lossy().into_owned(),
+    ]);
+    eprintln!("(n) native Python, an empty snapshot directory: built and saved ...");
+    let (daemon, built) = start_daemon(&args.daemon, 1, &extra).await?;
+    crate::start::wait_saved(dir.path(), 2).await?;
+    drop(daemon);
+    let saved = std::fs::read_dir(dir.path())?
+        .flatten()
+        .find(|entry| entry.file_name().to_string_lossy().starts_with("python-"))
+        .context("the saved Python template")?;
+    let saved_bytes = dir_bytes(&saved.path())?;
+    eprintln!("(n) native Python, from the saved templates ...");
+    let mut samples = Vec::with_capacity(starts);
+    for _ in 0..starts {
+        let (_daemon, took) = start_daemon(&args.daemon, 1, &extra).await?;
+        samples.push(took);
+    }
+    Ok((built.as_secs_f64() * 1e3, Latency::of(samples), saved_bytes))
 }
 
 pub async fn run(args: &Args) -> Result<PartReport> {
@@ -140,6 +179,8 @@ pub async fn run(args: &Args) -> Result<PartReport> {
             program.anchor = Some(anchor.warm_restore(code, n)?);
         }
     }
+    let (start_built_ms, start_saved, saved_template_bytes) =
+        start_from_saved(args, &native(1), args.starts.clamp(1, 5)).await?;
     let per_sandbox = (three_mib - one_mib) / 2.0;
     let figures = Figures {
         programs,
@@ -147,7 +188,10 @@ pub async fn run(args: &Args) -> Result<PartReport> {
         sandbox_create_ms,
         memory_per_sandbox_mib: per_sandbox,
         memory_template_mib: one_mib - per_sandbox - bare_mib,
+        start_built_ms,
+        start_saved,
         rootfs_bytes: std::fs::metadata(rootfs)?.len(),
+        saved_template_bytes,
         snapshot_bytes,
     };
     print(&figures);
@@ -193,13 +237,24 @@ fn print(figures: &Figures) {
         }
     }
     println!(
+        "(n) start to ready (one JavaScript and one native Python sandbox): building the \
+         templates {:.0} ms",
+        figures.start_built_ms
+    );
+    print_row(
+        "(n) start to ready, loading the templates saved by an earlier start",
+        &figures.start_saved,
+    );
+    println!(
         "(n) template {:.0} ms; a sandbox from it {:.1} ms; {:.1} MiB per idle sandbox; \
-         {:.1} MiB the template; rootfs {:.1} MB; a saved snapshot {}",
+         {:.1} MiB the template; rootfs {:.1} MB; the template saved {:.1} MB; \
+         hluk's snapshot {}",
         figures.template_ms,
         figures.sandbox_create_ms,
         figures.memory_per_sandbox_mib,
         figures.memory_template_mib,
         figures.rootfs_bytes as f64 / 1e6,
+        figures.saved_template_bytes as f64 / 1e6,
         figures
             .snapshot_bytes
             .map_or("not measured".to_owned(), |b| format!(

@@ -118,7 +118,7 @@ fn steps(log: &std::path::Path) -> Result<Vec<(String, u64)>> {
 }
 
 /// Waits until `dir` holds `templates` saved templates (their `key.json` is written last).
-async fn wait_saved(dir: &std::path::Path, templates: usize) -> Result<()> {
+pub(crate) async fn wait_saved(dir: &std::path::Path, templates: usize) -> Result<()> {
     let started = std::time::Instant::now();
     loop {
         let saved = std::fs::read_dir(dir)?
