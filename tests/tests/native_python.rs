@@ -7,7 +7,7 @@
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use hyperlightd_client::{
-    CreateSessionRequest, ErrorKind, ExecRequest, ExecStatus, FileData, Language,
+    CreateSessionRequest, ErrorKind, ExecRequest, ExecStatus, FileData, Language, Policy,
     SessionExecRequest,
 };
 use hyperlightd_e2e::{Daemon, STEP_LIMIT, py, py_with_timeout, run, saved_templates, within};
@@ -205,7 +205,7 @@ async fn an_infinite_loop_is_stopped_in_time_and_the_next_request_succeeds() {
 }
 
 #[tokio::test]
-async fn processes_and_sockets_fail_cleanly() {
+async fn processes_and_sockets_fail_cleanly_and_a_policy_refuses_them() {
     let daemon = native_daemon(&[]).await;
     let answer = run(
         &daemon,
@@ -222,6 +222,50 @@ async fn processes_and_sockets_fail_cleanly() {
     assert_ne!(answer.result["subprocess"], json!("ran"), "{answer:?}");
     assert_ne!(answer.result["system"], json!(0), "{answer:?}");
     assert_ne!(answer.result["socket"], json!("connected"), "{answer:?}");
+
+    // A policy refuses them before anything runs, as in the WebAssembly guest (same checker).
+    let policy = Policy {
+        allowed_modules: Some(vec!["numpy".into(), "pandas".into()]),
+        blocked_functions: vec!["eval".into()],
+        blocked_globals: Vec::new(),
+    };
+    let refused = run(
+        &daemon,
+        ExecRequest {
+            policy: Some(policy.clone()),
+            ..py("print('ran')\nimport numpy, subprocess\nfrom socket import socket\neval('1')")
+        },
+    )
+    .await;
+    assert_eq!(
+        (refused.status, refused.stdout.as_str()),
+        (ExecStatus::Error, ""),
+        "{refused:?}"
+    );
+    let error = refused.error.expect("an error");
+    assert_eq!(error.kind, ErrorKind::PolicyViolation, "{error:?}");
+    let violations: Vec<(u32, &str, &str)> = error
+        .violations
+        .iter()
+        .map(|v| (v.line, v.rule.as_str(), v.name.as_str()))
+        .collect();
+    assert_eq!(
+        violations,
+        [
+            (2, "allowed_modules", "subprocess"),
+            (3, "allowed_modules", "socket"),
+            (4, "blocked_functions", "eval")
+        ]
+    );
+    let allowed = run(
+        &daemon,
+        ExecRequest {
+            policy: Some(policy),
+            ..py("import numpy as np\nint(np.ones(3).sum())")
+        },
+    )
+    .await;
+    assert_eq!(allowed.result, json!(3), "{allowed:?}");
 }
 
 /// The result of a session exec that must succeed and not roll back. Its time limit leaves
