@@ -262,6 +262,33 @@ impl Daemon {
             .map_or(0, |count| count.trim().parse().expect("a count"))
     }
 
+    /// Waits, at most `limit`, until the snapshot directory `dir` holds one saved template of
+    /// each of `languages`, and returns them in that order.
+    pub async fn wait_saved(
+        &self,
+        dir: &Path,
+        languages: &[&str],
+        limit: Duration,
+    ) -> Vec<PathBuf> {
+        let started = Instant::now();
+        loop {
+            let found: Vec<Vec<PathBuf>> = languages
+                .iter()
+                .map(|language| saved_templates(dir, language))
+                .collect();
+            if found.iter().all(|saved| saved.len() == 1) {
+                return found.into_iter().flatten().collect();
+            }
+            assert!(
+                started.elapsed() < limit,
+                "the templates were not saved within {} s: {found:?}; daemon log:\n{}",
+                limit.as_secs(),
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// Sends `signal` to the daemon.
     pub fn signal(&self, signal: Signal) {
         let child = self.child.as_ref().expect("the daemon is running");

@@ -10,7 +10,7 @@ use hyperlightd_client::{
     CreateSessionRequest, ErrorKind, ExecRequest, ExecStatus, FileData, Language, Policy,
     SessionExecRequest,
 };
-use hyperlightd_e2e::{Daemon, STEP_LIMIT, py, py_with_timeout, run, saved_templates, within};
+use hyperlightd_e2e::{Daemon, STEP_LIMIT, py, py_with_timeout, run, within};
 use serde_json::{Value, json};
 
 /// A daemon serving Python natively. A request that names no time limit gets 30 s: drawing a figure
@@ -435,19 +435,7 @@ async fn the_template_is_saved_and_the_next_start_loads_it() {
     let built = within("health", STEP_LIMIT, daemon.client().health())
         .await
         .unwrap();
-    let started = std::time::Instant::now();
-    loop {
-        if saved_templates(&snapshots, "python").len() == 1 {
-            break;
-        }
-        assert!(
-            started.elapsed() < SAVE_LIMIT,
-            "the template was not saved within {} s; daemon log:\n{}",
-            SAVE_LIMIT.as_secs(),
-            daemon.log()
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    }
+    daemon.wait_saved(&snapshots, &["python"], SAVE_LIMIT).await;
     drop(daemon);
 
     let daemon = native_daemon(&store).await;

@@ -22,20 +22,10 @@ async fn start(dir: &Path, extra: &[&str]) -> Daemon {
 
 /// Waits until both languages' templates are saved, and returns them.
 async fn wait_saved(dir: &Path, daemon: &Daemon) -> (PathBuf, PathBuf) {
-    let started = Instant::now();
-    loop {
-        let (js, python) = (saved(dir, "javascript"), saved(dir, "python"));
-        if let ([js], [python]) = (&js[..], &python[..]) {
-            return (js.clone(), python.clone());
-        }
-        assert!(
-            started.elapsed() < SAVE_LIMIT,
-            "the templates were not saved within {} s: {js:?} {python:?}; daemon log:\n{}",
-            SAVE_LIMIT.as_secs(),
-            daemon.log()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let saved = daemon
+        .wait_saved(dir, &["javascript", "python"], SAVE_LIMIT)
+        .await;
+    (saved[0].clone(), saved[1].clone())
 }
 
 /// Both languages answer, with output and the library (the restored tables name its files).
