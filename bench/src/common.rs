@@ -111,6 +111,17 @@ impl Drop for Daemon {
     }
 }
 
+/// `n` starts of the daemon with `extra`, one after the other (each stopped before the next):
+/// start to ready, each time.
+pub async fn start_times(binary: &Path, extra: &[String], n: usize) -> Result<Latency> {
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (_daemon, took) = start_daemon(binary, 1, extra).await?;
+        samples.push(took);
+    }
+    Ok(Latency::of(samples))
+}
+
 /// Starts the daemon and returns it once ready, with the time that took.
 pub async fn start_daemon(
     binary: &Path,

@@ -16,7 +16,7 @@ use anyhow::{Context, Result, bail};
 use hyperlightd_client::{ExecRequest, Language};
 use serde::Serialize;
 
-use crate::common::{mean_ms, print_row, warm};
+use crate::common::{mean_ms, print_row, start_times, warm};
 use crate::python_library::resident_mib;
 use crate::targets::{PartReport, Target};
 use crate::{Args, Latency, PYTHON_BODY, start_daemon, wait_until_idle};
@@ -95,12 +95,8 @@ async fn start_from_saved(
         .context("the saved Python template")?;
     let saved_bytes = dir_bytes(&saved.path())?;
     eprintln!("(n) native Python, from the saved templates ...");
-    let mut samples = Vec::with_capacity(starts);
-    for _ in 0..starts {
-        let (_daemon, took) = start_daemon(&args.daemon, 1, &extra).await?;
-        samples.push(took);
-    }
-    Ok((built.as_secs_f64() * 1e3, Latency::of(samples), saved_bytes))
+    let saved = start_times(&args.daemon, &extra, starts).await?;
+    Ok((built.as_secs_f64() * 1e3, saved, saved_bytes))
 }
 
 pub async fn run(args: &Args) -> Result<PartReport> {

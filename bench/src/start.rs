@@ -7,7 +7,9 @@ use anyhow::{Context, Result};
 use serde_json::json;
 
 use crate::Args;
-use crate::common::{Latency, daemon_args, print_row, start_daemon, start_daemon_logging};
+use crate::common::{
+    Latency, daemon_args, print_row, start_daemon, start_daemon_logging, start_times,
+};
 use crate::targets::{PartReport, Target};
 
 pub async fn run(args: &Args) -> Result<PartReport> {
@@ -21,24 +23,17 @@ pub async fn run(args: &Args) -> Result<PartReport> {
         ]);
         extra
     };
-    let starts = |extra: Vec<String>, n: usize| {
-        let daemon = args.daemon.clone();
-        async move {
-            let mut samples: Vec<Duration> = Vec::with_capacity(n);
-            for _ in 0..n {
-                let (_daemon, took) = start_daemon(&daemon, 1, &extra).await?;
-                samples.push(took);
-            }
-            anyhow::Ok(Latency::of(samples))
-        }
-    };
     eprintln!("(start) no snapshot directory ...");
-    let cold = starts(base.clone(), args.starts).await?;
+    let cold = start_times(&args.daemon, &base, args.starts).await?;
     eprintln!("(start) an empty snapshot directory each time: build, and save ...");
     let mut samples = Vec::with_capacity(args.starts);
     for _ in 0..args.starts {
         let empty = tempfile::tempdir()?;
-        samples.push(starts(with_dir(empty.path()), 1).await?.p50_ms);
+        samples.push(
+            start_times(&args.daemon, &with_dir(empty.path()), 1)
+                .await?
+                .p50_ms,
+        );
     }
     let saving = Latency::of(
         samples
@@ -51,7 +46,7 @@ pub async fn run(args: &Args) -> Result<PartReport> {
     wait_saved(dir.path(), if args.python_guest.is_some() { 2 } else { 1 }).await?;
     drop(daemon);
     eprintln!("(start) from the saved snapshots ...");
-    let loaded = starts(with_dir(dir.path()), args.starts).await?;
+    let loaded = start_times(&args.daemon, &with_dir(dir.path()), args.starts).await?;
     eprintln!("(start) from the saved snapshots, with the daemon's log ...");
     let log = dir.path().join("daemon.log");
     let (daemon, took) =

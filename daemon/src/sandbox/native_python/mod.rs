@@ -7,8 +7,9 @@
 //! The template is a snapshot taken after the runner is imported and `warm()` has imported the
 //! packages most programs use; sandboxes are made from it and restored to it after every
 //! answer, as the other guests are. With `--snapshot-dir` it is saved, with what the guest
-//! reported of itself, and loaded at the next start (see `stored`). hyperlight-unikraft sits on hyperlight-host 0.18 (the other
-//! guests on 0.17): its errors are mapped into the pool's here, and nothing else names them.
+//! reported of itself, and loaded at the next start (see `stored`). hyperlight-unikraft sits on
+//! hyperlight-host 0.18 (the other guests on 0.17): its errors are mapped into the pool's here,
+//! and nothing else names them.
 
 mod host;
 
