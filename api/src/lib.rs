@@ -18,6 +18,7 @@ mod files;
 pub mod openapi;
 mod policy;
 mod session;
+mod tools;
 
 pub use self::caller::{AuditHealth, CallerLimits};
 pub use self::files::{FileData, FileInfo, FileList, FileMap};
@@ -26,6 +27,7 @@ pub use self::session::{
     CreateSessionRequest, ExecSession, SessionCounts, SessionExecRequest, SessionInfo,
     SessionLimits, SessionList,
 };
+pub use self::tools::{ToolResult, ToolSpec};
 
 /// Where the daemon listens unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/hyperlightd/hyperlightd.sock";
@@ -236,6 +238,22 @@ pub enum ExecEvent {
     Display {
         /// MIME type to content: text as it is, binary types in base64.
         data: BTreeMap<String, String>,
+    },
+    /// The first line of an exec that declared tools: the id its calls are answered under
+    /// (`POST /v1/executions/{execution_id}/tool-results`).
+    Started {
+        /// Unguessable; only the caller that started the exec may answer under it.
+        execution_id: String,
+    },
+    /// The program called one of the tools its exec declared; it waits for the answer (its
+    /// time limit stands still meanwhile).
+    ToolCall {
+        /// The call's id in this exec, which the answer names.
+        id: String,
+        /// The tool's name.
+        name: String,
+        /// Its arguments, which the tool's schema accepted.
+        arguments: serde_json::Value,
     },
     /// The program ended: the last line. Its `stdout` and `stderr` hold the whole output.
     Result(ExecResponse),

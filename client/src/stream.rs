@@ -102,10 +102,14 @@ impl ExecStream {
         }
         let event = self.read().await;
         self.ended = match &event {
-            Ok(ExecEvent::Stdout { .. } | ExecEvent::Stderr { .. } | ExecEvent::Display { .. }) => {
-                false
-            }
             Ok(ExecEvent::Result(_) | ExecEvent::Error { .. }) | Err(_) => true,
+            Ok(
+                ExecEvent::Stdout { .. }
+                | ExecEvent::Stderr { .. }
+                | ExecEvent::Display { .. }
+                | ExecEvent::Started { .. }
+                | ExecEvent::ToolCall { .. },
+            ) => false,
         };
         Some(event)
     }

@@ -338,7 +338,10 @@ async fn streamed(opened: Result<ExecStream, Error>) -> Result<ExecResponse, Err
                 let _ = std::io::stderr().lock().write_all(text.as_bytes());
             }
             ExecEvent::Display { data } => files::show(data),
-            ExecEvent::Result(_) | ExecEvent::Error { .. } => {}
+            ExecEvent::Started { .. }
+            | ExecEvent::ToolCall { .. }
+            | ExecEvent::Result(_)
+            | ExecEvent::Error { .. } => {}
         })
         .await
 }

@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::ApiError;
+use crate::job::tools::ToolCall;
 use crate::job::{Display, OutputChunk, Stream};
 
 /// Every answer's body: whole, or a stream of lines.
@@ -131,6 +132,16 @@ fn event(chunk: OutputChunk) -> ExecEvent {
             text,
         } => ExecEvent::Stderr { text },
         OutputChunk::Display(Display { data }) => ExecEvent::Display { data },
+        OutputChunk::ToolCall(ToolCall {
+            id,
+            name,
+            arguments,
+        }) => ExecEvent::ToolCall {
+            id,
+            name,
+            // Checked JSON when the call was made.
+            arguments: serde_json::from_str(&arguments).unwrap_or_default(),
+        },
     }
 }
 

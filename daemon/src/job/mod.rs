@@ -7,17 +7,20 @@
 //! one place each. The one exception is [`Language`], the `hyperlightd-api` enum of the
 //! languages served: a plain name, the same on the wire and in the core.
 
+mod deadline;
 mod error;
 pub mod files;
 mod health;
 mod outcome;
 mod state;
+pub mod tools;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+pub use self::deadline::{Deadline, Now, Paused};
 pub use self::error::ExecError;
 pub use self::files::{FileLimits, Files};
 pub use self::health::{
@@ -133,6 +136,9 @@ pub enum OutputChunk {
     },
     /// Rich output shown.
     Display(Display),
+    /// A call of one of the tools the request declared, for the caller to answer (not counted
+    /// against the output cap).
+    ToolCall(tools::ToolCall),
 }
 
 /// Rich output a program showed (a figure, a table): one item in one or more

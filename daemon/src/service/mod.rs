@@ -20,6 +20,7 @@ pub mod code_policy;
 mod exec;
 mod limits;
 mod sessions;
+pub mod tools;
 pub mod wire;
 
 use std::collections::BTreeMap;
