@@ -83,6 +83,27 @@ impl Deadline {
         Paused(self.clone())
     }
 
+    /// Waits until the deadline, plus `grace`, has passed with the clock running: a pause
+    /// holds it back, and moves it on.
+    pub async fn passed(&self, grace: Duration) {
+        loop {
+            let changed = self.on_change();
+            match self.now() {
+                Now::Paused => changed.await,
+                Now::Runs(at) => {
+                    tokio::select! {
+                        () = tokio::time::sleep_until((at + grace).into()) => {
+                            if self.now() == Now::Runs(at) {
+                                return;
+                            }
+                        }
+                        () = changed => {}
+                    }
+                }
+            }
+        }
+    }
+
     /// A future that waits until the deadline changes (a pause begins or ends), registered
     /// now: a change between this call and the await is not missed.
     pub fn on_change(&self) -> tokio::sync::futures::Notified<'_> {
@@ -110,6 +131,24 @@ impl Drop for Paused {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn passed_waits_out_a_pause() {
+        let start = Instant::now();
+        let deadline = Deadline::new(start + Duration::from_millis(30));
+        let paused = deadline.pause();
+        let waiter = deadline.clone();
+        let passed = tokio::spawn(async move { waiter.passed(Duration::ZERO).await });
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert!(!passed.is_finished(), "not while the clock stands still");
+        drop(paused);
+        passed.await.unwrap();
+        assert!(
+            start.elapsed() >= Duration::from_millis(90),
+            "{:?}",
+            start.elapsed()
+        );
+    }
 
     #[test]
     fn a_pause_moves_the_deadline_on_by_its_length() {

@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use super::watchdog::Interrupt;
 use crate::job::files::FileError;
-use crate::job::{FailureKind, FileLimits, Files, Policy, Runtime, Violation};
+use crate::job::{Deadline, FailureKind, FileLimits, Files, Policy, Runtime, Violation};
 
 /// What a guest is asked to run.
 #[derive(Debug, Clone, Copy)]
@@ -47,8 +47,13 @@ impl Program<'static> {
 /// Lives on one worker thread.
 pub trait Guest: Send {
     /// Runs `program` and returns the runner's JSON reply. `deadline` is when the call will be
-    /// interrupted; a guest whose host functions can block (a sleep) ends them there.
-    fn run(&mut self, program: &Program<'_>, deadline: Instant) -> Result<String, GuestError>;
+    /// interrupted (its clock stops while the program waits for a tool); a guest whose host
+    /// functions can block (a sleep) ends them there.
+    fn run(
+        &mut self,
+        program: &Program<'_>,
+        deadline: &Arc<Deadline>,
+    ) -> Result<String, GuestError>;
 
     /// The working directory the last call left (its files, and the first write it refused at
     /// a cap), emptied: called after every call, whatever its end.

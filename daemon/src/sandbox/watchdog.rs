@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::runtime::Handle;
 
-use crate::job::OutputSink;
+use crate::job::{Deadline, OutputSink};
 use tokio::task::JoinHandle;
 
 /// How often an expired timer interrupts its target again, until it is disarmed. Hyperlight
@@ -65,30 +65,40 @@ impl Watchdog {
     /// Interrupts `target` once `limit` has passed, and again every [`REPEAT`] until the
     /// returned timer is dropped.
     pub fn arm(&self, target: Arc<dyn Interrupt>, limit: Duration) -> Armed {
-        self.arm_for(target, limit, None)
+        Armed(self.runtime.spawn(async move {
+            tokio::time::sleep(limit).await;
+            keep_interrupting(target.as_ref()).await;
+        }))
     }
 
-    /// The same, interrupting as soon as `caller` is closed too (the caller that watches the
-    /// output went away: nobody waits for the program any more).
-    pub fn arm_for(
+    /// Interrupts `target` once `deadline` has passed (a pause of its clock holds the timer
+    /// back), or as soon as `caller` is closed (the caller that watches the output went away:
+    /// nobody waits for the program any more), and again every [`REPEAT`] until the returned
+    /// timer is dropped.
+    pub fn arm_until(
         &self,
         target: Arc<dyn Interrupt>,
-        limit: Duration,
+        deadline: Arc<Deadline>,
         caller: Option<OutputSink>,
     ) -> Armed {
         Armed(self.runtime.spawn(async move {
             match caller {
                 Some(caller) => tokio::select! {
-                    () = tokio::time::sleep(limit) => {}
+                    () = deadline.passed(Duration::ZERO) => {}
                     () = caller.closed() => {}
                 },
-                None => tokio::time::sleep(limit).await,
+                None => deadline.passed(Duration::ZERO).await,
             }
-            loop {
-                target.interrupt();
-                tokio::time::sleep(REPEAT).await;
-            }
+            keep_interrupting(target.as_ref()).await;
         }))
+    }
+}
+
+/// Interrupts `target` now, and again every [`REPEAT`], until the task is aborted.
+async fn keep_interrupting(target: &dyn Interrupt) {
+    loop {
+        target.interrupt();
+        tokio::time::sleep(REPEAT).await;
     }
 }
 
@@ -135,7 +145,8 @@ mod tests {
         let watchdog = Watchdog::new(Handle::current());
         let fired = Arc::new(Count::default());
         let (caller, watching) = tokio::sync::mpsc::unbounded_channel();
-        let _armed = watchdog.arm_for(fired.clone(), Duration::from_secs(60), Some(caller));
+        let deadline = Deadline::new(std::time::Instant::now() + Duration::from_secs(60));
+        let _armed = watchdog.arm_until(fired.clone(), deadline, Some(caller));
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert_eq!(
             fired.0.load(Ordering::SeqCst),
@@ -145,5 +156,25 @@ mod tests {
         drop(watching);
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert_eq!(fired.0.load(Ordering::SeqCst), 1, "long before the limit");
+    }
+
+    #[tokio::test]
+    async fn a_paused_deadline_holds_the_timer_back() {
+        let watchdog = Watchdog::new(Handle::current());
+        let fired = Arc::new(Count::default());
+        let deadline = Deadline::new(std::time::Instant::now() + Duration::from_millis(30));
+        let paused = deadline.pause();
+        let _armed = watchdog.arm_until(fired.clone(), deadline, None);
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        assert_eq!(fired.0.load(Ordering::SeqCst), 0, "not while paused");
+        drop(paused);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(
+            fired.0.load(Ordering::SeqCst),
+            0,
+            "the deadline moved on by the pause"
+        );
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert_eq!(fired.0.load(Ordering::SeqCst), 1);
     }
 }

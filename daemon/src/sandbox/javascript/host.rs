@@ -25,6 +25,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::files;
+use crate::job::Deadline;
 use crate::sandbox::guest::{OutputCapture, Stream};
 use crate::sandbox::workspace::Workspace;
 
@@ -171,14 +172,14 @@ fn micros_since_epoch() -> u64 {
 #[derive(Debug)]
 pub struct CallClock {
     /// When the call started, and its deadline.
-    span: Mutex<(Instant, Instant)>,
+    span: Mutex<(Instant, Arc<Deadline>)>,
 }
 
 impl Default for CallClock {
     fn default() -> Self {
         let now = Instant::now();
         CallClock {
-            span: Mutex::new((now, now)),
+            span: Mutex::new((now, Deadline::new(now))),
         }
     }
 }
@@ -189,12 +190,15 @@ const MAX_SLEEP: Duration = Duration::from_millis(100);
 
 impl CallClock {
     /// A call starts now and is stopped at `deadline`.
-    pub fn start(&self, deadline: Instant) {
+    pub fn start(&self, deadline: Arc<Deadline>) {
         *self.span.lock().unwrap_or_else(PoisonError::into_inner) = (Instant::now(), deadline);
     }
 
-    fn span(&self) -> (Instant, Instant) {
-        *self.span.lock().unwrap_or_else(PoisonError::into_inner)
+    fn span(&self) -> (Instant, Arc<Deadline>) {
+        self.span
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Milliseconds since the call started, monotonic, to the microsecond.
@@ -207,8 +211,7 @@ impl CallClock {
     fn sleep(&self, ms: f64) {
         let (_, deadline) = self.span();
         let asked = Duration::try_from_secs_f64(ms / 1000.0).unwrap_or(Duration::ZERO);
-        let left = deadline.saturating_duration_since(Instant::now());
-        std::thread::sleep(asked.min(MAX_SLEEP).min(left));
+        std::thread::sleep(asked.min(MAX_SLEEP).min(deadline.left()));
     }
 }
 
@@ -231,12 +234,12 @@ mod tests {
     #[test]
     fn sleep_is_bounded_by_the_deadline_and_by_its_cap() {
         let clock = CallClock::default();
-        clock.start(Instant::now() + Duration::from_millis(30));
+        clock.start(Deadline::new(Instant::now() + Duration::from_millis(30)));
         let started = Instant::now();
         clock.sleep(10_000.0);
         let slept = started.elapsed();
         assert!(slept < MAX_SLEEP, "{slept:?}");
-        clock.start(Instant::now() + Duration::from_secs(60));
+        clock.start(Deadline::new(Instant::now() + Duration::from_secs(60)));
         let started = Instant::now();
         clock.sleep(f64::NAN);
         clock.sleep(-5.0);
@@ -257,7 +260,8 @@ mod tests {
         let output = Arc::new(OutputCapture::new());
         output.begin(5, None);
         let host = Host::new(output.clone());
-        host.clock.start(Instant::now() + Duration::from_secs(1));
+        host.clock
+            .start(Deadline::new(Instant::now() + Duration::from_secs(1)));
         let args = ["[1, \"hello world\"]", "[0]", "[1]", "[4]"];
         let answers: Vec<String> = ["write", "now", "sleep", "random"]
             .into_iter()

@@ -26,7 +26,7 @@ use super::stored::{self, Codec, Key, SnapshotStore, Stored};
 use super::watchdog::{self, Interrupt};
 use super::workspace::Workspace;
 use crate::job::files::FileError;
-use crate::job::{Files, Runtime};
+use crate::job::{Deadline, Files, Runtime};
 
 /// The runner, compiled into the daemon so that the daemon and its guest protocol always match:
 /// the web APIs bundled from npm (`cargo xtask js-vendor`), those built on the host functions
@@ -199,7 +199,7 @@ impl JavascriptGuest {
     fn call_runner(
         &mut self,
         program: &Program<'_>,
-        deadline: Instant,
+        deadline: &Deadline,
     ) -> Result<String, HyperlightError> {
         let event = event(program, self.max_result_bytes);
         drive(
@@ -229,7 +229,7 @@ const QUEUE_RAN_DRY: &str = "WouldBlock";
 /// hyperlight-js's side of the guest knows when the job queue is empty. Past `deadline` it
 /// stops as the watchdog would (whose interrupt is lost should it land between two calls).
 fn drive(
-    deadline: Instant,
+    deadline: &Deadline,
     mut call: impl FnMut(&str) -> Result<String, HyperlightError>,
     event: &str,
 ) -> Result<String, HyperlightError> {
@@ -237,7 +237,7 @@ fn drive(
     loop {
         match reply {
             Err(HyperlightError::GuestError(_, ref message)) if message.contains(QUEUE_RAN_DRY) => {
-                if Instant::now() >= deadline {
+                if deadline.left().is_zero() {
                     return Err(HyperlightError::ExecutionCanceledByHost());
                 }
                 reply = call(CONTINUE);
@@ -248,8 +248,12 @@ fn drive(
 }
 
 impl Guest for JavascriptGuest {
-    fn run(&mut self, program: &Program<'_>, deadline: Instant) -> Result<String, GuestError> {
-        self.clock.start(deadline);
+    fn run(
+        &mut self,
+        program: &Program<'_>,
+        deadline: &Arc<Deadline>,
+    ) -> Result<String, GuestError> {
+        self.clock.start(deadline.clone());
         self.work.begin(program.files, program.file_limits);
         Ok(self.call_runner(program, deadline)?)
     }
@@ -280,10 +284,10 @@ impl Guest for JavascriptGuest {
     /// Runs [`PRIME`], its output refused, within the priming call's time limit (the watchdog
     /// stops it there; the worker restores the sandbox then).
     fn prime(&mut self) -> Result<bool, GuestError> {
-        let deadline = Instant::now() + PRIME_LIMIT;
-        self.clock.start(deadline);
+        let deadline = Deadline::new(Instant::now() + PRIME_LIMIT);
+        self.clock.start(deadline.clone());
         self.output.begin(0, None);
-        let reply = self.call_runner(&Program::fixed(PRIME), deadline)?;
+        let reply = self.call_runner(&Program::fixed(PRIME), &deadline)?;
         RunnerReply::primed(&reply)?;
         Ok(true)
     }
@@ -311,9 +315,9 @@ mod tests {
     fn the_loop_is_continued_each_time_the_job_queue_runs_dry_until_the_runner_replies() {
         let mut events = Vec::new();
         let mut replies = vec![ran_dry(), ran_dry(), Ok("reply".to_owned())].into_iter();
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Deadline::new(Instant::now() + Duration::from_secs(60));
         let reply = drive(
-            deadline,
+            &deadline,
             |event| {
                 events.push(event.to_owned());
                 replies.next().unwrap()
@@ -326,18 +330,18 @@ mod tests {
 
     #[test]
     fn other_errors_end_the_loop_and_a_dry_queue_past_the_deadline_is_a_timeout() {
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Deadline::new(Instant::now() + Duration::from_secs(60));
         let failed = |_: &str| {
             Err(HyperlightError::GuestError(
                 ErrorCode::GuestError,
                 "the runner threw".to_owned(),
             ))
         };
-        let error = drive(deadline, failed, "event").unwrap_err();
+        let error = drive(&deadline, failed, "event").unwrap_err();
         assert!(matches!(error, HyperlightError::GuestError(_, m) if m == "the runner threw"));
         let mut calls = 0;
         let past = drive(
-            Instant::now(),
+            &Deadline::new(Instant::now()),
             |_| {
                 calls += 1;
                 ran_dry()

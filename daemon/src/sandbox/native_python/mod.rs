@@ -31,7 +31,7 @@ use super::guest::{
 use super::python::Event;
 use super::stored::{self, Codec, Key, Persist, SnapshotStore, Stored};
 use super::watchdog::Interrupt;
-use crate::job::{Files, Runtime, Stream, files::FileError};
+use crate::job::{Deadline, Files, Runtime, Stream, files::FileError};
 
 /// What the guest says it has: its Python and its packages, with versions.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -264,7 +264,7 @@ impl NativePythonGuest {
         &mut self,
         event: &Event<'_>,
         files: &Files,
-        deadline: Instant,
+        deadline: &Deadline,
     ) -> Result<String, GuestError> {
         let text = serde_json::to_vec(event)
             .map_err(|e| GuestError::Failed(format!("encoding the runner's event: {e}")))?;
@@ -283,7 +283,7 @@ impl NativePythonGuest {
         };
         self.sandbox.submit(call).map_err(|e| self.failed(e))?;
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
+            let left = deadline.left();
             if left.is_zero() {
                 return Err(GuestError::Interrupted);
             }
@@ -356,7 +356,11 @@ fn exited(status: i32) -> GuestError {
 }
 
 impl Guest for NativePythonGuest {
-    fn run(&mut self, program: &Program<'_>, deadline: Instant) -> Result<String, GuestError> {
+    fn run(
+        &mut self,
+        program: &Program<'_>,
+        deadline: &Arc<Deadline>,
+    ) -> Result<String, GuestError> {
         self.host.work.begin(program.files, program.file_limits);
         let event = Event::program(program, self.max_result_bytes).with_files(program.files);
         self.call_runner(&event, program.files, deadline)
@@ -399,7 +403,8 @@ impl Guest for NativePythonGuest {
         self.host.output.begin(0, None);
         self.host.work.begin(&Files::new(), Default::default());
         let event = Event::prime(self.max_result_bytes);
-        let reply = self.call_runner(&event, &Files::new(), Instant::now() + PRIME_LIMIT)?;
+        let deadline = Deadline::new(Instant::now() + PRIME_LIMIT);
+        let reply = self.call_runner(&event, &Files::new(), &deadline)?;
         self.host.work.take();
         RunnerReply::primed(&reply)?;
         Ok(true)

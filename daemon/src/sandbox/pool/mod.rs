@@ -16,8 +16,8 @@ mod queue;
 mod scope;
 mod worker;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -28,7 +28,7 @@ use self::queue::{FairQueue, Refused};
 use self::worker::{Worker, timeout_outcome};
 use super::guest::{Captured, Guest, GuestFactory, OutputCapture, SavedState};
 use super::watchdog::Watchdog;
-use crate::job::{After, ExecError, Job, Language, Outcome, PoolCounts, Ran, Runtime};
+use crate::job::{After, Deadline, ExecError, Job, Language, Outcome, PoolCounts, Ran, Runtime};
 use crate::metrics::PoolMetrics;
 
 /// How long past a job's deadline the caller waits for the worker running it before answering
@@ -93,6 +93,8 @@ pub enum Scope {
 /// A job handed to a worker, with the channel its answer goes back on.
 struct Task {
     job: Job,
+    /// The job's deadline as it runs: a tool wait stops its clock.
+    deadline: Arc<Deadline>,
     scope: Scope,
     queued: Instant,
     claim: Arc<Claim>,
@@ -162,15 +164,14 @@ enum SlotState {
 #[derive(Debug, Default)]
 struct Slot {
     state: AtomicU8,
-    /// When the guest step in progress should have ended, in milliseconds after
-    /// [`Shared::epoch`]; 0 when no step is in progress.
-    step_ends: AtomicU64,
+    /// The deadline of the guest step in progress (a tool wait moves it on); None when no
+    /// step is in progress.
+    step: Mutex<Option<Arc<Deadline>>>,
 }
 
 /// State shared by a pool's workers and its handle.
 #[derive(Debug)]
 struct Shared {
-    epoch: Instant,
     slots: Box<[Slot]>,
     /// Set once the pool has been at its size.
     warmed: AtomicBool,
@@ -181,7 +182,6 @@ struct Shared {
 impl Shared {
     fn new(size: usize) -> Self {
         Shared {
-            epoch: Instant::now(),
             slots: (0..size).map(|_| Slot::default()).collect(),
             warmed: AtomicBool::new(false),
             closed: AtomicBool::new(false),
@@ -212,33 +212,30 @@ impl Shared {
             .count()
     }
 
-    fn millis_since_epoch(&self, at: Instant) -> u64 {
-        // Never 0, which means "no step".
-        u64::try_from(at.saturating_duration_since(self.epoch).as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1)
-    }
-
-    /// Records that worker `index` started a guest step that should end within `limit`.
-    fn step_started(&self, index: usize, limit: Duration) {
-        let ends = self.millis_since_epoch(Instant::now() + limit);
-        self.slots[index].step_ends.store(ends, Ordering::Relaxed);
+    /// Records that worker `index` started a guest step that should end by `deadline`.
+    fn step_started(&self, index: usize, deadline: &Arc<Deadline>) {
+        *lock(&self.slots[index].step) = Some(deadline.clone());
     }
 
     fn step_ended(&self, index: usize) {
-        self.slots[index].step_ends.store(0, Ordering::Relaxed);
+        *lock(&self.slots[index].step) = None;
     }
 
-    /// Workers whose step has gone on [`STUCK_AFTER`] past its limit.
+    /// Workers whose step has gone on [`STUCK_AFTER`] past its deadline.
     fn stuck(&self) -> usize {
-        let now = self.millis_since_epoch(Instant::now());
-        let after = u64::try_from(STUCK_AFTER.as_millis()).unwrap_or(u64::MAX);
+        let now = Instant::now();
         self.slots
             .iter()
-            .map(|slot| slot.step_ends.load(Ordering::Relaxed))
-            .filter(|&ends| ends != 0 && now > ends.saturating_add(after))
+            .filter_map(|slot| lock(&slot.step).as_ref().map(|deadline| deadline.at()))
+            .filter(|&at| now > at + STUCK_AFTER)
             .count()
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A sandbox ready to serve, with the capture its output goes to.
@@ -319,10 +316,12 @@ impl Pool {
     pub async fn submit(&self, job: Job, scope: Scope) -> Result<Ran, ExecError> {
         let (reply, mut answer) = oneshot::channel();
         let (deadline, timeout) = (job.deadline, job.timeout);
+        let running = Deadline::new(deadline);
         let claim = Arc::new(Claim::default());
         let queued = Instant::now();
         let task = Task {
             job,
+            deadline: running.clone(),
             scope,
             queued,
             claim: claim.clone(),
@@ -349,10 +348,11 @@ impl Pool {
                 timeout,
             });
         }
-        // A worker has the job, and stops its guest at the deadline; it answers right after.
-        match tokio::time::timeout_at((deadline + ANSWER_GRACE).into(), answer).await {
-            Ok(answered) => self.answered(answered),
-            Err(_) => {
+        // A worker has the job, and stops its guest at the deadline (later by the time the
+        // program waited for tools); it answers right after.
+        tokio::select! {
+            answered = answer => self.answered(answered),
+            () = running.passed(ANSWER_GRACE) => {
                 error!(language = %self.language, "no worker answered by the deadline; the guest may be stuck");
                 // When the worker took the job is not known: counted from when it was queued.
                 let outcome = Outcome {

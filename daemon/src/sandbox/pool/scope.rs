@@ -31,7 +31,11 @@ impl Worker {
         task: Task,
     ) -> Fate {
         let Task {
-            job, scope, reply, ..
+            job,
+            deadline,
+            scope,
+            reply,
+            ..
         } = task;
         let session = matches!(scope, Scope::Session(_));
         if let Scope::Session(Some(state)) = &scope
@@ -43,7 +47,7 @@ impl Worker {
             ))));
             return Fate::of(&e);
         }
-        let (outcome, fate, files) = self.execute(guest, output, &job, session);
+        let (outcome, fate, files) = self.execute(guest, output, (&job, &deadline), session);
         if !session {
             let _ = reply.send(Ok(Ran {
                 outcome,

@@ -81,7 +81,11 @@ impl Guest for FakeGuest {
     /// `seen` answers how many programs ran before it since the last reset; `mark:NAME:MS`
     /// notes NAME as started and takes MS milliseconds;
     /// with a policy, `refused:NAME` is refused as a runner refuses a program naming NAME.
-    fn run(&mut self, program: &Program<'_>, _deadline: Instant) -> Result<String, GuestError> {
+    fn run(
+        &mut self,
+        program: &Program<'_>,
+        _deadline: &Arc<Deadline>,
+    ) -> Result<String, GuestError> {
         let code = program.code;
         if let (Some(_), Some(name)) = (program.policy, code.strip_prefix("refused:")) {
             return Ok(serde_json::json!({
@@ -451,15 +455,16 @@ async fn a_job_with_almost_no_time_left_is_still_stopped() {
 
 #[test]
 fn a_worker_whose_step_ran_far_past_its_limit_is_stuck() {
-    let mut shared = Shared::new(2);
-    shared.epoch = Instant::now()
-        .checked_sub(STUCK_AFTER * 3)
-        .expect("the clock has run long enough");
+    let shared = Shared::new(2);
     assert_eq!(shared.stuck(), 0);
-    shared.step_started(0, Duration::from_secs(1));
+    shared.step_started(0, &Deadline::new(Instant::now() + Duration::from_secs(1)));
     assert_eq!(shared.stuck(), 0, "a step within its limit");
-    // A step that should have ended just after the epoch, twice STUCK_AFTER ago.
-    shared.slots[1].step_ends.store(1, Ordering::Relaxed);
+    // A step that should have ended twice STUCK_AFTER ago.
+    let long_ago = Instant::now()
+        .checked_sub(STUCK_AFTER * 2)
+        .expect("the clock has run long enough");
+    let deadline = Deadline::new(long_ago);
+    shared.step_started(1, &deadline);
     assert_eq!(shared.stuck(), 1);
     shared.step_ended(1);
     assert_eq!(shared.stuck(), 0);

@@ -14,7 +14,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::job::{
-    ExecError, Failure, FailureKind, FileLimits, Files, Job, Language, Outcome, Status,
+    Deadline, ExecError, Failure, FailureKind, FileLimits, Files, Job, Language, Outcome, Status,
 };
 use tracing::{debug, error, info, warn};
 
@@ -153,7 +153,10 @@ impl Worker {
             {
                 return None;
             }
-            self.shared.step_started(self.index, self.build_limit);
+            self.shared.step_started(
+                self.index,
+                &Deadline::new(Instant::now() + self.build_limit),
+            );
             let built = build_sandbox(self.factory.as_ref(), &self.metrics);
             self.shared.step_ended(self.index);
             match built {
@@ -277,21 +280,22 @@ impl Worker {
         limit: Duration,
         step: impl FnOnce(&mut dyn Guest) -> Result<T, GuestError>,
     ) -> Result<T, GuestError> {
-        self.guarded_for(guest, limit, None, step)
+        self.guarded_for(guest, &Deadline::new(Instant::now() + limit), None, step)
     }
 
-    /// [`guarded`](Self::guarded), stopping the guest as soon as `caller` is closed too.
+    /// [`guarded`](Self::guarded) until `deadline` (whose clock a tool wait stops), stopping
+    /// the guest as soon as `caller` is closed too.
     fn guarded_for<T>(
         &self,
         guest: &mut dyn Guest,
-        limit: Duration,
+        deadline: &Arc<Deadline>,
         caller: Option<OutputSink>,
         step: impl FnOnce(&mut dyn Guest) -> Result<T, GuestError>,
     ) -> Result<T, GuestError> {
-        self.shared.step_started(self.index, limit);
+        self.shared.step_started(self.index, deadline);
         let timer = self
             .watchdog
-            .arm_for(guest.interrupt_handle(), limit, caller);
+            .arm_until(guest.interrupt_handle(), deadline.clone(), caller);
         let result = panic::catch_unwind(AssertUnwindSafe(|| step(guest)))
             .unwrap_or_else(|panic| Err(GuestError::HostPanic(panic_message(&panic))));
         drop(timer);
@@ -305,13 +309,12 @@ impl Worker {
         &self,
         guest: &mut dyn Guest,
         output: &OutputCapture,
-        job: &Job,
+        (job, deadline): (&Job, &Arc<Deadline>),
         session: bool,
     ) -> (Outcome, Fate, Files) {
-        let budget = job.deadline.saturating_duration_since(Instant::now());
         output.begin(job.max_output_bytes, job.output.clone());
         let started = Instant::now();
-        let result = self.guarded_for(guest, budget, job.output.clone(), |guest| {
+        let result = self.guarded_for(guest, deadline, job.output.clone(), |guest| {
             let program = Program {
                 code: &job.code,
                 policy: job.policy.as_ref(),
@@ -319,7 +322,7 @@ impl Worker {
                 files: &job.files,
                 file_limits: job.file_limits,
             };
-            guest.run(&program, job.deadline)
+            guest.run(&program, deadline)
         });
         let (files, over) = guest.take_files();
         let ran = started.elapsed();

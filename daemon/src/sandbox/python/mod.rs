@@ -37,7 +37,7 @@ use super::stored::{self, Codec, Key, SnapshotStore, Stored};
 use super::watchdog::{self, Interrupt, Watchdog};
 use super::workspace::Workspace;
 use crate::job::files::FileError;
-use crate::job::{Files, Runtime};
+use crate::job::{Deadline, Files, Runtime};
 
 #[allow(missing_debug_implementations, clippy::all)]
 mod bindings {
@@ -416,7 +416,7 @@ fn prime<S: Callable>(
     output: &OutputCapture,
     max_result_bytes: usize,
 ) -> Result<(), GuestError> {
-    call.begin(Instant::now() + PRIME_LIMIT);
+    call.begin(Deadline::new(Instant::now() + PRIME_LIMIT));
     output.begin(0, None);
     let reply = call_runner(sandbox, &Event::prime(max_result_bytes))?;
     RunnerReply::primed(&reply)
@@ -486,8 +486,12 @@ struct PythonGuest {
 }
 
 impl Guest for PythonGuest {
-    fn run(&mut self, program: &Program<'_>, deadline: Instant) -> Result<String, GuestError> {
-        self.call.begin(deadline);
+    fn run(
+        &mut self,
+        program: &Program<'_>,
+        deadline: &Arc<Deadline>,
+    ) -> Result<String, GuestError> {
+        self.call.begin(deadline.clone());
         self.work.begin(program.files, program.file_limits);
         let reply = call_runner(
             &mut self.sandbox,

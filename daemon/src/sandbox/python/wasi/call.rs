@@ -18,6 +18,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use hyperlight_host::hypervisor::InterruptHandle;
 
+use crate::job::Deadline;
+
 /// The call in progress (see the module's documentation). Cheap to clone; the clones share it.
 #[derive(Debug, Clone)]
 pub struct CallState(Arc<Mutex<Inner>>);
@@ -38,9 +40,9 @@ struct Inner {
     interrupt: Option<Arc<dyn InterruptHandle>>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct CallStart {
-    deadline: Instant,
+    deadline: Arc<Deadline>,
     wall: SystemTime,
     at: Instant,
 }
@@ -73,7 +75,7 @@ impl CallState {
     }
 
     /// Begins a call that ends at `deadline`.
-    pub fn begin(&self, deadline: Instant) {
+    pub fn begin(&self, deadline: Arc<Deadline>) {
         let mut inner = self.lock();
         inner.start = Some(CallStart {
             deadline,
@@ -139,12 +141,12 @@ impl CallState {
     }
 
     fn start(&self) -> Option<CallStart> {
-        self.lock().start
+        self.lock().start.clone()
     }
 
-    /// When the call must end.
+    /// When the call must end, as it stands (a tool wait moves it on).
     pub fn deadline(&self) -> Option<Instant> {
-        self.start().map(|call| call.deadline)
+        self.start().map(|call| call.deadline.at())
     }
 
     /// The wall clock, as time since the Unix epoch.
@@ -164,14 +166,14 @@ mod tests {
     #[test]
     fn the_resource_past_the_limit_marks_the_call_and_a_new_call_starts_afresh() {
         let call = CallState::new(1000);
-        call.begin(Instant::now() + Duration::from_secs(1));
+        call.begin(Deadline::new(Instant::now() + Duration::from_secs(1)));
         for _ in 0..1000 {
             call.resource_given();
         }
         assert!(!call.over_limit());
         call.resource_given();
         assert!(call.over_limit());
-        call.begin(Instant::now() + Duration::from_secs(1));
+        call.begin(Deadline::new(Instant::now() + Duration::from_secs(1)));
         assert!(!call.over_limit());
     }
 
