@@ -12,8 +12,9 @@ use crate::audit::AuditOptions;
 use crate::caller::{CallerOptionError, CallerOptions};
 use crate::job::FileLimits;
 use crate::job::SessionSettings;
-use crate::service::Limits;
+use crate::job::tools::ToolLimits;
 use crate::service::code_policy::CodePolicy;
+use crate::service::{Limits, ToolGrants};
 
 /// hyperlightd: runs untrusted code in pre-warmed Hyperlight micro-VMs, served over HTTP on a
 /// Unix socket.
@@ -97,6 +98,28 @@ pub struct Config {
     /// an error of kind `result_too_large`.
     #[arg(long, default_value_t = 1024 * 1024)]
     pub max_result_bytes: usize,
+
+    /// How long one tool call waits for its answer when the request names no
+    /// `tool_timeout_ms`, in milliseconds; past it the program's call fails.
+    #[arg(long, default_value_t = 30_000)]
+    pub tool_timeout_ms: u64,
+
+    /// Highest `tool_timeout_ms` a request may ask for.
+    #[arg(long, default_value_t = 300_000)]
+    pub max_tool_timeout_ms: u64,
+
+    /// Most tool calls one execution may make; past it a call fails in the program.
+    #[arg(long, default_value_t = 1000)]
+    pub max_tool_calls: u32,
+
+    /// Most bytes of one tool call's arguments, or of one answer, as JSON.
+    #[arg(long, default_value_t = 1024 * 1024)]
+    pub max_tool_bytes: usize,
+
+    /// How long an execution that declared tools may last from its arrival, tool waits
+    /// included, in milliseconds; past it the program is stopped (`wall_clock`).
+    #[arg(long, default_value_t = 900_000)]
+    pub max_tool_wall_clock_ms: u64,
 
     /// Guest heap of each JavaScript sandbox, in MiB: the memory a program can allocate.
     #[arg(long, default_value_t = 64)]
@@ -401,6 +424,11 @@ impl Config {
             ("--idle-timeout-ms", self.idle_timeout_ms),
             ("--python-max-host-handles", self.python_max_host_handles),
             ("--python-native-memory-mib", self.python_native_memory_mib),
+            ("--tool-timeout-ms", self.tool_timeout_ms),
+            ("--max-tool-timeout-ms", self.max_tool_timeout_ms),
+            ("--max-tool-calls", u64::from(self.max_tool_calls)),
+            ("--max-tool-bytes", self.max_tool_bytes as u64),
+            ("--max-tool-wall-clock-ms", self.max_tool_wall_clock_ms),
         ] {
             if value == 0 {
                 return Err(ConfigError::Zero(name));
@@ -426,6 +454,15 @@ impl Config {
             files: FileLimits {
                 max_entries: self.max_files,
                 max_bytes: self.max_file_bytes,
+            },
+            tools: ToolGrants {
+                default_call_timeout: Duration::from_millis(self.tool_timeout_ms),
+                max: ToolLimits {
+                    call_timeout: Duration::from_millis(self.max_tool_timeout_ms),
+                    max_calls: self.max_tool_calls,
+                    max_bytes: self.max_tool_bytes,
+                    wall_clock: Duration::from_millis(self.max_tool_wall_clock_ms),
+                },
             },
         })
     }

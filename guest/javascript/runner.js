@@ -472,6 +472,7 @@ function handler(event) {
 }
 
 function start(event) {
+  Object.defineProperty(globalThis, "tools", { value: makeTools(event.tools), writable: true, configurable: true, enumerable: false });
   random.seed(event.seed);
   outputOpen = true;
   linesLeft = LINE_BY_LINE;

@@ -68,7 +68,7 @@ function nextTimer() {
 // Whether the program left work for the event loop: a timer, or a microtask it queued.
 let microtasksQueued = false;
 function hasPendingWork() {
-  return timers.size > 0 || microtasksQueued;
+  return timers.size > 0 || microtasksQueued || toolCalls.size > 0;
 }
 
 function queueMicrotask(callback) {
@@ -107,6 +107,7 @@ function endLoop(state, reply) {
   if (state.done) return reply;
   state.done = true;
   timers.clear();
+  toolCalls.clear();
   if (loop === state) loop = null;
   state.resolve(reply);
   return reply;
@@ -121,6 +122,18 @@ function continueLoop() {
     throw new Error("the runner was asked to continue, but no program is waiting on its event loop");
   }
   const next = nextTimer();
+  if (toolCalls.size > 0) {
+    // Wait for a tool's answer, until the next timer is due at the latest.
+    const waited = awaitTool(next === null ? -1 : Math.max(0, next[1].due - hl.now(0)));
+    if (waited === "answered") return state.reply;
+    if (waited === "gone" || waited === "wall_clock") {
+      return endLoop(state, { ok: false, error: { kind: "exception", message: waited === "gone" ?
+        "the caller went away while the program waited for a tool" :
+        "the execution's wall-clock cap passed while the program waited for a tool" } });
+    }
+    if (waited === "idle") toolCalls.clear();
+    if (next === null) return state.reply;
+  }
   if (next === null) {
     return endLoop(state, state.settled ? state.completed(state.value) : {
       ok: false,
@@ -149,6 +162,70 @@ function continueLoop() {
   }
   // What the callback queued runs next, before the next timer or the answer.
   return state.reply;
+}
+
+// ---- tools ---------------------------------------------------------------------------------
+//
+// The tools the running exec declared (its event's `tools`), as async functions of the global
+// `tools`: `await tools.get_weather({city: "Paris"})`. The daemon checks a call (a declared
+// tool, arguments its schema accepts, within the limits) and relays it to the caller; a call it
+// refuses, and an error the caller answers, reject with a `ToolError`. Several calls may wait at
+// once (Promise.all); the event loop waits for their answers, with the program's time limit
+// standing still, when nothing else is left to run.
+
+class ToolError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = "ToolError";
+  }
+}
+
+// Calls waiting for their answers, by id: how to settle each one's promise.
+const toolCalls = new Map();
+
+function makeTools(declared) {
+  const tools = Object.create(null);
+  for (const { name, description } of declared || []) {
+    const tool = (args) => callTool(name, args);
+    Object.defineProperty(tool, "name", { value: name });
+    tool.description = description || "";
+    tools[name] = tool;
+  }
+  tools.ToolError = ToolError;
+  return Object.freeze(tools);
+}
+
+function callTool(name, args) {
+  if (args === undefined) args = {};
+  if (args === null || typeof args !== "object" || Array.isArray(args)) {
+    return Promise.reject(new TypeError(`tools.${name}: pass the arguments as one object, {name: value, ...}`));
+  }
+  let text;
+  try {
+    text = JSON.stringify(args);
+  } catch (e) {
+    return Promise.reject(new TypeError(`tools.${name}: the arguments cannot be sent as JSON: ${e.message}`));
+  }
+  flushOutput(); // runner.js: what the program wrote before the call is seen before it
+  const sent = hl.tool_call(name, text);
+  if (sent.error !== undefined) return Promise.reject(new ToolError(`tools.${name}: ${sent.error}`));
+  return new Promise((resolve, reject) => { toolCalls.set(sent.id, { name, resolve, reject }); });
+}
+
+// Waits for the answer to one of the calls waiting, at most `ms` milliseconds (-1: no bound),
+// and settles its promise: "answered"; or how the wait ended otherwise: "until" (the time
+// passed), "idle" (no call waits), "gone" (the caller went away), "wall_clock" (the exec's cap).
+function awaitTool(ms) {
+  flushOutput();
+  const answer = hl.tool_wait(ms);
+  if (answer.id === undefined) return answer.wait;
+  const call = toolCalls.get(answer.id);
+  toolCalls.delete(answer.id);
+  if (call !== undefined) {
+    if (answer.error !== undefined) call.reject(new ToolError(`tools.${call.name}: ${answer.error}`));
+    else call.resolve(JSON.parse(answer.result));
+  }
+  return "answered";
 }
 
 // ---- crypto --------------------------------------------------------------------------------

@@ -436,6 +436,8 @@ fn program(
         policy: policy.map(CodePolicy::from),
         files: files::decode(files)?,
         output: None,
+        tools: Vec::new(),
+        tool_timeout_ms: None,
     })
 }
 

@@ -33,6 +33,15 @@ fn limits() -> Limits {
             max_entries: 4,
             max_bytes: 64,
         },
+        tools: crate::service::ToolGrants {
+            default_call_timeout: Duration::from_millis(1_000),
+            max: crate::job::tools::ToolLimits {
+                call_timeout: Duration::from_millis(2_000),
+                max_calls: 3,
+                max_bytes: 100,
+                wall_clock: Duration::from_secs(10),
+            },
+        },
     }
 }
 

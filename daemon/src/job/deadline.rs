@@ -75,6 +75,16 @@ impl Deadline {
         self.at().saturating_duration_since(Instant::now())
     }
 
+    /// The program's time is up now, whatever was left (the exec's wall-clock cap passed).
+    pub fn expire(&self) {
+        {
+            let mut state = self.state();
+            state.at = Instant::now();
+            state.paused_since = None;
+        }
+        self.changed.notify_waiters();
+    }
+
     /// Stops the clock until the returned guard is dropped; the deadline then moves on by the
     /// time it stood still. Pauses do not nest: one is taken at a time.
     pub fn pause(self: &Arc<Self>) -> Paused {

@@ -16,6 +16,7 @@ mod state;
 pub mod tools;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -54,6 +55,9 @@ pub struct Job {
     pub files: Files,
     /// What the working directory may hold.
     pub file_limits: FileLimits,
+    /// The tools the program may call, and the exchange that carries its calls to the caller
+    /// (whose stream is `output`); None: it may call none.
+    pub tools: Option<Arc<tools::ToolExchange>>,
     /// The request's tracing span, entered by whichever thread runs the job.
     pub span: tracing::Span,
     /// Who asked: a session runs the job only for the caller it belongs to, and a pool shares

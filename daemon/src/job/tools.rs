@@ -145,6 +145,11 @@ impl ToolExchange {
         self.tools.values()
     }
 
+    /// Whether the exec's wall-clock cap has passed.
+    pub fn past_wall_clock(&self) -> bool {
+        Instant::now() >= self.wall_clock
+    }
+
     /// The program calls `name` with `arguments` (JSON text): checked, then sent to the caller.
     /// Returns the call's id, or the error the program raises (nothing was sent).
     pub fn call(&self, name: &str, arguments: &str) -> Result<String, String> {

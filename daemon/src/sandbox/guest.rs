@@ -13,6 +13,7 @@ use serde::Deserialize;
 
 use super::watchdog::Interrupt;
 use crate::job::files::FileError;
+use crate::job::tools::ToolExchange;
 use crate::job::{Deadline, FailureKind, FileLimits, Files, Policy, Runtime, Violation};
 
 /// What a guest is asked to run.
@@ -27,6 +28,19 @@ pub struct Program<'a> {
     /// Its working directory's files, and what the directory may hold.
     pub files: &'a Files,
     pub file_limits: FileLimits,
+    /// The tools it may call, and the exchange its calls go through; None: none.
+    pub tools: Option<&'a Arc<ToolExchange>>,
+}
+
+impl Program<'_> {
+    /// The names and descriptions of the tools it may call, as the runners take them.
+    pub fn tool_names(&self) -> Vec<serde_json::Value> {
+        self.tools
+            .iter()
+            .flat_map(|exchange| exchange.tools())
+            .map(|tool| serde_json::json!({"name": tool.name, "description": tool.description}))
+            .collect()
+    }
 }
 
 impl Program<'static> {
@@ -39,6 +53,7 @@ impl Program<'static> {
             session: false,
             files: &NO_FILES,
             file_limits: FileLimits::default(),
+            tools: None,
         }
     }
 }

@@ -16,6 +16,7 @@ pub mod native_python;
 pub mod pool;
 pub mod python;
 pub mod stored;
+pub mod tool_host;
 pub mod watchdog;
 pub mod workspace;
 

@@ -5,11 +5,15 @@ use std::time::Duration;
 
 use tracing::info;
 
+use std::sync::Arc;
+
 use super::code_policy::{self, CodePolicy};
+use super::tools::{self, Declared};
 use super::{Call, Refusal, Service, wire};
 use crate::audit::{Code, ExecRecord};
 use crate::executor::Executor;
-use crate::job::{Files, Job, Language, Outcome, OutputSink, files};
+use crate::job::tools::ToolExchange;
+use crate::job::{ExecError, Files, Job, Language, Outcome, OutputSink, files};
 
 /// What a request asks to run, whatever carried it.
 #[derive(Debug)]
@@ -24,8 +28,12 @@ pub struct Program {
     pub policy: Option<CodePolicy>,
     /// Its working directory's files, decoded (their paths are checked here).
     pub files: Files,
-    /// Where its output goes as it is written, besides the outcome.
+    /// Where its output goes as it is written, besides the outcome. Required with tools: their
+    /// calls go there too.
     pub output: Option<OutputSink>,
+    /// The tools it may call (checked here), and its calls' timeout asked for.
+    pub tools: Vec<Declared>,
+    pub tool_timeout_ms: Option<u64>,
 }
 
 /// A program that ran, however it ended, and how long it waited and ran.
@@ -84,6 +92,7 @@ impl<E: Executor> Service<E> {
         }
         let timeout = limits.timeout_for(program.timeout_ms);
         let policy = program.policy.as_ref();
+        let tools = self.exchange(call, &program)?;
         Ok(Job {
             language,
             code: program.code,
@@ -96,7 +105,29 @@ impl<E: Executor> Service<E> {
             deadline: call.received + timeout,
             span: call.span.clone(),
             caller: call.caller,
+            tools,
         })
+    }
+
+    /// The exchange of `program`'s tool calls, if it declared tools: they are checked, and
+    /// their calls go to its output's stream.
+    fn exchange(
+        &self,
+        call: &Call,
+        program: &Program,
+    ) -> Result<Option<Arc<ToolExchange>>, Refusal> {
+        if program.tools.is_empty() {
+            return Ok(None);
+        }
+        let tools = tools::check(program.tools.clone()).map_err(Refusal::InvalidRequest)?;
+        let Some(sink) = program.output.clone() else {
+            return Err(Refusal::Exec(ExecError::Internal(
+                "tools were declared, but the program's output goes nowhere".to_owned(),
+            )));
+        };
+        let limits = self.limits.tools.for_request(program.tool_timeout_ms);
+        let exchange = ToolExchange::new(tools, limits, sink, call.received);
+        Ok(Some(Arc::new(exchange)))
     }
 
     /// Refuses files a working directory cannot hold: a path that is not a plain relative name,

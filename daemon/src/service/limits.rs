@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::job::FileLimits;
+use crate::job::tools::ToolLimits;
 
 /// Per-request limits, checked once at startup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,6 +25,31 @@ pub struct Limits {
     pub body_read_timeout: Duration,
     /// What a working directory may hold.
     pub files: FileLimits,
+    /// What a request's tool calls may take.
+    pub tools: ToolGrants,
+}
+
+/// The limits of tool calls: the daemon's maximum, and the call timeout of a request that
+/// names none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToolGrants {
+    pub default_call_timeout: Duration,
+    pub max: ToolLimits,
+}
+
+impl ToolGrants {
+    /// The limits of a request that asks for a call timeout of `requested_ms`: the default
+    /// when absent, capped at the maximum.
+    pub fn for_request(&self, requested_ms: Option<u64>) -> ToolLimits {
+        let call_timeout = requested_ms
+            .map(Duration::from_millis)
+            .unwrap_or(self.default_call_timeout)
+            .min(self.max.call_timeout);
+        ToolLimits {
+            call_timeout,
+            ..self.max
+        }
+    }
 }
 
 impl Limits {

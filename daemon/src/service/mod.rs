@@ -32,7 +32,7 @@ use hyperlightd_api::{AuditHealth, ErrorKind, Language};
 
 use self::code_policy::CodePolicy;
 pub use self::exec::{Executed, Program};
-pub use self::limits::Limits;
+pub use self::limits::{Limits, ToolGrants};
 use crate::audit::{AuditLog, DeniedRecord};
 use crate::caller::{Access, ExecQuota, OverQuota};
 use crate::executor::Executor;

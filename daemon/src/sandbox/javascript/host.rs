@@ -27,6 +27,7 @@ use serde::de::DeserializeOwned;
 use super::files;
 use crate::job::Deadline;
 use crate::sandbox::guest::{OutputCapture, Stream};
+use crate::sandbox::tool_host::ToolHost;
 use crate::sandbox::workspace::Workspace;
 
 /// Host module the runner imports.
@@ -39,6 +40,7 @@ pub struct Host {
     pub output: Arc<OutputCapture>,
     pub clock: Arc<CallClock>,
     pub work: Arc<Workspace>,
+    pub tools: ToolHost,
 }
 
 impl Host {
@@ -48,6 +50,7 @@ impl Host {
             output,
             clock: Arc::new(CallClock::default()),
             work: Arc::new(Workspace::default()),
+            tools: ToolHost::default(),
         }
     }
 
@@ -75,6 +78,12 @@ impl Host {
         let host = self.clone();
         proto.register(MODULE, "sleep", move |ms: f64| host.clock.sleep(ms))?;
         proto.register(MODULE, "random", random_hex)?;
+        let host = self.clone();
+        proto.register(MODULE, "tool_call", move |name: String, args: String| {
+            host.tools.call(&name, &args)
+        })?;
+        let host = self.clone();
+        proto.register(MODULE, "tool_wait", move |ms: f64| host.tools.wait(ms))?;
         // The files functions take up to two strings (unused ones are passed as "").
         for &function in files::FUNCTIONS {
             let host = self.clone();
@@ -101,6 +110,10 @@ impl Host {
             "now" => answer(args, |(_,): (u8,)| self.clock.elapsed_ms()),
             "sleep" => answer(args, |(ms,): (f64,)| self.clock.sleep(ms)),
             "random" => answer(args, |(bytes,): (usize,)| random_hex(bytes)),
+            "tool_call" => answer(args, |(name, arguments): (String, String)| {
+                self.tools.call(&name, &arguments)
+            }),
+            "tool_wait" => answer(args, |(ms,): (f64,)| self.tools.wait(ms)),
             _ => files::call(&self.work, function, args).unwrap_or_else(|| {
                 Err(format!(
                     "the host module {MODULE} has no function {function:?}"

@@ -23,6 +23,7 @@ use super::guest::{
     RunnerReply, SavedState, Template, from_template, saved_state, seed,
 };
 use super::stored::{self, Codec, Key, SnapshotStore, Stored};
+use super::tool_host::ToolHost;
 use super::watchdog::{self, Interrupt};
 use super::workspace::Workspace;
 use crate::job::files::FileError;
@@ -150,6 +151,7 @@ fn event(program: &Program<'_>, max_result_bytes: usize) -> String {
         // Every request starts from the same snapshot: Math.random is reseeded from this.
         "seed": seed(),
         "session": program.session,
+        "tools": program.tool_names(),
     })
     .to_string()
 }
@@ -176,6 +178,7 @@ impl GuestFactory for JavascriptFactory {
             warm: template,
             clock: host.clock,
             work: host.work,
+            tools: host.tools,
             output,
             max_result_bytes: self.sizes.max_result_bytes,
         }))
@@ -189,6 +192,8 @@ struct JavascriptGuest {
     clock: Arc<CallClock>,
     /// The working directory its host functions serve.
     work: Arc<Workspace>,
+    /// The tools of the run in progress.
+    tools: ToolHost,
     output: Arc<OutputCapture>,
     max_result_bytes: usize,
 }
@@ -255,7 +260,10 @@ impl Guest for JavascriptGuest {
     ) -> Result<String, GuestError> {
         self.clock.start(deadline.clone());
         self.work.begin(program.files, program.file_limits);
-        Ok(self.call_runner(program, deadline)?)
+        self.tools.begin(program.tools, deadline);
+        let reply = self.call_runner(program, deadline);
+        self.tools.end();
+        Ok(reply?)
     }
 
     fn take_files(&mut self) -> (Files, Option<FileError>) {

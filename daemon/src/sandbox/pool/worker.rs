@@ -321,6 +321,7 @@ impl Worker {
                 session,
                 files: &job.files,
                 file_limits: job.file_limits,
+                tools: job.tools.as_ref(),
             };
             guest.run(&program, deadline)
         });
