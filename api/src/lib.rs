@@ -49,6 +49,12 @@ pub mod paths {
     /// 503 otherwise (warming, sandboxes being replaced, draining). Body: a
     /// [`HealthResponse`](super::HealthResponse).
     pub const HEALTH_READY: &str = "/v1/health/ready";
+    /// Executions that declared tools: `{EXECUTIONS}/{execution_id}/{TOOL_RESULTS}`, `POST`
+    /// a [`ToolResult`](super::ToolResult) answering one call (204; only the caller that
+    /// started the execution may).
+    pub const EXECUTIONS: &str = "/v1/executions";
+    /// What follows an execution's id in the path of its tool results.
+    pub const TOOL_RESULTS: &str = "tool-results";
     /// `GET`: Prometheus text exposition format.
     pub const METRICS: &str = "/metrics";
     /// `POST`: create a session ([`CreateSessionRequest`](super::CreateSessionRequest), 201
@@ -211,6 +217,16 @@ pub struct ExecRequest {
     /// number and total size (`payload_too_large` past them).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub files: FileMap,
+    /// Tools the program may call as functions (Python `tools.NAME(...)`, JavaScript `await
+    /// tools.NAME({...})`). With tools the answer is always the NDJSON stream: it begins with a
+    /// `started` event naming the execution, and each call is a `tool_call` event, answered
+    /// with `POST /v1/executions/{execution_id}/tool-results`. At most 64.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ToolSpec>,
+    /// How long one tool call waits for its answer, in milliseconds. The daemon's default
+    /// applies when absent; values above its maximum are capped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_timeout_ms: Option<u64>,
 }
 
 /// The content type of a streamed exec's answer: one JSON [`ExecEvent`] per line.
@@ -275,6 +291,8 @@ impl ExecRequest {
             policy: None,
             stream: false,
             files: FileMap::new(),
+            tools: Vec::new(),
+            tool_timeout_ms: None,
         }
     }
 }
@@ -330,6 +348,9 @@ pub enum ErrorKind {
     /// The program tried to write more files, or more bytes of files, than its working
     /// directory may hold (the message says which cap), and failed for it.
     FileLimit,
+    /// The execution declared tools and ran past the daemon's wall-clock cap on such
+    /// executions (`--max-tool-wall-clock-ms`), tool waits included; it was stopped.
+    WallClock,
 
     // Rejections of a request (status 4xx/5xx, nothing ran).
     /// The body is not a valid request (malformed JSON, missing or unknown field, bad value).
@@ -363,6 +384,14 @@ pub enum ErrorKind {
     /// The caller has as many executions in flight, or live sessions, as one caller may (the
     /// message says which); nothing ran. Retry once some have finished.
     QuotaExceeded,
+    /// No running execution of this caller has this id (`tool-results`).
+    ExecutionNotFound,
+    /// The execution has ended: its calls take no more answers.
+    ExecutionEnded,
+    /// The execution made no call of this id.
+    ToolCallNotFound,
+    /// The call was already answered, or ran out of time.
+    ToolCallAnswered,
     /// A fault in the daemon itself.
     Internal,
 
@@ -384,6 +413,7 @@ impl ErrorKind {
         ErrorKind::ResourceLimit,
         ErrorKind::PolicyViolation,
         ErrorKind::FileLimit,
+        ErrorKind::WallClock,
         ErrorKind::InvalidRequest,
         ErrorKind::PayloadTooLarge,
         ErrorKind::NotFound,
@@ -397,6 +427,10 @@ impl ErrorKind {
         ErrorKind::SessionBusy,
         ErrorKind::CallerNotAllowed,
         ErrorKind::QuotaExceeded,
+        ErrorKind::ExecutionNotFound,
+        ErrorKind::ExecutionEnded,
+        ErrorKind::ToolCallNotFound,
+        ErrorKind::ToolCallAnswered,
         ErrorKind::Internal,
     ];
 
@@ -415,13 +449,19 @@ impl ErrorKind {
             | ErrorKind::ResourceLimit
             | ErrorKind::PolicyViolation
             | ErrorKind::FileLimit
+            | ErrorKind::WallClock
             | ErrorKind::Unknown => None,
             ErrorKind::InvalidRequest => Some(400),
             ErrorKind::CallerNotAllowed => Some(403),
-            ErrorKind::NotFound | ErrorKind::SessionNotFound => Some(404),
+            ErrorKind::NotFound
+            | ErrorKind::SessionNotFound
+            | ErrorKind::ExecutionNotFound
+            | ErrorKind::ToolCallNotFound => Some(404),
             ErrorKind::MethodNotAllowed => Some(405),
             ErrorKind::RequestTimeout => Some(408),
-            ErrorKind::SessionBusy => Some(409),
+            ErrorKind::SessionBusy | ErrorKind::ExecutionEnded | ErrorKind::ToolCallAnswered => {
+                Some(409)
+            }
             ErrorKind::PayloadTooLarge => Some(413),
             ErrorKind::QuotaExceeded | ErrorKind::TooManySessions => Some(429),
             ErrorKind::Internal => Some(500),
@@ -449,6 +489,7 @@ impl ErrorKind {
             ErrorKind::ResourceLimit => "resource_limit",
             ErrorKind::PolicyViolation => "policy_violation",
             ErrorKind::FileLimit => "file_limit",
+            ErrorKind::WallClock => "wall_clock",
             ErrorKind::InvalidRequest => "invalid_request",
             ErrorKind::PayloadTooLarge => "payload_too_large",
             ErrorKind::NotFound => "not_found",
@@ -462,6 +503,10 @@ impl ErrorKind {
             ErrorKind::SessionBusy => "session_busy",
             ErrorKind::CallerNotAllowed => "caller_not_allowed",
             ErrorKind::QuotaExceeded => "quota_exceeded",
+            ErrorKind::ExecutionNotFound => "execution_not_found",
+            ErrorKind::ExecutionEnded => "execution_ended",
+            ErrorKind::ToolCallNotFound => "tool_call_not_found",
+            ErrorKind::ToolCallAnswered => "tool_call_answered",
             ErrorKind::Internal => "internal",
             ErrorKind::Unknown => "unknown",
         }

@@ -61,6 +61,12 @@ pub struct SessionExecRequest {
     /// any of the same path), as for `POST /v1/exec`. They stay only if the exec's state does.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub files: crate::FileMap,
+    /// Tools the program may call, as for `POST /v1/exec` (only this exec has them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<crate::ToolSpec>,
+    /// How long one tool call waits for its answer, as for `POST /v1/exec`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_timeout_ms: Option<u64>,
 }
 
 impl SessionExecRequest {
@@ -73,6 +79,8 @@ impl SessionExecRequest {
             policy: None,
             stream: false,
             files: crate::FileMap::new(),
+            tools: Vec::new(),
+            tool_timeout_ms: None,
         }
     }
 
@@ -86,6 +94,8 @@ impl SessionExecRequest {
             policy: self.policy,
             stream: self.stream,
             files: self.files,
+            tools: self.tools,
+            tool_timeout_ms: self.tool_timeout_ms,
         }
     }
 }

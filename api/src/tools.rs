@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 
 /// A tool the program may call, in the shape of OpenAI's and Anthropic's tool definitions.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolSpec {
     /// The function's name in the program: an identifier in both languages (letters, digits
@@ -43,7 +43,7 @@ impl ToolSpec {
 
 /// Body of `POST /v1/executions/{execution_id}/tool-results`: the answer to one call, its
 /// result or an error (exactly one of them).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolResult {
     /// The call's id, as its `tool_call` event gave it.

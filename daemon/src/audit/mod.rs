@@ -8,6 +8,7 @@
 //! written (a full disk, a file made unwritable) is counted and reported in `/v1/health` and
 //! the metrics; the daemon goes on serving.
 
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -95,6 +96,10 @@ pub struct ExecRecord<'a> {
     pub output_bytes: usize,
     /// Whether the output was cut at its cap.
     pub truncated: bool,
+    /// The tools it called, by name, and how many times (never their arguments or results);
+    /// absent when it declared none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<&'a BTreeMap<String, u32>>,
 }
 
 /// What the audit log says of a program's code.

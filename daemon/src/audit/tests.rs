@@ -26,6 +26,7 @@ fn exec_of<'a>(code: &'a Code, session: Option<&'a str>) -> ExecRecord<'a> {
         queued_ms: 0.25,
         output_bytes: 30,
         truncated: false,
+        tool_calls: None,
     }
 }
 

@@ -21,6 +21,7 @@ mod files;
 mod route;
 mod sessions;
 mod stream;
+mod tools;
 
 use self::route::{Probe, Route};
 pub use self::stream::Body;
@@ -251,6 +252,9 @@ impl<E: Executor> Api<E> {
             (Method::GET, Route::SessionFile(id, path)) => {
                 self.get_session_file(&call, id, path).await.map(whole)
             }
+            (Method::POST, Route::ToolResults(id)) => {
+                self.tool_result(request, &call, id).await.map(whole)
+            }
             (method, route) => Err(ApiError::MethodNotAllowed {
                 method,
                 path: route.pattern(),
@@ -265,11 +269,10 @@ impl<E: Executor> Api<E> {
         B::Error: Into<BoxError>,
     {
         let accepts_lines = accepts_ndjson(request.headers());
-        let exec: ExecRequest = self.read_json(request).await?;
-        let stream = exec.stream || accepts_lines;
+        let mut exec: ExecRequest = self.read_json(request).await?;
+        exec.stream |= accepts_lines;
         let language = exec.language;
-        let (code, timeout_ms, output) = (exec.code, exec.timeout_ms, exec.max_output_bytes);
-        let program = program(code, timeout_ms, output, exec.policy, exec.files)?;
+        let (stream, program) = program(exec)?;
         self.answer(call, stream, program, move |service, call, program| async move {
             service.exec(&call, language, program).await
         })
@@ -421,24 +424,21 @@ fn millis(duration: std::time::Duration) -> u64 {
 }
 
 /// The program a request asks to run (`POST /v1/exec` and a session's exec carry the same
-/// fields), its files decoded.
-fn program(
-    code: String,
-    timeout_ms: Option<u64>,
-    max_output_bytes: Option<usize>,
-    policy: Option<hyperlightd_api::Policy>,
-    files: hyperlightd_api::FileMap,
-) -> Result<Program, ApiError> {
-    Ok(Program {
-        code,
-        timeout_ms,
-        max_output_bytes,
-        policy: policy.map(CodePolicy::from),
-        files: files::decode(files)?,
+/// fields), its files decoded, and whether it is answered as a stream (asked for, or tools
+/// declared, whose calls travel in it).
+fn program(exec: ExecRequest) -> Result<(bool, Program), ApiError> {
+    let stream = exec.stream || !exec.tools.is_empty();
+    let program = Program {
+        code: exec.code,
+        timeout_ms: exec.timeout_ms,
+        max_output_bytes: exec.max_output_bytes,
+        policy: exec.policy.map(CodePolicy::from),
+        files: files::decode(exec.files)?,
         output: None,
-        tools: Vec::new(),
-        tool_timeout_ms: None,
-    })
+        tools: exec.tools.into_iter().map(wire::declared).collect(),
+        tool_timeout_ms: exec.tool_timeout_ms,
+    };
+    Ok((stream, program))
 }
 
 /// Whether the request's `Accept` header asks for newline-delimited JSON.

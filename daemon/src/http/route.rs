@@ -34,6 +34,7 @@ pub enum Route<'a> {
     SessionFiles(&'a str),
     /// `/v1/sessions/{id}/files/{path}`, the path as sent (percent-encoded).
     SessionFile(&'a str, &'a str),
+    ToolResults(&'a str),
 }
 
 impl<'a> Route<'a> {
@@ -46,6 +47,14 @@ impl<'a> Route<'a> {
             paths::HEALTH_READY => Route::Health(Probe::Ready),
             paths::METRICS => Route::Metrics,
             paths::SESSIONS => Route::Sessions,
+            _ if path.starts_with(paths::EXECUTIONS) => {
+                let rest = path.strip_prefix(paths::EXECUTIONS)?.strip_prefix('/')?;
+                let (id, action) = rest.split_once('/')?;
+                if id.is_empty() || action != paths::TOOL_RESULTS {
+                    return None;
+                }
+                Route::ToolResults(id)
+            }
             _ => {
                 let rest = path.strip_prefix(paths::SESSIONS)?.strip_prefix('/')?;
                 let (id, action) = match rest.split_once('/') {
@@ -96,13 +105,16 @@ impl<'a> Route<'a> {
             Route::SessionFork(_) => "/v1/sessions/{id}/fork",
             Route::SessionFiles(_) => "/v1/sessions/{id}/files",
             Route::SessionFile(..) => "/v1/sessions/{id}/files/{path}",
+            Route::ToolResults(_) => "/v1/executions/{id}/tool-results",
         }
     }
 
     /// The methods it accepts, for the message of a 405.
     pub fn allowed(&self) -> &'static str {
         match self {
-            Route::Exec | Route::SessionExec(_) | Route::SessionFork(_) => "POST",
+            Route::Exec | Route::SessionExec(_) | Route::SessionFork(_) | Route::ToolResults(_) => {
+                "POST"
+            }
             Route::Health(_) | Route::Metrics | Route::SessionFiles(_) | Route::SessionFile(..) => {
                 "GET"
             }
@@ -129,6 +141,7 @@ mod tests {
             ("/v1/sessions/abc/exec", Route::SessionExec("abc")),
             ("/v1/sessions/abc/fork", Route::SessionFork("abc")),
             ("/v1/sessions/abc/files", Route::SessionFiles("abc")),
+            ("/v1/executions/abc/tool-results", Route::ToolResults("abc")),
         ] {
             assert_eq!(Route::parse(path), Some(route), "{path}");
             assert_eq!(

@@ -43,10 +43,11 @@ impl<E: Executor> Api<E> {
         B::Error: Into<BoxError>,
     {
         let accepts_lines = super::accepts_ndjson(request.headers());
-        let exec: SessionExecRequest = self.read_json(request).await?;
-        let stream = exec.stream || accepts_lines;
-        let (code, timeout_ms, output) = (exec.code, exec.timeout_ms, exec.max_output_bytes);
-        let program = super::program(code, timeout_ms, output, exec.policy, exec.files)?;
+        let mut exec: SessionExecRequest = self.read_json(request).await?;
+        exec.stream |= accepts_lines;
+        // The session decides the language; the rest are the fields of any exec.
+        let exec = exec.with_language(hyperlightd_api::Language::Javascript);
+        let (stream, program) = super::program(exec)?;
         let id = id.to_owned();
         self.answer(call, stream, program, move |service, call, program| async move {
             service.session_exec(&call, &id, program).await

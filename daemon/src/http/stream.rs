@@ -132,6 +132,7 @@ fn event(chunk: OutputChunk) -> ExecEvent {
             text,
         } => ExecEvent::Stderr { text },
         OutputChunk::Display(Display { data }) => ExecEvent::Display { data },
+        OutputChunk::Started(execution_id) => ExecEvent::Started { execution_id },
         OutputChunk::ToolCall(ToolCall {
             id,
             name,

@@ -140,6 +140,8 @@ pub enum OutputChunk {
     },
     /// Rich output shown.
     Display(Display),
+    /// The first chunk of an exec that declared tools: the id its calls are answered under.
+    Started(String),
     /// A call of one of the tools the request declared, for the caller to answer (not counted
     /// against the output cap).
     ToolCall(tools::ToolCall),

@@ -41,7 +41,7 @@ impl Outcome {
     pub fn failed(error: Failure, stdout: String, stderr: String, truncated: bool) -> Outcome {
         Outcome {
             status: match error.kind {
-                FailureKind::Timeout => Status::Timeout,
+                FailureKind::Timeout | FailureKind::WallClock => Status::Timeout,
                 _ => Status::Error,
             },
             stdout,
@@ -123,6 +123,8 @@ pub enum FailureKind {
     PolicyViolation,
     /// It wrote past its working directory's caps, and failed for it.
     FileLimit,
+    /// It declared tools and ran past the wall-clock cap of such executions.
+    WallClock,
 }
 
 /// Something a program names that its policy refuses, as its runner found it.

@@ -145,6 +145,11 @@ impl ToolExchange {
         self.tools.values()
     }
 
+    /// The limits its calls are held to.
+    pub fn limits(&self) -> ToolLimits {
+        self.limits
+    }
+
     /// Whether the exec's wall-clock cap has passed.
     pub fn past_wall_clock(&self) -> bool {
         Instant::now() >= self.wall_clock

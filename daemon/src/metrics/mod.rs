@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use std::collections::BTreeMap;
 
+use crate::job::tools::ToolSummary;
 use crate::job::{Language, PoolCounts, SessionCounts, Status};
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
@@ -12,8 +13,10 @@ use prometheus::{
 };
 
 mod session;
+mod tools;
 
 pub use self::session::*;
+pub use self::tools::*;
 
 /// Executions by `language` and `status` (ok, error, timeout).
 pub const EXECUTIONS_TOTAL: &str = "hyperlightd_executions_total";
@@ -65,7 +68,7 @@ pub const WORKER_RESTARTS_TOTAL: &str = "hyperlightd_worker_restarts_total";
 pub const AUDIT_LINES_TOTAL: &str = "hyperlightd_audit_lines_total";
 
 /// Buckets from 1 ms to 60 s: warm executions take milliseconds, time limits reach a minute.
-const DURATION_BUCKETS: &[f64] = &[
+pub(crate) const DURATION_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
@@ -97,6 +100,7 @@ pub struct Metrics {
     restored_after_poison: IntCounterVec,
     worker_restarts: IntCounterVec,
     sessions: SessionMetrics,
+    tools: ToolMetrics,
     audit: IntCounterVec,
 }
 
@@ -277,6 +281,7 @@ impl Metrics {
         registry.register(Box::new(pool_sandboxes.clone()))?;
         registry.register(Box::new(pool_idle.clone()))?;
         let sessions = SessionMetrics::register(&registry)?;
+        let tools = ToolMetrics::register(&registry)?;
         let audit = IntCounterVec::new(
             Opts::new(
                 AUDIT_LINES_TOTAL,
@@ -305,6 +310,7 @@ impl Metrics {
             restored_after_poison,
             worker_restarts,
             sessions,
+            tools,
             audit,
         })
     }
@@ -346,6 +352,11 @@ impl Metrics {
         self.duration
             .with_label_values(&[language.as_str()])
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// Records what an execution's tool calls came to.
+    pub fn record_tool_calls(&self, language: Language, summary: &ToolSummary) {
+        self.tools.record(language, summary);
     }
 
     /// Records a request answered with an HTTP error.

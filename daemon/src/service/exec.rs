@@ -12,8 +12,8 @@ use super::tools::{self, Declared};
 use super::{Call, Refusal, Service, wire};
 use crate::audit::{Code, ExecRecord};
 use crate::executor::Executor;
-use crate::job::tools::ToolExchange;
-use crate::job::{ExecError, Files, Job, Language, Outcome, OutputSink, files};
+use crate::job::tools::{ToolExchange, ToolResult};
+use crate::job::{ExecError, Files, Job, Language, Outcome, OutputChunk, OutputSink, files};
 
 /// What a request asks to run, whatever carried it.
 #[derive(Debug)]
@@ -169,9 +169,18 @@ impl<E: Executor> Service<E> {
         let code = audit.is_on().then(|| audit.code(&job.code));
         let language = job.language;
         let (id, session) = session.unzip();
+        let exchange = job.tools.clone();
         let ran = match self.callers.quota.admit(call.caller.uid, language) {
             Ok(_slot) => {
                 let _in_flight = self.metrics.in_flight();
+                // Registered while it runs: the caller's answers to its calls find it.
+                let _registered = exchange.as_ref().map(|exchange| {
+                    let registered = self.executions.register(call.caller.uid, exchange.clone());
+                    if let Some(sink) = &job.output {
+                        let _ = sink.send(OutputChunk::Started(registered.id().to_owned()));
+                    }
+                    registered
+                });
                 let ran = match session {
                     None => self.executor.exec(job).await,
                     Some(session) => self.executor.exec_in_session(session, job).await,
@@ -182,8 +191,14 @@ impl<E: Executor> Service<E> {
         };
         let elapsed = call.received.elapsed();
         let (queued, duration) = times(call, &ran);
+        let tools = exchange.map(|exchange| exchange.end());
+        if let Some(tools) = &tools {
+            self.metrics.record_tool_calls(language, tools);
+        }
         if let Some(code) = &code {
-            audit.exec(&record(call, language, id, code, &ran, (queued, duration)));
+            let mut record = record(call, language, id, code, &ran, (queued, duration));
+            record.tool_calls = tools.as_ref().map(|t| &t.calls);
+            audit.exec(&record);
         }
         let outcome = ran?;
         self.metrics
@@ -251,5 +266,21 @@ fn record<'a>(
         queued_ms: ms(queued),
         output_bytes,
         truncated,
+        tool_calls: None,
+    }
+}
+
+impl<E: Executor> Service<E> {
+    /// `call`'s caller answers call `id` of its execution `execution`.
+    pub fn answer_tool(
+        &self,
+        call: &Call,
+        execution: &str,
+        id: &str,
+        result: ToolResult,
+    ) -> Result<(), Refusal> {
+        self.executions
+            .answer(call.caller.uid, execution, id, result)
+            .map_err(Refusal::from)
     }
 }

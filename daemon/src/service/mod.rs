@@ -18,6 +18,7 @@
 
 pub mod code_policy;
 mod exec;
+mod executions;
 mod limits;
 mod sessions;
 pub mod tools;
@@ -32,10 +33,12 @@ use hyperlightd_api::{AuditHealth, ErrorKind, Language};
 
 use self::code_policy::CodePolicy;
 pub use self::exec::{Executed, Program};
+use self::executions::{AnswerRefused, Executions};
 pub use self::limits::{Limits, ToolGrants};
 use crate::audit::{AuditLog, DeniedRecord};
 use crate::caller::{Access, ExecQuota, OverQuota};
 use crate::executor::Executor;
+use crate::job::tools::AnswerError;
 use crate::job::{Caller, ExecError, ExecutorHealth};
 use crate::metrics::Metrics;
 
@@ -111,6 +114,9 @@ pub enum Refusal {
     /// The executor did not run the job.
     #[error(transparent)]
     Exec(#[from] ExecError),
+    /// A tool's answer was not taken.
+    #[error(transparent)]
+    ToolAnswer(#[from] AnswerRefused),
 }
 
 impl Refusal {
@@ -124,6 +130,14 @@ impl Refusal {
             Refusal::OverQuota(_) => ErrorKind::QuotaExceeded,
             Refusal::ShuttingDown => ErrorKind::ShuttingDown,
             Refusal::Exec(error) => exec_error_kind(error),
+            Refusal::ToolAnswer(refused) => match refused {
+                AnswerRefused::NotFound(_) => ErrorKind::ExecutionNotFound,
+                AnswerRefused::Ended(_) => ErrorKind::ExecutionEnded,
+                AnswerRefused::Call(AnswerError::UnknownCall(_)) => ErrorKind::ToolCallNotFound,
+                AnswerRefused::Call(AnswerError::AlreadyAnswered(_)) => ErrorKind::ToolCallAnswered,
+                AnswerRefused::Call(AnswerError::Ended) => ErrorKind::ExecutionEnded,
+                AnswerRefused::Call(AnswerError::TooLarge { .. }) => ErrorKind::PayloadTooLarge,
+            },
         }
     }
 }
@@ -157,6 +171,8 @@ pub struct Service<E> {
     callers: Callers,
     /// What every program is checked against before it runs (`--policy`).
     code_policy: CodePolicy,
+    /// Running executions that declared tools, where their calls' answers go.
+    executions: Arc<Executions>,
 }
 
 impl<E: Executor> Service<E> {
@@ -176,6 +192,7 @@ impl<E: Executor> Service<E> {
             draining: AtomicBool::new(false),
             callers: Callers::open(),
             code_policy: CodePolicy::default(),
+            executions: Arc::default(),
         }
     }
 

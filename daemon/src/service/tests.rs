@@ -89,6 +89,8 @@ fn program(code: &str) -> Program {
         policy: None,
         files: Files::new(),
         output: None,
+        tools: Vec::new(),
+        tool_timeout_ms: None,
     }
 }
 

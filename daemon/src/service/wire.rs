@@ -2,6 +2,8 @@
 //! mapping an exhaustive `match` or a whole struct, so that a new variant or field must be
 //! decided here.
 
+use super::tools::Declared;
+use crate::job::tools::ToolResult;
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
@@ -64,6 +66,7 @@ pub fn error_kind(kind: FailureKind) -> api::ErrorKind {
         FailureKind::ResourceLimit => api::ErrorKind::ResourceLimit,
         FailureKind::PolicyViolation => api::ErrorKind::PolicyViolation,
         FailureKind::FileLimit => api::ErrorKind::FileLimit,
+        FailureKind::WallClock => api::ErrorKind::WallClock,
     }
 }
 
@@ -177,4 +180,23 @@ fn rfc3339(at: SystemTime) -> String {
         .ok()
         .and_then(|t| t.round(jiff::Unit::Millisecond).ok())
         .map_or_else(|| "unknown".to_owned(), |t| t.to_string())
+}
+
+/// A tool as a request declares it.
+pub fn declared(spec: api::ToolSpec) -> Declared {
+    Declared {
+        name: spec.name,
+        description: spec.description,
+        parameters: spec.parameters,
+    }
+}
+
+/// A caller's answer to a tool call: the result as JSON text, or the tool's error. Exactly one
+/// of the two.
+pub fn tool_result(answer: &api::ToolResult) -> Result<ToolResult, String> {
+    match (&answer.result, &answer.error) {
+        (Some(result), None) => Ok(Ok(result.to_string())),
+        (None, Some(error)) => Ok(Err(error.clone())),
+        _ => Err("give exactly one of `result` and `error`".to_owned()),
+    }
 }

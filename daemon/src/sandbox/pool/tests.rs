@@ -264,6 +264,7 @@ fn job_of(uid: u32, code: &str, timeout_ms: u64) -> Job {
             max_bytes: 100,
         },
         span: tracing::Span::none(),
+        tools: None,
         caller: Caller {
             uid,
             gid: 1000,

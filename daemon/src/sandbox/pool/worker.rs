@@ -382,6 +382,20 @@ impl Worker {
     /// The outcome of a call that failed with `error`, and what it left the sandbox fit for.
     fn failed(&self, error: GuestError, job: &Job, captured: Captured) -> (Outcome, Fate) {
         let (kind, message, fate) = match error {
+            GuestError::Interrupted if job.tools.as_ref().is_some_and(|t| t.past_wall_clock()) => {
+                let message = format!(
+                    "the execution ran past the wall-clock cap of executions with tools, {} \
+                     ms from its arrival (waiting for tools included), and was stopped",
+                    job.tools
+                        .as_ref()
+                        .map_or(0, |t| t.limits().wall_clock.as_millis())
+                );
+                let failure = Failure::new(FailureKind::WallClock, message);
+                return (
+                    error_outcome(failure, captured),
+                    Fate::Poisoned(Recycle::Timeout),
+                );
+            }
             GuestError::Interrupted => {
                 let mut outcome = timeout_outcome(job.timeout, captured);
                 if job.watcher_gone() {

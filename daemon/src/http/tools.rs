@@ -1,0 +1,34 @@
+//! `POST /v1/executions/{id}/tool-results`: a caller answers one of its execution's tool
+//! calls. The answer goes through the service; errors through the one mapping in
+//! [`ApiError::status`].
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Request, Response, StatusCode};
+use hyperlightd_api::ToolResult;
+
+use super::{Api, ApiError, BoxError};
+use crate::executor::Executor;
+use crate::service::{Call, wire};
+
+impl<E: Executor> Api<E> {
+    /// 204 once the answer is taken.
+    pub(super) async fn tool_result<B>(
+        &self,
+        request: Request<B>,
+        call: &Call,
+        execution: &str,
+    ) -> Result<Response<Full<Bytes>>, ApiError>
+    where
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: Into<BoxError>,
+    {
+        let answer: ToolResult = self.read_json(request).await?;
+        let result = wire::tool_result(&answer).map_err(ApiError::InvalidRequest)?;
+        self.service
+            .answer_tool(call, execution, &answer.id, result)?;
+        let mut response = Response::new(Full::new(Bytes::new()));
+        *response.status_mut() = StatusCode::NO_CONTENT;
+        Ok(response)
+    }
+}
