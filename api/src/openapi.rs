@@ -97,6 +97,23 @@ pub const SESSION_REJECTIONS: &[Rejection] = &[
     },
 ];
 
+/// The refusals only the tool-results path makes. Nothing changed.
+pub const TOOL_RESULT_REJECTIONS: &[Rejection] = &[
+    Rejection {
+        status: 404,
+        kinds: &[ErrorKind::ExecutionNotFound, ErrorKind::ToolCallNotFound],
+        when: "No running execution of this caller has this id (another caller's is not \
+               shown: only the uid that started it may answer), or the execution made no call \
+               of this id.",
+    },
+    Rejection {
+        status: 409,
+        kinds: &[ErrorKind::ExecutionEnded, ErrorKind::ToolCallAnswered],
+        when: "The execution has ended, or the call was already answered (or ran out of \
+               time, and the program was told so).",
+    },
+];
+
 /// Refusals any path can answer, whatever its operations.
 pub const ANY_PATH_REJECTIONS: &[Rejection] = &[
     Rejection {
@@ -137,6 +154,7 @@ pub fn document() -> Value {
     requests.subschema_for::<ExecRequest>();
     requests.subschema_for::<CreateSessionRequest>();
     requests.subschema_for::<SessionExecRequest>();
+    requests.subschema_for::<crate::ToolResult>();
     schemas.extend(requests.take_definitions(true));
     let mut responses = generator(SchemaSettings::draft2020_12().for_serialize());
     responses.subschema_for::<ExecResponse>();
@@ -188,6 +206,10 @@ pub fn document() -> Value {
             SESSION_FILE_PATH: {
                 "parameters": [session_id(), file_path()],
                 "get": session_file_operation(),
+            },
+            TOOL_RESULTS_PATH: {
+                "parameters": [execution_id()],
+                "post": tool_result_operation(),
             },
         },
         "components": {
@@ -243,6 +265,46 @@ pub const SESSION_FORK_PATH: &str = "/v1/sessions/{id}/fork";
 pub const SESSION_FILES_PATH: &str = "/v1/sessions/{id}/files";
 /// See [`SESSION_PATH`].
 pub const SESSION_FILE_PATH: &str = "/v1/sessions/{id}/files/{path}";
+
+/// The tool-results path, as the document names it.
+pub const TOOL_RESULTS_PATH: &str = "/v1/executions/{id}/tool-results";
+
+fn execution_id() -> Value {
+    json!({
+        "name": "id",
+        "in": "path",
+        "required": true,
+        "description": "The execution's id, as its stream's `started` event gave it.",
+        "schema": { "type": "string" }
+    })
+}
+
+fn tool_result_operation() -> Value {
+    let mut responses = Map::new();
+    responses.insert(
+        "204".into(),
+        json!({
+            "description": "The answer was taken: the program gets it.",
+            "headers": { "x-request-id": { "$ref": "#/components/headers/RequestId" } }
+        }),
+    );
+    let exec = EXEC_REJECTIONS
+        .iter()
+        .filter(|r| [400, 408, 413, 500].contains(&r.status));
+    for rejection in exec.chain(TOOL_RESULT_REJECTIONS) {
+        responses.insert(rejection.status.to_string(), rejection_response(rejection));
+    }
+    json!({
+        "operationId": "answerToolCall",
+        "summary": "Answer a tool call of a running execution",
+        "description": "The program waits for each call's answer (its time limit stands still \
+            meanwhile): the tool's `result` (any JSON, which the program gets decoded) or its \
+            `error` (the program's ToolError). An answer over the daemon's size limit is \
+            refused 413, and the program's call fails saying so.",
+        "requestBody": json_body("ToolResult"),
+        "responses": responses,
+    })
+}
 
 fn file_path() -> Value {
     json!({
@@ -568,6 +630,7 @@ mod tests {
             .iter()
             .chain(ANY_PATH_REJECTIONS)
             .chain(SESSION_REJECTIONS)
+            .chain(TOOL_RESULT_REJECTIONS)
         {
             placed.extend(names(r.kinds));
         }
@@ -587,6 +650,7 @@ mod tests {
             .iter()
             .chain(ANY_PATH_REJECTIONS)
             .chain(SESSION_REJECTIONS)
+            .chain(TOOL_RESULT_REJECTIONS)
         {
             for kind in r.kinds {
                 assert_eq!(kind.status(), Some(r.status), "{kind}");

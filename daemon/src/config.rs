@@ -14,7 +14,7 @@ use crate::job::FileLimits;
 use crate::job::SessionSettings;
 use crate::job::tools::ToolLimits;
 use crate::service::code_policy::CodePolicy;
-use crate::service::{Limits, ToolGrants};
+use crate::service::{Limits, ToolGrants, tool_defaults};
 
 /// hyperlightd: runs untrusted code in pre-warmed Hyperlight micro-VMs, served over HTTP on a
 /// Unix socket.
@@ -101,24 +101,24 @@ pub struct Config {
 
     /// How long one tool call waits for its answer when the request names no
     /// `tool_timeout_ms`, in milliseconds; past it the program's call fails.
-    #[arg(long, default_value_t = 30_000)]
+    #[arg(long, default_value_t = tool_defaults::CALL_TIMEOUT_MS)]
     pub tool_timeout_ms: u64,
 
     /// Highest `tool_timeout_ms` a request may ask for.
-    #[arg(long, default_value_t = 300_000)]
+    #[arg(long, default_value_t = tool_defaults::MAX_CALL_TIMEOUT_MS)]
     pub max_tool_timeout_ms: u64,
 
     /// Most tool calls one execution may make; past it a call fails in the program.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = tool_defaults::MAX_CALLS)]
     pub max_tool_calls: u32,
 
     /// Most bytes of one tool call's arguments, or of one answer, as JSON.
-    #[arg(long, default_value_t = 1024 * 1024)]
+    #[arg(long, default_value_t = tool_defaults::MAX_BYTES)]
     pub max_tool_bytes: usize,
 
     /// How long an execution that declared tools may last from its arrival, tool waits
     /// included, in milliseconds; past it the program is stopped (`wall_clock`).
-    #[arg(long, default_value_t = 900_000)]
+    #[arg(long, default_value_t = tool_defaults::WALL_CLOCK_MS)]
     pub max_tool_wall_clock_ms: u64,
 
     /// Guest heap of each JavaScript sandbox, in MiB: the memory a program can allocate.

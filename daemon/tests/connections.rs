@@ -99,6 +99,7 @@ async fn thousands_of_stalled_connections_are_bounded_and_dropped_while_requests
             max_entries: 16,
             max_bytes: 1024,
         },
+        tools: hyperlightd::service::ToolGrants::default(),
     };
     let metrics = Metrics::new().unwrap();
     let api = Arc::new(Api::of(Service::new(

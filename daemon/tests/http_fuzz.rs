@@ -66,6 +66,7 @@ fn api() -> Arc<Api<Stub>> {
             max_entries: 16,
             max_bytes: 1024,
         },
+        tools: hyperlightd::service::ToolGrants::default(),
     };
     Arc::new(Api::of(Service::new(
         Arc::new(Stub::new()),

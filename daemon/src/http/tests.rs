@@ -623,7 +623,11 @@ async fn readiness_and_liveness_answer_different_questions() {
 /// status carries which error kinds; every refusal the daemon can make must be there.
 #[test]
 fn every_refusal_is_where_the_openapi_document_says() {
-    use hyperlightd_api::openapi::{ANY_PATH_REJECTIONS, EXEC_REJECTIONS, SESSION_REJECTIONS};
+    use crate::job::tools::AnswerError;
+    use crate::service::AnswerRefused;
+    use hyperlightd_api::openapi::{
+        ANY_PATH_REJECTIONS, EXEC_REJECTIONS, SESSION_REJECTIONS, TOOL_RESULT_REJECTIONS,
+    };
     let every = [
         ApiError::InvalidRequest("x".into()),
         ApiError::PayloadTooLarge { limit: 1 },
@@ -673,6 +677,19 @@ fn every_refusal_is_where_the_openapi_document_says() {
             limit: 1,
         })),
         ApiError::Internal("x".into()),
+        ApiError::from(Refusal::from(AnswerRefused::NotFound("x".into()))),
+        ApiError::from(Refusal::from(AnswerRefused::Ended("x".into()))),
+        ApiError::from(Refusal::from(AnswerRefused::Call(
+            AnswerError::UnknownCall("c".into()),
+        ))),
+        ApiError::from(Refusal::from(AnswerRefused::Call(
+            AnswerError::AlreadyAnswered("c".into()),
+        ))),
+        ApiError::from(Refusal::from(AnswerRefused::Call(AnswerError::Ended))),
+        ApiError::from(Refusal::from(AnswerRefused::Call(AnswerError::TooLarge {
+            bytes: 2,
+            limit: 1,
+        }))),
     ];
     for error in every {
         let (status, kind) = error.status();
@@ -680,6 +697,7 @@ fn every_refusal_is_where_the_openapi_document_says() {
             .iter()
             .chain(ANY_PATH_REJECTIONS)
             .chain(SESSION_REJECTIONS)
+            .chain(TOOL_RESULT_REJECTIONS)
             .any(|r| r.status == status.as_u16() && r.kinds.contains(&kind));
         assert!(
             documented,

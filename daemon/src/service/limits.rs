@@ -37,6 +37,30 @@ pub struct ToolGrants {
     pub max: ToolLimits,
 }
 
+/// The daemon's default tool limits (`--tool-timeout-ms` and the `--max-tool-*` flags).
+pub mod tool_defaults {
+    pub const CALL_TIMEOUT_MS: u64 = 30_000;
+    pub const MAX_CALL_TIMEOUT_MS: u64 = 300_000;
+    pub const MAX_CALLS: u32 = 1000;
+    pub const MAX_BYTES: usize = 1024 * 1024;
+    pub const WALL_CLOCK_MS: u64 = 900_000;
+}
+
+impl Default for ToolGrants {
+    fn default() -> Self {
+        use tool_defaults::*;
+        ToolGrants {
+            default_call_timeout: Duration::from_millis(CALL_TIMEOUT_MS),
+            max: ToolLimits {
+                call_timeout: Duration::from_millis(MAX_CALL_TIMEOUT_MS),
+                max_calls: MAX_CALLS,
+                max_bytes: MAX_BYTES,
+                wall_clock: Duration::from_millis(WALL_CLOCK_MS),
+            },
+        }
+    }
+}
+
 impl ToolGrants {
     /// The limits of a request that asks for a call timeout of `requested_ms`: the default
     /// when absent, capped at the maximum.

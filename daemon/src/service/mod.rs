@@ -33,8 +33,9 @@ use hyperlightd_api::{AuditHealth, ErrorKind, Language};
 
 use self::code_policy::CodePolicy;
 pub use self::exec::{Executed, Program};
-use self::executions::{AnswerRefused, Executions};
-pub use self::limits::{Limits, ToolGrants};
+pub use self::executions::AnswerRefused;
+use self::executions::Executions;
+pub use self::limits::{Limits, ToolGrants, tool_defaults};
 use crate::audit::{AuditLog, DeniedRecord};
 use crate::caller::{Access, ExecQuota, OverQuota};
 use crate::executor::Executor;
