@@ -83,6 +83,11 @@ pub mod paths {
         format!("{SESSIONS}/{id}/{SESSION_EXEC}")
     }
 
+    /// `POST`: answer a tool call of execution `id`.
+    pub fn tool_results(id: &str) -> String {
+        format!("{EXECUTIONS}/{id}/{TOOL_RESULTS}")
+    }
+
     /// `POST`: fork the session.
     pub fn session_fork(id: &str) -> String {
         format!("{SESSIONS}/{id}/{SESSION_FORK}")

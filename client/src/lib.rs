@@ -24,6 +24,7 @@
 mod sessions;
 mod stream;
 pub mod tool;
+mod tools;
 
 pub use self::stream::ExecStream;
 
@@ -54,7 +55,8 @@ pub use hyperlightd_api::{
     CreateSessionRequest, DEFAULT_SOCKET, DisplayData, ErrorBody, ErrorKind, ExecEvent, ExecLimits,
     ExecRequest, ExecResponse, ExecSession, ExecStatus, FileData, FileInfo, FileList, FileMap,
     HealthResponse, Language, Policy, Runtime, SOCKET_ENV, SandboxCounts, SessionCounts,
-    SessionExecRequest, SessionInfo, SessionLimits, SessionList, Violation,
+    SessionExecRequest, SessionInfo, SessionLimits, SessionList, ToolResult as ToolAnswer,
+    ToolSpec, Violation,
 };
 
 /// What can go wrong talking to the daemon.

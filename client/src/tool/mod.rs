@@ -296,6 +296,8 @@ impl CodeTool {
             policy: None,
             stream: false,
             files: Default::default(),
+            tools: Vec::new(),
+            tool_timeout_ms: None,
         };
         let timeout_ms = self.timeout_in_force(arguments.timeout_ms);
         let answer = match &self.conversation {

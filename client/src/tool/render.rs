@@ -230,6 +230,16 @@ pub(super) fn advice(kind: ErrorKind, context: &Context<'_>) -> String {
         ErrorKind::RequestTimeout => {
             "The request reached the service too slowly; nothing ran. Call again.".to_owned()
         }
+        ErrorKind::WallClock => "The program ran past the longest time a program that calls \
+            tools may take (waiting for tools included) and was stopped. Call fewer tools, or \
+            slower ones less often, and return sooner."
+            .to_owned(),
+        ErrorKind::ExecutionNotFound
+        | ErrorKind::ExecutionEnded
+        | ErrorKind::ToolCallNotFound
+        | ErrorKind::ToolCallAnswered => "A tool's answer did not reach the program (the \
+            message says why); this is not the program's fault. Run it again."
+            .to_owned(),
         ErrorKind::NotFound
         | ErrorKind::MethodNotAllowed
         | ErrorKind::Internal

@@ -74,6 +74,8 @@ impl CodeTool {
             policy: request.policy.clone(),
             stream: false,
             files: request.files.clone(),
+            tools: request.tools.clone(),
+            tool_timeout_ms: request.tool_timeout_ms,
         };
         let mut notice = None;
         if let Some(id) = sessions.get(&language) {

@@ -1,0 +1,284 @@
+//! End-to-end tests of tool calls from code (issue 28) on a KVM that runs Hyperlight guests: a
+//! program calls the tools its exec declared, each call arrives in the stream, and the test
+//! answers it through `POST /v1/executions/{id}/tool-results`, as an agent's host would.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use hyperlightd_client::{
+    Client, ErrorKind, ExecEvent, ExecRequest, ExecResponse, ExecStatus, ToolAnswer, ToolSpec,
+};
+use hyperlightd_e2e::{Daemon, STEP_LIMIT, js, within};
+use serde_json::{Value, json};
+
+async fn daemon() -> Daemon {
+    Daemon::start(&["--pool", "javascript=1", "--tool-timeout-ms", "5000"]).await
+}
+
+fn tools() -> Vec<ToolSpec> {
+    vec![
+        ToolSpec::new(
+            "get_weather",
+            "The temperature in a city, in °C.",
+            json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+        ),
+        ToolSpec::new(
+            "population",
+            "How many people live in a city.",
+            json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+        ),
+        ToolSpec::new("fail", "Always fails.", json!({"type": "object"})),
+    ]
+}
+
+/// A call as it arrived: its id, the tool, its arguments.
+#[derive(Debug, Clone)]
+struct Call {
+    id: String,
+    name: String,
+    arguments: Value,
+}
+
+/// Runs `request` (with the tools above), answering each call with `answer` (None: no answer
+/// for now; the call waits). Returns the execution's id, the calls in order, the response.
+async fn run_with_tools(
+    client: &Client,
+    request: ExecRequest,
+    mut answer: impl FnMut(&Call) -> Option<ToolAnswer>,
+) -> (String, Vec<Call>, ExecResponse) {
+    let request = ExecRequest {
+        tools: tools(),
+        ..request
+    };
+    let mut stream = client.exec_stream(&request).await.unwrap();
+    let (mut execution, mut calls) = (None, Vec::new());
+    loop {
+        let event = within("the next event", STEP_LIMIT, stream.next())
+            .await
+            .expect("the stream ends with the response")
+            .unwrap();
+        match event {
+            ExecEvent::Started { execution_id } => execution = Some(execution_id),
+            ExecEvent::ToolCall {
+                id,
+                name,
+                arguments,
+            } => {
+                let call = Call {
+                    id,
+                    name,
+                    arguments,
+                };
+                let execution = execution.as_deref().expect("started comes first");
+                if let Some(reply) = answer(&call) {
+                    client.answer_tool(execution, &reply).await.unwrap();
+                }
+                calls.push(call);
+            }
+            ExecEvent::Result(response) => {
+                return (execution.expect("a started event"), calls, response);
+            }
+            ExecEvent::Error { error } => panic!("the stream failed: {error:?}"),
+            ExecEvent::Stdout { .. } | ExecEvent::Stderr { .. } | ExecEvent::Display { .. } => {}
+        }
+    }
+}
+
+/// The answer the tools above give: a temperature and a population per city; `fail` fails.
+fn answer(call: &Call) -> ToolAnswer {
+    let city = call.arguments["city"].as_str().unwrap_or_default();
+    match call.name.as_str() {
+        "get_weather" => ToolAnswer::ok(&call.id, json!({"temp": city.len() * 2})),
+        "population" => ToolAnswer::ok(&call.id, json!(city.len() * 1000)),
+        _ => ToolAnswer::error(&call.id, "the service is down"),
+    }
+}
+
+#[tokio::test]
+async fn a_program_calls_tools_in_a_loop_and_aggregates_their_results() {
+    let daemon = daemon().await;
+    let code = "console.log('asking');\n\
+        let total = 0, people = 0;\n\
+        for (const city of ['Paris', 'Oslo', 'Lima']) {\n\
+          total += (await tools.get_weather({city})).temp;\n\
+          people += await tools.population({city});\n\
+        }\n\
+        ({total, people})";
+    let (_, calls, response) =
+        run_with_tools(&daemon.client(), js(code), |c| Some(answer(c))).await;
+    assert_eq!(response.status, ExecStatus::Ok, "{response:?}");
+    assert_eq!(response.result, json!({"total": 28, "people": 14000}));
+    assert_eq!(response.stdout, "asking\n");
+    let names: Vec<&str> = calls.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["get_weather", "population"].repeat(3));
+    assert_eq!(calls[2].arguments, json!({"city": "Oslo"}));
+}
+
+#[tokio::test]
+async fn a_tool_error_can_be_caught_and_a_malformed_call_never_reaches_the_caller() {
+    let daemon = daemon().await;
+    let code = "const seen = [];\n\
+        try { await tools.fail({}); } catch (e) { seen.push(e.name + ': ' + e.message); }\n\
+        try { await tools.get_weather({town: 'Paris'}); } catch (e) { seen.push(e.message); }\n\
+        try { await tools.nope({}); } catch (e) { seen.push(e.message); }\n\
+        seen";
+    let (_, calls, response) =
+        run_with_tools(&daemon.client(), js(code), |c| Some(answer(c))).await;
+    assert_eq!(response.status, ExecStatus::Ok, "{response:?}");
+    let seen = response.result.as_array().unwrap();
+    assert_eq!(seen[0], json!("ToolError: tools.fail: the service is down"));
+    let malformed = seen[1].as_str().unwrap();
+    assert!(malformed.contains("city"), "{malformed}");
+    assert!(
+        seen[2].as_str().unwrap().contains("no tool \"nope\""),
+        "{seen:?}"
+    );
+    assert_eq!(
+        calls.len(),
+        1,
+        "only the well-formed call was sent: {calls:?}"
+    );
+
+    // Not caught: the program fails with the tool's error.
+    let (_, _, response) = run_with_tools(&daemon.client(), js("await tools.fail({})"), |c| {
+        Some(answer(c))
+    })
+    .await;
+    assert_eq!(response.status, ExecStatus::Error);
+    let error = response.error.unwrap();
+    assert_eq!(error.kind, ErrorKind::Exception);
+    assert!(error.message.contains("the service is down"), "{error:?}");
+}
+
+#[tokio::test]
+async fn parallel_calls_are_answered_in_any_order_and_a_wait_is_not_the_program_s_time() {
+    let daemon = daemon().await;
+    let client = daemon.client();
+    let code = "const [a, b, c] = await Promise.all(['A', 'BB', 'CCC'].map((city) => \
+        tools.population({city})));\n[a, b, c]";
+    // Answered only once all three have arrived, last first, after longer than the program's
+    // time limit: waiting for tools does not count against it.
+    let request = ExecRequest {
+        timeout_ms: Some(1000),
+        ..js(code)
+    };
+    let request = ExecRequest {
+        tools: tools(),
+        ..request
+    };
+    let mut stream = client.exec_stream(&request).await.unwrap();
+    let (mut execution, mut pending) = (String::new(), Vec::new());
+    let response = loop {
+        match within("an event", STEP_LIMIT, stream.next())
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            ExecEvent::Started { execution_id } => execution = execution_id,
+            ExecEvent::ToolCall {
+                id,
+                name,
+                arguments,
+            } => {
+                pending.push(Call {
+                    id,
+                    name,
+                    arguments,
+                });
+                if pending.len() == 3 {
+                    tokio::time::sleep(Duration::from_millis(1500)).await;
+                    for call in pending.iter().rev() {
+                        client.answer_tool(&execution, &answer(call)).await.unwrap();
+                    }
+                }
+            }
+            ExecEvent::Result(response) => break response,
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert_eq!(response.status, ExecStatus::Ok, "{response:?}");
+    assert_eq!(response.result, json!([1000, 2000, 3000]));
+
+    // The call was answered, and the execution has ended: both refused, nothing changes.
+    let again = client.answer_tool(&execution, &answer(&pending[0])).await;
+    let refused = again.unwrap_err();
+    assert!(
+        format!("{refused}").contains("execution_ended"),
+        "{refused}"
+    );
+    let unknown = client
+        .answer_tool(
+            "exec_00000000000000000000000000000000",
+            &answer(&pending[0]),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        format!("{unknown}").contains("execution_not_found"),
+        "{unknown}"
+    );
+}
+
+#[tokio::test]
+async fn a_call_without_an_answer_times_out_in_the_program_and_a_second_answer_is_refused() {
+    let daemon = daemon().await;
+    let client = daemon.client();
+    let code = "let first;\n\
+        try { await tools.population({city: 'X'}); } catch (e) { first = e.message; }\n\
+        const second = await tools.population({city: 'YY'});\n\
+        [first, second]";
+    let request = ExecRequest {
+        tool_timeout_ms: Some(300),
+        ..js(code)
+    };
+    let mut first = true;
+    let mut answered = Vec::new();
+    let (execution, calls, response) = run_with_tools(&client, request, |call| {
+        if std::mem::take(&mut first) {
+            return None;
+        }
+        answered.push(call.clone());
+        Some(answer(call))
+    })
+    .await;
+    assert_eq!(response.status, ExecStatus::Ok, "{response:?}");
+    let message = response.result[0].as_str().unwrap();
+    assert!(message.contains("no answer within 300 ms"), "{message}");
+    assert_eq!(response.result[1], json!(2000));
+    assert_eq!(calls.len(), 2);
+    let late = client
+        .answer_tool(&execution, &answer(&calls[0]))
+        .await
+        .unwrap_err();
+    assert!(format!("{late}").contains("execution_ended"), "{late}");
+}
+
+#[tokio::test]
+async fn a_caller_that_goes_away_mid_wait_frees_the_sandbox_at_once() {
+    let daemon = daemon().await;
+    let client = daemon.client();
+    // A call that would wait two minutes for its answer: only the caller's going away can
+    // free the sandbox within the next request's step limit.
+    let request = ExecRequest {
+        tools: tools(),
+        tool_timeout_ms: Some(120_000),
+        ..js("await tools.population({city: 'Z'})")
+    };
+    let mut stream = client.exec_stream(&request).await.unwrap();
+    loop {
+        if let ExecEvent::ToolCall { .. } = within("the call", STEP_LIMIT, stream.next())
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            break;
+        }
+    }
+    drop(stream);
+    // One sandbox: the next request runs only once the waiting one is freed.
+    let next = within("the next request", STEP_LIMIT, client.exec(&js("6 * 7")))
+        .await
+        .unwrap();
+    assert_eq!(next.result, json!(42), "{next:?}");
+}
