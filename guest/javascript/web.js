@@ -192,7 +192,17 @@ function makeTools(declared) {
     tools[name] = tool;
   }
   tools.ToolError = ToolError;
-  return Object.freeze(tools);
+  Object.freeze(tools);
+  // A name that is no tool is a function that says so (the host's message lists the tools),
+  // rather than "not a function".
+  return new Proxy(tools, {
+    get(target, key) {
+      if (key in target || typeof key !== "string" || key === "then" || key === "toJSON") {
+        return target[key];
+      }
+      return (args) => callTool(key, args);
+    },
+  });
 }
 
 function callTool(name, args) {

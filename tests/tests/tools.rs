@@ -108,7 +108,7 @@ async fn a_program_calls_tools_in_a_loop_and_aggregates_their_results() {
     let (_, calls, response) =
         run_with_tools(&daemon.client(), js(code), |c| Some(answer(c))).await;
     assert_eq!(response.status, ExecStatus::Ok, "{response:?}");
-    assert_eq!(response.result, json!({"total": 28, "people": 14000}));
+    assert_eq!(response.result, json!({"total": 26, "people": 13000}));
     assert_eq!(response.stdout, "asking\n");
     let names: Vec<&str> = calls.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names, ["get_weather", "population"].repeat(3));
@@ -128,11 +128,15 @@ async fn a_tool_error_can_be_caught_and_a_malformed_call_never_reaches_the_calle
     assert_eq!(response.status, ExecStatus::Ok, "{response:?}");
     let seen = response.result.as_array().unwrap();
     assert_eq!(seen[0], json!("ToolError: tools.fail: the service is down"));
-    let malformed = seen[1].as_str().unwrap();
-    assert!(malformed.contains("city"), "{malformed}");
+    assert_eq!(
+        seen[1],
+        json!("tools.get_weather: \"city\" is a required property")
+    );
+    let unknown = seen[2].as_str().unwrap();
     assert!(
-        seen[2].as_str().unwrap().contains("no tool \"nope\""),
-        "{seen:?}"
+        unknown.starts_with("tools.nope: there is no tool \"nope\"")
+            && unknown.contains("get_weather"),
+        "{unknown}"
     );
     assert_eq!(
         calls.len(),
@@ -158,9 +162,12 @@ async fn parallel_calls_are_answered_in_any_order_and_a_wait_is_not_the_program_
     let code = "const [a, b, c] = await Promise.all(['A', 'BB', 'CCC'].map((city) => \
         tools.population({city})));\n[a, b, c]";
     // Answered only once all three have arrived, last first, after longer than the program's
-    // time limit: waiting for tools does not count against it.
+    // time limit: waiting for tools does not count against it. (The limit leaves room for the
+    // program's own work under emulation on a busy machine.)
+    const LIMIT_MS: u64 = 5000;
     let request = ExecRequest {
-        timeout_ms: Some(1000),
+        timeout_ms: Some(LIMIT_MS),
+        tool_timeout_ms: Some(4 * LIMIT_MS),
         ..js(code)
     };
     let request = ExecRequest {
@@ -187,7 +194,7 @@ async fn parallel_calls_are_answered_in_any_order_and_a_wait_is_not_the_program_
                     arguments,
                 });
                 if pending.len() == 3 {
-                    tokio::time::sleep(Duration::from_millis(1500)).await;
+                    tokio::time::sleep(Duration::from_millis(LIMIT_MS + 1000)).await;
                     for call in pending.iter().rev() {
                         client.answer_tool(&execution, &answer(call)).await.unwrap();
                     }

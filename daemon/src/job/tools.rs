@@ -172,14 +172,14 @@ impl ToolExchange {
         };
         if arguments.len() > self.limits.max_bytes {
             let message = format!(
-                "the arguments of {name} are {} bytes as JSON, over the limit of {} bytes",
+                "the arguments are {} bytes as JSON, over the limit of {} bytes",
                 arguments.len(),
                 self.limits.max_bytes
             );
             return refused(&mut state, message);
         }
         if let Err(why) = check_arguments(tool, arguments) {
-            return refused(&mut state, format!("{name}: {why}"));
+            return refused(&mut state, why);
         }
         if state.made >= self.limits.max_calls {
             let message = format!(
