@@ -50,6 +50,29 @@ INLINE_REPLY = 4096
 program.Output.send = lambda stream, text: bool(hyperlight.call("write", stream, text))
 program.Output.chunk = 4096
 
+
+def _tool_call(name: str, arguments: str) -> dict:
+    # Arguments longer than a call carries go first, in pieces.
+    if len(arguments) <= program.Output.chunk and arguments.isascii():
+        return hyperlight.call("tool_call", name, arguments)
+    data = arguments.encode()
+    for start in range(0, len(data), PIECE):
+        piece = base64.b64encode(data[start : start + PIECE]).decode("ascii")
+        hyperlight.call("tool_arguments", piece)
+    return hyperlight.call("tool_call", name, None)
+
+
+def _tool_wait(ms: float) -> dict:
+    answer = hyperlight.call("tool_wait", ms)
+    if "pieces" in answer:
+        pieces = (hyperlight.call("tool_answer", i) for i in range(answer["pieces"]))
+        answer = json.loads(b"".join(base64.b64decode(piece) for piece in pieces))
+    return answer
+
+
+program.Tools.call = _tool_call
+program.Tools.wait = _tool_wait
+
 # What the daemon runs after every restore, before the sandbox takes its next request (see
 # PRIME in runner.py): the pages a typical request writes are copied here, off its path.
 PRIME = """
@@ -265,6 +288,7 @@ def hyperlightd_run(event: dict):
         _receive_files(request.get("files") or [])
         code = PRIME if prime else request["code"]
         scope = program.scope(bool(request.get("session")) and not prime)
+        program.install_tools(request.get("tools"), scope)
         policy = None if prime else request.get("policy")
         max_result = int(request["max_result_bytes"])
         reply = program.run(code, max_result, scope, program.stderr, policy, _rich)

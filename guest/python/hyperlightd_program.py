@@ -10,7 +10,9 @@ in a notebook cell; otherwise null. Values JSON cannot carry are rendered with r
 import ast
 import io
 import json
+import sys
 import traceback
+import types
 
 PROGRAM = "<program>"
 # The longest error message a reply carries: the reply travels through the same buffer. The
@@ -111,6 +113,69 @@ stdout = HostStream(STDOUT, "<stdout>")
 stderr = HostStream(STDERR, "<stderr>")
 
 
+class ToolError(Exception):
+    """A tool call that failed: the tool's own error, or a call the daemon did not send (no such
+    tool, arguments its schema refuses, a limit reached, no answer in time)."""
+
+
+class Tools:
+    # The runner's way to the host: call(name, arguments_json) -> {"id"} or {"error"}, and
+    # wait(ms) -> {"id", "result"} | {"id", "error"} | {"wait": why} (see the daemon's
+    # sandbox/tool_host.rs).
+    call = None
+    wait = None
+
+
+def _tool(name: str, description: str):
+    def tool(*args, **kwargs):
+        if args:
+            if len(args) != 1 or not isinstance(args[0], dict) or kwargs:
+                raise TypeError(f"tools.{name}: pass keyword arguments, or one dict of them")
+            kwargs = dict(args[0])
+        try:
+            arguments = json.dumps(kwargs)
+        except (TypeError, ValueError) as error:
+            raise TypeError(f"tools.{name}: the arguments cannot be sent as JSON: {error}") from None
+        Output.flush()  # what the program wrote before the call is seen before it
+        sent = Tools.call(name, arguments)
+        if "error" in sent:
+            raise ToolError(f"tools.{name}: {sent['error']}")
+        while True:
+            answer = Tools.wait(-1.0)
+            if answer.get("id") == sent["id"]:
+                if "error" in answer:
+                    raise ToolError(f"tools.{name}: {answer['error']}")
+                return json.loads(answer["result"])
+            why = answer.get("wait")
+            if why in ("gone", "wall_clock", "idle"):
+                raise ToolError(f"tools.{name}: no answer will come ({why})")
+
+    tool.__name__ = tool.__qualname__ = name
+    tool.__doc__ = description or None
+    return tool
+
+
+def install_tools(declared, scope: dict) -> None:
+    """Makes the module `tools` of this run: each tool a function of keyword arguments (or one
+    dict) returning the tool's result, decoded; `tools.ToolError` what a failed call raises.
+    It is the program's global `tools` and importable (`from tools import get_weather`); a run
+    without tools gets an empty one, so that a session's later exec cannot call an earlier
+    exec's tools."""
+    module = types.ModuleType("tools", "The tools this execution may call.")
+    module.ToolError = ToolError
+    for item in declared or ():
+        setattr(module, item["name"], _tool(item["name"], item.get("description", "")))
+
+    def missing(name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _tool(name, "")  # the daemon refuses it, naming the tools there are
+
+    module.__getattr__ = missing
+    sys.modules["tools"] = module
+    scope["tools"] = module
+
+
 def _json_or_repr(value) -> str:
     """The value as JSON text, or its repr as a JSON string when JSON cannot carry it."""
     try:
@@ -199,7 +264,8 @@ class _PolicyCheck(ast.NodeVisitor):
         self.found.append({"line": node.lineno, "rule": rule, "name": name})
 
     def _allows(self, module: str) -> bool:
-        return any(module == a or module.startswith(a + ".") for a in self.allowed)
+        # The tools the exec declared are the caller's own: always allowed.
+        return module == "tools" or any(module == a or module.startswith(a + ".") for a in self.allowed)
 
     def visit_Import(self, node):
         for alias in node.names:

@@ -29,6 +29,7 @@ fn tools() -> Vec<ToolSpec> {
             json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
         ),
         ToolSpec::new("fail", "Always fails.", json!({"type": "object"})),
+        ToolSpec::new("echo", "Answers its arguments.", json!({"type": "object"})),
     ]
 }
 
@@ -91,6 +92,7 @@ fn answer(call: &Call) -> ToolAnswer {
     match call.name.as_str() {
         "get_weather" => ToolAnswer::ok(&call.id, json!({"temp": city.len() * 2})),
         "population" => ToolAnswer::ok(&call.id, json!(city.len() * 1000)),
+        "echo" => ToolAnswer::ok(&call.id, call.arguments.clone()),
         _ => ToolAnswer::error(&call.id, "the service is down"),
     }
 }
@@ -288,4 +290,39 @@ async fn a_caller_that_goes_away_mid_wait_frees_the_sandbox_at_once() {
         .await
         .unwrap();
     assert_eq!(next.result, json!(42), "{next:?}");
+}
+
+/// Native Python: tools are functions of the module `tools` (also importable by name), a
+/// failed call raises `tools.ToolError`, and arguments and answers larger than one host call
+/// carries (with text beyond ASCII) travel whole.
+#[tokio::test]
+async fn native_python_calls_tools_as_functions_and_catches_their_errors() {
+    let daemon =
+        Daemon::start_with_native_python(&["python=1"], &["--default-timeout-ms", "30000"]).await;
+    let code = "from tools import population\n\
+        import tools\n\
+        total = sum(tools.get_weather(city=c)['temp'] for c in ['Paris', 'Oslo'])\n\
+        try:\n    tools.fail()\nexcept tools.ToolError as e:\n    failed = str(e)\n\
+        try:\n    tools.get_weather(town='x')\nexcept tools.ToolError as e:\n    bad = str(e)\n\
+        text = 'é€' * 20000\n\
+        echoed = tools.echo(text=text)['text'] == text\n\
+        [total, population({'city': 'Lima'}), failed, bad, echoed]";
+    let request = ExecRequest::new(hyperlightd_client::Language::Python, code);
+    let (_, calls, response) = run_with_tools(&daemon.client(), request, |c| Some(answer(c))).await;
+    assert_eq!(response.status, ExecStatus::Ok, "{response:?}");
+    assert_eq!(
+        response.result,
+        json!([
+            26,
+            4000,
+            "tools.fail: the service is down",
+            "tools.get_weather: \"city\" is a required property",
+            true
+        ])
+    );
+    let names: Vec<&str> = calls.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["get_weather", "get_weather", "fail", "population", "echo"]
+    );
 }

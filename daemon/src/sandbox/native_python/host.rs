@@ -12,10 +12,15 @@ use serde::de::DeserializeOwned;
 
 use crate::job::{Display, Files, Stream};
 use crate::sandbox::guest::OutputCapture;
+use crate::sandbox::tool_host::ToolHost;
 use crate::sandbox::workspace::Workspace;
 
 /// Bytes of a file, an event or a reply per call (60,000 characters of base64).
 pub const PIECE: usize = 45_000;
+
+/// A tool's answer this long or shorter, in ASCII, is `tool_wait`'s result; a longer one goes in
+/// pieces, as base64 (as the runner's own reply).
+const INLINE_ANSWER: usize = 4096;
 
 /// What a sandbox's host functions serve during one call.
 #[derive(Debug)]
@@ -23,6 +28,8 @@ pub struct Host {
     pub output: Arc<OutputCapture>,
     /// The working directory: the request's files, then what the program wrote.
     pub work: Arc<Workspace>,
+    /// The tools of the run in progress.
+    pub tools: ToolHost,
     state: Mutex<CallState>,
 }
 
@@ -36,6 +43,10 @@ struct CallState {
     reply: Vec<u8>,
     /// The display item being sent, so far.
     display: Vec<u8>,
+    /// A tool call's arguments, when they come in pieces.
+    tool_arguments: Vec<u8>,
+    /// A tool's answer too large for one call, which the runner fetches in pieces.
+    tool_answer: Vec<u8>,
 }
 
 impl Host {
@@ -43,6 +54,7 @@ impl Host {
         Arc::new(Host {
             output,
             work: Arc::new(Workspace::default()),
+            tools: ToolHost::default(),
             state: Mutex::default(),
         })
     }
@@ -76,7 +88,7 @@ impl Host {
             self.clone(),
             self.clone(),
         );
-        builder
+        self.register_tools(builder)
             .host_function("write", move |args| {
                 let (stream, text): (u8, String) = parse(args)?;
                 let room = write.output.write(Stream::from_number(stream), &text);
@@ -144,6 +156,51 @@ impl Host {
                 let bytes = BASE64.decode(data).map_err(|e| e.to_string())?;
                 reply.state().reply.extend_from_slice(&bytes);
                 Ok("null".to_owned())
+            })
+    }
+}
+
+impl Host {
+    /// The tool functions: `tool_call(name, arguments)` (the arguments null when they came in
+    /// pieces through `tool_arguments(base64)`), `tool_wait(ms)`, whose answer is
+    /// `{"pieces": n}` when too large for one call, then fetched with `tool_answer(index)`.
+    fn register_tools(self: &Arc<Self>, builder: SandboxBuilder) -> SandboxBuilder {
+        let (call, arguments, wait, answer) =
+            (self.clone(), self.clone(), self.clone(), self.clone());
+        builder
+            .host_function("tool_arguments", move |args| {
+                let (data,): (String,) = parse(args)?;
+                let bytes = BASE64.decode(data).map_err(|e| e.to_string())?;
+                arguments.state().tool_arguments.extend_from_slice(&bytes);
+                Ok("null".to_owned())
+            })
+            .host_function("tool_call", move |args| {
+                let (name, arguments): (String, Option<String>) = parse(args)?;
+                let arguments = match arguments {
+                    Some(arguments) => arguments,
+                    None => {
+                        let bytes = std::mem::take(&mut call.state().tool_arguments);
+                        String::from_utf8(bytes).map_err(|e| e.to_string())?
+                    }
+                };
+                Ok(call.tools.call(&name, &arguments).to_string())
+            })
+            .host_function("tool_wait", move |args| {
+                let (ms,): (f64,) = parse(args)?;
+                let answer = wait.tools.wait(ms).to_string();
+                if answer.len() <= INLINE_ANSWER && answer.is_ascii() {
+                    return Ok(answer);
+                }
+                let pieces = answer.len().div_ceil(PIECE);
+                wait.state().tool_answer = answer.into_bytes();
+                Ok(format!("{{\"pieces\": {pieces}}}"))
+            })
+            .host_function("tool_answer", move |args| {
+                let (index,): (usize,) = parse(args)?;
+                let state = answer.state();
+                let start = index.saturating_mul(PIECE).min(state.tool_answer.len());
+                let end = start.saturating_add(PIECE).min(state.tool_answer.len());
+                Ok(base64_json(&state.tool_answer[start..end]))
             })
     }
 }

@@ -362,8 +362,11 @@ impl Guest for NativePythonGuest {
         deadline: &Arc<Deadline>,
     ) -> Result<String, GuestError> {
         self.host.work.begin(program.files, program.file_limits);
+        self.host.tools.begin(program.tools, deadline);
         let event = Event::program(program, self.max_result_bytes).with_files(program.files);
-        self.call_runner(&event, program.files, deadline)
+        let reply = self.call_runner(&event, program.files, deadline);
+        self.host.tools.end();
+        reply
     }
 
     fn take_files(&mut self) -> (Files, Option<FileError>) {

@@ -24,6 +24,9 @@ pub struct Event<'a> {
     /// reads them through WASI: none are listed).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     files: Vec<FileEntry<'a>>,
+    /// The tools the program may call: names and descriptions.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<serde_json::Value>,
 }
 
 #[derive(Serialize)]
@@ -43,6 +46,7 @@ impl<'a> Event<'a> {
             session: program.session,
             prime: false,
             files: Vec::new(),
+            tools: program.tool_names(),
         }
     }
 
@@ -56,6 +60,7 @@ impl<'a> Event<'a> {
             session: false,
             prime: true,
             files: Vec::new(),
+            tools: Vec::new(),
         }
     }
 
