@@ -139,6 +139,8 @@ json.dumps({"squares": squares[:10], "text": text, "ratio": 0.5})
 
 # Every host call is a VM exit: output is buffered (see hyperlightd_program.HostStream).
 program.Output.send = host.write
+program.Tools.call = lambda name, arguments: json.loads(host.tool_call(name, arguments))
+program.Tools.wait = lambda ms: json.loads(host.tool_wait(ms))
 _stdout, _stderr = program.stdout, program.stderr
 # The interpreter's own streams are text wrappers straight over unbuffered WASI descriptors,
 # which take at most 32 KiB a write: the wrapper reports a larger write as done and silently
@@ -193,6 +195,7 @@ class WitWorld(wit_world.WitWorld):
         prime = bool(request.get("prime"))
         code = PRIME if prime else request["code"]
         scope = program.scope(bool(request.get("session")) and not prime)
+        program.install_tools(request.get("tools"), scope)
         try:
             policy = None if prime else request.get("policy")
             return program.run(code, int(request["max_result_bytes"]), scope, _stderr, policy)

@@ -292,13 +292,10 @@ async fn a_caller_that_goes_away_mid_wait_frees_the_sandbox_at_once() {
     assert_eq!(next.result, json!(42), "{next:?}");
 }
 
-/// Native Python: tools are functions of the module `tools` (also importable by name), a
-/// failed call raises `tools.ToolError`, and arguments and answers larger than one host call
-/// carries (with text beyond ASCII) travel whole.
-#[tokio::test]
-async fn native_python_calls_tools_as_functions_and_catches_their_errors() {
-    let daemon =
-        Daemon::start_with_native_python(&["python=1"], &["--default-timeout-ms", "30000"]).await;
+/// Python, in either runtime: tools are functions of the module `tools` (also importable by
+/// name), a failed call raises `tools.ToolError`, and arguments and answers larger than one host
+/// call carries (with text beyond ASCII) travel whole.
+async fn python_calls_tools(daemon: &Daemon) {
     let code = "from tools import population\n\
         import tools\n\
         total = sum(tools.get_weather(city=c)['temp'] for c in ['Paris', 'Oslo'])\n\
@@ -325,4 +322,15 @@ async fn native_python_calls_tools_as_functions_and_catches_their_errors() {
         names,
         ["get_weather", "get_weather", "fail", "echo", "population"]
     );
+}
+
+#[tokio::test]
+async fn native_python_calls_tools_as_functions_and_catches_their_errors() {
+    let args = ["--default-timeout-ms", "30000"];
+    python_calls_tools(&Daemon::start_with_native_python(&["python=1"], &args).await).await;
+}
+
+#[tokio::test]
+async fn webassembly_python_calls_tools_as_functions_and_catches_their_errors() {
+    python_calls_tools(&Daemon::start_with_python(&["python=1"], &[]).await).await;
 }

@@ -493,10 +493,12 @@ impl Guest for PythonGuest {
     ) -> Result<String, GuestError> {
         self.call.begin(deadline.clone());
         self.work.begin(program.files, program.file_limits);
+        self.call.tools().begin(program.tools, deadline);
         let reply = call_runner(
             &mut self.sandbox,
             &Event::program(program, self.max_result_bytes),
         );
+        self.call.tools().end();
         if let Some(success) = self.call.exited() {
             return Ok(exit_reply(success));
         }
@@ -578,7 +580,7 @@ mod tests {
         });
         assert_eq!(
             (world.len(), fingerprint),
-            (9734, 2_417_251_151_237_529_688),
+            (9793, 12_581_181_257_107_968_535),
             "guest/python/wit/component/world.wasm changed: check resource_tables!"
         );
     }

@@ -19,10 +19,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use hyperlight_host::hypervisor::InterruptHandle;
 
 use crate::job::Deadline;
+use crate::sandbox::tool_host::ToolHost;
 
 /// The call in progress (see the module's documentation). Cheap to clone; the clones share it.
 #[derive(Debug, Clone)]
-pub struct CallState(Arc<Mutex<Inner>>);
+pub struct CallState(Arc<Mutex<Inner>>, ToolHost);
 
 #[derive(Debug)]
 struct Inner {
@@ -50,14 +51,20 @@ struct CallStart {
 impl CallState {
     /// No call yet; each may be given at most `max_resources` resources.
     pub fn new(max_resources: u64) -> Self {
-        CallState(Arc::new(Mutex::new(Inner {
+        let inner = Inner {
             max_resources,
             start: None,
             resources: 0,
             over_limit: false,
             exited: None,
             interrupt: None,
-        })))
+        };
+        CallState(Arc::new(Mutex::new(inner)), ToolHost::default())
+    }
+
+    /// The tools of the call in progress.
+    pub fn tools(&self) -> &ToolHost {
+        &self.1
     }
 
     /// The most resources one call may be given.

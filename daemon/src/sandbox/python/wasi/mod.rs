@@ -139,6 +139,14 @@ impl hl::Host<N> for WasiHost {
     fn write(&mut self, stream: u8, text: String) -> bool {
         self.output.write(Stream::from_number(stream), &text)
     }
+
+    fn tool_call(&mut self, name: String, arguments: String) -> String {
+        self.call.tools().call(&name, &arguments).to_string()
+    }
+
+    fn tool_wait(&mut self, ms: f64) -> String {
+        self.call.tools().wait(ms).to_string()
+    }
 }
 
 // --- wasi:io ------------------------------------------------------------------------------
