@@ -28,6 +28,7 @@ mod js_vendor;
 mod native_python;
 mod python_guest;
 mod vm;
+mod wit_world;
 
 use self::deploy::check_deploy;
 use self::js_vendor::{check_js_vendor, js_vendor};
@@ -119,6 +120,10 @@ enum Cmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(e) = wit_world::forget_stale_runtime() {
+        eprintln!("xtask: {e:#}");
+        return ExitCode::FAILURE;
+    }
     let result = match cli.command {
         Cmd::Vm {
             timeout,
