@@ -27,6 +27,7 @@ pub mod tool;
 mod tools;
 
 pub use self::stream::ExecStream;
+pub use self::tools::Tools;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -47,6 +48,9 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long an answer may take by default: health and metrics, and an execution that names no
 /// time limit of its own (the daemon's default is 5 s, its cap 60 s, unless configured).
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(90);
+/// How long a tool call may take when the request names no `tool_timeout_ms`: the daemon's
+/// default cap on one (its own default, 30 s, is shorter).
+pub const DEFAULT_TOOL_WAIT: Duration = Duration::from_secs(300);
 /// Added to an execution's own time limit: the daemon answers at the limit (waiting for a
 /// sandbox counts), plus the time to send the answer.
 const EXEC_MARGIN: Duration = Duration::from_secs(15);

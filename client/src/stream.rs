@@ -9,10 +9,12 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::Method;
 use hyper::body::Incoming;
-use hyperlightd_api::{ExecEvent, ExecRequest, ExecResponse, NDJSON, SessionExecRequest, paths};
+use hyperlightd_api::{
+    ExecEvent, ExecRequest, ExecResponse, NDJSON, SessionExecRequest, ToolSpec, paths,
+};
 use tokio::time::Instant;
 
-use crate::{Answer, Client, Error, encode, exec_wait, innermost, rejection};
+use crate::{Answer, Client, DEFAULT_TOOL_WAIT, Error, encode, exec_wait, innermost, rejection};
 
 /// The events of one streamed exec, as they arrive.
 #[derive(Debug)]
@@ -34,8 +36,8 @@ impl Client {
             stream: true,
             ..request.clone()
         };
-        self.stream(paths::EXEC, encode(&request)?, request.timeout_ms)
-            .await
+        let wait = self.stream_wait(request.timeout_ms, &request.tools, request.tool_timeout_ms);
+        self.stream(paths::EXEC, encode(&request)?, wait).await
     }
 
     /// Runs a program in session `id`, its output arriving as it is written.
@@ -48,21 +50,30 @@ impl Client {
             stream: true,
             ..request.clone()
         };
-        self.stream(
-            &paths::session_exec(id),
-            encode(&request)?,
-            request.timeout_ms,
-        )
-        .await
+        let wait = self.stream_wait(request.timeout_ms, &request.tools, request.tool_timeout_ms);
+        self.stream(&paths::session_exec(id), encode(&request)?, wait)
+            .await
     }
 
-    async fn stream(
+    /// How long a stream may go without an event: the program's time limit plus a margin, and
+    /// when it declared tools, a call's limit besides (a program's clock stops while it waits
+    /// for a tool, so a tool exec as a whole may last far longer: the daemon caps it).
+    fn stream_wait(
         &self,
-        path: &str,
-        body: Bytes,
         timeout_ms: Option<u64>,
-    ) -> Result<ExecStream, Error> {
-        let wait = self.response_timeout.unwrap_or(exec_wait(timeout_ms));
+        tools: &[ToolSpec],
+        tool_timeout_ms: Option<u64>,
+    ) -> Duration {
+        let call = match (tools.is_empty(), tool_timeout_ms) {
+            (true, _) => Duration::ZERO,
+            (false, Some(ms)) => Duration::from_millis(ms),
+            (false, None) => DEFAULT_TOOL_WAIT,
+        };
+        self.response_timeout
+            .unwrap_or(exec_wait(timeout_ms).saturating_add(call))
+    }
+
+    async fn stream(&self, path: &str, body: Bytes, wait: Duration) -> Result<ExecStream, Error> {
         let deadline = Instant::now() + wait;
         let timed_out = || Error::TimedOut {
             socket: self.socket.clone(),
@@ -95,6 +106,11 @@ impl Client {
 }
 
 impl ExecStream {
+    /// Starts the stream's wait again: an event came, or a tool call was answered.
+    pub(crate) fn restart_clock(&mut self) {
+        self.deadline = Instant::now() + self.wait;
+    }
+
     /// The next event; None once the last (the response, or an error) has come.
     pub async fn next(&mut self) -> Option<Result<ExecEvent, Error>> {
         if self.ended {
@@ -160,7 +176,7 @@ impl ExecStream {
         }
     }
 
-    fn lost(&self, reason: &str) -> Error {
+    pub(crate) fn lost(&self, reason: &str) -> Error {
         Error::ConnectionLost {
             socket: self.socket.clone(),
             reason: reason.to_owned(),

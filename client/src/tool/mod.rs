@@ -23,6 +23,7 @@
 mod arguments;
 mod render;
 mod session;
+mod signatures;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -36,7 +37,7 @@ use serde_json::{Value, json};
 
 pub use arguments::{Arguments, parse_arguments};
 
-use crate::{Client, Error};
+use crate::{Client, Error, Tools};
 
 /// The tool's name, as the model sees it.
 pub const TOOL_NAME: &str = "run_code";
@@ -85,6 +86,8 @@ pub struct CodeTool {
     budget: usize,
     /// With sessions: the conversation's (see [`CodeTool::with_sessions`]).
     conversation: Option<Arc<session::Conversation>>,
+    /// The functions the model's programs may call (see [`CodeTool::with_tools`]).
+    tools: Tools,
 }
 
 /// What a call of the tool gives back.
@@ -220,6 +223,7 @@ impl CodeTool {
             facts,
             budget: DEFAULT_OUTPUT_BUDGET,
             conversation: None,
+            tools: Tools::new(),
         }
     }
 
@@ -232,6 +236,12 @@ impl CodeTool {
         }
     }
 
+    /// The same tool, whose programs may call `tools` (answered by their handlers, in this
+    /// process); its description then gives each one's signature in every language.
+    pub fn with_tools(self, tools: Tools) -> CodeTool {
+        CodeTool { tools, ..self }
+    }
+
     /// What the tool knows of its daemon.
     pub fn facts(&self) -> &DaemonFacts {
         &self.facts
@@ -240,7 +250,14 @@ impl CodeTool {
     /// The description a model reads: what the tool does, the result convention, what the
     /// guests offer and lack, and the limits in force.
     pub fn description(&self) -> String {
-        render::description(&self.facts, self.keeps_state())
+        let mut text = render::description(&self.facts, self.keeps_state());
+        if !self.tools.is_empty() {
+            text.push_str(&signatures::section(
+                &self.tools.specs(),
+                &self.facts.languages,
+            ));
+        }
+        text
     }
 
     /// The JSON Schema of the tool's arguments.
@@ -302,11 +319,20 @@ impl CodeTool {
         let timeout_ms = self.timeout_in_force(arguments.timeout_ms);
         let answer = match &self.conversation {
             Some(conversation) => self.exec_in_session(conversation, request).await,
-            None => self.client.exec(&request).await.map(|r| (r, None)),
+            None => self.exec(&request).await.map(|r| (r, None)),
         };
         match answer {
             Ok((response, notice)) => self.ran(response, arguments.language, timeout_ms, notice),
             Err(error) => self.failed(&error),
+        }
+    }
+
+    /// Runs `request`, answering its tool calls when the tool has tools.
+    async fn exec(&self, request: &ExecRequest) -> Result<ExecResponse, Error> {
+        if self.tools.is_empty() {
+            self.client.exec(request).await
+        } else {
+            self.client.exec_with_tools(request, &self.tools).await
         }
     }
 

@@ -79,7 +79,7 @@ impl CodeTool {
         };
         let mut notice = None;
         if let Some(id) = sessions.get(&language) {
-            match self.client.session_exec(id, &exec).await {
+            match self.session_exec(id, &exec).await {
                 Err(e) if kind(&e) == Some(ErrorKind::SessionNotFound) => {
                     sessions.remove(&language);
                     notice = Some(EXPIRED);
@@ -94,7 +94,7 @@ impl CodeTool {
         match created {
             Ok(session) => {
                 let id = sessions.entry(language).or_insert(session.id);
-                let response = self.client.session_exec(id, &exec).await?;
+                let response = self.session_exec(id, &exec).await?;
                 Ok((response, notice))
             }
             // The daemon, or this caller, holds as many sessions as it may.
@@ -104,10 +104,26 @@ impl CodeTool {
                     Some(ErrorKind::TooManySessions | ErrorKind::QuotaExceeded)
                 ) =>
             {
-                let response = self.client.exec(&request).await?;
+                let response = self.exec(&request).await?;
                 Ok((response, Some(NO_ROOM)))
             }
             Err(e) => Err(e),
+        }
+    }
+}
+
+impl CodeTool {
+    async fn session_exec(
+        &self,
+        id: &str,
+        request: &SessionExecRequest,
+    ) -> Result<ExecResponse, Error> {
+        if self.tools.is_empty() {
+            self.client.session_exec(id, request).await
+        } else {
+            self.client
+                .session_exec_with_tools(id, request, &self.tools)
+                .await
         }
     }
 }
