@@ -359,31 +359,73 @@ pub async fn raw_request(socket: &Path, request: &[u8]) -> (u16, Vec<u8>) {
         let _ = stream.write_all(request).await;
         let mut answer = Vec::new();
         let _ = stream.read_to_end(&mut answer).await;
-        let split = answer
-            .windows(4)
-            .position(|w| w == b"\r\n\r\n")
-            .map_or(answer.len(), |at| at + 4);
-        let head = String::from_utf8_lossy(&answer[..split]).into_owned();
-        let status = head
-            .split(' ')
-            .nth(1)
-            .and_then(|code| code.parse().ok())
-            .unwrap_or_else(|| panic!("not an HTTP answer: {head:?}"));
-        (status, answer[split..].to_vec())
+        status_and_body(&answer)
     })
     .await
 }
 
-/// A raw `POST /v1/exec` with `body`, closing the connection after the answer.
-pub fn exec_request(body: &[u8]) -> Vec<u8> {
+/// [`raw_request`] as the user and group `user` (uid, gid): needs root, and
+/// [`Daemon::open_socket_to_everyone`].
+pub async fn raw_request_as(user: (u32, u32), socket: &Path, request: &[u8]) -> (u16, Vec<u8>) {
+    use std::io::Write;
+    use std::os::unix::process::CommandExt;
+    let (socket, request) = (socket.to_owned(), request.to_vec());
+    let send = tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(binary("e2e-raw-request"))
+            .uid(user.0)
+            .gid(user.1)
+            .arg(&socket)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("e2e-raw-request starts");
+        let mut stdin = child.stdin.take().expect("its stdin");
+        stdin.write_all(&request).expect("writing the request");
+        drop(stdin);
+        let output = child.wait_with_output().expect("e2e-raw-request ends");
+        assert!(
+            output.status.success(),
+            "e2e-raw-request: {}",
+            output.status
+        );
+        output.stdout
+    });
+    let answer = within("raw request as another user", STEP_LIMIT, send)
+        .await
+        .expect("the request's thread");
+    status_and_body(&answer)
+}
+
+fn status_and_body(answer: &[u8]) -> (u16, Vec<u8>) {
+    let split = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map_or(answer.len(), |at| at + 4);
+    let head = String::from_utf8_lossy(&answer[..split]).into_owned();
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP answer: {head:?}"));
+    (status, answer[split..].to_vec())
+}
+
+/// A raw `POST path` with the JSON `body`, closing the connection after the answer.
+pub fn post_request(path: &str, body: &[u8]) -> Vec<u8> {
     let mut request = format!(
-        "POST /v1/exec HTTP/1.1\r\nHost: hyperlightd\r\nConnection: close\r\n\
+        "POST {path} HTTP/1.1\r\nHost: hyperlightd\r\nConnection: close\r\n\
          Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         body.len()
     )
     .into_bytes();
     request.extend_from_slice(body);
     request
+}
+
+/// A raw `POST /v1/exec` with `body`, closing the connection after the answer.
+pub fn exec_request(body: &[u8]) -> Vec<u8> {
+    post_request("/v1/exec", body)
 }
 
 /// A raw `GET path`, closing the connection after the answer.

@@ -7,9 +7,10 @@
 use std::time::Duration;
 
 use hyperlightd_client::{
-    Client, ErrorKind, ExecEvent, ExecRequest, ExecResponse, ExecStatus, ToolAnswer, ToolSpec,
+    Client, CreateSessionRequest, ErrorKind, ExecEvent, ExecRequest, ExecResponse, ExecStatus,
+    Language, SessionExecRequest, ToolAnswer, ToolSpec, Tools,
 };
-use hyperlightd_e2e::{Daemon, STEP_LIMIT, js, within};
+use hyperlightd_e2e::{Daemon, STEP_LIMIT, js, raw_request_as, within};
 use serde_json::{Value, json};
 
 async fn daemon() -> Daemon {
@@ -33,12 +34,14 @@ fn tools() -> Vec<ToolSpec> {
     ]
 }
 
-/// A call as it arrived: its id, the tool, its arguments.
+/// A call as it arrived: its id, the tool, its arguments, and the daemon's refusal of the
+/// answer given, if it refused it.
 #[derive(Debug, Clone)]
 struct Call {
     id: String,
     name: String,
     arguments: Value,
+    refused: Option<String>,
 }
 
 /// Runs `request` (with the tools above), answering each call with `answer` (None: no answer
@@ -66,14 +69,16 @@ async fn run_with_tools(
                 name,
                 arguments,
             } => {
-                let call = Call {
+                let mut call = Call {
                     id,
                     name,
                     arguments,
+                    refused: None,
                 };
                 let execution = execution.as_deref().expect("started comes first");
                 if let Some(reply) = answer(&call) {
-                    client.answer_tool(execution, &reply).await.unwrap();
+                    let answered = client.answer_tool(execution, &reply).await;
+                    call.refused = answered.err().map(|e| e.to_string());
                 }
                 calls.push(call);
             }
@@ -194,6 +199,7 @@ async fn parallel_calls_are_answered_in_any_order_and_a_wait_is_not_the_program_
                     id,
                     name,
                     arguments,
+                    refused: None,
                 });
                 if pending.len() == 3 {
                     tokio::time::sleep(Duration::from_millis(LIMIT_MS + 1000)).await;
@@ -333,4 +339,171 @@ async fn native_python_calls_tools_as_functions_and_catches_their_errors() {
 #[tokio::test]
 async fn webassembly_python_calls_tools_as_functions_and_catches_their_errors() {
     python_calls_tools(&Daemon::start_with_python(&["python=1"], &[]).await).await;
+}
+
+#[tokio::test]
+async fn only_the_caller_that_started_an_execution_may_answer_its_calls() {
+    const ALICE: (u32, u32) = (1000, 1000);
+    let daemon = daemon().await;
+    daemon.open_socket_to_everyone();
+    let client = daemon.client();
+    let request = ExecRequest {
+        tools: tools(),
+        ..js("await tools.population({city: 'Rome'})")
+    };
+    let mut stream = client.exec_stream(&request).await.unwrap();
+    let mut execution = None;
+    let (status, body) = loop {
+        match within("the call", STEP_LIMIT, stream.next())
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            ExecEvent::Started { execution_id } => execution = Some(execution_id),
+            ExecEvent::ToolCall { id, .. } => {
+                let path = hyperlightd_api::paths::tool_results(execution.as_deref().unwrap());
+                let body = json!({"id": id, "result": 1}).to_string();
+                let request = hyperlightd_e2e::post_request(&path, body.as_bytes());
+                let theirs = raw_request_as(ALICE, daemon.socket(), &request).await;
+                let ours = ToolAnswer::ok(&id, json!(4000));
+                let answered = client.answer_tool(execution.as_deref().unwrap(), &ours);
+                answered.await.unwrap();
+                break theirs;
+            }
+            other => panic!("unexpected event {other:?}"),
+        }
+    };
+    // To anyone else the execution does not exist, and their answer changed nothing.
+    assert_eq!(status, 404, "{}", String::from_utf8_lossy(&body));
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["error"]["kind"], "execution_not_found", "{body}");
+    let response = within("the response", STEP_LIMIT, stream.finish(|_| {}))
+        .await
+        .unwrap();
+    assert_eq!(response.result, json!(4000), "{response:?}");
+}
+
+#[tokio::test]
+async fn calls_past_the_limits_fail_in_the_program_and_never_reach_the_caller() {
+    let daemon = Daemon::start(&[
+        "--pool",
+        "javascript=1",
+        "--max-tool-calls",
+        "3",
+        "--max-tool-bytes",
+        "2000",
+    ])
+    .await;
+    let client = daemon.client();
+    let code = "const out = [];\n\
+        for (let i = 0; i < 4; i++) {\n\
+          try { out.push(await tools.population({city: 'C' + i})); } catch (e) { out.push(e.message); }\n\
+        }\n\
+        out";
+    let (_, calls, response) = run_with_tools(&client, js(code), |c| Some(answer(c))).await;
+    assert_eq!(
+        calls.len(),
+        3,
+        "the fourth never reached the caller: {calls:?}"
+    );
+    let first = &response.result.as_array().unwrap()[..3];
+    assert_eq!(
+        first,
+        [json!(2000), json!(2000), json!(2000)],
+        "{response:?}"
+    );
+    let fourth = response.result[3].as_str().unwrap();
+    assert!(fourth.contains("made its 3 tool calls"), "{fourth}");
+
+    // Arguments over the byte limit fail at the call; an answer over it is refused to the
+    // caller (413) and fails in the program.
+    let code = "let big, huge;\n\
+        try { await tools.echo({text: 'x'.repeat(3000)}); } catch (e) { big = e.message; }\n\
+        try { await tools.get_weather({city: 'Big'}); } catch (e) { huge = e.message; }\n\
+        [big, huge]";
+    let huge = |call: &Call| Some(ToolAnswer::ok(&call.id, json!({"text": "z".repeat(5000)})));
+    let (_, calls, response) = run_with_tools(&client, js(code), huge).await;
+    assert_eq!(response.status, ExecStatus::Ok, "{response:?}");
+    let names: Vec<&str> = calls.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["get_weather"]);
+    let refused = calls[0].refused.as_deref().unwrap_or_default();
+    assert!(refused.contains("payload_too_large"), "{refused}");
+    let big = response.result[0].as_str().unwrap();
+    assert!(big.contains("over the limit of 2000 bytes"), "{big}");
+    let huge = response.result[1].as_str().unwrap();
+    assert!(
+        huge.contains("answer was") && huge.contains("2000 bytes"),
+        "{huge}"
+    );
+}
+
+#[tokio::test]
+async fn an_execution_past_its_wall_clock_cap_ends_and_the_sandbox_serves_the_next() {
+    let daemon =
+        Daemon::start(&["--pool", "javascript=1", "--max-tool-wall-clock-ms", "3000"]).await;
+    let client = daemon.client();
+    // The call may wait a minute, but the execution as a whole only three seconds.
+    let request = ExecRequest {
+        tool_timeout_ms: Some(60_000),
+        ..js("try { await tools.population({city: 'Z'}); } catch (e) { 'caught' }")
+    };
+    let (_, calls, response) = run_with_tools(&client, request, |_| None).await;
+    assert_eq!(calls.len(), 1);
+    assert_eq!(response.status, ExecStatus::Timeout, "{response:?}");
+    let error = response.error.unwrap();
+    assert_eq!(error.kind, ErrorKind::WallClock, "{error:?}");
+    let next = within("the next request", STEP_LIMIT, client.exec(&js("6 * 7")))
+        .await
+        .unwrap();
+    assert_eq!(next.result, json!(42), "{next:?}");
+}
+
+#[tokio::test]
+async fn the_client_answers_through_its_handlers_and_a_session_keeps_its_state() {
+    let daemon = daemon().await;
+    let client = daemon.client();
+    let handlers = Tools::new()
+        .with(tools().remove(0), |arguments| async move {
+            let city = arguments["city"].as_str().unwrap_or_default().to_owned();
+            Ok(json!({"temp": city.len() * 2}))
+        })
+        .with(tools().remove(2), |_| async {
+            Err("the service is down".to_owned())
+        });
+    let session = client
+        .create_session(&CreateSessionRequest::new(Language::Javascript))
+        .await
+        .unwrap();
+    let exec = |code: &str| SessionExecRequest::new(code);
+    client
+        .session_exec(&session.id, &exec("var seen = [];"))
+        .await
+        .unwrap();
+    let code = "for (const c of ['Paris', 'Oslo', 'Lima']) seen.push((await tools.get_weather({city: c})).temp);\n\
+        try { await tools.fail({}); } catch (e) { seen.push(e.message); }\n\
+        seen.length";
+    let response = client
+        .session_exec_with_tools(&session.id, &exec(code), &handlers)
+        .await
+        .unwrap();
+    assert_eq!(response.result, json!(4), "{response:?}");
+    // The next exec, without tools, sees what the one with tools left.
+    let response = client
+        .session_exec(&session.id, &exec("seen"))
+        .await
+        .unwrap();
+    assert_eq!(
+        response.result,
+        json!([10, 8, 8, "tools.fail: the service is down"]),
+        "{response:?}"
+    );
+    // And a plain exec with the same handlers.
+    let response = client
+        .exec_with_tools(
+            &js("(await tools.get_weather({city: 'Rome'})).temp"),
+            &handlers,
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.result, json!(8), "{response:?}");
 }

@@ -518,6 +518,11 @@ fn test() -> Result<()> {
             short,
         ),
         ("sessions", "sessions", short),
+        (
+            "tools",
+            "tool calls from code, in every language",
+            Duration::from_secs(1200),
+        ),
     ] {
         let binary = find_binary(&binaries, target)?;
         e2e_on_kvm(&binary, &format!("end-to-end: {what} on real KVM"), limit)?;

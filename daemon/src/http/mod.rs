@@ -325,18 +325,28 @@ impl<E: Executor> Api<E> {
         B: hyper::body::Body<Data = Bytes>,
         B::Error: Into<BoxError>,
     {
-        let body = self.read_body(request).await?;
+        let limit = self.service.limits().max_body_bytes;
+        self.read_json_up_to(request, limit).await
+    }
+
+    /// [`read_json`](Self::read_json) of a body of at most `limit` bytes.
+    async fn read_json_up_to<T, B>(&self, request: Request<B>, limit: usize) -> Result<T, ApiError>
+    where
+        T: serde::de::DeserializeOwned,
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: Into<BoxError>,
+    {
+        let body = self.read_body(request, limit).await?;
         serde_json::from_slice(&body).map_err(|e| ApiError::InvalidRequest(e.to_string()))
     }
 
-    /// Reads the whole body, refusing it as soon as it passes the limit.
-    async fn read_body<B>(&self, request: Request<B>) -> Result<Bytes, ApiError>
+    /// Reads the whole body, refusing it as soon as it passes `limit` bytes.
+    async fn read_body<B>(&self, request: Request<B>, limit: usize) -> Result<Bytes, ApiError>
     where
         B: hyper::body::Body<Data = Bytes>,
         B::Error: Into<BoxError>,
     {
         let limits = self.service.limits();
-        let limit = limits.max_body_bytes;
         let declared = request
             .headers()
             .get(CONTENT_LENGTH)
