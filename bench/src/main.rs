@@ -36,6 +36,7 @@ mod sessions;
 mod start;
 mod sustained;
 mod targets;
+mod tools;
 
 use std::path::PathBuf;
 
@@ -69,6 +70,7 @@ enum Part {
     Sessions,
     Baseline,
     Native,
+    Tools,
 }
 
 impl Part {
@@ -182,6 +184,7 @@ async fn run(part: Part, args: &Args) -> Result<PartReport> {
         Part::Baseline => baseline::run(args).await,
         Part::Library => library(args).await,
         Part::Native => native::run(args).await,
+        Part::Tools => tools::run(args).await,
         Part::Sessions => {
             let figures = sessions::session_costs(args).await?;
             sessions::print(&figures, common::print_row);

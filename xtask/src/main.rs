@@ -656,6 +656,7 @@ const BENCH_PARTS: &[BenchPart] = &[
     ("sessions", vm::Tcg::Single),
     ("baseline", vm::Tcg::Single),
     ("native", vm::Tcg::Single),
+    ("tools", vm::Tcg::Single),
 ];
 
 /// How long a part of the benchmark may print nothing before its VM counts as stalled: every
