@@ -11,6 +11,7 @@
 mod files;
 mod mcp;
 mod session;
+mod upstream;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -86,6 +87,14 @@ enum Command {
         /// the connection.
         #[arg(long)]
         fresh: bool,
+        /// Code mode: a file of MCP servers (`{"mcpServers": {"name": {"command": ...,
+        /// "args": [...], "env": {...}}}}`, as MCP hosts' configuration files) whose tools the
+        /// programs may call, as functions `<name>_<tool>`.
+        #[arg(long, value_name = "FILE")]
+        servers: Option<std::path::PathBuf>,
+        /// Code mode: one more MCP server, `NAME=COMMAND [ARG...]` (split at spaces). Repeat.
+        #[arg(long = "server", value_name = "NAME=COMMAND")]
+        server: Vec<String>,
     },
 }
 
@@ -110,16 +119,42 @@ fn main() -> ExitCode {
             Command::Mcp {
                 output_budget,
                 fresh,
-            } => match mcp::serve(client, output_budget, fresh).await {
-                Ok(()) => exit::OK,
+                servers,
+                server,
+            } => match mcp_servers(servers.as_deref(), &server) {
                 Err(message) => {
                     eprintln!("hlctl mcp: {message}");
                     exit::USAGE
                 }
+                Ok(servers) => match mcp::serve(client, output_budget, fresh, &servers).await {
+                    Ok(()) => exit::OK,
+                    Err(message) => {
+                        eprintln!("hlctl mcp: {message}");
+                        exit::USAGE
+                    }
+                },
             },
         }
     });
     ExitCode::from(code)
+}
+
+/// The MCP servers of code mode: the file's, then the flags' (a name given twice is an error).
+fn mcp_servers(
+    file: Option<&std::path::Path>,
+    flags: &[String],
+) -> Result<std::collections::BTreeMap<String, upstream::ServerSpec>, String> {
+    let mut servers = match file {
+        Some(path) => upstream::read_config(path)?,
+        None => std::collections::BTreeMap::new(),
+    };
+    for flag in flags {
+        let (name, spec) = upstream::parse_server_flag(flag)?;
+        if servers.insert(name.clone(), spec).is_some() {
+            return Err(format!("two MCP servers are named {name:?}"));
+        }
+    }
+    Ok(servers)
 }
 
 /// Reads the program and decides its language.
@@ -411,7 +446,8 @@ mod tests {
             cli.command,
             Command::Mcp {
                 output_budget: 200,
-                fresh: false
+                fresh: false,
+                ..
             }
         ));
         let default = Cli::try_parse_from(["hlctl", "mcp"]).unwrap();

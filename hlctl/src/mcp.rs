@@ -10,7 +10,11 @@
 //! One server process serves one MCP client, one conversation: unless `--fresh`, its calls keep
 //! state (one session per language, made on first use), and the sessions are deleted when the
 //! host closes the connection.
+//!
+//! Code mode (`--servers FILE`, `--server NAME=COMMAND`): the tools of other MCP servers become
+//! functions the programs may call (see [`crate::upstream`]); the servers stop with this one.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use hyperlightd_client::Client;
@@ -22,6 +26,8 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+
+use crate::upstream::{ServerSpec, Upstream};
 
 /// Told to an MCP host when it connects.
 const INSTRUCTIONS: &str = "hyperlightd runs JavaScript and Python in isolated micro-VMs. Use \
@@ -44,8 +50,16 @@ impl McpServer {
 
 /// Serves MCP on stdin/stdout until the host closes it, then deletes the connection's sessions.
 /// Returns an error only when the protocol cannot start (stdin closed before the handshake, say).
-pub async fn serve(client: Client, budget: usize, fresh: bool) -> Result<(), String> {
-    let mut tool = CodeTool::new(client, DaemonFacts::unknown()).with_output_budget(budget);
+pub async fn serve(
+    client: Client,
+    budget: usize,
+    fresh: bool,
+    servers: &BTreeMap<String, ServerSpec>,
+) -> Result<(), String> {
+    let upstream = Upstream::connect(servers).await?;
+    let mut tool = CodeTool::new(client, DaemonFacts::unknown())
+        .with_output_budget(budget)
+        .with_tools(upstream.tools.clone());
     if !fresh {
         tool = tool.with_sessions();
     }
@@ -59,6 +73,7 @@ pub async fn serve(client: Client, budget: usize, fresh: bool) -> Result<(), Str
         Err(e) => Err(format!("starting the MCP session: {e}")),
     };
     tool.close().await;
+    upstream.close().await;
     served
 }
 
@@ -74,7 +89,7 @@ fn definition(tool: &CodeTool) -> Tool {
             .read_only(true)
             .destructive(false)
             .idempotent(false)
-            .open_world(false),
+            .open_world(!tool.tools().is_empty()),
     );
     definition
 }

@@ -71,6 +71,12 @@ pub fn mcp_client_python() -> PathBuf {
     built_by_xtask("mcp-client/bin/python")
 }
 
+/// The reference filesystem MCP server (npm `@modelcontextprotocol/server-filesystem`, pinned in
+/// tests/mcp/package-lock.json), which `cargo xtask test` installs in target/mcp-servers.
+pub fn mcp_server_filesystem() -> PathBuf {
+    built_by_xtask("mcp-servers/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js")
+}
+
 /// `target/<relative>`, which `cargo xtask test` builds before running the tests.
 fn built_by_xtask(relative: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("the test knows its own path");

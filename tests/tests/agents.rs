@@ -11,20 +11,27 @@ use std::process::Command;
 use std::time::Duration;
 
 use hyperlightd_e2e::{
-    Daemon, STEP_LIMIT, binary, exec_request, get_request, mcp_client_python, raw_request, within,
+    Daemon, STEP_LIMIT, binary, exec_request, get_request, mcp_client_python,
+    mcp_server_filesystem, raw_request, within,
 };
 use serde_json::{Value, json};
 
 /// Runs tests/mcp/client.py (the MCP SDK as a host) against `hlctl --socket SOCKET mcp`, with
 /// `calls` as the arguments of one `run_code` call each, and returns its report.
 async fn mcp_report(socket: &std::path::Path, calls: &Value) -> Value {
+    mcp_report_with(socket, calls, &json!([])).await
+}
+
+/// [`mcp_report`], with `mcp_args` added to `hlctl mcp`'s arguments.
+async fn mcp_report_with(socket: &std::path::Path, calls: &Value, mcp_args: &Value) -> Value {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/client.py");
     let mut command = Command::new(mcp_client_python());
     command
         .arg(script)
         .arg(binary("hlctl"))
         .arg(socket)
-        .arg(calls.to_string());
+        .arg(calls.to_string())
+        .arg(mcp_args.to_string());
     let run = tokio::task::spawn_blocking(move || command.output());
     let output = within("the MCP client", Duration::from_secs(300), run)
         .await
@@ -131,6 +138,61 @@ async fn the_mcp_python_sdk_runs_code_through_hlctl_mcp() {
     let unknown = report["unknown_tool_error"].as_str().unwrap_or_default();
     assert!(unknown.contains("no tool named"), "{report}");
     println!("MCP client: mcp {} (PyPI)", report["sdk_version"]);
+}
+
+/// Code mode: `hlctl mcp` given two MCP servers this project did not write (the reference time
+/// server from PyPI, the filesystem server from npm over a temporary directory) exposes their
+/// tools to the code `run_code` runs; one call's program uses both in a loop and returns a
+/// summary, and a tool's refusal is an exception the program catches.
+#[tokio::test]
+async fn code_mode_gives_programs_the_tools_of_real_mcp_servers() {
+    let daemon = both_languages().await;
+    let shared = tempfile::tempdir().unwrap();
+    for (name, number) in [("a.txt", 5), ("b.txt", 7), ("c.txt", 30)] {
+        std::fs::write(shared.path().join(name), format!("{number}\n")).unwrap();
+    }
+    let dir = shared.path().to_str().unwrap();
+    let python = mcp_client_python();
+    let config = json!({"mcpServers": {
+        "time": {"command": python, "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]},
+        "fs": {"command": "node", "args": [mcp_server_filesystem(), dir]},
+    }});
+    let config_dir = tempfile::tempdir().unwrap();
+    let config_path = config_dir.path().join("servers.json");
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    let code = format!(
+        "import tools\n\
+         D = {dir:?}\n\
+         listing = tools.fs_list_directory(path=D)['content']\n\
+         files = sorted(l.split('] ', 1)[1] for l in listing.splitlines() if l.startswith('[FILE]'))\n\
+         total = 0\n\
+         for name in files:\n    total += int(tools.fs_read_text_file(path=D + '/' + name)['content'])\n\
+         try:\n    tools.fs_read_text_file(path='/etc/passwd')\n    outside = 'read'\n\
+         except tools.ToolError as e:\n    outside = 'denied' if 'denied' in str(e) else str(e)\n\
+         now = tools.time_get_current_time(timezone='UTC')\n\
+         {{'files': files, 'total': total, 'outside': outside, 'timezone': now['timezone']}}"
+    );
+    let calls = json!([{ "language": "python", "code": code, "timeout_ms": 60000 }]);
+    let args = json!(["--servers", config_path]);
+    let report = mcp_report_with(daemon.socket(), &calls, &args).await;
+    let description = report["tools"][0]["description"].as_str().unwrap();
+    for signature in [
+        "def tools.time_get_current_time(*, timezone: str) -> Any",
+        "def tools.fs_read_text_file(*, path: str",
+        "tools.fs_list_directory(args: {path: string}): Promise<any>",
+    ] {
+        assert!(
+            description.contains(signature),
+            "{signature} in {description}"
+        );
+    }
+    let call = &report["calls"][0];
+    assert_eq!(call["is_error"], false, "{call}");
+    assert_eq!(
+        call["structured"]["result"],
+        json!({"files": ["a.txt", "b.txt", "c.txt"], "total": 42, "outside": "denied", "timezone": "UTC"}),
+        "{call}"
+    );
 }
 
 #[tokio::test]

@@ -440,6 +440,36 @@ fn mcp_client() -> Result<()> {
     std::fs::write(&stamp, wanted).with_context(|| format!("writing {}", stamp.display()))
 }
 
+/// The npm MCP servers the end-to-end tests give `hlctl mcp`'s code mode (tests/mcp's
+/// package.json and lock), installed with `npm ci` in target/mcp-servers; again when the lock
+/// changes.
+fn mcp_servers() -> Result<()> {
+    let source = workspace_root()?.join("tests/mcp");
+    let work = vm::target_dir()?.join("mcp-servers");
+    let lock = std::fs::read_to_string(source.join("package-lock.json"))
+        .context("reading tests/mcp/package-lock.json")?;
+    let stamp = work.join("package-lock.installed");
+    if std::fs::read_to_string(&stamp).is_ok_and(|installed| installed == lock) {
+        return Ok(());
+    }
+    std::fs::create_dir_all(&work)?;
+    for file in ["package.json", "package-lock.json"] {
+        std::fs::copy(source.join(file), work.join(file))?;
+    }
+    step(
+        "MCP servers: npm ci (pinned servers for code mode)",
+        Command::new("npm").current_dir(&work).args([
+            "ci",
+            "--ignore-scripts",
+            "--no-audit",
+            "--no-fund",
+            "--loglevel=error",
+        ]),
+        Duration::from_secs(600),
+    )?;
+    std::fs::write(&stamp, lock).with_context(|| format!("writing {}", stamp.display()))
+}
+
 /// A fresh Python virtual environment at `venv`, with `pip install PIP_ARGS` run in it; `what`
 /// names the steps.
 pub fn virtualenv(what: &str, venv: &Path, pip_args: &[&str]) -> Result<()> {
@@ -466,6 +496,7 @@ fn test() -> Result<()> {
     python_guest_for_package_tests()?;
     native_python::native_python(None)?;
     mcp_client()?;
+    mcp_servers()?;
     step(
         "unit tests (host), with a short fuzzing pass of the HTTP layer",
         cargo()

@@ -242,6 +242,11 @@ impl CodeTool {
         CodeTool { tools, ..self }
     }
 
+    /// The functions its programs may call.
+    pub fn tools(&self) -> &Tools {
+        &self.tools
+    }
+
     /// What the tool knows of its daemon.
     pub fn facts(&self) -> &DaemonFacts {
         &self.facts
