@@ -310,7 +310,7 @@ async fn python_calls_tools(daemon: &Daemon) {
         text = 'é€' * 20000\n\
         echoed = tools.echo(text=text)['text'] == text\n\
         [total, population({'city': 'Lima'}), failed, bad, echoed]";
-    let request = ExecRequest::new(hyperlightd_client::Language::Python, code);
+    let request = ExecRequest::new(Language::Python, code);
     let (_, calls, response) = run_with_tools(&daemon.client(), request, |c| Some(answer(c))).await;
     assert_eq!(response.status, ExecStatus::Ok, "{response:?}");
     assert_eq!(
@@ -328,6 +328,16 @@ async fn python_calls_tools(daemon: &Daemon) {
         names,
         ["get_weather", "get_weather", "fail", "echo", "population"]
     );
+    // Not caught: the program fails with the tool's error in its traceback.
+    let request = ExecRequest::new(Language::Python, "import tools\ntools.fail()");
+    let (_, _, response) = run_with_tools(&daemon.client(), request, |c| Some(answer(c))).await;
+    assert_eq!(response.status, ExecStatus::Error, "{response:?}");
+    assert!(
+        response
+            .stderr
+            .contains("ToolError: tools.fail: the service is down"),
+        "{response:?}"
+    );
 }
 
 #[tokio::test]
@@ -342,45 +352,83 @@ async fn webassembly_python_calls_tools_as_functions_and_catches_their_errors() 
 }
 
 #[tokio::test]
-async fn only_the_caller_that_started_an_execution_may_answer_its_calls() {
+async fn answers_only_from_the_caller_once_each_and_the_audit_line_counts_the_calls() {
     const ALICE: (u32, u32) = (1000, 1000);
-    let daemon = daemon().await;
+    let audit_dir = tempfile::tempdir().unwrap();
+    let audit = audit_dir.path().join("audit.log");
+    let audit_arg = audit.to_string_lossy().into_owned();
+    let daemon = Daemon::start(&["--pool", "javascript=1", "--audit-log", &audit_arg]).await;
     daemon.open_socket_to_everyone();
     let client = daemon.client();
     let request = ExecRequest {
         tools: tools(),
-        ..js("await tools.population({city: 'Rome'})")
+        ..js("const a = await tools.population({city: 'Rome'});\n\
+              const b = await tools.population({city: 'Oslo'});\n\
+              a + b")
     };
     let mut stream = client.exec_stream(&request).await.unwrap();
-    let mut execution = None;
-    let (status, body) = loop {
-        match within("the call", STEP_LIMIT, stream.next())
+    let mut execution = String::new();
+    let mut refusals = Vec::new();
+    let response = loop {
+        match within("the next event", STEP_LIMIT, stream.next())
             .await
             .unwrap()
             .unwrap()
         {
-            ExecEvent::Started { execution_id } => execution = Some(execution_id),
-            ExecEvent::ToolCall { id, .. } => {
-                let path = hyperlightd_api::paths::tool_results(execution.as_deref().unwrap());
+            ExecEvent::Started { execution_id } => execution = execution_id,
+            ExecEvent::ToolCall { id, .. } if id == "call_1" => {
+                // Another user: for them the execution does not exist.
+                let path = hyperlightd_api::paths::tool_results(&execution);
                 let body = json!({"id": id, "result": 1}).to_string();
                 let request = hyperlightd_e2e::post_request(&path, body.as_bytes());
-                let theirs = raw_request_as(ALICE, daemon.socket(), &request).await;
+                let (status, body) = raw_request_as(ALICE, daemon.socket(), &request).await;
+                let body: Value = serde_json::from_slice(&body).unwrap();
+                refusals.push((status, body["error"]["kind"].clone()));
+                // A call it never made, then the answer twice (the program still waits for
+                // its second call, so the second answer finds the execution running).
+                let unknown = ToolAnswer::ok("call_9", json!(0));
+                let unknown = client.answer_tool(&execution, &unknown).await;
+                refusals.push((0, json!(unknown.unwrap_err().to_string())));
                 let ours = ToolAnswer::ok(&id, json!(4000));
-                let answered = client.answer_tool(execution.as_deref().unwrap(), &ours);
-                answered.await.unwrap();
-                break theirs;
+                client.answer_tool(&execution, &ours).await.unwrap();
+                let again = client.answer_tool(&execution, &ours).await;
+                refusals.push((0, json!(again.unwrap_err().to_string())));
             }
+            ExecEvent::ToolCall { id, .. } => {
+                let ours = ToolAnswer::ok(&id, json!(3000));
+                client.answer_tool(&execution, &ours).await.unwrap();
+            }
+            ExecEvent::Result(response) => break response,
             other => panic!("unexpected event {other:?}"),
         }
     };
-    // To anyone else the execution does not exist, and their answer changed nothing.
-    assert_eq!(status, 404, "{}", String::from_utf8_lossy(&body));
-    let body: Value = serde_json::from_slice(&body).unwrap();
-    assert_eq!(body["error"]["kind"], "execution_not_found", "{body}");
-    let response = within("the response", STEP_LIMIT, stream.finish(|_| {}))
-        .await
-        .unwrap();
-    assert_eq!(response.result, json!(4000), "{response:?}");
+    // None of the refused answers changed anything: the program got only the caller's.
+    assert_eq!(response.result, json!(7000), "{response:?}");
+    assert_eq!(
+        refusals[0],
+        (404, json!("execution_not_found")),
+        "{refusals:?}"
+    );
+    let kind = |i: usize| refusals[i].1.as_str().unwrap().to_owned();
+    assert!(kind(1).contains("tool_call_not_found"), "{refusals:?}");
+    assert!(kind(2).contains("tool_call_answered"), "{refusals:?}");
+    // The audit line names the tools called and how often, never arguments or results.
+    let line = within("the audit line", STEP_LIMIT, async {
+        loop {
+            let text = std::fs::read_to_string(&audit).unwrap_or_default();
+            let lines: Vec<Value> = text
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect();
+            if let Some(line) = lines.into_iter().find(|l| l["audit"] == "exec") {
+                break line;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert_eq!(line["tool_calls"], json!({"population": 2}), "{line}");
+    assert!(!line.to_string().contains("Rome"), "{line}");
 }
 
 #[tokio::test]
