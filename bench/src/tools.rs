@@ -20,8 +20,14 @@ pub struct ToolFigures {
     language: Language,
     plain_warm: Latency,
     one_tool_call: Latency,
-    /// one_tool_call's p50 less plain_warm's: what one call costs.
-    call_cost_p50_ms: f64,
+    ten_tool_calls: Latency,
+    /// JavaScript: the plain program with a top-level await and no tool.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    plain_with_await: Option<Latency>,
+    /// one_tool_call's p50 less plain_warm's: what declaring tools and making one call cost.
+    first_call_cost_p50_ms: f64,
+    /// ten_tool_calls' p50 less one_tool_call's, over nine: each call after the first.
+    next_call_cost_p50_ms: f64,
 }
 
 /// The same work, then one call whose answer the program checks.
@@ -29,13 +35,28 @@ const JS_WITH_CALL: &str = "const xs = []; for (let i = 0; i < 100; i++) xs.push
     const n = await tools.add_one({n: xs.reduce((a, b) => a + b, 0) - 1}); JSON.stringify(n)";
 const PYTHON_WITH_CALL: &str = "import json\nxs = []\nfor i in range(100):\n    \
     xs.append(i * i)\njson.dumps(tools.add_one(n=sum(xs) - 1))";
+/// JavaScript's plain program with a top-level await and no tool: the runner parses such a
+/// program (acorn, in the guest) to run it as an async function, whatever it awaits.
+const JS_WITH_AWAIT: &str = "const xs = []; for (let i = 0; i < 100; i++) xs.push(i * i); \
+    const n = await Promise.resolve(xs.reduce((a, b) => a + b, 0)); JSON.stringify(n)";
+/// The same, with ten calls in a row, each on the last one's answer.
+const JS_WITH_TEN_CALLS: &str = "const xs = []; for (let i = 0; i < 100; i++) xs.push(i * i); \
+    let n = xs.reduce((a, b) => a + b, 0) - 10; \
+    for (let i = 0; i < 10; i++) n = await tools.add_one({n}); JSON.stringify(n)";
+const PYTHON_WITH_TEN_CALLS: &str = "import json\nxs = []\nfor i in range(100):\n    \
+    xs.append(i * i)\nn = sum(xs) - 10\nfor _ in range(10):\n    n = tools.add_one(n=n)\n\
+    json.dumps(n)";
 
 pub async fn run(args: &Args) -> Result<PartReport> {
     let (daemon, _) = start_daemon(&args.daemon, 1, &daemon_args(args, 1)).await?;
     let client = &daemon.client;
-    let mut languages = vec![(Language::Javascript, BODY, JS_WITH_CALL)];
+    let mut languages = vec![(
+        Language::Javascript,
+        [BODY, JS_WITH_CALL, JS_WITH_TEN_CALLS],
+    )];
     if args.python_guest.is_some() {
-        languages.push((Language::Python, PYTHON_BODY, PYTHON_WITH_CALL));
+        let programs = [PYTHON_BODY, PYTHON_WITH_CALL, PYTHON_WITH_TEN_CALLS];
+        languages.push((Language::Python, programs));
     }
     let tools = Tools::new().with(
         ToolSpec::new(
@@ -51,28 +72,61 @@ pub async fn run(args: &Args) -> Result<PartReport> {
         "", "p50 ms", "p99 ms", "mean ms", "n"
     );
     let mut figures = Vec::new();
-    for (language, plain, with_call) in languages {
+    for (language, [plain, one, ten]) in languages {
         let plain = ExecRequest::new(language, plain);
-        let with_call = ExecRequest::new(language, with_call);
+        let (one, ten) = (
+            ExecRequest::new(language, one),
+            ExecRequest::new(language, ten),
+        );
         let n = args.iterations.min(100);
-        let (mut a, mut b) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        let mut samples = [(); 3].map(|()| Vec::with_capacity(n));
         for _ in 0..n {
-            a.push(timed(client, &plain, None).await?);
-            b.push(timed(client, &with_call, Some(&tools)).await?);
+            samples[0].push(timed(client, &plain, None).await?);
+            samples[1].push(timed(client, &one, Some(&tools)).await?);
+            samples[2].push(timed(client, &ten, Some(&tools)).await?);
         }
-        let (plain_warm, one_tool_call) = (Latency::of(a), Latency::of(b));
+        let [plain_warm, one_tool_call, ten_tool_calls] = samples.map(Latency::of);
         print_row(&format!("{language}: plain warm exec"), &plain_warm);
         print_row(&format!("{language}: with one tool call"), &one_tool_call);
-        let call_cost_p50_ms = one_tool_call.p50_ms - plain_warm.p50_ms;
-        println!(
-            "{:<52} {call_cost_p50_ms:>10.3}",
-            format!("{language}: one call's cost (p50)")
+        print_row(
+            &format!("{language}: with ten tool calls in a row"),
+            &ten_tool_calls,
         );
+        let first_call_cost_p50_ms = one_tool_call.p50_ms - plain_warm.p50_ms;
+        let next_call_cost_p50_ms = (ten_tool_calls.p50_ms - one_tool_call.p50_ms) / 9.0;
+        let cost = |what: &str| format!("{language}: {what} (p50)");
+        println!(
+            "{:<52} {first_call_cost_p50_ms:>10.3}",
+            cost("tools and the first call")
+        );
+        println!(
+            "{:<52} {next_call_cost_p50_ms:>10.3}",
+            cost("each call after it")
+        );
+        let plain_with_await = match language {
+            Language::Javascript => {
+                let request = ExecRequest::new(language, JS_WITH_AWAIT);
+                let mut samples = Vec::with_capacity(n);
+                for _ in 0..n {
+                    samples.push(timed(client, &request, None).await?);
+                }
+                let latency = Latency::of(samples);
+                print_row(
+                    &format!("{language}: plain, with a top-level await"),
+                    &latency,
+                );
+                Some(latency)
+            }
+            Language::Python => None,
+        };
         figures.push(ToolFigures {
             language,
             plain_warm,
             one_tool_call,
-            call_cost_p50_ms,
+            ten_tool_calls,
+            plain_with_await,
+            first_call_cost_p50_ms,
+            next_call_cost_p50_ms,
         });
     }
     Ok(PartReport {
