@@ -13,8 +13,19 @@ use hyperlightd_client::{
 use hyperlightd_e2e::{Daemon, STEP_LIMIT, js, raw_request_as, within};
 use serde_json::{Value, json};
 
+/// A JavaScript pool of one. Programs get 30 s unless they ask otherwise: their time limit
+/// counts waiting for the sandbox, which a session's save or a restore may hold for seconds under
+/// emulation on a busy machine.
 async fn daemon() -> Daemon {
-    Daemon::start(&["--pool", "javascript=1", "--tool-timeout-ms", "5000"]).await
+    Daemon::start(&[
+        "--pool",
+        "javascript=1",
+        "--tool-timeout-ms",
+        "5000",
+        "--default-timeout-ms",
+        "30000",
+    ])
+    .await
 }
 
 fn tools() -> Vec<ToolSpec> {
@@ -244,7 +255,7 @@ async fn a_call_without_an_answer_times_out_in_the_program_and_a_second_answer_i
         const second = await tools.population({city: 'YY'});\n\
         [first, second]";
     let request = ExecRequest {
-        tool_timeout_ms: Some(300),
+        tool_timeout_ms: Some(3000),
         ..js(code)
     };
     let mut first = true;
@@ -259,7 +270,7 @@ async fn a_call_without_an_answer_times_out_in_the_program_and_a_second_answer_i
     .await;
     assert_eq!(response.status, ExecStatus::Ok, "{response:?}");
     let message = response.result[0].as_str().unwrap();
-    assert!(message.contains("no answer within 300 ms"), "{message}");
+    assert!(message.contains("no answer within 3000 ms"), "{message}");
     assert_eq!(response.result[1], json!(2000));
     assert_eq!(calls.len(), 2);
     let late = client
@@ -272,13 +283,18 @@ async fn a_call_without_an_answer_times_out_in_the_program_and_a_second_answer_i
 #[tokio::test]
 async fn a_caller_that_goes_away_mid_wait_frees_the_sandbox_at_once() {
     let daemon = daemon().await;
-    let client = daemon.client();
-    // A call that would wait two minutes for its answer: only the caller's going away can
-    // free the sandbox within the next request's step limit.
+    let waiting = js("await tools.population({city: 'Z'})");
+    goes_away_mid_wait(&daemon.client(), waiting, js("6 * 7")).await;
+}
+
+/// Runs `waiting` (its call waits two minutes for an answer), goes away once the call arrives,
+/// and then runs `next`, whose answer must be 42: with one sandbox, only the caller's going away
+/// can free it within the next request's step limit.
+async fn goes_away_mid_wait(client: &Client, waiting: ExecRequest, next: ExecRequest) {
     let request = ExecRequest {
         tools: tools(),
         tool_timeout_ms: Some(120_000),
-        ..js("await tools.population({city: 'Z'})")
+        ..waiting
     };
     let mut stream = client.exec_stream(&request).await.unwrap();
     loop {
@@ -291,16 +307,16 @@ async fn a_caller_that_goes_away_mid_wait_frees_the_sandbox_at_once() {
         }
     }
     drop(stream);
-    // One sandbox: the next request runs only once the waiting one is freed.
-    let next = within("the next request", STEP_LIMIT, client.exec(&js("6 * 7")))
+    let next = within("the next request", STEP_LIMIT, client.exec(&next))
         .await
         .unwrap();
     assert_eq!(next.result, json!(42), "{next:?}");
 }
 
 /// Python, in either runtime: tools are functions of the module `tools` (also importable by
-/// name), a failed call raises `tools.ToolError`, and arguments and answers larger than one host
-/// call carries (with text beyond ASCII) travel whole.
+/// name), a failed call raises `tools.ToolError`, arguments and answers larger than one host
+/// call carries (with text beyond ASCII) travel whole, a call without an answer fails at its
+/// limit, a caller gone mid-wait frees the sandbox, and an uncaught tool error fails the program.
 async fn python_calls_tools(daemon: &Daemon) {
     let code = "from tools import population\n\
         import tools\n\
@@ -328,6 +344,25 @@ async fn python_calls_tools(daemon: &Daemon) {
         names,
         ["get_weather", "get_weather", "fail", "echo", "population"]
     );
+    // A call without an answer fails at its own limit; the next call is answered.
+    let code = "import tools\n\
+        try:\n    tools.population(city='X')\nexcept tools.ToolError as e:\n    first = str(e)\n\
+        [first, tools.population(city='YY')]";
+    let request = ExecRequest {
+        tool_timeout_ms: Some(3000),
+        ..ExecRequest::new(Language::Python, code)
+    };
+    let mut first = true;
+    let answered = |call: &Call| (!std::mem::take(&mut first)).then(|| answer(call));
+    let (_, _, response) = run_with_tools(&daemon.client(), request, answered).await;
+    assert_eq!(response.status, ExecStatus::Ok, "{response:?}");
+    let message = response.result[0].as_str().unwrap_or_default();
+    assert!(message.contains("no answer within 3000 ms"), "{response:?}");
+    assert_eq!(response.result[1], json!(2000), "{response:?}");
+    // A caller gone mid-wait frees the sandbox.
+    let waiting = ExecRequest::new(Language::Python, "import tools\ntools.population(city='Z')");
+    let next = ExecRequest::new(Language::Python, "6 * 7");
+    goes_away_mid_wait(&daemon.client(), waiting, next).await;
     // Not caught: the program fails with the tool's error in its traceback.
     let request = ExecRequest::new(Language::Python, "import tools\ntools.fail()");
     let (_, _, response) = run_with_tools(&daemon.client(), request, |c| Some(answer(c))).await;
@@ -348,7 +383,8 @@ async fn native_python_calls_tools_as_functions_and_catches_their_errors() {
 
 #[tokio::test]
 async fn webassembly_python_calls_tools_as_functions_and_catches_their_errors() {
-    python_calls_tools(&Daemon::start_with_python(&["python=1"], &[]).await).await;
+    let args = ["--default-timeout-ms", "30000"];
+    python_calls_tools(&Daemon::start_with_python(&["python=1"], &args).await).await;
 }
 
 #[tokio::test]
@@ -357,7 +393,15 @@ async fn answers_only_from_the_caller_once_each_and_the_audit_line_counts_the_ca
     let audit_dir = tempfile::tempdir().unwrap();
     let audit = audit_dir.path().join("audit.log");
     let audit_arg = audit.to_string_lossy().into_owned();
-    let daemon = Daemon::start(&["--pool", "javascript=1", "--audit-log", &audit_arg]).await;
+    let daemon = Daemon::start(&[
+        "--pool",
+        "javascript=1",
+        "--audit-log",
+        &audit_arg,
+        "--default-timeout-ms",
+        "30000",
+    ])
+    .await;
     daemon.open_socket_to_everyone();
     let client = daemon.client();
     let request = ExecRequest {
@@ -440,6 +484,8 @@ async fn calls_past_the_limits_fail_in_the_program_and_never_reach_the_caller() 
         "3",
         "--max-tool-bytes",
         "2000",
+        "--default-timeout-ms",
+        "30000",
     ])
     .await;
     let client = daemon.client();
@@ -487,10 +533,18 @@ async fn calls_past_the_limits_fail_in_the_program_and_never_reach_the_caller() 
 
 #[tokio::test]
 async fn an_execution_past_its_wall_clock_cap_ends_and_the_sandbox_serves_the_next() {
-    let daemon =
-        Daemon::start(&["--pool", "javascript=1", "--max-tool-wall-clock-ms", "3000"]).await;
+    let daemon = Daemon::start(&[
+        "--pool",
+        "javascript=1",
+        "--max-tool-wall-clock-ms",
+        "6000",
+        "--default-timeout-ms",
+        "30000",
+    ])
+    .await;
     let client = daemon.client();
-    // The call may wait a minute, but the execution as a whole only three seconds.
+    // The call may wait a minute, but the execution as a whole only six seconds (room for
+    // the program to reach its call on a busy machine).
     let request = ExecRequest {
         tool_timeout_ms: Some(60_000),
         ..js("try { await tools.population({city: 'Z'}); } catch (e) { 'caught' }")
