@@ -65,8 +65,9 @@ fn parameters(tool: &ToolSpec) -> Vec<Parameter<'_>> {
                 .collect()
         })
         .unwrap_or_default();
-    // Required ones first, as Python needs them before those with defaults.
-    parameters.sort_by_key(|p| !p.required);
+    // Required ones first, as Python needs them before those with defaults; by name within
+    // each, whatever order the schema's object kept (serde_json's depends on its features).
+    parameters.sort_by_key(|p| (!p.required, p.name));
     parameters
 }
 
