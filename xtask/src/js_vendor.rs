@@ -5,7 +5,7 @@
 //! checked in so that building the daemon needs neither npm nor the network; `cargo xtask test`
 //! rebuilds it and fails if it differs from the checked-in file.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -50,16 +50,9 @@ fn build() -> Result<Vec<u8>> {
     }
     // esbuild's own install script is not needed: its npm wrapper finds the binary in the
     // platform package npm installs beside it.
-    step(
+    npm_ci(
         "javascript guest: npm ci (pinned packages for the web APIs)",
-        Command::new("npm").current_dir(&work).args([
-            "ci",
-            "--ignore-scripts",
-            "--no-audit",
-            "--no-fund",
-            "--loglevel=error",
-        ]),
-        Duration::from_secs(600),
+        &work,
     )?;
     let out: PathBuf = work.join("web-apis.js");
     step(
@@ -84,4 +77,20 @@ fn build() -> Result<Vec<u8>> {
     let mut bundle = HEADER.as_bytes().to_vec();
     bundle.extend(std::fs::read(&out)?);
     Ok(bundle)
+}
+
+/// `npm ci` in `work` (its package.json and lock there), as step `name`: the locked packages
+/// only, no install scripts, no audit.
+pub fn npm_ci(name: &str, work: &Path) -> Result<()> {
+    step(
+        name,
+        Command::new("npm").current_dir(work).args([
+            "ci",
+            "--ignore-scripts",
+            "--no-audit",
+            "--no-fund",
+            "--loglevel=error",
+        ]),
+        Duration::from_secs(600),
+    )
 }

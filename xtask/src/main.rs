@@ -31,7 +31,7 @@ mod vm;
 mod wit_world;
 
 use self::deploy::check_deploy;
-use self::js_vendor::{check_js_vendor, js_vendor};
+use self::js_vendor::{check_js_vendor, js_vendor, npm_ci};
 use self::python_guest::{python_guest, python_guest_for_package_tests};
 
 use std::path::{Path, PathBuf};
@@ -456,17 +456,7 @@ fn mcp_servers() -> Result<()> {
     for file in ["package.json", "package-lock.json"] {
         std::fs::copy(source.join(file), work.join(file))?;
     }
-    step(
-        "MCP servers: npm ci (pinned servers for code mode)",
-        Command::new("npm").current_dir(&work).args([
-            "ci",
-            "--ignore-scripts",
-            "--no-audit",
-            "--no-fund",
-            "--loglevel=error",
-        ]),
-        Duration::from_secs(600),
-    )?;
+    npm_ci("MCP servers: npm ci (pinned servers for code mode)", &work)?;
     std::fs::write(&stamp, lock).with_context(|| format!("writing {}", stamp.display()))
 }
 
