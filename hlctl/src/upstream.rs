@@ -75,7 +75,7 @@ pub fn parse_server_flag(flag: &str) -> Result<(String, ServerSpec), String> {
 
 /// The running servers and their tools as functions.
 pub struct Upstream {
-    servers: Vec<(String, RunningService<RoleClient, ()>)>,
+    servers: Vec<RunningService<RoleClient, ()>>,
     /// Every server's tools, answered by the server.
     pub tools: Tools,
 }
@@ -100,13 +100,13 @@ impl Upstream {
                     return Err(upstream.failed(server, &e).await);
                 }
             };
-            let listed = running.peer().list_all_tools().await;
-            upstream.servers.push((server.clone(), running));
+            let peer = running.peer().clone();
+            let listed = peer.list_all_tools().await;
+            upstream.servers.push(running);
             let listed = match listed {
                 Ok(listed) => listed,
                 Err(e) => return Err(upstream.failed(server, &e.to_string()).await),
             };
-            let peer = upstream.servers.last().map(|(_, r)| r.peer().clone());
             for tool in listed {
                 let function = function_name(server, &tool.name);
                 if let Some(other) = names.insert(function.clone(), tool.name.to_string()) {
@@ -122,7 +122,7 @@ impl Upstream {
                 );
                 let parameters = Value::Object((*tool.input_schema).clone());
                 let spec = ToolSpec::new(function, description, parameters);
-                let peer = peer.clone().ok_or("no server")?;
+                let peer = peer.clone();
                 let name = tool.name.to_string();
                 let tools = std::mem::take(&mut upstream.tools);
                 upstream.tools = tools.with(spec, move |arguments| {
@@ -135,7 +135,7 @@ impl Upstream {
 
     /// Stops every server.
     pub async fn close(self) {
-        for (_, running) in self.servers {
+        for running in self.servers {
             let _ = running.cancel().await;
         }
     }
