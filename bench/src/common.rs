@@ -5,7 +5,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use hyperlightd_client::{Client, ExecRequest, ExecStatus};
+use hyperlightd_client::{Client, ExecRequest, ExecResponse, ExecStatus};
 use serde::{Deserialize, Serialize};
 
 use crate::EXPECTED;
@@ -190,7 +190,11 @@ pub async fn start_daemon_logging(
 }
 
 pub async fn exec_checked(client: &Client, request: &ExecRequest) -> Result<()> {
-    let response = client.exec(request).await?;
+    check_answer(&client.exec(request).await?)
+}
+
+/// Whether `response` is the benchmark program's answer: ran to completion, with [`EXPECTED`].
+pub fn check_answer(response: &ExecResponse) -> Result<()> {
     if response.status != ExecStatus::Ok || response.result != serde_json::json!(EXPECTED) {
         bail!("the daemon answered {response:?}");
     }

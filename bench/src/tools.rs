@@ -5,14 +5,14 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, bail};
-use hyperlightd_client::{Client, ExecRequest, ExecStatus, Language, ToolSpec, Tools};
+use anyhow::Result;
+use hyperlightd_client::{Client, ExecRequest, Language, ToolSpec, Tools};
 use serde::Serialize;
 use serde_json::json;
 
-use crate::common::{daemon_args, print_row};
+use crate::common::{check_answer, daemon_args, print_row, warm_once};
 use crate::targets::PartReport;
-use crate::{Args, BODY, EXPECTED, Latency, PYTHON_BODY, start_daemon, wait_until_idle};
+use crate::{Args, BODY, Latency, PYTHON_BODY, start_daemon, wait_until_idle};
 
 /// (t)'s figures for one language.
 #[derive(Debug, Serialize)]
@@ -138,16 +138,13 @@ pub async fn run(args: &Args) -> Result<PartReport> {
 
 /// One warm exec, with `tools` when given, checked.
 async fn timed(client: &Client, request: &ExecRequest, tools: Option<&Tools>) -> Result<Duration> {
+    let Some(tools) = tools else {
+        return warm_once(client, request).await;
+    };
     wait_until_idle(client).await?;
     let started = Instant::now();
-    let response = match tools {
-        Some(tools) => client.exec_with_tools(request, tools).await?,
-        None => client.exec(request).await?,
-    };
+    let response = client.exec_with_tools(request, tools).await?;
     let elapsed = started.elapsed();
-    let expected = serde_json::Value::String(EXPECTED.to_owned());
-    if response.status != ExecStatus::Ok || response.result != expected {
-        bail!("{:?} answered {response:?}", request.code);
-    }
+    check_answer(&response)?;
     Ok(elapsed)
 }
