@@ -352,6 +352,18 @@ impl Daemon {
     }
 }
 
+/// The lines of the audit log at `path`, as JSON (the daemon writes each line whole).
+pub fn audit_lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("reading the audit log {}: {e}", path.display()))
+        .lines()
+        .map(|line| {
+            serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("an audit line that is not JSON ({e}): {line}"))
+        })
+        .collect()
+}
+
 /// Sends `request` (raw bytes: a request line, headers and body) on a new connection to
 /// `socket` and returns the status code and body of the answer, read to the end of the
 /// connection: for requests the client library would never send. Bounded by [`STEP_LIMIT`].

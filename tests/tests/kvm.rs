@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use hyperlightd_client::{Error, ErrorKind, ExecStatus, Language};
 use hyperlightd_e2e::{
-    Daemon, STEP_LIMIT, assert_capped_and_finished, exec_request, get_request, js, js_with_timeout,
-    raw_request, run, within,
+    Daemon, STEP_LIMIT, assert_capped_and_finished, audit_lines, exec_request, get_request, js,
+    js_with_timeout, raw_request, run, within,
 };
 use nix::sys::signal::Signal;
 use serde_json::json;

@@ -10,7 +10,7 @@ use hyperlightd_client::{
     Client, CreateSessionRequest, ErrorKind, ExecEvent, ExecRequest, ExecResponse, ExecStatus,
     Language, SessionExecRequest, ToolAnswer, ToolSpec, Tools,
 };
-use hyperlightd_e2e::{Daemon, STEP_LIMIT, js, raw_request_as, within};
+use hyperlightd_e2e::{Daemon, STEP_LIMIT, audit_lines, js, raw_request_as, within};
 use serde_json::{Value, json};
 
 /// A JavaScript pool of one. Programs get 30 s unless they ask otherwise: their time limit
@@ -459,11 +459,7 @@ async fn answers_only_from_the_caller_once_each_and_the_audit_line_counts_the_ca
     // The audit line names the tools called and how often, never arguments or results.
     let line = within("the audit line", STEP_LIMIT, async {
         loop {
-            let text = std::fs::read_to_string(&audit).unwrap_or_default();
-            let lines: Vec<Value> = text
-                .lines()
-                .filter_map(|l| serde_json::from_str(l).ok())
-                .collect();
+            let lines = audit_lines(&audit);
             if let Some(line) = lines.into_iter().find(|l| l["audit"] == "exec") {
                 break line;
             }

@@ -42,14 +42,6 @@ async fn pool_reaches(
     }
 }
 
-fn audit_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect()
-}
-
 #[tokio::test]
 async fn callers_are_allowed_refused_and_held_to_their_own_quota_and_each_run_is_audited() {
     let audit_dir = tempfile::tempdir().unwrap();
