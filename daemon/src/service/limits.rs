@@ -94,3 +94,29 @@ impl Limits {
             .min(self.max_output_bytes)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_timeout_is_the_default_when_absent_and_never_past_the_maximum() {
+        let grants = ToolGrants {
+            default_call_timeout: Duration::from_millis(1_000),
+            max: ToolLimits {
+                call_timeout: Duration::from_millis(5_000),
+                max_calls: 3,
+                max_bytes: 100,
+                wall_clock: Duration::from_secs(10),
+            },
+        };
+        let asked = |ms| grants.for_request(ms).call_timeout;
+        assert_eq!(asked(None), Duration::from_millis(1_000));
+        assert_eq!(asked(Some(2_000)), Duration::from_millis(2_000));
+        assert_eq!(asked(Some(60_000)), Duration::from_millis(5_000));
+        // The other limits are the daemon's, whatever the request asks.
+        let limits = grants.for_request(Some(60_000));
+        assert_eq!((limits.max_calls, limits.max_bytes), (3, 100));
+        assert_eq!(limits.wall_clock, Duration::from_secs(10));
+    }
+}
