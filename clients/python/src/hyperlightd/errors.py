@@ -1,0 +1,90 @@
+"""One exception hierarchy for every way a request to hyperlightd can fail before its program
+ran to an answer. A program that fails (an exception, a timeout) is not an exception here: it is
+a result whose ``status`` and ``error`` say so, as in the Rust client."""
+
+from __future__ import annotations
+
+
+class HyperlightdError(Exception):
+    """Anything that kept a request from being answered."""
+
+
+class Unreachable(HyperlightdError):
+    """No connection could be made; the request was never sent, so retrying is safe."""
+
+    def __init__(self, socket: str, reason: str) -> None:
+        super().__init__(
+            f"cannot reach hyperlightd at {socket}: {reason}. Is the daemon running? Start it, "
+            "or point HYPERLIGHTD_SOCKET at its socket"
+        )
+        self.socket = socket
+        self.reason = reason
+
+
+class AnswerLost(HyperlightdError):
+    """The request was sent and its answer cut off or late: the program may have run."""
+
+
+class Refused(HyperlightdError):
+    """The daemon refused the request (nothing ran); ``kind`` is the API's error kind."""
+
+    def __init__(self, status: int, kind: str, message: str, retry_after: int | None) -> None:
+        super().__init__(f"{kind} ({status}): {message}")
+        self.status = status
+        self.kind = kind
+        self.message = message
+        self.retry_after = retry_after
+
+
+class InvalidRequest(Refused):
+    """400 ``invalid_request``, 413 ``payload_too_large`` and the like: the request is wrong."""
+
+
+class Busy(Refused):
+    """``overloaded``, ``no_sandbox_available``, ``shutting_down``, ``session_busy``,
+    ``quota_exceeded``, ``too_many_sessions``: try again after ``retry_after`` seconds."""
+
+
+class NotFound(Refused):
+    """``session_not_found``, ``execution_not_found``, ``tool_call_not_found``, ``not_found``."""
+
+
+class Conflict(Refused):
+    """``execution_ended``, ``tool_call_answered``: the answer came too late or twice."""
+
+
+class NotAllowed(Refused):
+    """``caller_not_allowed``: this user may not use the daemon."""
+
+
+class Internal(Refused):
+    """``internal``: a fault in the daemon."""
+
+
+# Every refusal kind of the API (api/src/lib.rs, ErrorKind), and its class. A kind missing here
+# is a test failure (tests/test_errors.py reads the kinds from api/openapi.json).
+KINDS: dict[str, type[Refused]] = {
+    "invalid_request": InvalidRequest,
+    "payload_too_large": InvalidRequest,
+    "method_not_allowed": InvalidRequest,
+    "request_timeout": InvalidRequest,
+    "not_found": NotFound,
+    "session_not_found": NotFound,
+    "execution_not_found": NotFound,
+    "tool_call_not_found": NotFound,
+    "overloaded": Busy,
+    "no_sandbox_available": Busy,
+    "shutting_down": Busy,
+    "session_busy": Busy,
+    "too_many_sessions": Busy,
+    "quota_exceeded": Busy,
+    "execution_ended": Conflict,
+    "tool_call_answered": Conflict,
+    "caller_not_allowed": NotAllowed,
+    "internal": Internal,
+}
+
+
+def refusal(status: int, kind: str, message: str, retry_after: int | None) -> Refused:
+    """The exception for a refusal the daemon answered with."""
+    return KINDS.get(kind, Refused)(status, kind, message, retry_after)
