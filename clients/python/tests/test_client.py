@@ -1,91 +1,249 @@
-"""The sync client against a stand-in daemon on a Unix socket: what it sends, what it makes of
-each answer."""
+"""The sync client against a stand-in daemon: what it sends, what it makes of each answer."""
 
 from __future__ import annotations
 
-import json
-import socketserver
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
+from standin import Reply, StandIn, lines_then, refusal, response, session
 
-from hyperlightd import Busy, Client, NotFound, Unreachable
-
-
-class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-
-
-def stand_in(path: Path, answers: dict[str, tuple[int, dict[str, Any], dict[str, str]]],
-             seen: list[tuple[str, str, Any]]) -> _Server:
-    class Handler(BaseHTTPRequestHandler):
-        def address_string(self) -> str:
-            return "unix"
-
-        def _answer(self) -> None:
-            length = int(self.headers.get("content-length") or 0)
-            body = json.loads(self.rfile.read(length)) if length else None
-            seen.append((self.command, self.path, body))
-            status, payload, headers = answers[self.path]
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            for name, value in headers.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
-
-        do_GET = _answer
-        do_POST = _answer
-
-        def log_message(self, *_: Any) -> None:
-            pass
-
-    server = _Server(str(path), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+from hyperlightd import (
+    AnswerLost,
+    Client,
+    Done,
+    InvalidRequest,
+    Output,
+    Overloaded,
+    SessionNotFound,
+    Started,
+    Tool,
+    ToolCall,
+    Unreachable,
+    tool,
+)
 
 
 @pytest.fixture
-def socket_path(tmp_path: Path) -> Iterator[Path]:
+def sock(tmp_path: Path) -> Iterator[Path]:
     yield tmp_path / "d.sock"
 
 
-def test_a_failed_program_is_a_result_with_its_kind(socket_path: Path) -> None:
-    seen: list[tuple[str, str, Any]] = []
-    answer = {"status": "error", "stdout": "", "stderr": "Traceback ...", "result": None,
-              "error": {"kind": "exception", "message": "ValueError: bad"}, "duration_ms": 3.0}
-    server = stand_in(socket_path, {"/v1/exec": (200, answer, {})}, seen)
-    with Client(str(socket_path)) as client:
-        result = client.exec("python", "raise ValueError('bad')", timeout_ms=500)
-    server.shutdown()
-    assert not result.ok and result.error is not None
+def test_a_failed_program_is_a_result_with_its_kind(sock: Path) -> None:
+    error = {"kind": "exception", "message": "ValueError: bad"}
+    answer = response(status="error", stderr="Traceback ...", error=error)
+    stand_in = StandIn(sock, {"POST /v1/exec": lambda _: Reply(body=answer, schema="ExecResponse")})
+    with Client(str(sock)) as client:
+        result = client.exec("python", "raise ValueError('bad')", timeout_ms=500, files={"a.txt": "x", "b": b"\0"})
+    stand_in.close()
+    assert not result.ok and result.error is not None and result.request_id == "req-1"
     assert (result.error.kind, result.error.message) == ("exception", "ValueError: bad")
-    assert seen == [("POST", "/v1/exec", {"language": "python", "code": "raise ValueError('bad')",
-                                          "timeout_ms": 500})]
+    sent = stand_in.seen[0][2]
+    assert sent == {
+        "language": "python",
+        "code": "raise ValueError('bad')",
+        "timeout_ms": 500,
+        "files": {"a.txt": "x", "b": {"base64": "AA=="}},
+    }
 
 
-def test_a_refusal_is_its_exception_with_retry_after(socket_path: Path) -> None:
-    busy = {"error": {"kind": "overloaded", "message": "every sandbox is busy"}}
-    gone = {"error": {"kind": "session_not_found", "message": "no session"}}
-    server = stand_in(socket_path, {"/v1/exec": (503, busy, {"retry-after": "2"}),
-                                    "/v1/health": (404, gone, {})}, [])
-    with Client(str(socket_path)) as client:
-        with pytest.raises(Busy) as refused:
-            client.exec("javascript", "1")
-        assert refused.value.retry_after == 2 and refused.value.kind == "overloaded"
-        with pytest.raises(NotFound):
-            client.health()
-    server.shutdown()
+def test_files_and_rich_output_come_back_as_bytes_and_mime_data(sock: Path) -> None:
+    answer = response(
+        result=45,
+        files={"out.txt": "hi", "img.bin": {"base64": "AAE="}},
+        display=[{"data": {"text/plain": "df", "text/html": "<table>"}}],
+    )
+    stand_in = StandIn(sock, {"POST /v1/exec": lambda _: Reply(body=answer, schema="ExecResponse")})
+    with Client(str(sock)) as client:
+        result = client.exec("python", "45")
+    stand_in.close()
+    assert result.ok and result.result == 45
+    assert result.files == {"out.txt": b"hi", "img.bin": b"\x00\x01"}
+    assert result.display == [{"text/plain": "df", "text/html": "<table>"}]
+
+
+def test_a_refusal_is_its_exception_with_retry_after_and_nothing_else_is_sent(sock: Path) -> None:
+    busy = Reply(503, refusal("overloaded", "every sandbox is busy"), headers={"retry-after": "2"})
+    stand_in = StandIn(sock, {"POST /v1/exec": lambda _: busy})
+    with Client(str(sock)) as client, pytest.raises(Overloaded) as refused:
+        client.exec("javascript", "1")
+    stand_in.close()
+    assert (refused.value.retry_after, refused.value.kind, refused.value.request_id) == (2, "overloaded", "req-1")
+    assert len(stand_in.seen) == 1
+
+
+def test_an_answer_that_is_not_the_apis_is_answer_lost(sock: Path) -> None:
+    stand_in = StandIn(sock, {"POST /v1/exec": lambda _: Reply(200, lines=[{"type": "stdout", "text": "a"}])})
+    with Client(str(sock)) as client, pytest.raises(AnswerLost):
+        client.exec("python", "print('a')", tools=[Tool("t", lambda: 1)])
+    stand_in.close()
 
 
 def test_nothing_listening_is_unreachable(tmp_path: Path) -> None:
-    with Client(str(tmp_path / "none.sock")) as client:
-        with pytest.raises(Unreachable) as error:
-            client.exec("javascript", "1")
+    with Client(str(tmp_path / "none.sock")) as client, pytest.raises(Unreachable) as error:
+        client.exec("javascript", "1")
     assert "HYPERLIGHTD_SOCKET" in str(error.value)
+
+
+def test_the_socket_defaults_as_hlctls_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HYPERLIGHTD_SOCKET", raising=False)
+    assert Client().socket == "/run/hyperlightd/hyperlightd.sock"
+    monkeypatch.setenv("HYPERLIGHTD_SOCKET", "/tmp/x.sock")
+    assert Client().socket == "/tmp/x.sock"
+
+
+def test_bad_input_is_refused_before_anything_is_sent(sock: Path) -> None:
+    stand_in = StandIn(sock, {})
+    with Client(str(sock)) as client:
+        with pytest.raises(TypeError, match="code is a str"):
+            client.exec("python", b"1")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="unknown exec options: timeout"):
+            client.exec("python", "1", timeout=3)  # type: ignore[call-arg]
+        with pytest.raises(ValueError, match="two tools"):
+            client.exec("python", "1", tools=[Tool("a", print), Tool("a", print)])
+    stand_in.close()
+    assert stand_in.seen == []
+
+
+def test_a_stream_yields_output_then_the_result(sock: Path) -> None:
+    lines = [{"type": "stdout", "text": "1\n"}, {"type": "stderr", "text": "w\n"}, {"type": "result", **response()}]
+    stand_in = StandIn(sock, {"POST /v1/exec": lambda _: Reply(lines=lines, schema="ExecEvent")})
+    with Client(str(sock)) as client:
+        events = list(client.exec_stream("python", "print(1)"))
+    stand_in.close()
+    assert events[:2] == [Output("stdout", "1\n"), Output("stderr", "w\n")]
+    assert isinstance(events[2], Done) and events[2].result.ok
+    assert stand_in.seen[0][2]["stream"] is True
+
+
+def test_tool_calls_are_answered_by_their_handlers(sock: Path) -> None:
+    answered = threading.Event()
+    answers: list[Any] = []
+
+    def results(body: Any) -> Reply:
+        answers.append(body)
+        if len(answers) == 2:
+            answered.set()
+        return Reply(204)
+
+    calls = [
+        {"type": "started", "execution_id": "exec_1"},
+        {"type": "tool_call", "id": "c1", "name": "weather", "arguments": {"city": "Oslo"}},
+        {"type": "tool_call", "id": "c2", "name": "fail", "arguments": {}},
+    ]
+    lines = lines_then(calls, answered, [{"type": "result", **response(result="ok")}])
+    stand_in = StandIn(
+        sock,
+        {
+            "POST /v1/exec": lambda _: Reply(lines=lines, schema="ExecEvent"),
+            "POST /v1/executions/exec_1/tool-results": results,
+        },
+    )
+
+    @tool
+    def weather(city: str, days: int = 1) -> dict[str, Any]:
+        """The weather in a city."""
+        return {"city": city, "temp": 3}
+
+    def fail() -> None:
+        raise RuntimeError("no such place")
+
+    with Client(str(sock)) as client:
+        result = client.exec("python", "tools.weather(city='Oslo')", tools=[weather, fail], tool_timeout_ms=1000)
+    stand_in.close()
+    assert result.result == "ok"
+    assert sorted(answers, key=lambda a: a["id"]) == [
+        {"id": "c1", "result": {"city": "Oslo", "temp": 3}},
+        {"id": "c2", "error": "no such place"},
+    ]
+    declared = stand_in.seen[0][2]["tools"]
+    assert declared[0] == {
+        "name": "weather",
+        "description": "The weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+            "required": ["city"],
+        },
+    }
+    assert declared[1]["name"] == "fail" and stand_in.seen[0][2]["tool_timeout_ms"] == 1000
+
+
+def test_a_stream_shows_the_tool_calls_it_answers(sock: Path) -> None:
+    answered = threading.Event()
+    calls = [
+        {"type": "started", "execution_id": "e"},
+        {"type": "tool_call", "id": "c", "name": "ping", "arguments": {}},
+    ]
+    lines = lines_then(calls, answered, [{"type": "result", **response()}])
+
+    def results(_: Any) -> Reply:
+        answered.set()
+        return Reply(204)
+
+    routes = {
+        "POST /v1/exec": lambda _: Reply(lines=lines, schema="ExecEvent"),
+        "POST /v1/executions/e/tool-results": results,
+    }
+    stand_in = StandIn(sock, routes)
+    with Client(str(sock)) as client:
+        events = list(client.exec_stream("javascript", "await tools.ping({})", tools=[Tool("ping", lambda: "pong")]))
+    stand_in.close()
+    assert events[:2] == [Started("e"), ToolCall("c", "ping", {})]
+    assert stand_in.seen[1][2] == {"id": "c", "result": "pong"}
+
+
+def test_a_session_runs_forks_lists_reads_and_is_deleted_on_exit(sock: Path) -> None:
+    stand_in = StandIn(
+        sock,
+        {
+            "POST /v1/sessions": lambda _: Reply(201, session("s1"), schema="SessionInfo"),
+            "POST /v1/sessions/s1/exec": lambda _: Reply(
+                body=response(session={"id": "s1", "rolled_back": False}), schema="ExecResponse"
+            ),
+            "POST /v1/sessions/s1/fork": lambda _: Reply(201, session("s2"), schema="SessionInfo"),
+            "GET /v1/sessions/s1/files": lambda _: Reply(
+                body={"files": [{"path": "out/a b.txt", "size": 3}]}, schema="FileList"
+            ),
+            "GET /v1/sessions/s1/files/out/a%20b.txt": lambda _: Reply(raw=b"abc"),
+            "DELETE /v1/sessions/s1": lambda _: Reply(204),
+            "DELETE /v1/sessions/s2": lambda _: Reply(404, refusal("session_not_found")),
+        },
+    )
+    with Client(str(sock)) as client:
+        with client.session("python", idle_timeout_s=60) as one:
+            result = one.exec("x = 1", timeout_ms=1000)
+            assert result.session is not None and not result.session.rolled_back
+            with one.fork() as two:
+                assert two.id == "s2"
+            assert [(f.path, f.size) for f in one.files()] == [("out/a b.txt", 3)]
+            assert one.read_file("out/a b.txt") == b"abc"
+    stand_in.close()
+    assert [(m, p) for m, p, _ in stand_in.seen] == [
+        ("POST", "/v1/sessions"),
+        ("POST", "/v1/sessions/s1/exec"),
+        ("POST", "/v1/sessions/s1/fork"),
+        ("DELETE", "/v1/sessions/s2"),
+        ("GET", "/v1/sessions/s1/files"),
+        ("GET", "/v1/sessions/s1/files/out/a%20b.txt"),
+        ("DELETE", "/v1/sessions/s1"),
+    ]
+    assert stand_in.seen[0][2] == {"language": "python", "idle_timeout_s": 60}
+
+
+def test_an_unknown_session_and_a_bad_request_are_their_exceptions(sock: Path) -> None:
+    stand_in = StandIn(
+        sock,
+        {
+            "GET /v1/sessions/nope": lambda _: Reply(404, refusal("session_not_found")),
+            "POST /v1/exec": lambda _: Reply(400, refusal("invalid_request", "blocked_globals is JavaScript's")),
+        },
+    )
+    with Client(str(sock)) as client:
+        with pytest.raises(SessionNotFound):
+            client.attach("nope")
+        with pytest.raises(InvalidRequest, match="JavaScript's"):
+            client.exec("python", "1", policy={"blocked_globals": ["eval"]})
+    stand_in.close()

@@ -1,32 +1,85 @@
-"""Python client for hyperlightd (work in progress: issue 29)."""
+"""Python client for hyperlightd: run untrusted code in Hyperlight micro-VMs over the daemon's
+Unix socket. :class:`Client` (and :class:`AsyncClient`) run code, stream it, keep sessions and
+answer the program's tool calls; a refused request raises a :class:`HyperlightdError`, and a
+program that fails is an :class:`ExecResult` that says how."""
 
-from .client import Client, ExecResult, ProgramError, default_socket
+from ._wire import DEFAULT_SOCKET, ExecOptions, default_socket
+from .aio import AsyncClient, AsyncSession
+from .client import Client, Session
 from .errors import (
     AnswerLost,
     Busy,
     Conflict,
+    ExecutionNotFound,
     HyperlightdError,
     Internal,
     InvalidRequest,
     NotAllowed,
     NotFound,
+    Overloaded,
+    PayloadTooLarge,
+    QuotaExceeded,
     Refused,
+    SessionBusy,
+    SessionNotFound,
+    Timeout,
     Unreachable,
+)
+from .tools import Tool, tool
+from .types import (
+    Display,
+    Done,
+    Event,
+    ExecResult,
+    FileContent,
+    FileInfo,
+    Output,
+    ProgramError,
+    SessionInfo,
+    SessionState,
+    Started,
+    ToolCall,
+    Violation,
 )
 
 __all__ = [
+    "DEFAULT_SOCKET",
     "AnswerLost",
+    "AsyncClient",
+    "AsyncSession",
     "Busy",
     "Client",
     "Conflict",
+    "Display",
+    "Done",
+    "Event",
+    "ExecOptions",
     "ExecResult",
+    "ExecutionNotFound",
+    "FileContent",
+    "FileInfo",
     "HyperlightdError",
     "Internal",
     "InvalidRequest",
     "NotAllowed",
     "NotFound",
+    "Output",
+    "Overloaded",
+    "PayloadTooLarge",
     "ProgramError",
+    "QuotaExceeded",
     "Refused",
+    "Session",
+    "SessionBusy",
+    "SessionInfo",
+    "SessionNotFound",
+    "SessionState",
+    "Started",
+    "Timeout",
+    "Tool",
+    "ToolCall",
     "Unreachable",
+    "Violation",
     "default_socket",
+    "tool",
 ]

@@ -2,82 +2,35 @@
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field
+import logging
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 
-from .errors import AnswerLost, HyperlightdError, Unreachable, refusal
+from . import _wire
+from ._compat import Unpack
+from ._wire import ExecOptions
+from .errors import Conflict, HyperlightdError, NotFound, SessionNotFound
+from .tools import Tool, call_sync
+from .types import Done, Event, ExecResult, FileInfo, SessionInfo, Started, ToolCall
 
-DEFAULT_SOCKET = "/run/hyperlightd/hyperlightd.sock"
-SOCKET_ENV = "HYPERLIGHTD_SOCKET"
-# Added to an execution's own time limit: the daemon answers at the limit, plus sending it.
-EXEC_MARGIN_S = 15.0
-# An execution that names no limit (the daemon's default is 5 s, its cap 60 s unless configured).
-DEFAULT_RESPONSE_TIMEOUT_S = 90.0
-
-
-def default_socket() -> str:
-    """``HYPERLIGHTD_SOCKET``, else the daemon's default path, as ``hlctl`` finds it."""
-    return os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET
-
-
-@dataclass(frozen=True)
-class ProgramError:
-    """Why a program failed: the API's error kind (``exception``, ``timeout``, ...) and message."""
-
-    kind: str
-    message: str
-
-
-@dataclass(frozen=True)
-class ExecResult:
-    """What a program did. ``status`` is ``ok``, ``error`` or ``timeout``; a failed program is
-    a result, not an exception."""
-
-    status: str
-    stdout: str
-    stderr: str
-    result: Any
-    error: ProgramError | None
-    duration_ms: float
-    queued_ms: float = 0.0
-    truncated: bool = False
-    files: dict[str, Any] = field(default_factory=dict)
-    display: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-    @staticmethod
-    def from_json(body: dict[str, Any]) -> ExecResult:
-        error = body.get("error")
-        return ExecResult(
-            status=body["status"],
-            stdout=body.get("stdout", ""),
-            stderr=body.get("stderr", ""),
-            result=body.get("result"),
-            error=ProgramError(error["kind"], error["message"]) if error else None,
-            duration_ms=body.get("duration_ms", 0.0),
-            queued_ms=body.get("queued_ms", 0.0),
-            truncated=body.get("truncated", False),
-            files=body.get("files") or {},
-            display=body.get("display") or [],
-        )
+log = logging.getLogger("hyperlightd")
+# Tool calls one exec may have answered at once (the daemon keeps them outstanding together).
+TOOL_WORKERS = 16
 
 
 class Client:
-    """A client of one daemon. Every call is bounded in time; errors say whether the request
-    was sent (see :mod:`hyperlightd.errors`)."""
+    """A client of one daemon, safe to share between threads. Every call is bounded in time,
+    and its errors say whether the request was sent (see :mod:`hyperlightd.errors`)."""
 
-    def __init__(self, socket: str | None = None, connect_timeout: float = 5.0) -> None:
-        self.socket = socket or default_socket()
+    def __init__(self, socket: str | None = None) -> None:
+        self.socket = socket or _wire.default_socket()
         self._http = httpx.Client(
             transport=httpx.HTTPTransport(uds=self.socket),
-            base_url="http://hyperlightd",
-            timeout=httpx.Timeout(DEFAULT_RESPONSE_TIMEOUT_S, connect=connect_timeout),
+            base_url=_wire.BASE_URL,
+            timeout=_wire.timeout(_wire.DEFAULT_WAIT_S),
         )
 
     def close(self) -> None:
@@ -93,52 +46,167 @@ class Client:
         self,
         language: str,
         code: str,
-        *,
-        timeout_ms: int | None = None,
-        max_output_bytes: int | None = None,
-        files: dict[str, Any] | None = None,
-        policy: dict[str, Any] | None = None,
+        **options: Unpack[ExecOptions],
     ) -> ExecResult:
-        """Runs ``code`` in a fresh interpreter of ``language`` (``python`` or ``javascript``)."""
-        body: dict[str, Any] = {"language": language, "code": code}
-        for name, value in [
-            ("timeout_ms", timeout_ms),
-            ("max_output_bytes", max_output_bytes),
-            ("files", files),
-            ("policy", policy),
-        ]:
-            if value is not None:
-                body[name] = value
-        wait = DEFAULT_RESPONSE_TIMEOUT_S
-        if timeout_ms is not None:
-            wait = timeout_ms / 1000 + EXEC_MARGIN_S
-        return ExecResult.from_json(self._call("POST", "/v1/exec", body, wait))
+        """Runs ``code`` in a fresh sandbox of ``language`` (``python``, ``javascript``, or a
+        runtime the daemon names in its health) and returns what it did. ``files`` go into its
+        working directory; ``policy`` narrows what it may name; ``tools`` are functions it may
+        call (each call answered by its handler, several at once)."""
+        request = _wire.exec_request("/v1/exec", code, language=language, **options)
+        return self._exec(request)
+
+    def exec_stream(
+        self,
+        language: str,
+        code: str,
+        **options: Unpack[ExecOptions],
+    ) -> Iterator[Event]:
+        """Runs ``code`` as :meth:`exec` does, yielding its output as it is written and then
+        :class:`~hyperlightd.Done` with the result. Leaving the loop early stops the program."""
+        request = _wire.exec_request("/v1/exec", code, language=language, stream=True, **options)
+        return self._stream(request)
+
+    def session(self, language: str, *, idle_timeout_s: int | None = None) -> Session:
+        """A new session: execs that share their state, files included. Use it as a context
+        manager to delete it at the end (it also expires when idle)."""
+        body: dict[str, Any] = {"language": language}
+        if idle_timeout_s is not None:
+            body["idle_timeout_s"] = idle_timeout_s
+        return Session(self, SessionInfo.from_json(self._json("POST", "/v1/sessions", body)))
+
+    def attach(self, session_id: str) -> Session:
+        """The session ``session_id`` (which another process may have created)."""
+        return Session(self, SessionInfo.from_json(self._json("GET", _wire.session_path(session_id))))
+
+    def sessions(self) -> list[SessionInfo]:
+        """This caller's live sessions, oldest first."""
+        return [SessionInfo.from_json(s) for s in self._json("GET", "/v1/sessions")["sessions"]]
 
     def health(self) -> dict[str, Any]:
-        """The daemon's health: languages, limits, packages, counts."""
-        answer: dict[str, Any] = self._call("GET", "/v1/health", None, DEFAULT_RESPONSE_TIMEOUT_S)
+        """The daemon's health: whether it is ready, its languages, limits, packages, counts.
+        Answered also when it is not ready (``status`` says so)."""
+        answer: dict[str, Any] = self._json("GET", "/v1/health", accept=(503,))
         return answer
 
-    def _call(self, method: str, path: str, body: Any, wait: float) -> Any:
+    def _exec(self, request: _wire.Exec) -> ExecResult:
+        if request.body.get("stream"):
+            for item in self._stream(request):
+                if isinstance(item, Done):
+                    return item.result
+            raise _wire.ended_early()
+        response = self._send("POST", request.path, request.body, request.wait)
+        return ExecResult.from_json(response.json(), response.headers.get("x-request-id"))
+
+    def _stream(self, request: _wire.Exec) -> Iterator[Event]:
+        answers: ThreadPoolExecutor | None = None
+        execution_id = ""
         try:
-            response = self._http.request(method, path, json=body, timeout=httpx.Timeout(wait, connect=5.0))
-        except (httpx.ConnectError, httpx.ConnectTimeout, FileNotFoundError) as e:
-            raise Unreachable(self.socket, str(e)) from e
-        except httpx.TimeoutException as e:
-            raise AnswerLost(f"no answer from {self.socket} within {wait:.0f} s: the program may have run") from e
-        except httpx.TransportError as e:
-            raise AnswerLost(f"the answer from {self.socket} was lost ({e}): the program may have run") from e
-        if response.status_code == 503 and path.startswith("/v1/health"):
-            return response.json()
-        if response.is_success:
-            return response.json()
+            with (
+                _wire.translated(self.socket, request.wait),
+                self._http.stream(
+                    "POST",
+                    request.path,
+                    json=request.body,
+                    headers={"accept": _wire.NDJSON},
+                    timeout=_wire.timeout(request.wait),
+                ) as response,
+            ):
+                if not response.is_success:
+                    raise _wire.refused(response.status_code, response.read(), response.headers)
+                request_id = response.headers.get("x-request-id")
+                for line in response.iter_lines():
+                    if not line.strip():
+                        continue
+                    item = _wire.event(line, request_id)
+                    if isinstance(item, Started):
+                        execution_id = item.execution_id
+                    elif isinstance(item, ToolCall):
+                        answers = answers or ThreadPoolExecutor(TOOL_WORKERS, thread_name_prefix="hyperlightd-tool")
+                        answers.submit(self._answer, execution_id, item, request.tools, request.wait)
+                    yield item
+                    if isinstance(item, Done):
+                        return
+                raise _wire.ended_early()
+        finally:
+            if answers is not None:
+                answers.shutdown(wait=False, cancel_futures=True)
+
+    def _answer(self, execution_id: str, call: ToolCall, tools: Mapping[str, Tool], wait: float) -> None:
+        outcome = call_sync(tools, call.name, call.arguments)
         try:
-            error = response.json()["error"]
-            kind, message = error["kind"], error["message"]
-        except (ValueError, KeyError, TypeError):
-            kind, message = "unknown", response.text
-        retry = response.headers.get("retry-after")
-        raise refusal(response.status_code, kind, message, int(retry) if retry and retry.isdigit() else None)
+            self._send("POST", _wire.tool_results_path(execution_id), {"id": call.id, **outcome}, wait)
+        except (Conflict, NotFound):
+            pass  # the exec ended (its time ran out, or its caller left) before the answer
+        except HyperlightdError as e:
+            log.warning("answering tool call %s (%s) failed: %s", call.id, call.name, e)
+
+    def _json(self, method: str, path: str, body: Any = None, accept: tuple[int, ...] = ()) -> Any:
+        return self._send(method, path, body, _wire.DEFAULT_WAIT_S, accept).json()
+
+    def _send(self, method: str, path: str, body: Any, wait: float, accept: tuple[int, ...] = ()) -> httpx.Response:
+        with _wire.translated(self.socket, wait):
+            response = self._http.request(method, path, json=body, timeout=_wire.timeout(wait))
+        if not response.is_success and response.status_code not in accept:
+            raise _wire.refused(response.status_code, response.content, response.headers)
+        return response
 
 
-__all__ = ["Client", "ExecResult", "HyperlightdError", "ProgramError", "default_socket"]
+class Session:
+    """A session: each exec sees what earlier ones defined and left in the working directory.
+    As a context manager it is deleted on exit."""
+
+    def __init__(self, client: Client, info: SessionInfo) -> None:
+        self.client = client
+        self.id = info.id
+        self.language = info.language
+        self.info = info
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.delete()
+
+    def exec(
+        self,
+        code: str,
+        **options: Unpack[ExecOptions],
+    ) -> ExecResult:
+        """Runs ``code`` in the session, as :meth:`Client.exec` does. A program that times out
+        or crashes leaves the session as it was (``result.session.rolled_back``)."""
+        request = _wire.exec_request(_wire.session_path(self.id, "exec"), code, **options)
+        return self.client._exec(request)
+
+    def exec_stream(
+        self,
+        code: str,
+        **options: Unpack[ExecOptions],
+    ) -> Iterator[Event]:
+        """Runs ``code`` in the session, yielding events as :meth:`Client.exec_stream` does."""
+        request = _wire.exec_request(_wire.session_path(self.id, "exec"), code, stream=True, **options)
+        return self.client._stream(request)
+
+    def fork(self) -> Session:
+        """A new session starting from this one's state; each goes on alone."""
+        info = self.client._json("POST", _wire.session_path(self.id, "fork"))
+        return Session(self.client, SessionInfo.from_json(info))
+
+    def describe(self) -> SessionInfo:
+        """The session as the daemon describes it now (execs, expiry, memory)."""
+        return SessionInfo.from_json(self.client._json("GET", _wire.session_path(self.id)))
+
+    def files(self) -> list[FileInfo]:
+        """The files of its working directory, as its last exec left them."""
+        listed = self.client._json("GET", _wire.session_path(self.id, "files"))["files"]
+        return [FileInfo(f["path"], f["size"]) for f in listed]
+
+    def read_file(self, path: str) -> bytes:
+        """One file's bytes (:class:`~hyperlightd.NotFound` when the session has no such file)."""
+        return self.client._send("GET", _wire.file_path(self.id, path), None, _wire.DEFAULT_WAIT_S).content
+
+    def delete(self) -> None:
+        """Deletes the session; one that is already gone (deleted, expired) is not an error."""
+        try:
+            self.client._send("DELETE", _wire.session_path(self.id), None, _wire.DEFAULT_WAIT_S)
+        except SessionNotFound:
+            pass

@@ -22,31 +22,62 @@ class Unreachable(HyperlightdError):
 
 
 class AnswerLost(HyperlightdError):
-    """The request was sent and its answer cut off or late: the program may have run."""
+    """The request was sent and its answer cut off: the program may have run."""
+
+
+class Timeout(AnswerLost):
+    """The request was sent and no answer came within the client's wait: the program may have
+    run. (A program that runs past its own ``timeout_ms`` is a result with status ``timeout``.)"""
 
 
 class Refused(HyperlightdError):
     """The daemon refused the request (nothing ran); ``kind`` is the API's error kind."""
 
-    def __init__(self, status: int, kind: str, message: str, retry_after: int | None) -> None:
+    def __init__(
+        self, status: int, kind: str, message: str, retry_after: int | None = None, request_id: str | None = None
+    ) -> None:
         super().__init__(f"{kind} ({status}): {message}")
         self.status = status
         self.kind = kind
         self.message = message
         self.retry_after = retry_after
+        self.request_id = request_id
 
 
 class InvalidRequest(Refused):
     """400 ``invalid_request``, 413 ``payload_too_large`` and the like: the request is wrong."""
 
 
+class PayloadTooLarge(InvalidRequest):
+    """413 ``payload_too_large``: the code, its files or a tool's answer are over the daemon's caps."""
+
+
 class Busy(Refused):
-    """``overloaded``, ``no_sandbox_available``, ``shutting_down``, ``session_busy``,
-    ``quota_exceeded``, ``too_many_sessions``: try again after ``retry_after`` seconds."""
+    """Nothing ran for lack of capacity: try again after ``retry_after`` seconds."""
+
+
+class Overloaded(Busy):
+    """``overloaded``, ``no_sandbox_available``, ``shutting_down``: the daemon is full or stopping."""
+
+
+class QuotaExceeded(Busy):
+    """``quota_exceeded``, ``too_many_sessions``: this caller (or the daemon) is at its limit."""
+
+
+class SessionBusy(Busy):
+    """``session_busy``: the session's earlier execs kept it busy for the request's whole limit."""
 
 
 class NotFound(Refused):
-    """``session_not_found``, ``execution_not_found``, ``tool_call_not_found``, ``not_found``."""
+    """Something the request names does not exist (``not_found``: a session's file)."""
+
+
+class SessionNotFound(NotFound):
+    """``session_not_found``: the session never existed, was deleted, or expired."""
+
+
+class ExecutionNotFound(NotFound):
+    """``execution_not_found``, ``tool_call_not_found``: no such execution or call (for this caller)."""
 
 
 class Conflict(Refused):
@@ -65,19 +96,19 @@ class Internal(Refused):
 # is a test failure (tests/test_errors.py reads the kinds from api/openapi.json).
 KINDS: dict[str, type[Refused]] = {
     "invalid_request": InvalidRequest,
-    "payload_too_large": InvalidRequest,
+    "payload_too_large": PayloadTooLarge,
     "method_not_allowed": InvalidRequest,
     "request_timeout": InvalidRequest,
     "not_found": NotFound,
-    "session_not_found": NotFound,
-    "execution_not_found": NotFound,
-    "tool_call_not_found": NotFound,
-    "overloaded": Busy,
-    "no_sandbox_available": Busy,
-    "shutting_down": Busy,
-    "session_busy": Busy,
-    "too_many_sessions": Busy,
-    "quota_exceeded": Busy,
+    "session_not_found": SessionNotFound,
+    "execution_not_found": ExecutionNotFound,
+    "tool_call_not_found": ExecutionNotFound,
+    "overloaded": Overloaded,
+    "no_sandbox_available": Overloaded,
+    "shutting_down": Overloaded,
+    "session_busy": SessionBusy,
+    "too_many_sessions": QuotaExceeded,
+    "quota_exceeded": QuotaExceeded,
     "execution_ended": Conflict,
     "tool_call_answered": Conflict,
     "caller_not_allowed": NotAllowed,
@@ -85,6 +116,6 @@ KINDS: dict[str, type[Refused]] = {
 }
 
 
-def refusal(status: int, kind: str, message: str, retry_after: int | None) -> Refused:
+def refusal(status: int, kind: str, message: str, retry_after: int | None, request_id: str | None = None) -> Refused:
     """The exception for a refusal the daemon answered with."""
-    return KINDS.get(kind, Refused)(status, kind, message, retry_after)
+    return KINDS.get(kind, Refused)(status, kind, message, retry_after, request_id)

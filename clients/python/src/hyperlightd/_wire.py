@@ -1,0 +1,170 @@
+"""What the sync and async clients share: request bodies, how long to wait for an answer, and
+how an answer becomes a value or an exception. No I/O here."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypedDict
+from urllib.parse import quote
+
+import httpx
+
+from ._compat import Unpack
+from .errors import AnswerLost, Refused, Timeout, Unreachable, refusal
+from .tools import Handler, Tool, toolset
+from .types import Display, Done, Event, ExecResult, FileContent, Output, Started, ToolCall, encode_file
+
+DEFAULT_SOCKET = "/run/hyperlightd/hyperlightd.sock"
+SOCKET_ENV = "HYPERLIGHTD_SOCKET"
+BASE_URL = "http://hyperlightd"
+NDJSON = "application/x-ndjson"
+# An answer to a request that names no time limit (the daemon's default is 5 s, its cap 60 s
+# unless configured otherwise).
+DEFAULT_WAIT_S = 90.0
+# Added to an execution's own limit: the daemon answers at the limit, plus sending it.
+EXEC_MARGIN_S = 15.0
+# A tool call's wait when the request names none: the daemon's default cap on one.
+DEFAULT_TOOL_WAIT_S = 300.0
+CONNECT_TIMEOUT_S = 5.0
+
+
+def default_socket() -> str:
+    """``HYPERLIGHTD_SOCKET``, else the daemon's default path, as ``hlctl`` finds it."""
+    return os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET
+
+
+@dataclass(frozen=True)
+class Exec:
+    """One exec's request: its body and how long its answer (or a stream's next event) may take."""
+
+    path: str
+    body: dict[str, Any]
+    wait: float
+    tools: dict[str, Tool]
+
+
+class ExecOptions(TypedDict, total=False):
+    """What an exec may say besides its code (every exec method takes these as keywords).
+
+    ``timeout_ms``: its wall-clock limit (the daemon's default applies when absent, values
+    above its maximum are capped). ``max_output_bytes``: the cap on stdout and stderr.
+    ``files``: files for its working directory, by path, as text or bytes. ``policy``: what
+    the program may not name (``allowed_modules``, ``blocked_functions``, ``blocked_globals``),
+    checked before it runs. ``tools``: functions it may call (:class:`~hyperlightd.Tool`, or
+    typed functions), each call answered by its handler. ``tool_timeout_ms``: how long one
+    call may wait for its answer."""
+
+    timeout_ms: int
+    max_output_bytes: int
+    files: Mapping[str, FileContent]
+    policy: Mapping[str, Any]
+    tools: Iterable[Tool | Handler]
+    tool_timeout_ms: int
+
+
+def exec_request(
+    path: str, code: str, *, language: str | None = None, stream: bool = False, **options: Unpack[ExecOptions]
+) -> Exec:
+    """The body of ``POST /v1/exec`` (with ``language``) or of a session's exec (without)."""
+    if not isinstance(code, str):
+        raise TypeError(f"code is a str, not {type(code).__name__}")
+    unknown = set(options) - set(ExecOptions.__annotations__)
+    if unknown:
+        raise TypeError(f"unknown exec options: {', '.join(sorted(unknown))}")
+    body: dict[str, Any] = {"code": code}
+    if language is not None:
+        body["language"] = language
+    for name in ("timeout_ms", "max_output_bytes", "tool_timeout_ms"):
+        if options.get(name) is not None:
+            body[name] = options[name]
+    files, policy, tools = options.get("files"), options.get("policy"), toolset(options.get("tools"))
+    timeout_ms, tool_timeout_ms = options.get("timeout_ms"), options.get("tool_timeout_ms")
+    if files:
+        body["files"] = {name: encode_file(content) for name, content in files.items()}
+    if policy is not None:
+        body["policy"] = dict(policy)
+    if tools:
+        body["tools"] = [one.spec() for one in tools.values()]
+    if stream or tools:
+        body["stream"] = True
+    wait = DEFAULT_WAIT_S if timeout_ms is None else timeout_ms / 1000 + EXEC_MARGIN_S
+    if tools:
+        wait += DEFAULT_TOOL_WAIT_S if tool_timeout_ms is None else tool_timeout_ms / 1000
+    return Exec(path, body, wait, tools)
+
+
+def session_path(session_id: str, *rest: str) -> str:
+    return "/".join(["/v1/sessions", quote(session_id, safe=""), *rest])
+
+
+def file_path(session_id: str, path: str) -> str:
+    """``GET /v1/sessions/{id}/files/{path}``, each segment of ``path`` percent-encoded."""
+    return session_path(session_id, "files", "/".join(quote(part, safe="") for part in path.split("/")))
+
+
+def tool_results_path(execution_id: str) -> str:
+    return f"/v1/executions/{quote(execution_id, safe='')}/tool-results"
+
+
+def refused(status: int, body: bytes, headers: Mapping[str, str]) -> Refused:
+    """The exception for a refusal (a status that is not 2xx)."""
+    try:
+        error = json.loads(body)["error"]
+        kind, message = str(error["kind"]), str(error["message"])
+    except (ValueError, KeyError, TypeError):
+        kind, message = "unknown", body.decode("utf-8", "replace")[:500] or f"status {status}"
+    retry = headers.get("retry-after")
+    return refusal(
+        status, kind, message, int(retry) if retry and retry.isdigit() else None, headers.get("x-request-id")
+    )
+
+
+def event(line: str | bytes, request_id: str | None) -> Event:
+    """One line of a streamed exec's answer, as an event; an ``error`` line is raised."""
+    try:
+        item = json.loads(line)
+        kind = item["type"]
+        if kind in ("stdout", "stderr"):
+            return Output(kind, item["text"])
+        if kind == "display":
+            return Display(item["data"])
+        if kind == "started":
+            return Started(item["execution_id"])
+        if kind == "tool_call":
+            return ToolCall(item["id"], item["name"], item.get("arguments"))
+        if kind == "result":
+            return Done(ExecResult.from_json(item, request_id))
+        if kind == "error":
+            error = item["error"]
+            raise refusal(500, error["kind"], error["message"], None, request_id)
+    except (ValueError, KeyError, TypeError) as e:
+        raise AnswerLost(f"the daemon's stream had a line this client cannot read ({e}): {line[:200]!r}") from e
+    raise AnswerLost(f"the daemon's stream had an event of unknown type {kind!r}")
+
+
+def ended_early() -> AnswerLost:
+    return AnswerLost("the daemon's stream ended before the program's result: the program may have run")
+
+
+def timeout(wait: float) -> httpx.Timeout:
+    """An answer (or a stream's next event) within ``wait`` seconds, a connection within 5."""
+    return httpx.Timeout(wait, connect=CONNECT_TIMEOUT_S)
+
+
+@contextmanager
+def translated(socket: str, wait: float) -> Iterator[None]:
+    """httpx's errors as this client's: never connected, no answer in time, or answer lost."""
+    try:
+        yield
+    except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+        raise Unreachable(socket, str(e) or type(e).__name__) from e
+    except httpx.TimeoutException as e:
+        raise Timeout(f"no answer from {socket} within {wait:.0f} s: the program may have run") from e
+    except httpx.TransportError as e:
+        raise AnswerLost(
+            f"the answer from {socket} was lost ({e or type(e).__name__}): the program may have run"
+        ) from e
