@@ -1,0 +1,131 @@
+"""Every method of the sync and async clients against the real daemon."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from hyperlightd import (
+    AsyncClient,
+    Client,
+    Done,
+    InvalidRequest,
+    Output,
+    SessionNotFound,
+    Started,
+    Tool,
+    ToolCall,
+    tool,
+)
+
+
+def test_health_names_both_languages(client: Client) -> None:
+    health = client.health()
+    assert health["ready"] is True and health["status"] == "ok"
+    assert {"python", "javascript"} <= set(health["runtimes"])
+
+
+def test_exec_in_both_languages_with_files_in_and_out(client: Client) -> None:
+    code = "data = open('in.txt').read()\nopen('out.bin', 'wb').write(bytes([0, 255]))\nlen(data)"
+    result = client.exec("python", code, files={"in.txt": "hello", "raw.bin": b"\x00\x01"}, timeout_ms=20_000)
+    assert result.ok, result
+    assert result.result == 5 and result.files == {"out.bin": b"\x00\xff"}
+    assert result.request_id
+    js = client.exec("javascript", "console.log('hi'); [1, 2, 3].map(x => x * x)")
+    assert (js.ok, js.stdout, js.result) == (True, "hi\n", [1, 4, 9])
+
+
+def test_a_failing_program_is_a_result_and_a_bad_request_an_exception(client: Client) -> None:
+    failed = client.exec("python", "1 / 0")
+    assert failed.status == "error" and failed.error is not None and failed.error.kind == "exception"
+    assert "ZeroDivisionError" in failed.error.message
+    looping = client.exec("javascript", "for (;;) {}", timeout_ms=1000)
+    assert looping.status == "timeout" and looping.error is not None and looping.error.kind == "timeout"
+    refused = client.exec("python", "import os", policy={"allowed_modules": ["json"]})
+    assert refused.error is not None and refused.error.kind == "policy_violation"
+    assert [(v.name, v.rule, v.line) for v in refused.error.violations] == [("os", "allowed_modules", 1)]
+    with pytest.raises(InvalidRequest, match="blocked_globals"):
+        client.exec("python", "1", policy={"blocked_globals": ["eval"]})
+
+
+def test_a_stream_yields_output_as_it_is_written(client: Client) -> None:
+    code = "for i in range(3):\n    print(i)\n'done'"
+    events = list(client.exec_stream("python", code))
+    printed = "".join(e.text for e in events if isinstance(e, Output))
+    assert printed == "0\n1\n2\n"
+    assert isinstance(events[-1], Done) and events[-1].result.result == "done"
+
+
+def test_tools_from_code_in_both_languages(client: Client) -> None:
+    asked: list[Any] = []
+
+    @tool
+    def weather(city: str) -> dict[str, Any]:
+        """Today's weather in a city."""
+        asked.append(city)
+        if city == "Atlantis":
+            raise LookupError("no such city")
+        return {"city": city, "celsius": 4}
+
+    code = (
+        "w = tools.weather(city='Oslo')\n"
+        "try:\n    tools.weather(city='Atlantis')\nexcept tools.ToolError as e:\n    print(e)\n"
+        "w['celsius']"
+    )
+    result = client.exec("python", code, tools=[weather], timeout_ms=30_000)
+    assert result.ok and result.result == 4, result
+    assert "no such city" in result.stdout and asked == ["Oslo", "Atlantis"]
+    events = list(
+        client.exec_stream(
+            "javascript",
+            "const [a, b] = await Promise.all([tools.weather({city: 'Rome'}), tools.weather({city: 'Paris'})]);"
+            " a.celsius + b.celsius",
+            tools=[weather],
+        )
+    )
+    assert isinstance(events[0], Started)
+    assert sorted(e.arguments["city"] for e in events if isinstance(e, ToolCall)) == ["Paris", "Rome"]
+    assert isinstance(events[-1], Done) and events[-1].result.result == 8
+
+
+def test_a_session_keeps_state_forks_lists_files_and_is_deleted_on_exit(client: Client) -> None:
+    with client.session("python", idle_timeout_s=120) as session:
+        assert session.exec("x = 41\nopen('notes.txt', 'w').write('kept')", timeout_ms=60_000).ok
+        assert session.exec("x + 1", timeout_ms=60_000).result == 42
+        with session.fork() as fork:
+            assert fork.exec("x = 0\nx", timeout_ms=60_000).result == 0
+            assert [s.id for s in client.sessions()] == [session.id, fork.id]
+        assert session.exec("x", timeout_ms=60_000).result == 41
+        assert [(f.path, f.size) for f in session.files()] == [("notes.txt", 4)]
+        assert session.read_file("notes.txt") == b"kept"
+        assert session.describe().execs == 4
+        timed_out = session.exec("while True: pass", timeout_ms=2000)
+        assert timed_out.session is not None and timed_out.session.rolled_back
+    with pytest.raises(SessionNotFound):
+        client.attach(session.id)
+
+
+def test_the_async_client(socket: str) -> None:
+    async def run() -> None:
+        async with AsyncClient(socket) as client:
+            assert (await client.health())["ready"]
+            assert (await client.exec("javascript", "6 * 7")).result == 42
+
+            async def double(n: int) -> int:
+                await asyncio.sleep(0)
+                return n * 2
+
+            async with await client.session("javascript") as session:
+                await session.exec("globalThis.base = 10", timeout_ms=60_000)
+                result = await session.exec(
+                    "base + await tools.double({n: 16})", tools=[Tool.from_function(double)], timeout_ms=60_000
+                )
+                assert result.result == 42, result
+                events = [e async for e in session.exec_stream("console.log(base)", timeout_ms=60_000)]
+                assert Output("stdout", "10\n") in events
+                assert [f.path for f in await session.files()] == []
+            assert await client.sessions() == []
+
+    asyncio.run(run())
