@@ -71,6 +71,13 @@ pub fn mcp_client_python() -> PathBuf {
     built_by_xtask("mcp-client/bin/python")
 }
 
+/// The Python of the virtual environment with the Python client's wheel, its test tools and the
+/// frameworks its adapters are tested against (clients/python/e2e/requirements.txt), which
+/// `cargo xtask test` builds in target/python-sdk/venv.
+pub fn python_sdk_python() -> PathBuf {
+    built_by_xtask("python-sdk/venv/bin/python")
+}
+
 /// The reference filesystem MCP server (npm `@modelcontextprotocol/server-filesystem`, pinned in
 /// tests/mcp/package-lock.json), which `cargo xtask test` installs in target/mcp-servers.
 pub fn mcp_server_filesystem() -> PathBuf {

@@ -27,12 +27,14 @@ mod dist;
 mod js_vendor;
 mod native_python;
 mod python_guest;
+mod python_sdk;
 mod vm;
 mod wit_world;
 
 use self::deploy::check_deploy;
 use self::js_vendor::{check_js_vendor, js_vendor, npm_ci};
 use self::python_guest::{python_guest, python_guest_for_package_tests};
+use self::python_sdk::{python_sdk, python_sdk_checks};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -104,6 +106,9 @@ enum Cmd {
         #[arg(long)]
         lock: bool,
     },
+    /// Build the Python client's wheel (target/python-sdk/dist) and test environment, and run
+    /// its host-side checks: pytest against a stand-in daemon, mypy --strict, ruff.
+    PythonSdk,
     /// Regenerate api/openapi.json, the API's contract, from the wire types.
     Openapi,
     /// Rebuild guest/javascript/web-apis.js from the npm packages guest/javascript/vendor/ pins.
@@ -170,6 +175,9 @@ fn main() -> ExitCode {
         }
         Cmd::JsVendor => js_vendor().map(|()| ExitCode::SUCCESS),
         Cmd::Openapi => openapi().map(|()| ExitCode::SUCCESS),
+        Cmd::PythonSdk => python_sdk()
+            .and_then(|_| python_sdk_checks())
+            .map(|()| ExitCode::SUCCESS),
         Cmd::Kvm => {
             let where_ = guest_host();
             println!("{}", where_.describe());
@@ -487,6 +495,7 @@ fn test() -> Result<()> {
     native_python::native_python(None)?;
     mcp_client()?;
     mcp_servers()?;
+    python_sdk()?;
     step(
         "unit tests (host), with a short fuzzing pass of the HTTP layer",
         cargo()
@@ -494,6 +503,7 @@ fn test() -> Result<()> {
             .env("PROPTEST_CASES", FUZZ_CASES),
         Duration::from_secs(1800),
     )?;
+    python_sdk_checks()?;
     check_deploy()?;
     let binaries = e2e_test_binaries()?;
 
@@ -543,6 +553,11 @@ fn test() -> Result<()> {
             "tools",
             "tool calls from code, in every language",
             Duration::from_secs(1200),
+        ),
+        (
+            "python_sdk",
+            "the Python client and its framework adapters",
+            short,
         ),
     ] {
         let binary = find_binary(&binaries, target)?;
