@@ -63,7 +63,11 @@ pub fn python_sdk_checks() -> Result<()> {
             "python",
             &["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
         ),
-        ("mypy --strict", "mypy", &["src", "tests", "e2e"]),
+        (
+            "mypy --strict",
+            "mypy",
+            &["src", "tests", "e2e", "examples"],
+        ),
         ("ruff check", "ruff", &["check", "--no-cache", "."]),
         (
             "ruff format --check",

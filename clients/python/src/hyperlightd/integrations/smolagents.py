@@ -29,6 +29,7 @@ from smolagents.tools import Tool as SmolTool
 from ..client import Client, Session
 from ..errors import SessionNotFound
 from ..tools import Tool
+from ..types import ExecResult
 from ._observation import jsonable
 
 # smolagents' input types as JSON Schema types; "any", "image" and "audio" take anything.
@@ -61,6 +62,9 @@ def final_answer(answer):
     tools.final_answer(answer=_hyperlightd_json(answer))
     raise FinalAnswerException()
 """
+
+
+RESTARTED = "(The session had expired: this step ran in a new one, without earlier steps' variables.)\n"
 
 
 class ExecutionFailed(Exception):
@@ -114,8 +118,8 @@ class HyperlightdExecutor(PythonExecutor):
     def __call__(self, code_action: str) -> CodeOutput:
         """Runs one step's code: its output and last value, or the final answer."""
         self._answers.clear()
-        result = self._exec(code_action)
-        logs = result.stdout
+        result, restarted = self._exec(code_action)
+        logs = (RESTARTED if restarted else "") + result.stdout
         if self._answers:
             return CodeOutput(output=self._answers[-1], logs=logs, is_final_answer=True)
         if not result.ok:
@@ -132,20 +136,21 @@ class HyperlightdExecutor(PythonExecutor):
 
     delete = cleanup
 
-    def _exec(self, code: str) -> Any:
+    def _exec(self, code: str) -> tuple[ExecResult, bool]:
+        """The step's result, and whether it ran in a new session because the old one expired."""
         options: dict[str, Any] = {"tools": self._tools}
         if self.timeout_ms is not None:
             options["timeout_ms"] = self.timeout_ms
         if self.policy is not None:
             options["policy"] = self.policy
         try:
-            return self._ensure_session().exec(code, **options)
+            return self._ensure_session().exec(code, **options), False
         except SessionNotFound:
             # Expired while the agent waited: start again with the tools and variables defined.
             self._session = None
             self._define_tools()
             self.send_variables(self._variables)
-            return self._ensure_session().exec(code, **options)
+            return self._ensure_session().exec(code, **options), True
 
     def _run_setup(self, code: str) -> None:
         result = self._ensure_session().exec(code)
