@@ -114,6 +114,8 @@ def call_sync(tools: Mapping[str, Tool], call_name: str, arguments: Any) -> dict
     try:
         value = handler(**(arguments or {}))
         if inspect.isawaitable(value):
+            if inspect.iscoroutine(value):
+                value.close()  # never awaited: closed, so Python does not warn of it
             raise TypeError(f"tool {call_name!r} is async: use AsyncClient, or give a plain function")
         return _result(value)
     except Exception as e:  # a handler's failure is the program's ToolError
