@@ -12,8 +12,8 @@ use crate::{step, virtualenv, vm, workspace_root};
 
 /// Builds the client's wheel in target/python-sdk/dist and installs it (with the pinned test
 /// tools and frameworks of clients/python/e2e/requirements.txt) in target/python-sdk/venv;
-/// checks that the wheel alone installs into a clean virtual environment and imports. Returns
-/// the wheel.
+/// checks that the README's `pip install ./clients/python` works in a clean virtual
+/// environment and the package imports there. Returns the wheel.
 pub fn python_sdk() -> Result<PathBuf> {
     let source = workspace_root()?.join("clients/python");
     let work = vm::target_dir()?.join("python-sdk");
@@ -37,11 +37,12 @@ pub fn python_sdk() -> Result<PathBuf> {
             .arg(&wheel),
         Duration::from_secs(300),
     )?;
+    // The README's command, into an environment that has nothing else.
     let clean = work.join("clean");
     virtualenv(
-        "Python client: the wheel in a clean environment",
+        "Python client: pip install ./clients/python in a clean environment",
         &clean,
-        &[&wheel.to_string_lossy()],
+        &[&source.to_string_lossy()],
     )?;
     step(
         "Python client: import it there",
