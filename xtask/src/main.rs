@@ -520,8 +520,8 @@ fn test() -> Result<()> {
         ),
     }
 
-    // Five tests per VM boot; the longest group of most targets (importing sympy and networkx
-    // in a debug daemon under emulation) takes over two minutes. Each native Python test boots
+    // Eight tests per VM boot; the longest group of most targets (the sessions', saving state
+    // after each exec in a debug daemon under emulation) takes about five minutes. Each native Python test boots
     // the guest and imports the scientific stack before its template is taken (about 40 s
     // under emulation), and a session's exec saves a GiB of guest memory (about 10 s).
     let short = Duration::from_secs(600);
@@ -633,8 +633,9 @@ const FUZZ_CASES: &str = "2000";
 /// How many times a step whose VM broke (froze or panicked) is run again.
 const BROKEN_VM_RETRIES: u32 = 2;
 
-/// End-to-end tests per VM boot.
-const E2E_GROUP: usize = 5;
+/// End-to-end tests per VM boot: fewer boots (about 10 s each), against more to run again
+/// when one freezes.
+const E2E_GROUP: usize = 8;
 
 /// The names of the tests in a libtest binary (listing needs no KVM).
 fn list_tests(binary: &Path) -> Result<Vec<String>> {
