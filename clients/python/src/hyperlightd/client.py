@@ -48,10 +48,10 @@ class Client:
         code: str,
         **options: Unpack[ExecOptions],
     ) -> ExecResult:
-        """Runs ``code`` in a fresh sandbox of ``language`` (``python``, ``javascript``, or a
-        runtime the daemon names in its health) and returns what it did. ``files`` go into its
-        working directory; ``policy`` narrows what it may name; ``tools`` are functions it may
-        call (each call answered by its handler, several at once)."""
+        """Runs ``code`` in a fresh sandbox of ``language`` (``python`` or ``javascript``) and
+        returns what it did. ``files`` go into its working directory; ``policy`` narrows what it
+        may name; ``tools`` are functions it may call (each call answered by its handler, several
+        at once). See :class:`~hyperlightd.ExecOptions` for every option."""
         request = _wire.exec_request("/v1/exec", code, language=language, **options)
         return self._exec(request)
 
