@@ -2,8 +2,9 @@
 //! scripts rerun only when the *name* in `WIT_WORLD` changes, never its contents: after
 //! `guest/python/wit/component/world.wasm` is regenerated, a tree that built the old world keeps
 //! a runtime that cannot link the new imports. This forgets that runtime whenever the world's
-//! bytes differ from the ones it was built for, so the next build compiles it again. (A fresh
-//! clone, as in CI, has nothing to forget.)
+//! bytes differ from the ones it was built for, so the next build compiles it again. A runtime
+//! built before any xtask command ran has no record and is forgotten too: `.ci/run` runs one
+//! before clippy builds it, so that a fresh clone builds it once.
 
 use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
