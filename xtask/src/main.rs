@@ -435,16 +435,23 @@ fn build_daemon_and_hlctl() -> Result<()> {
 /// The virtual environment with the MCP client SDK that the end-to-end tests drive `hlctl mcp`
 /// with (tests/mcp/requirements.txt), in target/mcp-client; rebuilt when the pins change.
 fn mcp_client() -> Result<()> {
-    let requirements = workspace_root()?.join("tests/mcp/requirements.txt");
-    let venv = vm::target_dir()?.join("mcp-client");
+    pinned_virtualenv(
+        "MCP client",
+        &vm::target_dir()?.join("mcp-client"),
+        &workspace_root()?.join("tests/mcp/requirements.txt"),
+    )
+}
+
+/// A virtual environment at `venv` with `pip install -r REQUIREMENTS`, made again only when
+/// the requirements file differs from the one it was made with.
+pub fn pinned_virtualenv(what: &str, venv: &Path, requirements: &Path) -> Result<()> {
     let stamp = venv.join("requirements.installed");
-    let wanted = std::fs::read_to_string(&requirements)
+    let wanted = std::fs::read_to_string(requirements)
         .with_context(|| format!("reading {}", requirements.display()))?;
     if std::fs::read_to_string(&stamp).is_ok_and(|installed| installed == wanted) {
         return Ok(());
     }
-    let requirements = requirements.to_string_lossy();
-    virtualenv("MCP client", &venv, &["-r", &requirements])?;
+    virtualenv(what, venv, &["-r", &requirements.to_string_lossy()])?;
     std::fs::write(&stamp, wanted).with_context(|| format!("writing {}", stamp.display()))
 }
 

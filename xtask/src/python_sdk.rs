@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use crate::{step, virtualenv, vm, workspace_root};
+use crate::{pinned_virtualenv, step, virtualenv, vm, workspace_root};
 
 /// Builds the client's wheel in target/python-sdk/dist and installs it (with the pinned test
 /// tools and frameworks of clients/python/e2e/requirements.txt) in target/python-sdk/venv;
@@ -18,17 +18,7 @@ pub fn python_sdk() -> Result<PathBuf> {
     let source = workspace_root()?.join("clients/python");
     let work = vm::target_dir()?.join("python-sdk");
     let venv = work.join("venv");
-    let requirements = source.join("e2e/requirements.txt");
-    let wanted = std::fs::read_to_string(&requirements)
-        .with_context(|| format!("reading {}", requirements.display()))?;
-    let stamp = venv.join("requirements.installed");
-    if std::fs::read_to_string(&stamp).is_ok_and(|installed| installed == wanted) {
-        eprintln!("==> Python client: test environment up to date");
-    } else {
-        let requirements = requirements.to_string_lossy();
-        virtualenv("Python client", &venv, &["-r", &requirements])?;
-        std::fs::write(&stamp, &wanted).with_context(|| format!("writing {}", stamp.display()))?;
-    }
+    pinned_virtualenv("Python client", &venv, &source.join("e2e/requirements.txt"))?;
     let wheel = build_wheel(&source, &venv, &work.join("dist"))?;
     step(
         "Python client: install the wheel in the test environment",
