@@ -117,6 +117,8 @@ struct State {
     /// Ids of calls answered (or timed out).
     done: std::collections::HashSet<String>,
     ended: bool,
+    /// A wait ended at the exec's wall-clock cap: the program is stopped, whatever it does next.
+    capped: bool,
     summary: ToolSummary,
 }
 
@@ -153,6 +155,12 @@ impl ToolExchange {
     /// Whether the exec's wall-clock cap has passed.
     pub fn past_wall_clock(&self) -> bool {
         Instant::now() >= self.wall_clock
+    }
+
+    /// Whether a wait of the program's ended at the wall-clock cap: the exec is then stopped
+    /// at the cap, whether the watchdog interrupted the guest first or the guest returned.
+    pub fn stopped_at_wall_clock(&self) -> bool {
+        self.state().capped
     }
 
     /// The program calls `name` with `arguments` (JSON text): checked, then sent to the caller.
@@ -234,6 +242,7 @@ impl ToolExchange {
                 break Waited::Gone;
             }
             if now >= self.wall_clock {
+                state.capped = true;
                 break Waited::WallClock;
             }
             if until.is_some_and(|until| now >= until) {

@@ -182,6 +182,10 @@ fn a_wait_ends_at_its_bound_when_the_caller_goes_and_at_the_wall_clock_cap() {
     assert_eq!(exchange.wait(&deadline(), Some(until)), Waited::Until);
     drop(calls);
     assert_eq!(exchange.wait(&deadline(), None), Waited::Gone);
+    assert!(
+        !exchange.stopped_at_wall_clock(),
+        "only the cap stops it so"
+    );
     assert!(exchange.call("now", "{}").is_err(), "nobody to send it to");
     assert_eq!(
         exchange.end().outcomes,
@@ -194,5 +198,10 @@ fn a_wait_ends_at_its_bound_when_the_caller_goes_and_at_the_wall_clock_cap() {
     };
     let (exchange, _calls) = super::tests::exchange(capped);
     exchange.call("now", "{}").unwrap();
+    assert!(!exchange.stopped_at_wall_clock());
     assert_eq!(exchange.wait(&deadline(), None), Waited::WallClock);
+    assert!(
+        exchange.stopped_at_wall_clock(),
+        "the exec is stopped at the cap"
+    );
 }

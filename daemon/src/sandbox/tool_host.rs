@@ -82,7 +82,8 @@ impl ToolHost {
             Waited::Gone => json!({"wait": "gone"}),
             Waited::WallClock => {
                 // Stopped as at its time limit: the watchdog interrupts it as it returns to
-                // the guest, and the worker tells the two apart by the exchange.
+                // the guest, unless the runner ends the program first; either way the worker
+                // answers with the cap, which the exchange remembers.
                 deadline.expire();
                 json!({"wait": "wall_clock"})
             }

@@ -7,6 +7,7 @@ use std::sync::{Condvar, Mutex};
 
 use super::*;
 use crate::job::files::FileError;
+use crate::job::tools::{Tool, ToolExchange, ToolLimits, Waited};
 use crate::job::{
     Caller, FailureKind, FileLimits, Files, Outcome, Policy, Runtime, SavedState, Status, Violation,
 };
@@ -80,11 +81,13 @@ impl Guest for FakeGuest {
     /// function would; `print:TEXT` writes TEXT to stdout, `print-spin:TEXT` too, then spins;
     /// `seen` answers how many programs ran before it since the last reset; `mark:NAME:MS`
     /// notes NAME as started and takes MS milliseconds;
-    /// with a policy, `refused:NAME` is refused as a runner refuses a program naming NAME.
+    /// with a policy, `refused:NAME` is refused as a runner refuses a program naming NAME;
+    /// `tool-capped` calls the tool `now`, waits for its answer, and, as the JavaScript runner
+    /// does when the wait ends at the wall-clock cap, returns an exception of its own at once.
     fn run(
         &mut self,
         program: &Program<'_>,
-        _deadline: &Arc<Deadline>,
+        deadline: &Arc<Deadline>,
     ) -> Result<String, GuestError> {
         let code = program.code;
         if let (Some(_), Some(name)) = (program.policy, code.strip_prefix("refused:")) {
@@ -160,6 +163,12 @@ impl Guest for FakeGuest {
                 Err(GuestError::Failed("the guest aborted: boom".into()))
             }
             ("host-panic", _) => panic!("a host function panicked"),
+            ("tool-capped", _) => {
+                let tools = program.tools.expect("a job with tools");
+                tools.call("now", "{}").unwrap();
+                assert_eq!(tools.wait(deadline, None), Waited::WallClock);
+                Ok(r#"{"ok":false,"error":{"kind":"exception","message":"capped"}}"#.to_owned())
+            }
             ("syntax", _) => {
                 Ok(r#"{"ok":false,"error":{"kind":"syntax_error","message":"m"}}"#.to_owned())
             }
@@ -452,6 +461,40 @@ async fn a_job_with_almost_no_time_left_is_still_stopped() {
     assert!(started.elapsed() < Duration::from_secs(10));
     let next = submit(&pool, job("ok:4", 10_000)).await.unwrap();
     assert_eq!(next.result, serde_json::json!(4));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_that_returns_as_its_tool_wait_ends_at_the_wall_clock_cap_is_stopped_there() {
+    // The runner may return before the watchdog interrupts it: the outcome is the cap's all
+    // the same, and the sandbox is restored as after any stop.
+    let (pool, control, _) = pool(1);
+    let (sink, _calls) = tokio::sync::mpsc::unbounded_channel();
+    let now = Tool {
+        name: "now".into(),
+        description: String::new(),
+        parameters: serde_json::json!({"type": "object"}),
+        validator: Arc::new(jsonschema::validator_for(&serde_json::json!({})).unwrap()),
+    };
+    let limits = ToolLimits {
+        call_timeout: Duration::from_secs(10),
+        max_calls: 1,
+        max_bytes: 100,
+        wall_clock: Duration::from_millis(50),
+    };
+    let exchange = ToolExchange::new(vec![now], limits, sink, Instant::now());
+    let capped = Job {
+        tools: Some(Arc::new(exchange)),
+        ..job("tool-capped", 10_000)
+    };
+    let outcome = submit(&pool, capped).await.unwrap();
+    assert_eq!(outcome.status, Status::Timeout, "{outcome:?}");
+    let error = outcome.error.unwrap();
+    assert_eq!(error.kind, FailureKind::WallClock, "{error:?}");
+    assert!(error.message.contains("50 ms"), "{error:?}");
+    settle(&pool, 1).await;
+    assert_eq!(control.resets.load(Ordering::SeqCst), 1);
+    let next = submit(&pool, job("seen", 5_000)).await.unwrap();
+    assert_eq!(next.result, serde_json::json!(0), "a restored sandbox");
 }
 
 #[test]

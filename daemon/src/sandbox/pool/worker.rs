@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::job::{
     Deadline, ExecError, Failure, FailureKind, FileLimits, Files, Job, Language, Outcome, Status,
+    tools::ToolExchange,
 };
 use tracing::{debug, error, info, warn};
 
@@ -335,40 +336,46 @@ impl Worker {
             output.write_line(Stream::Stderr, &refusal(cap, job.file_limits));
         }
         let captured = output.take();
-        let (mut outcome, fate) = match result {
-            Ok(parsed) => match parsed {
-                Ok(RunnerReply::Completed { result }) => (
-                    Outcome {
-                        status: Status::Ok,
-                        stdout: captured.stdout,
-                        stderr: captured.stderr,
-                        truncated: captured.truncated,
-                        result,
-                        display: captured.display,
-                        error: None,
-                        session: None,
-                        files: changed(&job.files, &files),
-                        started,
-                        ran,
-                    },
-                    Fate::Sound,
-                ),
-                Ok(RunnerReply::Failed { error }) => {
-                    let mut body = Failure::new(error.kind.into(), error.message);
-                    body.violations = error.violations;
-                    if let Some(cap) = over
-                        && body.kind == FailureKind::Exception
-                    {
-                        body = file_limit(body, cap, job.file_limits);
+        // Stopped at the cap, whether the watchdog interrupted the guest first or the guest
+        // returned first (its runner ends the program as it sees the cap).
+        let capped = job.tools.as_deref().filter(|t| t.stopped_at_wall_clock());
+        let (mut outcome, fate) = match (capped, result) {
+            (Some(tools), _) => wall_clock_stop(tools, captured),
+            (None, result) => match result {
+                Ok(parsed) => match parsed {
+                    Ok(RunnerReply::Completed { result }) => (
+                        Outcome {
+                            status: Status::Ok,
+                            stdout: captured.stdout,
+                            stderr: captured.stderr,
+                            truncated: captured.truncated,
+                            result,
+                            display: captured.display,
+                            error: None,
+                            session: None,
+                            files: changed(&job.files, &files),
+                            started,
+                            ran,
+                        },
+                        Fate::Sound,
+                    ),
+                    Ok(RunnerReply::Failed { error }) => {
+                        let mut body = Failure::new(error.kind.into(), error.message);
+                        body.violations = error.violations;
+                        if let Some(cap) = over
+                            && body.kind == FailureKind::Exception
+                        {
+                            body = file_limit(body, cap, job.file_limits);
+                        }
+                        (error_outcome(body, captured), Fate::Sound)
                     }
-                    (error_outcome(body, captured), Fate::Sound)
-                }
-                Err(message) => (
-                    error_outcome(Failure::new(FailureKind::SandboxFailure, message), captured),
-                    Fate::Poisoned(Recycle::GuestFailure),
-                ),
+                    Err(message) => (
+                        error_outcome(Failure::new(FailureKind::SandboxFailure, message), captured),
+                        Fate::Poisoned(Recycle::GuestFailure),
+                    ),
+                },
+                Err(e) => self.failed(e, job, captured),
             },
-            Err(e) => self.failed(e, job, captured),
         };
         (outcome.started, outcome.ran) = (started, ran);
         // Hyperlight knows best whether a sandbox that answered is still sound.
@@ -381,21 +388,12 @@ impl Worker {
 
     /// The outcome of a call that failed with `error`, and what it left the sandbox fit for.
     fn failed(&self, error: GuestError, job: &Job, captured: Captured) -> (Outcome, Fate) {
+        if let GuestError::Interrupted = error
+            && let Some(tools) = job.tools.as_deref().filter(|t| t.past_wall_clock())
+        {
+            return wall_clock_stop(tools, captured);
+        }
         let (kind, message, fate) = match error {
-            GuestError::Interrupted if job.tools.as_ref().is_some_and(|t| t.past_wall_clock()) => {
-                let message = format!(
-                    "the execution ran past the wall-clock cap of executions with tools, {} \
-                     ms from its arrival (waiting for tools included), and was stopped",
-                    job.tools
-                        .as_ref()
-                        .map_or(0, |t| t.limits().wall_clock.as_millis())
-                );
-                let failure = Failure::new(FailureKind::WallClock, message);
-                return (
-                    error_outcome(failure, captured),
-                    Fate::Poisoned(Recycle::Timeout),
-                );
-            }
             GuestError::Interrupted => {
                 let mut outcome = timeout_outcome(job.timeout, captured);
                 if job.watcher_gone() {
@@ -516,4 +514,19 @@ pub(super) fn timeout_outcome(timeout: Duration, captured: Captured) -> Outcome 
         timeout.as_millis()
     );
     error_outcome(Failure::new(FailureKind::Timeout, message), captured)
+}
+
+/// The outcome of an exec stopped at the wall-clock cap of executions with tools: a time-out,
+/// and a sandbox to replace (the program did not end on its own).
+fn wall_clock_stop(tools: &ToolExchange, captured: Captured) -> (Outcome, Fate) {
+    let message = format!(
+        "the execution ran past the wall-clock cap of executions with tools, {} ms from its \
+         arrival (waiting for tools included), and was stopped",
+        tools.limits().wall_clock.as_millis()
+    );
+    let failure = Failure::new(FailureKind::WallClock, message);
+    (
+        error_outcome(failure, captured),
+        Fate::Poisoned(Recycle::Timeout),
+    )
 }
