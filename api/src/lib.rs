@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 mod caller;
 mod files;
+mod network;
 pub mod openapi;
 mod policy;
 mod session;
@@ -22,6 +23,7 @@ mod tools;
 
 pub use self::caller::{AuditHealth, CallerLimits};
 pub use self::files::{FileData, FileInfo, FileList, FileMap};
+pub use self::network::{AllowRule, EgressHealth, Network};
 pub use self::policy::{Policy, Violation};
 pub use self::session::{
     CreateSessionRequest, ExecSession, SessionCounts, SessionExecRequest, SessionInfo,
@@ -232,6 +234,10 @@ pub struct ExecRequest {
     /// applies when absent; values above its maximum are capped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_timeout_ms: Option<u64>,
+    /// What the program may reach over HTTP (`fetch` in JavaScript, `urllib.request` in
+    /// Python), narrowing the daemon's egress rules; the daemon's rules when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<Network>,
 }
 
 /// The content type of a streamed exec's answer: one JSON [`ExecEvent`] per line.
@@ -298,6 +304,7 @@ impl ExecRequest {
             files: FileMap::new(),
             tools: Vec::new(),
             tool_timeout_ms: None,
+            network: None,
         }
     }
 }
@@ -645,6 +652,9 @@ pub struct HealthResponse {
     /// The audit log (absent from daemons without one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit: Option<AuditHealth>,
+    /// What programs may reach over HTTP (absent when they can reach nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<EgressHealth>,
 }
 
 /// The limits every execution runs under.

@@ -67,6 +67,9 @@ pub struct SessionExecRequest {
     /// How long one tool call waits for its answer, as for `POST /v1/exec`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_timeout_ms: Option<u64>,
+    /// What the program may reach over HTTP, as for `POST /v1/exec` (this exec only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::Network>,
 }
 
 impl SessionExecRequest {
@@ -81,6 +84,7 @@ impl SessionExecRequest {
             files: crate::FileMap::new(),
             tools: Vec::new(),
             tool_timeout_ms: None,
+            network: None,
         }
     }
 
@@ -96,6 +100,7 @@ impl SessionExecRequest {
             files: self.files,
             tools: self.tools,
             tool_timeout_ms: self.tool_timeout_ms,
+            network: self.network,
         }
     }
 }

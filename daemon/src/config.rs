@@ -10,6 +10,8 @@ use hyperlightd_api::Language;
 
 use crate::audit::AuditOptions;
 use crate::caller::{CallerOptionError, CallerOptions};
+use crate::egress::options::EgressOptions;
+use crate::egress::rules::Rule;
 use crate::job::FileLimits;
 use crate::job::SessionSettings;
 use crate::job::tools::ToolLimits;
@@ -185,7 +187,9 @@ pub struct Config {
 
     /// The default policy every program is checked against before it runs: a JSON file with
     /// the fields of a request's `policy` (`allowed_modules`, `blocked_functions`,
-    /// `blocked_globals`). A request's own policy can only narrow it. None: only what requests
+    /// `blocked_globals`), and `network` (`{"allow": [...]}`, destinations programs may reach
+    /// besides those of --egress-allow). A request's own policy and network can only narrow
+    /// it. None: only what requests
     /// ask is checked.
     #[arg(long, env = "HYPERLIGHTD_POLICY")]
     pub policy: Option<std::path::PathBuf>,
@@ -229,6 +233,10 @@ pub struct Config {
     /// The audit log.
     #[command(flatten)]
     pub audit: AuditOptions,
+
+    /// Outbound HTTP from programs.
+    #[command(flatten)]
+    pub egress: EgressOptions,
 
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
@@ -325,6 +333,9 @@ pub enum ConfigError {
         /// The process's limit.
         limit: u64,
     },
+    /// The egress options (or the policy file's `network`) do not hold.
+    #[error("egress: {0}")]
+    Egress(String),
     /// The default idle timeout of sessions is larger than the maximum.
     #[error(
         "--session-idle-timeout-s ({default}) is larger than --max-session-idle-timeout-s ({max})"
@@ -360,21 +371,34 @@ pub enum ConfigError {
 pub const MIN_HEADER_BYTES: usize = 1024;
 
 impl Config {
-    /// The default policy (`--policy`), checked; an empty one without the option.
-    pub fn code_policy(&self) -> Result<CodePolicy, ConfigError> {
+    /// The policy file (`--policy`), checked: the default code policy (empty without the
+    /// option) and the destinations its `network.allow` names.
+    pub fn policy_file(&self) -> Result<(CodePolicy, Vec<Rule>), ConfigError> {
         let Some(path) = &self.policy else {
-            return Ok(CodePolicy::default());
+            return Ok((CodePolicy::default(), Vec::new()));
         };
         let error = |why: String| ConfigError::Policy {
             path: path.clone(),
             why,
         };
         let text = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
-        let policy: hyperlightd_api::Policy =
+        let mut fields: serde_json::Map<String, serde_json::Value> =
             serde_json::from_str(&text).map_err(|e| error(e.to_string()))?;
+        let network = fields
+            .remove("network")
+            .map(serde_json::from_value::<hyperlightd_api::Network>)
+            .transpose()
+            .map_err(|e| error(format!("network: {e}")))?;
+        let policy: hyperlightd_api::Policy =
+            serde_json::from_value(fields.into()).map_err(|e| error(e.to_string()))?;
         let policy = CodePolicy::from(policy);
         crate::service::code_policy::validate(&policy).map_err(|e| error(e.to_string()))?;
-        Ok(policy)
+        let rules = network
+            .map(|n| crate::egress::options::rules_of(&n.allow))
+            .transpose()
+            .map_err(error)?
+            .unwrap_or_default();
+        Ok((policy, rules))
     }
 
     /// The Python guest's library: `--python-lib`, or `python-lib.tar` beside the guest.

@@ -17,6 +17,7 @@ pub use self::sandbox::javascript::RUNNER as JAVASCRIPT_RUNNER;
 pub mod audit;
 pub mod caller;
 pub mod config;
+pub mod egress;
 pub mod executor;
 pub mod http;
 pub mod job;
@@ -39,6 +40,7 @@ use tracing::{info, warn};
 use crate::audit::{AuditLog, AuditOpenError};
 use crate::caller::ExecQuota;
 use crate::config::{Config, ConfigError};
+use crate::egress::Egress;
 use crate::executor::HyperlightExecutor;
 use crate::http::Api;
 use crate::job::SessionSettings;
@@ -136,7 +138,12 @@ fn versions() -> BTreeMap<String, String> {
 pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Result<(), StartError> {
     let sizes = config.pool_sizes()?;
     let limits = config.limits()?;
-    let code_policy = config.code_policy()?;
+    let (code_policy, policy_rules) = config.policy_file()?;
+    let environment = |name: &str| std::env::var(name).ok();
+    let egress_parts = config
+        .egress
+        .parts(policy_rules, &environment)
+        .map_err(ConfigError::Egress)?;
     // The daemon's own user is its operator: always allowed, held to no per-caller quota.
     let own_uid = nix::unistd::geteuid().as_raw();
     let sessions = SessionSettings {
@@ -151,6 +158,13 @@ pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Resu
     check_open_files(&config)?;
     let metrics = Metrics::new().map_err(|e| StartError::Other(format!("metrics: {e}")))?;
     let audit = Arc::new(AuditLog::open(&config.audit)?.with_metrics(metrics.audit()));
+    let egress = egress_parts.map(|parts| {
+        let runtime = tokio::runtime::Handle::current();
+        Egress::new(parts, runtime, audit.clone(), Some(metrics.egress()))
+    });
+    if let Some(egress) = &egress {
+        info!(rules = ?egress.health().rules, "programs may reach these destinations over HTTP");
+    }
     let snapshots = open_snapshot_store(&config)?;
     let hypervisor = hypervisor::detect()?;
     info!(%hypervisor, "hypervisor found");
@@ -200,7 +214,8 @@ pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Resu
     };
     let service = Service::new(Arc::new(executor), metrics, limits, versions())
         .with_callers(callers)
-        .with_code_policy(code_policy);
+        .with_code_policy(code_policy)
+        .with_egress(egress);
     let api = Arc::new(Api::of(service));
     server::serve(listener, api, server_config(&config), &mut stops).await;
     drop(bound);

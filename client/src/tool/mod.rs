@@ -320,6 +320,7 @@ impl CodeTool {
             files: Default::default(),
             tools: Vec::new(),
             tool_timeout_ms: None,
+            network: None,
         };
         let timeout_ms = self.timeout_in_force(arguments.timeout_ms);
         let answer = match &self.conversation {

@@ -76,6 +76,7 @@ impl CodeTool {
             files: request.files.clone(),
             tools: request.tools.clone(),
             tool_timeout_ms: request.tool_timeout_ms,
+            network: request.network.clone(),
         };
         let mut notice = None;
         if let Some(id) = sessions.get(&language) {

@@ -93,6 +93,7 @@ def test_requests_with_every_option_are_what_the_api_takes() -> None:
         "policy": {"allowed_modules": ["json"], "blocked_functions": ["eval"]},
         "tools": [lookup, Tool("other", print, "d", {"type": "object"})],
         "tool_timeout_ms": 500,
+        "network": {"allow": [{"scheme": "https", "host": "*.example.com", "methods": ["GET"]}]},
     }
     validate(exec_request("/v1/exec", "1", language="python", **options).body, "ExecRequest")
     validate(exec_request("/v1/sessions/s/exec", "1", stream=True, **options).body, "SessionExecRequest")

@@ -137,6 +137,35 @@ pub struct SessionRecord<'a> {
     pub reason: Option<&'a str>,
 }
 
+/// An outbound HTTP request a program made (each redirect followed is one), allowed or not.
+/// Never a header, a body, or the query of its URL.
+#[derive(Debug, Serialize)]
+pub struct EgressRecord<'a> {
+    /// The request id of the execution that made it.
+    pub request_id: u64,
+    /// Who asked for that execution.
+    pub caller: Caller,
+    pub method: &'a str,
+    /// `http` or `https`; absent when the URL could not be read.
+    pub scheme: Option<&'a str>,
+    pub host: Option<&'a str>,
+    pub port: Option<u16>,
+    /// The URL's path, without its query.
+    pub path: Option<&'a str>,
+    /// Which hop of a chain of redirects it was (0: the program's own request).
+    pub redirect: u32,
+    /// The response's status, when one came.
+    pub status: Option<u16>,
+    /// Body bytes sent and received.
+    pub bytes_sent: usize,
+    pub bytes_received: usize,
+    pub duration_ms: f64,
+    /// Why it brought no response: `refused`, `invalid`, `limit`, `timeout` or `failed`.
+    pub error_kind: Option<&'a str>,
+    /// What the program was told.
+    pub error: Option<&'a str>,
+}
+
 /// A caller refused by the allow lists.
 #[derive(Debug, Serialize)]
 pub struct DeniedRecord<'a> {
@@ -230,6 +259,11 @@ impl AuditLog {
     /// `session_deleted` or `session_expired`.
     pub fn session(&self, event: &str, record: &SessionRecord<'_>) {
         self.write(event, record);
+    }
+
+    /// Writes an outbound request's line.
+    pub fn egress(&self, record: &EgressRecord<'_>) {
+        self.write("egress", record);
     }
 
     /// Writes a refused caller's line.

@@ -401,6 +401,7 @@ impl<E: Executor> Api<E> {
                 allow_list: health.allow_list,
             }),
             audit: health.audit,
+            egress: health.egress,
         };
         let up = match probe {
             Probe::Full => true,
@@ -447,6 +448,11 @@ fn program(exec: ExecRequest) -> Result<(bool, Program), ApiError> {
         output: None,
         tools: exec.tools.into_iter().map(wire::declared).collect(),
         tool_timeout_ms: exec.tool_timeout_ms,
+        network: exec
+            .network
+            .map(|network| crate::egress::options::rules_of(&network.allow))
+            .transpose()
+            .map_err(ApiError::InvalidRequest)?,
     };
     Ok((stream, program))
 }

@@ -8,6 +8,7 @@
 //! languages served: a plain name, the same on the wire and in the core.
 
 mod deadline;
+pub mod egress;
 mod error;
 pub mod files;
 mod health;
@@ -58,6 +59,9 @@ pub struct Job {
     /// The tools the program may call, and the exchange that carries its calls to the caller
     /// (whose stream is `output`); None: it may call none.
     pub tools: Option<Arc<tools::ToolExchange>>,
+    /// The program's way out over HTTP (what it may reach, within its limits); None: it may
+    /// reach nothing.
+    pub egress: Option<Arc<dyn egress::Outbound>>,
     /// The request's tracing span, entered by whichever thread runs the job.
     pub span: tracing::Span,
     /// Who asked: a session runs the job only for the caller it belongs to, and a pool shares

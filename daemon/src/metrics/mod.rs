@@ -12,9 +12,11 @@ use prometheus::{
     Registry, TextEncoder,
 };
 
+mod egress;
 mod session;
 mod tools;
 
+pub use self::egress::*;
 pub use self::session::*;
 pub use self::tools::*;
 
@@ -101,6 +103,7 @@ pub struct Metrics {
     worker_restarts: IntCounterVec,
     sessions: SessionMetrics,
     tools: ToolMetrics,
+    egress: EgressMetrics,
     audit: IntCounterVec,
 }
 
@@ -282,6 +285,7 @@ impl Metrics {
         registry.register(Box::new(pool_idle.clone()))?;
         let sessions = SessionMetrics::register(&registry)?;
         let tools = ToolMetrics::register(&registry)?;
+        let egress = EgressMetrics::register(&registry)?;
         let audit = IntCounterVec::new(
             Opts::new(
                 AUDIT_LINES_TOTAL,
@@ -311,6 +315,7 @@ impl Metrics {
             worker_restarts,
             sessions,
             tools,
+            egress,
             audit,
         })
     }
@@ -318,6 +323,11 @@ impl Metrics {
     /// Audit log lines, by `outcome`.
     pub fn audit(&self) -> IntCounterVec {
         self.audit.clone()
+    }
+
+    /// The metrics of outbound HTTP.
+    pub fn egress(&self) -> EgressMetrics {
+        self.egress.clone()
     }
 
     /// The metrics of sessions.

@@ -11,7 +11,10 @@ use super::code_policy::{self, CodePolicy};
 use super::tools::{self, Declared};
 use super::{Call, Refusal, Service, wire};
 use crate::audit::{Code, ExecRecord};
+use crate::egress::ExecContext;
+use crate::egress::rules::Rule;
 use crate::executor::Executor;
+use crate::job::egress::Outbound;
 use crate::job::tools::{ToolExchange, ToolResult};
 use crate::job::{ExecError, Files, Job, Language, Outcome, OutputChunk, OutputSink, files};
 
@@ -34,6 +37,8 @@ pub struct Program {
     /// The tools it may call (checked here), and its calls' timeout asked for.
     pub tools: Vec<Declared>,
     pub tool_timeout_ms: Option<u64>,
+    /// What it may reach over HTTP, narrowing the daemon's rules; None: the daemon's.
+    pub network: Option<Vec<Rule>>,
 }
 
 /// A program that ran, however it ended, and how long it waited and ran.
@@ -93,6 +98,7 @@ impl<E: Executor> Service<E> {
         let timeout = limits.timeout_for(program.timeout_ms);
         let policy = program.policy.as_ref();
         let tools = self.exchange(call, &program)?;
+        let egress = self.outbound(call, program.network)?;
         Ok(Job {
             language,
             code: program.code,
@@ -106,7 +112,33 @@ impl<E: Executor> Service<E> {
             span: call.span.clone(),
             caller: call.caller,
             tools,
+            egress,
         })
+    }
+
+    /// The way out of a program that may reach what `network` allows (the daemon's rules when
+    /// None); a request that asks for a network from a daemon that allows none is refused.
+    fn outbound(
+        &self,
+        call: &Call,
+        network: Option<Vec<Rule>>,
+    ) -> Result<Option<Arc<dyn Outbound>>, Refusal> {
+        let Some(egress) = &self.egress else {
+            return match network {
+                None => Ok(None),
+                Some(_) => Err(Refusal::InvalidRequest(
+                    "network: this daemon lets programs reach nothing over HTTP (it has no \
+                     --egress-allow rule)"
+                        .to_owned(),
+                )),
+            };
+        };
+        let rules = egress.narrow(network).map_err(Refusal::InvalidRequest)?;
+        let context = ExecContext {
+            request_id: call.id,
+            caller: call.caller,
+        };
+        Ok(Some(egress.for_exec(rules, context)))
     }
 
     /// The exchange of `program`'s tool calls, if it declared tools: they are checked, and

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use hyperlightd_api::{AuditHealth, ErrorKind, Language};
+use hyperlightd_api::{AuditHealth, EgressHealth, ErrorKind, Language};
 
 use self::code_policy::CodePolicy;
 pub use self::exec::{Executed, Program};
@@ -38,6 +38,7 @@ use self::executions::Executions;
 pub use self::limits::{Limits, ToolGrants, tool_defaults};
 use crate::audit::{AuditLog, DeniedRecord};
 use crate::caller::{Access, ExecQuota, OverQuota};
+use crate::egress::Egress;
 use crate::executor::Executor;
 use crate::job::tools::AnswerError;
 use crate::job::{Caller, ExecError, ExecutorHealth};
@@ -174,6 +175,8 @@ pub struct Service<E> {
     code_policy: CodePolicy,
     /// Running executions that declared tools, where their calls' answers go.
     executions: Arc<Executions>,
+    /// What programs may reach over HTTP; None: nothing.
+    egress: Option<Arc<Egress>>,
 }
 
 impl<E: Executor> Service<E> {
@@ -194,6 +197,7 @@ impl<E: Executor> Service<E> {
             callers: Callers::open(),
             code_policy: CodePolicy::default(),
             executions: Arc::default(),
+            egress: None,
         }
     }
 
@@ -207,6 +211,12 @@ impl<E: Executor> Service<E> {
     /// own).
     pub fn with_code_policy(mut self, policy: CodePolicy) -> Self {
         self.code_policy = policy;
+        self
+    }
+
+    /// Lets programs reach what `egress` allows over HTTP.
+    pub fn with_egress(mut self, egress: Option<Arc<Egress>>) -> Self {
+        self.egress = egress;
         self
     }
 
@@ -269,6 +279,7 @@ impl<E: Executor> Service<E> {
             max_execs_per_caller: self.callers.quota.limits().clone(),
             allow_list: self.callers.access.is_restricted(),
             audit: self.callers.audit.health(),
+            egress: self.egress.as_ref().map(|e| e.health()),
         }
     }
 
@@ -296,6 +307,8 @@ pub struct Health {
     pub allow_list: bool,
     /// The audit log's state, when there is one.
     pub audit: Option<AuditHealth>,
+    /// What programs may reach over HTTP, when anything.
+    pub egress: Option<EgressHealth>,
 }
 
 impl Health {

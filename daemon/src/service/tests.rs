@@ -91,6 +91,7 @@ fn program(code: &str) -> Program {
         output: None,
         tools: Vec::new(),
         tool_timeout_ms: None,
+        network: None,
     }
 }
 

@@ -56,7 +56,9 @@ class ExecOptions(TypedDict, total=False):
     the program may not name (``allowed_modules``, ``blocked_functions``, ``blocked_globals``),
     checked before it runs. ``tools``: functions it may call (:class:`~hyperlightd.Tool`, or
     typed functions), each call answered by its handler. ``tool_timeout_ms``: how long one
-    call may wait for its answer."""
+    call may wait for its answer. ``network``: what the program may reach over HTTP,
+    narrowing the daemon's egress rules (``{"allow": [{"scheme": "https", "host":
+    "api.example.com", "methods": ["GET"], "path_prefix": "/v1/"}]}``)."""
 
     timeout_ms: int
     max_output_bytes: int
@@ -64,6 +66,7 @@ class ExecOptions(TypedDict, total=False):
     policy: Mapping[str, Any]
     tools: Iterable[Tool | Handler]
     tool_timeout_ms: int
+    network: Mapping[str, Any]
 
 
 def exec_request(
@@ -87,6 +90,8 @@ def exec_request(
         body["files"] = {name: encode_file(content) for name, content in files.items()}
     if policy is not None:
         body["policy"] = dict(policy)
+    if options.get("network") is not None:
+        body["network"] = dict(options["network"])
     if tools:
         body["tools"] = [one.spec() for one in tools.values()]
     if stream or tools:

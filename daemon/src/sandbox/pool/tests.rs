@@ -274,6 +274,7 @@ fn job_of(uid: u32, code: &str, timeout_ms: u64) -> Job {
         },
         span: tracing::Span::none(),
         tools: None,
+        egress: None,
         caller: Caller {
             uid,
             gid: 1000,

@@ -1,0 +1,235 @@
+//! One HTTP/1.1 exchange with a vetted destination: the name resolved once and every address
+//! checked (see [`super::address`]), a new connection to the address that passed (never a
+//! second resolution, so a rebinding name cannot move it), TLS verified against the roots the
+//! daemon trusts, the request in origin form with the host's own `Host`, the response's head
+//! and body read within their caps. No connection outlives its request.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::{Method, Request};
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::ServerName;
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+use super::address;
+use super::target::{Host, Scheme, Target};
+use crate::job::egress::{FetchError, FetchErrorKind};
+
+/// The most bytes of a response's head (status line and headers).
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// The most header fields of a response.
+pub const MAX_HEADERS: usize = 100;
+
+fn error(kind: FetchErrorKind, message: impl Into<String>) -> FetchError {
+    FetchError::new(kind, message)
+}
+
+/// What one exchange sends.
+#[derive(Debug)]
+pub struct Exchange<'a> {
+    pub method: &'a Method,
+    pub target: &'a Target,
+    /// Everything but `Host`, `Content-Length` and `Connection`, which the client sets.
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    /// The most body bytes to take from the response.
+    pub max_body: usize,
+}
+
+/// What came back.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    /// The address it came from.
+    pub peer: SocketAddr,
+}
+
+/// Makes exchanges: the TLS configuration (the daemon's roots) and nothing else; every
+/// exchange has a connection of its own.
+#[derive(Debug, Clone)]
+pub struct Client {
+    tls: Arc<rustls::ClientConfig>,
+}
+
+impl Client {
+    pub fn new(tls: Arc<rustls::ClientConfig>) -> Self {
+        Client { tls }
+    }
+
+    /// The address `target` is reached at: its literal address (a rule named it), or the one
+    /// its name resolves to, when every address it resolves to is public.
+    pub async fn resolve(&self, target: &Target) -> Result<SocketAddr, FetchError> {
+        let name = match &target.host {
+            Host::Ip(ip) => return Ok(SocketAddr::new(*ip, target.port)),
+            Host::Name(name) => name,
+        };
+        let addresses: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), target.port))
+            .await
+            .map_err(|e| {
+                error(
+                    FetchErrorKind::Failed,
+                    format!("cannot resolve {name}: {e}"),
+                )
+            })?
+            .collect();
+        if let Some((ip, why)) = addresses
+            .iter()
+            .find_map(|a| address::special(a.ip()).map(|why| (a.ip(), why)))
+        {
+            return Err(error(
+                FetchErrorKind::Refused,
+                format!(
+                    "{name} resolves to {ip}, which is {why}: only public addresses are reached \
+                     by name (a rule must name such an address literally)"
+                ),
+            ));
+        }
+        addresses.first().copied().ok_or_else(|| {
+            error(
+                FetchErrorKind::Failed,
+                format!("{name} resolves to no address"),
+            )
+        })
+    }
+
+    /// Sends `exchange` to `peer`, and reads the answer within its caps.
+    pub async fn send(
+        &self,
+        peer: SocketAddr,
+        exchange: Exchange<'_>,
+    ) -> Result<Answer, FetchError> {
+        let target = exchange.target;
+        let tcp = TcpStream::connect(peer).await.map_err(|e| {
+            error(
+                FetchErrorKind::Failed,
+                format!("cannot connect to {} ({peer}): {e}", target.authority()),
+            )
+        })?;
+        let _ = tcp.set_nodelay(true);
+        match target.scheme {
+            Scheme::Http => exchange_over(tcp, peer, exchange).await,
+            Scheme::Https => {
+                let name = match &target.host {
+                    Host::Name(name) => ServerName::try_from(name.clone()).map_err(|_| {
+                        error(
+                            FetchErrorKind::Invalid,
+                            format!("{name} is not a TLS server name"),
+                        )
+                    })?,
+                    Host::Ip(ip) => ServerName::IpAddress((*ip).into()),
+                };
+                let tls = TlsConnector::from(self.tls.clone())
+                    .connect(name, tcp)
+                    .await
+                    .map_err(|e| {
+                        error(
+                            FetchErrorKind::Failed,
+                            format!("TLS with {} failed: {e}", target.authority()),
+                        )
+                    })?;
+                exchange_over(tls, peer, exchange).await
+            }
+        }
+    }
+}
+
+/// The exchange over an open connection.
+async fn exchange_over<S>(
+    stream: S,
+    peer: SocketAddr,
+    exchange: Exchange<'_>,
+) -> Result<Answer, FetchError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let target = exchange.target;
+    let broken = |e: hyper::Error| {
+        let why = if e.is_parse_too_large() {
+            format!("its head is over {MAX_HEAD_BYTES} bytes or {MAX_HEADERS} fields")
+        } else {
+            e.to_string()
+        };
+        error(
+            FetchErrorKind::Failed,
+            format!(
+                "{} answered no valid HTTP/1.1 response: {why}",
+                target.authority()
+            ),
+        )
+    };
+    let (mut sender, connection) = hyper::client::conn::http1::Builder::new()
+        .max_buf_size(MAX_HEAD_BYTES)
+        .max_headers(MAX_HEADERS)
+        .handshake::<_, Full<Bytes>>(TokioIo::new(stream))
+        .await
+        .map_err(broken)?;
+    // The connection is driven here and dropped with the exchange: nothing is kept.
+    let driving = tokio::spawn(connection);
+    let _stop = AbortOnDrop(driving);
+    let mut request = Request::builder()
+        .method(exchange.method.clone())
+        .uri(target.path_and_query.as_str())
+        .body(Full::new(exchange.body))
+        .map_err(|e| {
+            error(
+                FetchErrorKind::Invalid,
+                format!("the request is not valid: {e}"),
+            )
+        })?;
+    *request.headers_mut() = exchange.headers;
+    let host = HeaderValue::from_str(&target.authority())
+        .map_err(|_| error(FetchErrorKind::Invalid, "the host is not a header value"))?;
+    request.headers_mut().insert(header::HOST, host);
+    request
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    let response = sender.send_request(request).await.map_err(broken)?;
+    let (head, body) = response.into_parts();
+    let body = Limited::new(body, exchange.max_body)
+        .collect()
+        .await
+        .map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                error(
+                    FetchErrorKind::Limit,
+                    format!(
+                        "the response from {} is over the {} bytes this execution may still \
+                         receive",
+                        target.authority(),
+                        exchange.max_body
+                    ),
+                )
+            } else {
+                error(
+                    FetchErrorKind::Failed,
+                    format!(
+                        "reading the response from {} failed: {e}",
+                        target.authority()
+                    ),
+                )
+            }
+        })?
+        .to_bytes();
+    Ok(Answer {
+        status: head.status.as_u16(),
+        headers: head.headers,
+        body,
+        peer,
+    })
+}
+
+/// Stops the connection's task when the exchange ends, however it ends.
+struct AbortOnDrop(tokio::task::JoinHandle<Result<(), hyper::Error>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
