@@ -56,11 +56,11 @@ pub const DEFAULT_TOOL_WAIT: Duration = Duration::from_secs(300);
 const EXEC_MARGIN: Duration = Duration::from_secs(15);
 
 pub use hyperlightd_api::{
-    CreateSessionRequest, DEFAULT_SOCKET, DisplayData, ErrorBody, ErrorKind, ExecEvent, ExecLimits,
-    ExecRequest, ExecResponse, ExecSession, ExecStatus, FileData, FileInfo, FileList, FileMap,
-    HealthResponse, Language, Policy, Runtime, SOCKET_ENV, SandboxCounts, SessionCounts,
-    SessionExecRequest, SessionInfo, SessionLimits, SessionList, ToolResult as ToolAnswer,
-    ToolSpec, Violation,
+    AllowRule, CreateSessionRequest, DEFAULT_SOCKET, DisplayData, EgressHealth, ErrorBody,
+    ErrorKind, ExecEvent, ExecLimits, ExecRequest, ExecResponse, ExecSession, ExecStatus, FileData,
+    FileInfo, FileList, FileMap, HealthResponse, Language, Network, Policy, Runtime, SOCKET_ENV,
+    SandboxCounts, SessionCounts, SessionExecRequest, SessionInfo, SessionLimits, SessionList,
+    ToolResult as ToolAnswer, ToolSpec, Violation,
 };
 
 /// What can go wrong talking to the daemon.

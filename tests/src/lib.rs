@@ -15,6 +15,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use hyperlightd_client::{Client, ExecRequest, ExecResponse, Language};
+
+pub mod web;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 

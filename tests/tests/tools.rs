@@ -13,6 +13,9 @@ use hyperlightd_client::{
 use hyperlightd_e2e::{Daemon, STEP_LIMIT, audit_lines, js, raw_request_as, within};
 use serde_json::{Value, json};
 
+#[path = "tools/egress.rs"]
+mod egress;
+
 /// A JavaScript pool of one. Programs get 30 s unless they ask otherwise: their time limit
 /// counts waiting for the sandbox, which a session's save or a restore may hold for seconds under
 /// emulation on a busy machine.

@@ -12,6 +12,7 @@ use hyperlight_host::HyperlightError;
 use serde::Deserialize;
 
 use super::watchdog::Interrupt;
+use crate::job::egress::Outbound;
 use crate::job::files::FileError;
 use crate::job::tools::ToolExchange;
 use crate::job::{Deadline, FailureKind, FileLimits, Files, Policy, Runtime, Violation};
@@ -30,6 +31,8 @@ pub struct Program<'a> {
     pub file_limits: FileLimits,
     /// The tools it may call, and the exchange its calls go through; None: none.
     pub tools: Option<&'a Arc<ToolExchange>>,
+    /// Its way out over HTTP; None: it may reach nothing.
+    pub egress: Option<&'a Arc<dyn Outbound>>,
 }
 
 impl Program<'_> {
@@ -54,6 +57,7 @@ impl Program<'static> {
             files: &NO_FILES,
             file_limits: FileLimits::default(),
             tools: None,
+            egress: None,
         }
     }
 }

@@ -15,8 +15,8 @@ pub mod javascript;
 pub mod native_python;
 pub mod pool;
 pub mod python;
+pub mod run_host;
 pub mod stored;
-pub mod tool_host;
 pub mod watchdog;
 pub mod workspace;
 

@@ -59,6 +59,8 @@ $B mkdir -p /proc /sys /dev /host /share /oldtmp
 $B mount -t proc proc /proc
 $B mount -t sysfs sys /sys
 $B mount -t devtmpfs dev /dev
+# Loopback only (the VM has no other network): the egress tests serve on 127.0.0.1.
+$B ip link set lo up || die "bringing the loopback interface up failed"
 
 for m in virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci 9pnet 9pnet_virtio netfs fscache 9p; do
     $B insmod /modules/$m.ko || die "loading module $m failed"

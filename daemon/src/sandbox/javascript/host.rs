@@ -27,7 +27,7 @@ use serde::de::DeserializeOwned;
 use super::files;
 use crate::job::Deadline;
 use crate::sandbox::guest::{OutputCapture, Stream};
-use crate::sandbox::tool_host::ToolHost;
+use crate::sandbox::run_host::RunHost;
 use crate::sandbox::workspace::Workspace;
 
 /// Host module the runner imports.
@@ -40,7 +40,7 @@ pub struct Host {
     pub output: Arc<OutputCapture>,
     pub clock: Arc<CallClock>,
     pub work: Arc<Workspace>,
-    pub tools: ToolHost,
+    pub run: RunHost,
 }
 
 impl Host {
@@ -50,7 +50,7 @@ impl Host {
             output,
             clock: Arc::new(CallClock::default()),
             work: Arc::new(Workspace::default()),
-            tools: ToolHost::default(),
+            run: RunHost::default(),
         }
     }
 
@@ -80,10 +80,14 @@ impl Host {
         proto.register(MODULE, "random", random_hex)?;
         let host = self.clone();
         proto.register(MODULE, "tool_call", move |name: String, args: String| {
-            host.tools.call(&name, &args)
+            host.run.call(&name, &args)
         })?;
         let host = self.clone();
-        proto.register(MODULE, "tool_wait", move |ms: f64| host.tools.wait(ms))?;
+        proto.register(MODULE, "tool_wait", move |ms: f64| host.run.wait(ms))?;
+        let host = self.clone();
+        proto.register(MODULE, "fetch", move |request: String| {
+            host.run.fetch(&request)
+        })?;
         // The files functions take up to two strings (unused ones are passed as "").
         for &function in files::FUNCTIONS {
             let host = self.clone();
@@ -111,9 +115,10 @@ impl Host {
             "sleep" => answer(args, |(ms,): (f64,)| self.clock.sleep(ms)),
             "random" => answer(args, |(bytes,): (usize,)| random_hex(bytes)),
             "tool_call" => answer(args, |(name, arguments): (String, String)| {
-                self.tools.call(&name, &arguments)
+                self.run.call(&name, &arguments)
             }),
-            "tool_wait" => answer(args, |(ms,): (f64,)| self.tools.wait(ms)),
+            "tool_wait" => answer(args, |(ms,): (f64,)| self.run.wait(ms)),
+            "fetch" => answer(args, |(request,): (String,)| self.run.fetch(&request)),
             _ => files::call(&self.work, function, args).unwrap_or_else(|| {
                 Err(format!(
                     "the host module {MODULE} has no function {function:?}"

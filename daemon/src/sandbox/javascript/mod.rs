@@ -22,8 +22,8 @@ use super::guest::{
     BuildError, Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, Prepared, Program,
     RunnerReply, SavedState, Template, from_template, saved_state, seed,
 };
+use super::run_host::RunHost;
 use super::stored::{self, Codec, Key, SnapshotStore, Stored};
-use super::tool_host::ToolHost;
 use super::watchdog::{self, Interrupt};
 use super::workspace::Workspace;
 use crate::job::files::FileError;
@@ -31,12 +31,14 @@ use crate::job::{Deadline, Files, Runtime};
 
 /// The runner, compiled into the daemon so that the daemon and its guest protocol always match:
 /// the web APIs bundled from npm (`cargo xtask js-vendor`), those built on the host functions
-/// below (timers and the event loop, `crypto`, `performance`), then the runner itself, as one
-/// module.
+/// below (timers and the event loop, `crypto`, `performance`, `fetch`), then the runner
+/// itself, as one module.
 pub const RUNNER: &str = concat!(
     include_str!("../../../../guest/javascript/web-apis.js"),
     "\n",
     include_str!("../../../../guest/javascript/web.js"),
+    "\n",
+    include_str!("../../../../guest/javascript/fetch.js"),
     "\n",
     include_str!("../../../../guest/javascript/runner.js"),
 );
@@ -178,7 +180,7 @@ impl GuestFactory for JavascriptFactory {
             warm: template,
             clock: host.clock,
             work: host.work,
-            tools: host.tools,
+            run: host.run,
             output,
             max_result_bytes: self.sizes.max_result_bytes,
         }))
@@ -192,8 +194,8 @@ struct JavascriptGuest {
     clock: Arc<CallClock>,
     /// The working directory its host functions serve.
     work: Arc<Workspace>,
-    /// The tools of the run in progress.
-    tools: ToolHost,
+    /// The tool calls and outbound requests of the run in progress.
+    run: RunHost,
     output: Arc<OutputCapture>,
     max_result_bytes: usize,
 }
@@ -260,9 +262,9 @@ impl Guest for JavascriptGuest {
     ) -> Result<String, GuestError> {
         self.clock.start(deadline.clone());
         self.work.begin(program.files, program.file_limits);
-        self.tools.begin(program.tools, deadline);
+        self.run.begin(program, deadline);
         let reply = self.call_runner(program, deadline);
-        self.tools.end();
+        self.run.end();
         Ok(reply?)
     }
 

@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 
 use crate::job::{Display, Files, Stream};
 use crate::sandbox::guest::OutputCapture;
-use crate::sandbox::tool_host::ToolHost;
+use crate::sandbox::run_host::RunHost;
 use crate::sandbox::workspace::Workspace;
 
 /// Bytes of a file, an event or a reply per call (60,000 characters of base64).
@@ -28,8 +28,8 @@ pub struct Host {
     pub output: Arc<OutputCapture>,
     /// The working directory: the request's files, then what the program wrote.
     pub work: Arc<Workspace>,
-    /// The tools of the run in progress.
-    pub tools: ToolHost,
+    /// The tool calls and outbound requests of the run in progress.
+    pub run: RunHost,
     state: Mutex<CallState>,
 }
 
@@ -54,7 +54,7 @@ impl Host {
         Arc::new(Host {
             output,
             work: Arc::new(Workspace::default()),
-            tools: ToolHost::default(),
+            run: RunHost::default(),
             state: Mutex::default(),
         })
     }
@@ -183,11 +183,11 @@ impl Host {
                         String::from_utf8(bytes).map_err(|e| e.to_string())?
                     }
                 };
-                Ok(call.tools.call(&name, &arguments).to_string())
+                Ok(call.run.call(&name, &arguments).to_string())
             })
             .host_function("tool_wait", move |args| {
                 let (ms,): (f64,) = parse(args)?;
-                let answer = wait.tools.wait(ms).to_string();
+                let answer = wait.run.wait(ms).to_string();
                 if answer.len() <= INLINE_ANSWER && answer.is_ascii() {
                     return Ok(answer);
                 }

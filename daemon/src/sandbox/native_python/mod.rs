@@ -362,10 +362,10 @@ impl Guest for NativePythonGuest {
         deadline: &Arc<Deadline>,
     ) -> Result<String, GuestError> {
         self.host.work.begin(program.files, program.file_limits);
-        self.host.tools.begin(program.tools, deadline);
+        self.host.run.begin(program, deadline);
         let event = Event::program(program, self.max_result_bytes).with_files(program.files);
         let reply = self.call_runner(&event, program.files, deadline);
-        self.host.tools.end();
+        self.host.run.end();
         reply
     }
 

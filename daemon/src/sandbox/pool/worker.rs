@@ -323,6 +323,7 @@ impl Worker {
                 files: &job.files,
                 file_limits: job.file_limits,
                 tools: job.tools.as_ref(),
+                egress: job.egress.as_ref(),
             };
             guest.run(&program, deadline)
         });

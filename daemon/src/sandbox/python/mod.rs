@@ -493,12 +493,12 @@ impl Guest for PythonGuest {
     ) -> Result<String, GuestError> {
         self.call.begin(deadline.clone());
         self.work.begin(program.files, program.file_limits);
-        self.call.tools().begin(program.tools, deadline);
+        self.call.run().begin(program, deadline);
         let reply = call_runner(
             &mut self.sandbox,
             &Event::program(program, self.max_result_bytes),
         );
-        self.call.tools().end();
+        self.call.run().end();
         if let Some(success) = self.call.exited() {
             return Ok(exit_reply(success));
         }

@@ -19,11 +19,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use hyperlight_host::hypervisor::InterruptHandle;
 
 use crate::job::Deadline;
-use crate::sandbox::tool_host::ToolHost;
+use crate::sandbox::run_host::RunHost;
 
 /// The call in progress (see the module's documentation). Cheap to clone; the clones share it.
 #[derive(Debug, Clone)]
-pub struct CallState(Arc<Mutex<Inner>>, ToolHost);
+pub struct CallState(Arc<Mutex<Inner>>, RunHost);
 
 #[derive(Debug)]
 struct Inner {
@@ -59,11 +59,11 @@ impl CallState {
             exited: None,
             interrupt: None,
         };
-        CallState(Arc::new(Mutex::new(inner)), ToolHost::default())
+        CallState(Arc::new(Mutex::new(inner)), RunHost::default())
     }
 
-    /// The tools of the call in progress.
-    pub fn tools(&self) -> &ToolHost {
+    /// The tool calls and outbound requests of the call in progress.
+    pub fn run(&self) -> &RunHost {
         &self.1
     }
 

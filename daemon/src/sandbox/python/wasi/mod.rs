@@ -141,11 +141,11 @@ impl hl::Host<N> for WasiHost {
     }
 
     fn tool_call(&mut self, name: String, arguments: String) -> String {
-        self.call.tools().call(&name, &arguments).to_string()
+        self.call.run().call(&name, &arguments).to_string()
     }
 
     fn tool_wait(&mut self, ms: f64) -> String {
-        self.call.tools().wait(ms).to_string()
+        self.call.run().wait(ms).to_string()
     }
 }
 

@@ -1,0 +1,225 @@
+//! End-to-end tests of outbound HTTP (issue 30), in the tools binary's VM boots: servers on the
+//! VM's loopback (plain HTTP, and HTTPS with a test CA the daemon is told to trust), a daemon
+//! allowing them literally, and programs that reach them the ordinary way, and fail to reach
+//! anything else with errors they can catch.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use hyperlightd_client::{AllowRule, ExecStatus, Network};
+use hyperlightd_e2e::web::{self, SECRET};
+use hyperlightd_e2e::{Daemon, audit_lines, js, run};
+use serde_json::{Value, json};
+
+/// A daemon whose programs may reach two loopback servers, with their addresses.
+struct Egress {
+    daemon: Daemon,
+    http: SocketAddr,
+    https: SocketAddr,
+    audit: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// Starts the servers and a daemon allowing them (`extra` arguments added): a secret for the
+/// HTTP server's `/echo`, requests of at most 1 s, at most 64 KiB received per execution.
+async fn egress(pools: &[&str], extra: &[&str]) -> Egress {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, tls) = web::test_ca(dir.path());
+    let (http, https) = (web::serve(None).await, web::serve(Some(tls)).await);
+    let token = dir.path().join("token");
+    std::fs::write(&token, format!("{SECRET}\n")).unwrap();
+    let audit = dir.path().join("audit.log");
+    let rules = [
+        format!("http://127.0.0.1:{}", http.port()),
+        format!("GET https://127.0.0.1:{}", https.port()),
+        // A name: it resolves to loopback, which only an address given literally may be.
+        format!("http://localhost:{}", http.port()),
+    ];
+    let secret = format!(
+        "http://127.0.0.1:{}/echo Authorization: Bearer {{file:{}}}",
+        http.port(),
+        token.display()
+    );
+    let mut args: Vec<String> = pools
+        .iter()
+        .flat_map(|p| ["--pool".into(), p.to_string()])
+        .collect();
+    for rule in &rules {
+        args.extend(["--egress-allow".into(), rule.clone()]);
+    }
+    args.extend(["--egress-secret".into(), secret]);
+    args.extend(["--egress-ca-file".into(), ca.display().to_string()]);
+    args.extend(["--egress-timeout-ms".into(), "1000".into()]);
+    args.extend(["--egress-max-received-bytes".into(), "65536".into()]);
+    args.extend(["--audit-log".into(), audit.display().to_string()]);
+    args.extend(["--default-timeout-ms".into(), "30000".into()]);
+    args.extend(extra.iter().map(|a| a.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let daemon = Daemon::start(&args).await;
+    Egress {
+        daemon,
+        http,
+        https,
+        audit,
+        _dir: dir,
+    }
+}
+
+/// The program's result, once it completed.
+fn result(response: &hyperlightd_client::ExecResponse) -> &Value {
+    assert_eq!(response.status, ExecStatus::Ok, "{response:?}");
+    &response.result
+}
+
+#[tokio::test]
+async fn javascript_fetches_allowed_servers_with_the_secret_it_never_sees() {
+    let e = egress(&["javascript=1"], &[]).await;
+    let (http, https) = (e.http.port(), e.https.port());
+    let code = format!(
+        "const r = await fetch('http://127.0.0.1:{http}/echo?q=1', {{method: 'POST', \
+           headers: {{'content-type': 'application/json', 'x-mine': 'yes'}}, body: JSON.stringify({{a: 1}})}});\n\
+         const echo = await r.json();\n\
+         const tls = await fetch('https://127.0.0.1:{https}/json');\n\
+         const bytes = new Uint8Array(await (await fetch('http://127.0.0.1:{http}/bytes/300')).arrayBuffer());\n\
+         const moved = await fetch('http://127.0.0.1:{http}/redirect/2');\n\
+         ({{status: r.status, ok: r.ok, type: r.headers.get('Content-Type'), echo, \
+           tls: await tls.json(), bytes: bytes.length, moved: [moved.redirected, moved.url], \
+           seen: JSON.stringify(globalThis).includes('{secret_start}')}})",
+        secret_start = &SECRET[..8],
+    );
+    let response = run(&e.daemon, js(&code)).await;
+    let out = result(&response);
+    assert_eq!(out["status"], 200);
+    assert_eq!(out["ok"], true);
+    let echo = &out["echo"];
+    assert_eq!(echo["method"], "POST");
+    assert_eq!(echo["query"], "q=1");
+    assert_eq!(echo["body"], r#"{"a":1}"#);
+    assert_eq!(echo["headers"]["x-mine"], "yes");
+    assert_eq!(
+        echo["authorized"], true,
+        "the daemon added the secret: {echo}"
+    );
+    assert_eq!(out["tls"], json!({"hello": "world"}));
+    assert_eq!(out["bytes"], 300);
+    assert_eq!(
+        out["moved"],
+        json!([true, format!("http://127.0.0.1:{http}/echo")])
+    );
+    assert_eq!(out["seen"], false);
+    let everything = format!("{response:?}{}", std::fs::read_to_string(&e.audit).unwrap());
+    assert!(
+        !everything.contains(SECRET),
+        "the secret leaked: {everything}"
+    );
+
+    let lines: Vec<Value> = audit_lines(&e.audit)
+        .into_iter()
+        .filter(|l| l["audit"] == "egress")
+        .collect();
+    // The POST, the HTTPS GET, the bytes, and a chain of four (two redirects to /redirect/0,
+    // which redirects to /echo).
+    assert_eq!(lines.len(), 7, "{lines:?}");
+    assert_eq!(lines[0]["method"], "POST");
+    assert_eq!(lines[0]["path"], "/echo", "no query: {}", lines[0]);
+    assert_eq!(lines[1]["scheme"], "https");
+    let hops: Vec<&Value> = lines[3..].iter().map(|l| &l["redirect"]).collect();
+    assert_eq!(hops, [&json!(0), &json!(1), &json!(2), &json!(3)]);
+}
+
+#[tokio::test]
+async fn javascript_escapes_and_limits_fail_in_the_program_and_leave_the_sandbox_clean() {
+    let e = egress(&["javascript=1"], &["--egress-max-requests", "12"]).await;
+    let (http, https) = (e.http.port(), e.https.port());
+    let urls = [
+        format!("http://localhost:{http}/echo"), // a name resolving to loopback
+        "http://169.254.169.254/latest/meta-data/".to_owned(), // cloud metadata
+        format!("http://user:pw@127.0.0.1:{http}/echo"), // userinfo
+        format!("ftp://127.0.0.1:{http}/"),      // not HTTP
+        format!("http://127.0.0.1:{http}/to?http://127.0.0.1:1/"), // a redirect elsewhere
+        format!("http://127.0.0.1:{http}/bytes/70000"), // past the received cap
+        format!("http://127.0.0.1:{http}/slow"), // past the request's time
+        format!("http://127.0.0.1:{http}/a/../echo"), // a dot segment
+        format!("https://127.0.0.1:{https}/json"), // POST where GET only
+    ];
+    let code = format!(
+        "const kinds = [];\n\
+         for (const url of {urls}) {{\n\
+           try {{ await fetch(url, url.startsWith('https') ? {{method: 'POST', body: 'x'}} : {{}}); kinds.push('ok'); }}\n\
+           catch (e) {{ kinds.push(e instanceof TypeError ? e.cause.kind : 'not a TypeError'); }}\n\
+         }}\n\
+         let connect; try {{ await fetch('http://127.0.0.1:{http}/', {{method: 'CONNECT'}}); }} catch (e) {{ connect = e.cause.kind; }}\n\
+         ({{kinds, connect}})",
+        urls = json!(urls),
+    );
+    let response = run(&e.daemon, js(&code)).await;
+    let out = result(&response);
+    assert_eq!(
+        out["kinds"],
+        json!([
+            "refused", "refused", "invalid", "invalid", "refused", "limit", "timeout", "invalid",
+            "refused"
+        ]),
+        "{out}"
+    );
+    assert_eq!(out["connect"], "invalid");
+
+    // Twelve requests an execution: the thirteenth fails; the next execution starts afresh.
+    let many = format!(
+        "let n = 0, kind;\n\
+         try {{ for (;;) {{ await fetch('http://127.0.0.1:{http}/json'); n++; }} }} \
+         catch (e) {{ kind = e.cause.kind; }}\n\
+         [n, kind]"
+    );
+    assert_eq!(
+        result(&run(&e.daemon, js(&many)).await),
+        &json!([12, "limit"])
+    );
+    assert_eq!(
+        result(&run(&e.daemon, js(&many)).await),
+        &json!([12, "limit"])
+    );
+
+    // A request narrowing the rules to the HTTPS server only: the HTTP one is refused.
+    let narrowed = hyperlightd_client::ExecRequest {
+        network: Some(Network {
+            allow: vec![AllowRule {
+                scheme: "https".into(),
+                host: "127.0.0.1".into(),
+                port: Some(https),
+                methods: Some(vec!["GET".into()]),
+                path_prefix: None,
+            }],
+        }),
+        ..js(&format!(
+            "const ok = (await fetch('https://127.0.0.1:{https}/json')).status;\n\
+             let kind; try {{ await fetch('http://127.0.0.1:{http}/json'); }} catch (e) {{ kind = e.cause.kind; }}\n\
+             [ok, kind]"
+        ))
+    };
+    assert_eq!(
+        result(&run(&e.daemon, narrowed).await),
+        &json!([200, "refused"])
+    );
+    // Widening is refused before anything runs.
+    let wider = hyperlightd_client::ExecRequest {
+        network: Some(Network {
+            allow: vec![AllowRule {
+                scheme: "https".into(),
+                host: "example.com".into(),
+                port: None,
+                methods: None,
+                path_prefix: None,
+            }],
+        }),
+        ..js("1")
+    };
+    let refused = e
+        .daemon
+        .client()
+        .exec(&wider)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("only narrow"), "{refused}");
+}
