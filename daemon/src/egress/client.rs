@@ -200,8 +200,8 @@ where
                 error(
                     FetchErrorKind::Limit,
                     format!(
-                        "the response from {} is over the {} bytes this execution may still \
-                         receive",
+                        "the response from {} is over {} bytes, the most this execution may \
+                         still receive or its sandbox take in one response",
                         target.authority(),
                         exchange.max_body
                     ),

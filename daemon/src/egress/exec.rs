@@ -123,7 +123,14 @@ impl ExecEgress {
                 }
             }
             let answer = self
-                .hop(&method, &target, hop_headers, body.clone(), hop)
+                .hop(
+                    &method,
+                    &target,
+                    hop_headers,
+                    body.clone(),
+                    request.max_response_bytes,
+                    hop,
+                )
                 .await?;
             let location = answer
                 .headers
@@ -168,6 +175,7 @@ impl ExecEgress {
         target: &Target,
         mut headers: HeaderMap,
         body: Bytes,
+        capacity: usize,
         hop: u32,
     ) -> Result<Answer, FetchError> {
         let started = Instant::now();
@@ -191,7 +199,7 @@ impl ExecEgress {
             target,
             headers,
             body: body.clone(),
-            max_body,
+            max_body: max_body.min(capacity),
         };
         let sent = async {
             let _permit = self

@@ -173,6 +173,7 @@ fn get(url: &str) -> HttpRequest {
         headers: Vec::new(),
         body: Vec::new(),
         follow_redirects: true,
+        max_response_bytes: 1 << 20,
     }
 }
 
@@ -214,6 +215,7 @@ async fn allowed_requests_go_through_and_the_host_sets_what_reaches_the_wire() {
         ],
         body: br#"{"a":1}"#.to_vec(),
         follow_redirects: true,
+        max_response_bytes: 1 << 20,
     };
     let response = fetch(&out, request).await.unwrap();
     assert_eq!(response.status, 200);
@@ -429,6 +431,15 @@ async fn an_execution_s_limits_and_a_slow_server_end_its_requests() {
     );
     let out = egress.for_exec(egress.narrow(None).unwrap(), context());
     let url = |path: &str| format!("http://127.0.0.1:{}{path}", at.port());
+    // A response larger than the sandbox takes in one answer, though the budget has room.
+    let small = HttpRequest {
+        max_response_bytes: 100,
+        ..get(&url("/bytes/101"))
+    };
+    assert_eq!(
+        fetch(&out, small).await.unwrap_err().kind,
+        FetchErrorKind::Limit
+    );
     let within = fetch(&out, get(&url("/bytes/60000"))).await.unwrap();
     assert_eq!(within.body.len(), 60_000);
     let past = fetch(&out, get(&url("/bytes/60000"))).await.unwrap_err();

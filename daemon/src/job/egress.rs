@@ -21,6 +21,8 @@ pub struct HttpRequest {
     /// Whether redirects are followed (by the host, each hop checked); false: a redirect is
     /// the response.
     pub follow_redirects: bool,
+    /// The most body bytes of one response the program's sandbox can take.
+    pub max_response_bytes: usize,
 }
 
 impl fmt::Debug for HttpRequest {

@@ -235,6 +235,12 @@ impl GuestSizes {
         whole_pages(self.max_result_bytes.saturating_add(IO_SLACK))
     }
 
+    /// The most body bytes of one HTTP response the sandbox can take: the host function's
+    /// answer carries the body in base64 through the input buffer, beside the headers.
+    pub fn response_capacity(&self) -> usize {
+        self.input_buffer().saturating_sub(2 * IO_SLACK) / 4 * 3
+    }
+
     /// Every page a program dirties (heap, stack: copy-on-write from the snapshot) and the I/O
     /// buffers are taken from the sandbox's scratch region, so it must hold them all; otherwise
     /// the guest aborts with "Out of physical memory" long before its heap is full. Only pages

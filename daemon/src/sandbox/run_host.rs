@@ -27,6 +27,8 @@ struct Run {
     exchange: Option<Arc<ToolExchange>>,
     egress: Option<Arc<dyn Outbound>>,
     deadline: Arc<Deadline>,
+    /// The most body bytes of one response the sandbox can take.
+    response_capacity: usize,
 }
 
 impl RunHost {
@@ -34,12 +36,14 @@ impl RunHost {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A run of `program` begins, with its tools and its way out (if any) under `deadline`.
-    pub fn begin(&self, program: &Program<'_>, deadline: &Arc<Deadline>) {
+    /// A run of `program` begins, with its tools and its way out (if any) under `deadline`,
+    /// in a sandbox that takes responses of at most `response_capacity` body bytes.
+    pub fn begin(&self, program: &Program<'_>, deadline: &Arc<Deadline>, response_capacity: usize) {
         *self.run() = Some(Run {
             exchange: program.tools.cloned(),
             egress: program.egress.cloned(),
             deadline: deadline.clone(),
+            response_capacity,
         });
     }
 
@@ -59,7 +63,7 @@ impl RunHost {
     /// host; the response (`status`, `url`, `redirected`, `headers`, `body` in base64) or
     /// `{"error": {"kind", "message"}}` for the program to raise. Blocks until it is whole.
     pub fn fetch(&self, request: &str) -> Value {
-        let (egress, deadline) = {
+        let (egress, deadline, capacity) = {
             let run = self.run();
             let Some(run) = run.as_ref() else {
                 return fetch_error(&FetchError::new(
@@ -67,7 +71,11 @@ impl RunHost {
                     "no program is running",
                 ));
             };
-            (run.egress.clone(), run.deadline.clone())
+            (
+                run.egress.clone(),
+                run.deadline.clone(),
+                run.response_capacity,
+            )
         };
         let Some(egress) = egress else {
             return fetch_error(&FetchError::new(
@@ -76,7 +84,7 @@ impl RunHost {
                  destination)",
             ));
         };
-        match parse_request(request) {
+        match parse_request(request, capacity) {
             Ok(request) => match egress.fetch(request, &deadline) {
                 Ok(response) => response_json(&response),
                 Err(e) => fetch_error(&e),
@@ -146,7 +154,7 @@ struct WireRequest {
     redirect: Option<String>,
 }
 
-fn parse_request(text: &str) -> Result<HttpRequest, FetchError> {
+fn parse_request(text: &str, max_response_bytes: usize) -> Result<HttpRequest, FetchError> {
     let invalid = |message: String| FetchError::new(FetchErrorKind::Invalid, message);
     let wire: WireRequest = serde_json::from_str(text)
         .map_err(|e| invalid(format!("the runner's request is malformed: {e}")))?;
@@ -171,6 +179,7 @@ fn parse_request(text: &str) -> Result<HttpRequest, FetchError> {
         headers: wire.headers,
         body,
         follow_redirects,
+        max_response_bytes,
     })
 }
 

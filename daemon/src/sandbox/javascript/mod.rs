@@ -183,6 +183,7 @@ impl GuestFactory for JavascriptFactory {
             run: host.run,
             output,
             max_result_bytes: self.sizes.max_result_bytes,
+            response_capacity: self.sizes.response_capacity(),
         }))
     }
 }
@@ -198,6 +199,8 @@ struct JavascriptGuest {
     run: RunHost,
     output: Arc<OutputCapture>,
     max_result_bytes: usize,
+    /// The most body bytes of one HTTP response the sandbox takes (see GuestSizes).
+    response_capacity: usize,
 }
 
 impl JavascriptGuest {
@@ -262,7 +265,7 @@ impl Guest for JavascriptGuest {
     ) -> Result<String, GuestError> {
         self.clock.start(deadline.clone());
         self.work.begin(program.files, program.file_limits);
-        self.run.begin(program, deadline);
+        self.run.begin(program, deadline, self.response_capacity);
         let reply = self.call_runner(program, deadline);
         self.run.end();
         Ok(reply?)

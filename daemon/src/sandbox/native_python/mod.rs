@@ -218,6 +218,7 @@ impl GuestFactory for NativePythonFactory {
             interrupt,
             poisoned: false,
             max_result_bytes: self.sizes.max_result_bytes,
+            response_capacity: self.sizes.response_capacity(),
         }))
     }
 
@@ -254,6 +255,8 @@ struct NativePythonGuest {
     /// The last call did not return (stopped, exited, failed): the guest needs a restore.
     poisoned: bool,
     max_result_bytes: usize,
+    /// The most body bytes of one HTTP response the sandbox takes (see GuestSizes).
+    response_capacity: usize,
 }
 
 impl NativePythonGuest {
@@ -362,7 +365,9 @@ impl Guest for NativePythonGuest {
         deadline: &Arc<Deadline>,
     ) -> Result<String, GuestError> {
         self.host.work.begin(program.files, program.file_limits);
-        self.host.run.begin(program, deadline);
+        self.host
+            .run
+            .begin(program, deadline, self.response_capacity);
         let event = Event::program(program, self.max_result_bytes).with_files(program.files);
         let reply = self.call_runner(&event, program.files, deadline);
         self.host.run.end();

@@ -401,6 +401,7 @@ impl GuestFactory for PythonFactory {
             output,
             work,
             max_result_bytes: self.sizes.max_result_bytes,
+            response_capacity: self.sizes.response_capacity(),
         }))
     }
 }
@@ -483,6 +484,8 @@ struct PythonGuest {
     /// The working directory its host functions serve.
     work: Arc<Workspace>,
     max_result_bytes: usize,
+    /// The most body bytes of one HTTP response the sandbox takes (see GuestSizes).
+    response_capacity: usize,
 }
 
 impl Guest for PythonGuest {
@@ -493,7 +496,9 @@ impl Guest for PythonGuest {
     ) -> Result<String, GuestError> {
         self.call.begin(deadline.clone());
         self.work.begin(program.files, program.file_limits);
-        self.call.run().begin(program, deadline);
+        self.call
+            .run()
+            .begin(program, deadline, self.response_capacity);
         let reply = call_runner(
             &mut self.sandbox,
             &Event::program(program, self.max_result_bytes),
