@@ -8,6 +8,9 @@
 // rejects with a TypeError, as browsers' fetch does, whose `cause.kind` says which.
 
 const FETCH_CHUNK = 8192;
+// The most characters a request may carry to the host: it travels through the guest's output
+// buffer, which holds the result limit (runner.js sets it from each event).
+let fetchMaxRequest = FETCH_CHUNK;
 
 function bytesToBase64(bytes) {
   let binary = "";
@@ -134,8 +137,13 @@ function fetchNow(input, init) {
     request.body = bytesToBase64(bytesOf(init.body, "fetch"));
   }
   request.headers = headers.pairs();
+  const text = JSON.stringify(request);
+  if (text.length > fetchMaxRequest) {
+    throw fetchFailed({ kind: "limit", message: `the request is ${text.length} bytes encoded; ` +
+      `the sandbox sends at most ${fetchMaxRequest} (the daemon's --max-result-bytes)` });
+  }
   flushOutput(); // runner.js: what the program wrote before the request is seen before it
-  const answer = hl.fetch(JSON.stringify(request));
+  const answer = hl.fetch(text);
   if (answer === null || typeof answer !== "object") throw fetchFailed({ kind: "failed", message: "the host did not answer" });
   if (answer.error !== undefined) throw fetchFailed(answer.error);
   if (redirect === "error" && answer.status >= 300 && answer.status < 400 && answer.status !== 304) {

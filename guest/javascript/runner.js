@@ -570,6 +570,7 @@ function refused(code, policy) {
 function run(event) {
   const refusal = refused(event.code, event.policy);
   if (refusal !== null) return refusal;
+  fetchMaxRequest = event.max_result_bytes; // fetch.js: a request travels as the result does
   let value;
   try {
     value = evaluateProgram(event.code, event.session === true);

@@ -51,27 +51,29 @@ program.Output.send = lambda stream, text: bool(hyperlight.call("write", stream,
 program.Output.chunk = 4096
 
 
-def _tool_call(name: str, arguments: str) -> dict:
-    # Arguments longer than a call carries go first, in pieces.
-    if len(arguments) <= program.Output.chunk and arguments.isascii():
-        return hyperlight.call("tool_call", name, arguments)
-    data = arguments.encode()
+def _argument(text: str):
+    """`text` for a host call: itself when a call carries it, else None, once it went before
+    in pieces."""
+    if len(text) <= program.Output.chunk and text.isascii():
+        return text
+    data = text.encode()
     for start in range(0, len(data), PIECE):
-        piece = base64.b64encode(data[start : start + PIECE]).decode("ascii")
-        hyperlight.call("tool_arguments", piece)
-    return hyperlight.call("tool_call", name, None)
+        hyperlight.call("argument_piece", base64.b64encode(data[start : start + PIECE]).decode("ascii"))
+    return None
 
 
-def _tool_wait(ms: float) -> dict:
-    answer = hyperlight.call("tool_wait", ms)
+def _answer(answer: dict) -> dict:
+    """A host call's answer, fetched in pieces when it was too large for the call."""
     if "pieces" in answer:
-        pieces = (hyperlight.call("tool_answer", i) for i in range(answer["pieces"]))
+        pieces = (hyperlight.call("answer_piece", i) for i in range(answer["pieces"]))
         answer = json.loads(b"".join(base64.b64decode(piece) for piece in pieces))
     return answer
 
 
-program.Tools.call = _tool_call
-program.Tools.wait = _tool_wait
+program.Tools.call = lambda name, arguments: hyperlight.call("tool_call", name, _argument(arguments))
+program.Tools.wait = lambda ms: _answer(hyperlight.call("tool_wait", ms))
+program.Http.fetch = lambda request: _answer(hyperlight.call("fetch", _argument(request)))
+program.install_http()
 
 # What the daemon runs after every restore, before the sandbox takes its next request (see
 # PRIME in runner.py): the pages a typical request writes are copied here, off its path.

@@ -126,6 +126,70 @@ class Tools:
     wait = None
 
 
+class Http:
+    # The runner's way to the host: fetch(request_json) -> the response, or {"error": {"kind",
+    # "message"}} (see the daemon's sandbox/run_host.rs). The most characters a request may
+    # carry: it travels through the guest's output buffer, which holds the result limit.
+    fetch = None
+    max_request = WRITE_CHUNK
+
+
+def _host_open(request):
+    """urllib's `http_open`/`https_open`: the request made by the host, the whole response back
+    (an HTTP error status then raises HTTPError in urllib's own processing, as usual)."""
+    import base64
+    import http.client
+    import urllib.error
+    import urllib.response
+
+    data = request.data
+    if data is not None and not isinstance(data, (bytes, bytearray)):
+        data = data.read() if hasattr(data, "read") else b"".join(data)
+    sent = {
+        "method": request.get_method(),
+        "url": request.full_url,
+        "headers": [[name, value] for name, value in request.header_items()],
+        "redirect": "follow",
+    }
+    if data:
+        sent["body"] = base64.b64encode(bytes(data)).decode("ascii")
+    text = json.dumps(sent)
+    if len(text) > Http.max_request:
+        raise urllib.error.URLError(
+            f"limit: the request is {len(text)} bytes encoded; the sandbox sends at most "
+            f"{Http.max_request} (the daemon's --max-result-bytes)"
+        )
+    Output.flush()  # what the program wrote before the request is seen before it
+    answer = Http.fetch(text)
+    if "error" in answer:
+        raise urllib.error.URLError(f"{answer['error']['kind']}: {answer['error']['message']}")
+    headers = http.client.HTTPMessage()
+    for name, value in answer["headers"]:
+        headers[name] = value
+    body = io.BytesIO(base64.b64decode(answer["body"]))
+    response = urllib.response.addinfourl(body, headers, answer["url"], answer["status"])
+    response.msg = response.reason = answer.get("status_text", "")
+    return response
+
+
+def install_http() -> None:
+    """Makes urllib (urlopen, and every opener build_opener makes) send http and https requests
+    through the host. The guest has no socket: http.client's connections, and the clients built
+    on them rather than on urllib, cannot connect."""
+    import urllib.request
+
+    def host_open(handler, request):
+        return _host_open(request)
+
+    urllib.request.HTTPHandler.http_open = host_open
+    if hasattr(urllib.request, "HTTPSHandler"):
+        urllib.request.HTTPSHandler.https_open = host_open
+    else:
+        # A CPython without ssl has no HTTPSHandler: the HTTP handler takes https too.
+        urllib.request.HTTPHandler.https_open = host_open
+        urllib.request.HTTPHandler.https_request = urllib.request.AbstractHTTPHandler.do_request_
+
+
 def _tool(name: str, description: str):
     def tool(*args, **kwargs):
         if args:
@@ -374,6 +438,7 @@ def run(code: str, max_result_bytes: int, scope: dict, stderr, policy=None, rich
     the reply; a failure's traceback goes to `stderr`. `rich(value)`, when given, may show the
     last expression's value as display data instead (a figure, a table): then the result is
     None."""
+    Http.max_request = max_result_bytes
     try:
         tree = None
         if policy:

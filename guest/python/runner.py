@@ -141,6 +141,8 @@ json.dumps({"squares": squares[:10], "text": text, "ratio": 0.5})
 program.Output.send = host.write
 program.Tools.call = lambda name, arguments: json.loads(host.tool_call(name, arguments))
 program.Tools.wait = lambda ms: json.loads(host.tool_wait(ms))
+program.Http.fetch = lambda request: json.loads(host.fetch(request))
+program.install_http()
 _stdout, _stderr = program.stdout, program.stderr
 # The interpreter's own streams are text wrappers straight over unbuffered WASI descriptors,
 # which take at most 32 KiB a write: the wrapper reports a larger write as done and silently

@@ -5,7 +5,7 @@
 //!   `authorization`, `body`), and `authorized`: whether `authorization` was [`SECRET`]'s;
 //! - `/json`: `{"hello": "world"}`;
 //! - `/redirect/N`: N redirects, then `/echo`; `/to?URL`: a redirect to URL;
-//! - `/bytes/N`: N bytes; `/slow`: an answer after 60 s.
+//! - `/bytes/N`: N bytes; `/status/N`: status N; `/slow`: an answer after 60 s.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -100,6 +100,10 @@ async fn answer(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, Inf
     } else if path == "/slow" {
         tokio::time::sleep(Duration::from_secs(60)).await;
         text(String::new())
+    } else if let Some(code) = path.strip_prefix("/status/") {
+        let mut response = text(format!("status {code}"));
+        *response.status_mut() = code.parse().unwrap_or(hyper::StatusCode::IM_A_TEAPOT);
+        response
     } else if path == "/json" {
         text(json!({"hello": "world"}).to_string())
     } else {

@@ -379,15 +379,24 @@ async fn python_calls_tools(daemon: &Daemon) {
 }
 
 #[tokio::test]
-async fn native_python_calls_tools_as_functions_and_catches_their_errors() {
-    let args = ["--default-timeout-ms", "30000"];
-    python_calls_tools(&Daemon::start_with_native_python(&["python=1"], &args).await).await;
+async fn native_python_calls_tools_and_fetches_through_the_host() {
+    // One daemon for both (the native guest takes long to start under emulation).
+    let servers = egress::servers().await;
+    let mut args = vec!["--default-timeout-ms", "30000"];
+    args.extend(servers.args.iter().map(String::as_str));
+    let daemon = Daemon::start_with_native_python(&["python=1"], &args).await;
+    python_calls_tools(&daemon).await;
+    egress::python_fetches_through_urllib(&daemon, &servers).await;
 }
 
 #[tokio::test]
-async fn webassembly_python_calls_tools_as_functions_and_catches_their_errors() {
-    let args = ["--default-timeout-ms", "30000"];
-    python_calls_tools(&Daemon::start_with_python(&["python=1"], &args).await).await;
+async fn webassembly_python_calls_tools_and_fetches_through_the_host() {
+    let servers = egress::servers().await;
+    let mut args = vec!["--default-timeout-ms", "30000"];
+    args.extend(servers.args.iter().map(String::as_str));
+    let daemon = Daemon::start_with_python(&["python=1"], &args).await;
+    python_calls_tools(&daemon).await;
+    egress::python_fetches_through_urllib(&daemon, &servers).await;
 }
 
 #[tokio::test]

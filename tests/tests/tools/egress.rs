@@ -11,18 +11,28 @@ use hyperlightd_e2e::web::{self, SECRET};
 use hyperlightd_e2e::{Daemon, audit_lines, js, run};
 use serde_json::{Value, json};
 
-/// A daemon whose programs may reach two loopback servers, with their addresses.
+/// Two loopback servers, and the daemon arguments that let programs reach them.
+pub struct Servers {
+    pub http: SocketAddr,
+    pub https: SocketAddr,
+    pub audit: PathBuf,
+    /// `--egress-*` and `--audit-log` arguments.
+    pub args: Vec<String>,
+    _dir: tempfile::TempDir,
+}
+
+/// A daemon whose programs may reach the servers, with them.
 struct Egress {
     daemon: Daemon,
     http: SocketAddr,
     https: SocketAddr,
     audit: PathBuf,
-    _dir: tempfile::TempDir,
+    _servers: Servers,
 }
 
-/// Starts the servers and a daemon allowing them (`extra` arguments added): a secret for the
-/// HTTP server's `/echo`, requests of at most 1 s, at most 64 KiB received per execution.
-async fn egress(pools: &[&str], extra: &[&str]) -> Egress {
+/// Starts the servers, and says how a daemon allows them: a secret for the HTTP server's
+/// `/echo`, requests of at most 1 s, at most 64 KiB received per execution.
+pub async fn servers() -> Servers {
     let dir = tempfile::tempdir().unwrap();
     let (ca, tls) = web::test_ca(dir.path());
     let (http, https) = (web::serve(None).await, web::serve(Some(tls)).await);
@@ -40,28 +50,36 @@ async fn egress(pools: &[&str], extra: &[&str]) -> Egress {
         http.port(),
         token.display()
     );
-    let mut args: Vec<String> = pools
-        .iter()
-        .flat_map(|p| ["--pool".into(), p.to_string()])
-        .collect();
-    for rule in &rules {
-        args.extend(["--egress-allow".into(), rule.clone()]);
+    let mut args = Vec::new();
+    for rule in rules {
+        args.extend(["--egress-allow".to_owned(), rule]);
     }
-    args.extend(["--egress-secret".into(), secret]);
-    args.extend(["--egress-ca-file".into(), ca.display().to_string()]);
-    args.extend(["--egress-timeout-ms".into(), "1000".into()]);
-    args.extend(["--egress-max-received-bytes".into(), "65536".into()]);
-    args.extend(["--audit-log".into(), audit.display().to_string()]);
-    args.extend(["--default-timeout-ms".into(), "30000".into()]);
-    args.extend(extra.iter().map(|a| a.to_string()));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let daemon = Daemon::start(&args).await;
-    Egress {
-        daemon,
+    args.extend(["--egress-secret".to_owned(), secret]);
+    args.extend(["--egress-ca-file".to_owned(), ca.display().to_string()]);
+    args.extend(["--egress-timeout-ms".to_owned(), "1000".to_owned()]);
+    args.extend(["--egress-max-received-bytes".to_owned(), "65536".to_owned()]);
+    args.extend(["--audit-log".to_owned(), audit.display().to_string()]);
+    Servers {
         http,
         https,
         audit,
+        args,
         _dir: dir,
+    }
+}
+
+/// A JavaScript daemon allowing the servers (`extra` arguments added).
+async fn egress(extra: &[&str]) -> Egress {
+    let servers = servers().await;
+    let mut args: Vec<&str> = vec!["--pool", "javascript=1", "--default-timeout-ms", "30000"];
+    args.extend(servers.args.iter().map(String::as_str));
+    args.extend_from_slice(extra);
+    Egress {
+        daemon: Daemon::start(&args).await,
+        http: servers.http,
+        https: servers.https,
+        audit: servers.audit.clone(),
+        _servers: servers,
     }
 }
 
@@ -73,7 +91,7 @@ fn result(response: &hyperlightd_client::ExecResponse) -> &Value {
 
 #[tokio::test]
 async fn javascript_fetches_allowed_servers_with_the_secret_it_never_sees() {
-    let e = egress(&["javascript=1"], &[]).await;
+    let e = egress(&[]).await;
     let (http, https) = (e.http.port(), e.https.port());
     let code = format!(
         "const r = await fetch('http://127.0.0.1:{http}/echo?q=1', {{method: 'POST', \
@@ -129,7 +147,7 @@ async fn javascript_fetches_allowed_servers_with_the_secret_it_never_sees() {
 
 #[tokio::test]
 async fn javascript_escapes_and_limits_fail_in_the_program_and_leave_the_sandbox_clean() {
-    let e = egress(&["javascript=1"], &["--egress-max-requests", "12"]).await;
+    let e = egress(&["--egress-max-requests", "12"]).await;
     let (http, https) = (e.http.port(), e.https.port());
     let urls = [
         format!("http://localhost:{http}/echo"), // a name resolving to loopback
@@ -222,4 +240,58 @@ async fn javascript_escapes_and_limits_fail_in_the_program_and_leave_the_sandbox
         .unwrap_err()
         .to_string();
     assert!(refused.contains("only narrow"), "{refused}");
+}
+
+/// A Python program (either runtime) reaches the servers through urllib, as usual: GET, POST,
+/// HTTPS, an HTTP error raised as HTTPError, a refusal as URLError, a custom opener; and has
+/// no socket of its own.
+pub async fn python_fetches_through_urllib(daemon: &Daemon, servers: &Servers) {
+    let (http, https) = (servers.http.port(), servers.https.port());
+    let code = format!(
+        r#"
+import http.client, json, os, urllib.error, urllib.request
+post = urllib.request.Request("http://127.0.0.1:{http}/echo?q=1", data=json.dumps({{"a": 1}}).encode(),
+                              headers={{"Content-Type": "application/json"}}, method="POST")
+with urllib.request.urlopen(post) as r:
+    status, echo = r.status, json.load(r)
+tls = json.load(urllib.request.urlopen("https://127.0.0.1:{https}/json"))
+try:
+    urllib.request.urlopen("http://127.0.0.1:{http}/status/404")
+    code = None
+except urllib.error.HTTPError as e:
+    code = e.code
+try:
+    urllib.request.urlopen("http://169.254.169.254/latest/meta-data/")
+    refused = None
+except urllib.error.URLError as e:
+    refused = str(e.reason).split(":")[0]
+custom = urllib.request.build_opener().open("http://127.0.0.1:{http}/json").status
+try:
+    http.client.HTTPConnection("127.0.0.1", {http}, timeout=1).request("GET", "/json")
+    socket = "connected"
+except OSError as e:
+    socket = type(e).__name__
+{{"status": status, "echo": echo, "tls": tls, "code": code, "refused": refused, "custom": custom,
+ "socket": socket, "env": any("{start}" in v for v in os.environ.values())}}
+"#,
+        start = &SECRET[..8],
+    );
+    let response = run(daemon, hyperlightd_e2e::py(&code)).await;
+    let out = result(&response);
+    assert_eq!(out["status"], 200, "{out}");
+    assert_eq!(out["echo"]["method"], "POST");
+    assert_eq!(out["echo"]["query"], "q=1");
+    assert_eq!(out["echo"]["body"], r#"{"a": 1}"#);
+    assert_eq!(out["echo"]["authorized"], true, "{out}");
+    assert_eq!(out["tls"], json!({"hello": "world"}));
+    assert_eq!(out["code"], 404);
+    assert_eq!(out["refused"], "refused");
+    assert_eq!(out["custom"], 200);
+    assert_ne!(out["socket"], "connected", "{out}");
+    assert_eq!(out["env"], false);
+    let log = std::fs::read_to_string(&servers.audit).unwrap();
+    assert!(
+        !format!("{response:?}{log}").contains(SECRET),
+        "the secret leaked"
+    );
 }

@@ -18,8 +18,8 @@ use crate::sandbox::workspace::Workspace;
 /// Bytes of a file, an event or a reply per call (60,000 characters of base64).
 pub const PIECE: usize = 45_000;
 
-/// A tool's answer this long or shorter, in ASCII, is `tool_wait`'s result; a longer one goes in
-/// pieces, as base64 (as the runner's own reply).
+/// A tool's answer or a response this long or shorter, in ASCII, is `tool_wait`'s or `fetch`'s
+/// result; a longer one goes in pieces, as base64 (as the runner's own reply).
 const INLINE_ANSWER: usize = 4096;
 
 /// What a sandbox's host functions serve during one call.
@@ -43,10 +43,11 @@ struct CallState {
     reply: Vec<u8>,
     /// The display item being sent, so far.
     display: Vec<u8>,
-    /// A tool call's arguments, when they come in pieces.
-    tool_arguments: Vec<u8>,
-    /// A tool's answer too large for one call, which the runner fetches in pieces.
-    tool_answer: Vec<u8>,
+    /// A tool call's arguments or a request, when they come in pieces.
+    argument: Vec<u8>,
+    /// A tool's answer or a response too large for one call, which the runner fetches in
+    /// pieces.
+    answer: Vec<u8>,
 }
 
 impl Host {
@@ -161,47 +162,67 @@ impl Host {
 }
 
 impl Host {
-    /// The tool functions: `tool_call(name, arguments)` (the arguments null when they came in
-    /// pieces through `tool_arguments(base64)`), `tool_wait(ms)`, whose answer is
-    /// `{"pieces": n}` when too large for one call, then fetched with `tool_answer(index)`.
+    /// The functions that reach out of the sandbox: `tool_call(name, arguments)`,
+    /// `tool_wait(ms)` and `fetch(request)` (see [`RunHost`]). An argument too large for one
+    /// call comes first in pieces through `argument_piece(base64)`, and is then given as null;
+    /// an answer too large for one call is `{"pieces": n}`, fetched with `answer_piece(index)`.
     fn register_tools(self: &Arc<Self>, builder: SandboxBuilder) -> SandboxBuilder {
-        let (call, arguments, wait, answer) =
-            (self.clone(), self.clone(), self.clone(), self.clone());
+        let (piece, call, wait, fetch, answer) = (
+            self.clone(),
+            self.clone(),
+            self.clone(),
+            self.clone(),
+            self.clone(),
+        );
         builder
-            .host_function("tool_arguments", move |args| {
+            .host_function("argument_piece", move |args| {
                 let (data,): (String,) = parse(args)?;
                 let bytes = BASE64.decode(data).map_err(|e| e.to_string())?;
-                arguments.state().tool_arguments.extend_from_slice(&bytes);
+                piece.state().argument.extend_from_slice(&bytes);
                 Ok("null".to_owned())
             })
             .host_function("tool_call", move |args| {
                 let (name, arguments): (String, Option<String>) = parse(args)?;
-                let arguments = match arguments {
-                    Some(arguments) => arguments,
-                    None => {
-                        let bytes = std::mem::take(&mut call.state().tool_arguments);
-                        String::from_utf8(bytes).map_err(|e| e.to_string())?
-                    }
-                };
+                let arguments = call.argument(arguments)?;
                 Ok(call.run.call(&name, &arguments).to_string())
             })
             .host_function("tool_wait", move |args| {
                 let (ms,): (f64,) = parse(args)?;
-                let answer = wait.run.wait(ms).to_string();
-                if answer.len() <= INLINE_ANSWER && answer.is_ascii() {
-                    return Ok(answer);
-                }
-                let pieces = answer.len().div_ceil(PIECE);
-                wait.state().tool_answer = answer.into_bytes();
-                Ok(format!("{{\"pieces\": {pieces}}}"))
+                Ok(wait.answer(wait.run.wait(ms).to_string()))
             })
-            .host_function("tool_answer", move |args| {
+            .host_function("fetch", move |args| {
+                let (request,): (Option<String>,) = parse(args)?;
+                let request = fetch.argument(request)?;
+                Ok(fetch.answer(fetch.run.fetch(&request).to_string()))
+            })
+            .host_function("answer_piece", move |args| {
                 let (index,): (usize,) = parse(args)?;
                 let state = answer.state();
-                let start = index.saturating_mul(PIECE).min(state.tool_answer.len());
-                let end = start.saturating_add(PIECE).min(state.tool_answer.len());
-                Ok(base64_json(&state.tool_answer[start..end]))
+                let start = index.saturating_mul(PIECE).min(state.answer.len());
+                let end = start.saturating_add(PIECE).min(state.answer.len());
+                Ok(base64_json(&state.answer[start..end]))
             })
+    }
+
+    /// An argument given in the call, or (None) the one sent before it in pieces.
+    fn argument(&self, given: Option<String>) -> Result<String, String> {
+        match given {
+            Some(given) => Ok(given),
+            None => {
+                let bytes = std::mem::take(&mut self.state().argument);
+                String::from_utf8(bytes).map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    /// `answer` as the call's result, or `{"pieces": n}` when it is too large for one.
+    fn answer(&self, answer: String) -> String {
+        if answer.len() <= INLINE_ANSWER && answer.is_ascii() {
+            return answer;
+        }
+        let pieces = answer.len().div_ceil(PIECE);
+        self.state().answer = answer.into_bytes();
+        format!("{{\"pieces\": {pieces}}}")
     }
 }
 

@@ -585,7 +585,7 @@ mod tests {
         });
         assert_eq!(
             (world.len(), fingerprint),
-            (9793, 12_581_181_257_107_968_535),
+            (9817, 15_175_009_409_586_209_978),
             "guest/python/wit/component/world.wasm changed: check resource_tables!"
         );
     }

@@ -147,6 +147,10 @@ impl hl::Host<N> for WasiHost {
     fn tool_wait(&mut self, ms: f64) -> String {
         self.call.run().wait(ms).to_string()
     }
+
+    fn fetch(&mut self, request: String) -> String {
+        self.call.run().fetch(&request).to_string()
+    }
 }
 
 // --- wasi:io ------------------------------------------------------------------------------
