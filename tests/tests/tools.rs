@@ -616,4 +616,23 @@ async fn the_client_answers_through_its_handlers_and_a_session_keeps_its_state()
         .await
         .unwrap();
     assert_eq!(response.result, json!(8), "{response:?}");
+
+    // This daemon allows no destination: fetch reaches nothing, and a request cannot ask for one.
+    let code = "try { await fetch('http://127.0.0.1:1/'); 'reached' } \
+                catch (e) { [e.cause.kind, e.message] }";
+    let response = client.exec(&js(code)).await.unwrap();
+    assert_eq!(response.result[0], "refused", "{response:?}");
+    assert!(
+        response.result[1]
+            .as_str()
+            .unwrap()
+            .contains("reach nothing")
+    );
+    let asking = ExecRequest {
+        network: Some(hyperlightd_client::Network { allow: Vec::new() }),
+        ..js("1")
+    };
+    let refused = client.exec(&asking).await.unwrap_err().to_string();
+    assert!(refused.contains("reach nothing"), "{refused}");
+    assert!(client.health().await.unwrap().egress.is_none());
 }

@@ -192,6 +192,21 @@ where
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
     let response = sender.send_request(request).await.map_err(broken)?;
     let (head, body) = response.into_parts();
+    // hyper bounds the head it buffers by about its buffer's size; this holds it to the limit.
+    let head_bytes: usize = head
+        .headers
+        .iter()
+        .map(|(n, v)| n.as_str().len() + v.len() + 4)
+        .sum();
+    if head_bytes > MAX_HEAD_BYTES {
+        return Err(error(
+            FetchErrorKind::Failed,
+            format!(
+                "{} answered a response whose head is over {MAX_HEAD_BYTES} bytes",
+                target.authority()
+            ),
+        ));
+    }
     let body = Limited::new(body, exchange.max_body)
         .collect()
         .await

@@ -67,22 +67,22 @@ impl Outbound for ExecEgress {
             at if at < Instant::now() + limit => (at, true),
             _ => (Instant::now() + limit, false),
         };
-        let fetched = self.egress.runtime.block_on(async {
-            tokio::time::timeout_at(until.into(), self.fetch_async(request)).await
-        });
-        fetched.unwrap_or_else(|_| {
-            Err(error(
-                FetchErrorKind::Timeout,
-                if by_program {
-                    "the program's time limit passed during the request".to_owned()
-                } else {
-                    format!(
-                        "the request took more than {} ms (redirects included)",
-                        limit.as_millis()
-                    )
-                },
-            ))
-        })
+        let timeout = if by_program {
+            "the program's time limit passed during the request".to_owned()
+        } else {
+            format!(
+                "the request took more than {} ms (redirects included)",
+                limit.as_millis()
+            )
+        };
+        let bounds = Bounds {
+            capacity: request.max_response_bytes,
+            until,
+            timeout,
+        };
+        self.egress
+            .runtime
+            .block_on(self.fetch_async(request, &bounds))
     }
 }
 
@@ -100,7 +100,11 @@ impl ExecEgress {
         self.used.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    async fn fetch_async(&self, request: HttpRequest) -> Result<HttpResponse, FetchError> {
+    async fn fetch_async(
+        &self,
+        request: HttpRequest,
+        bounds: &Bounds,
+    ) -> Result<HttpResponse, FetchError> {
         let mut method = match parse_method(&request.method) {
             Ok(method) => method,
             Err(e) => return Err(self.refuse_unread(&request.method, e)),
@@ -123,14 +127,7 @@ impl ExecEgress {
                 }
             }
             let answer = self
-                .hop(
-                    &method,
-                    &target,
-                    hop_headers,
-                    body.clone(),
-                    request.max_response_bytes,
-                    hop,
-                )
+                .hop(&method, &target, hop_headers, body.clone(), bounds, hop)
                 .await?;
             let location = answer
                 .headers
@@ -175,7 +172,7 @@ impl ExecEgress {
         target: &Target,
         mut headers: HeaderMap,
         body: Bytes,
-        capacity: usize,
+        bounds: &Bounds,
         hop: u32,
     ) -> Result<Answer, FetchError> {
         let started = Instant::now();
@@ -199,7 +196,7 @@ impl ExecEgress {
             target,
             headers,
             body: body.clone(),
-            max_body: max_body.min(capacity),
+            max_body: max_body.min(bounds.capacity),
         };
         let sent = async {
             let _permit = self
@@ -210,8 +207,10 @@ impl ExecEgress {
                 .map_err(|_| error(FetchErrorKind::Failed, "the daemon is stopping"))?;
             let peer = self.egress.client.resolve(target).await?;
             self.egress.client.send(peer, exchange).await
-        }
-        .await;
+        };
+        let sent = tokio::time::timeout_at(bounds.until.into(), sent)
+            .await
+            .unwrap_or_else(|_| Err(error(FetchErrorKind::Timeout, bounds.timeout.clone())));
         let received = sent.as_ref().map_or(0, |a| a.body.len());
         self.used().received += received;
         let record = Hop {
@@ -331,6 +330,15 @@ impl ExecEgress {
             metrics.record(outcome, hop.sent, hop.received, seconds);
         }
     }
+}
+
+/// What bounds one request of the program's, redirects included.
+struct Bounds {
+    /// The most body bytes of one response its sandbox takes.
+    capacity: usize,
+    /// When it has taken its time, and what the program is told then.
+    until: Instant,
+    timeout: String,
 }
 
 /// One hop, as its audit line tells it.

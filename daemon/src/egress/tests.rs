@@ -30,7 +30,7 @@ const LIMITS: EgressLimits = EgressLimits {
 
 /// A test server's answer to `request`, by path: `/echo` (method, headers, body as JSON),
 /// `/redirect/N` (N redirects, then `/echo`), `/to?URL` (a redirect to URL), `/bytes/N`,
-/// `/slow` (never answers in time).
+/// `/bighead` (a header of 100 kB), `/slow` (never answers in time).
 async fn answer(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
     let path = request.uri().path().to_owned();
     let query = request.uri().query().unwrap_or_default().to_owned();
@@ -50,6 +50,11 @@ async fn answer(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, Inf
         redirect(&query)
     } else if let Some(n) = path.strip_prefix("/bytes/") {
         Response::new(Full::new(Bytes::from(vec![b'x'; n.parse().unwrap()])))
+    } else if path == "/bighead" {
+        Response::builder()
+            .header("x-big", "x".repeat(100_000))
+            .body(Full::new(Bytes::new()))
+            .unwrap()
     } else if path == "/slow" {
         tokio::time::sleep(Duration::from_secs(30)).await;
         Response::new(Full::new(Bytes::new()))
@@ -152,7 +157,26 @@ fn egress(
         .expect("rules given");
     let (audit, path) = testing::log_in(dir, false);
     let runtime = tokio::runtime::Handle::current();
-    (Egress::new(parts, runtime, Arc::new(audit), None), path)
+    let metrics = crate::metrics::Metrics::new().unwrap();
+    let egress = Egress::new(parts, runtime, Arc::new(audit), Some(metrics.egress()));
+    METRICS.with(|m| *m.borrow_mut() = Some(metrics));
+    (egress, path)
+}
+
+thread_local! {
+    /// The metrics of the last egress made on this thread, for the test to read.
+    static METRICS: std::cell::RefCell<Option<crate::metrics::Metrics>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The metrics text of the last egress made on this thread.
+fn metrics_text() -> String {
+    METRICS.with(|m| {
+        let metrics = m.borrow();
+        let metrics = metrics.as_ref().expect("an egress was made");
+        metrics
+            .render(&Default::default(), &Default::default())
+            .unwrap()
+    })
 }
 
 fn context() -> ExecContext {
@@ -455,13 +479,23 @@ async fn an_execution_s_limits_and_a_slow_server_end_its_requests() {
     );
 
     let out = egress.for_exec(egress.narrow(None).unwrap(), context());
+    let big_head = fetch(&out, get(&url("/bighead"))).await.unwrap_err();
+    assert_eq!(big_head.kind, FetchErrorKind::Failed, "{big_head}");
+    assert!(big_head.message.contains("head is over"), "{big_head}");
     let slow = fetch(&out, get(&url("/slow"))).await.unwrap_err();
     assert_eq!(slow.kind, FetchErrorKind::Timeout, "{slow}");
-    for _ in 1..LIMITS.max_requests {
+    for _ in 2..LIMITS.max_requests {
         fetch(&out, get(&url("/echo"))).await.unwrap();
     }
     let over = fetch(&out, get(&url("/echo"))).await.unwrap_err();
     assert_eq!(over.kind, FetchErrorKind::Limit, "{over}");
+    let text = metrics_text();
+    for series in [
+        "hyperlightd_egress_requests_total{outcome=\"limit\"} 4",
+        "hyperlightd_egress_requests_total{outcome=\"timeout\"} 1",
+    ] {
+        assert!(text.contains(series), "{series} in:\n{text}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

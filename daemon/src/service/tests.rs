@@ -284,3 +284,61 @@ async fn files_are_checked_before_anything_runs() {
 fn json(text: &str) -> serde_json::Value {
     serde_json::Value::String(text.to_owned())
 }
+
+#[tokio::test]
+async fn a_network_is_refused_by_a_daemon_without_egress_and_narrowed_by_one_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (service, executor, _, _) = service(echo(), &dir, 4);
+    let rule = |text: &str| crate::egress::rules::Rule::parse(text).unwrap();
+    let asking = |rules: Vec<crate::egress::rules::Rule>| Program {
+        network: Some(rules),
+        ..program("1")
+    };
+    let refused = service
+        .exec(
+            &call(),
+            Language::Javascript,
+            asking(vec![rule("https://a.example.com")]),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::InvalidRequest);
+    assert!(refused.to_string().contains("reach nothing"), "{refused}");
+    assert!(executor.seen.lock().unwrap().is_empty(), "nothing ran");
+
+    let options = crate::egress::options::EgressOptions {
+        allow: vec!["https://*.example.com".to_owned()],
+        secrets: Vec::new(),
+        ca_file: None,
+        max_requests: 1,
+        max_sent_bytes: 1,
+        max_received_bytes: 1,
+        timeout_ms: 1,
+        max_redirects: 0,
+        max_concurrent: 1,
+    };
+    let parts = options.parts(Vec::new(), &|_| None).unwrap().unwrap();
+    let runtime = tokio::runtime::Handle::current();
+    let audit = Arc::new(crate::audit::AuditLog::off());
+    let egress = crate::egress::Egress::new(parts, runtime, audit, None);
+    let service = service.with_egress(Some(egress));
+    let wider = service
+        .exec(
+            &call(),
+            Language::Javascript,
+            asking(vec![rule("https://example.org")]),
+        )
+        .await
+        .unwrap_err();
+    assert!(wider.to_string().contains("only narrow"), "{wider}");
+    service
+        .exec(
+            &call(),
+            Language::Javascript,
+            asking(vec![rule("https://a.example.com")]),
+        )
+        .await
+        .unwrap();
+    let health = service.health().egress.expect("egress in health");
+    assert_eq!(health.rules, ["https://*.example.com"]);
+}

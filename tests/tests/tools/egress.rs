@@ -240,6 +240,18 @@ async fn javascript_escapes_and_limits_fail_in_the_program_and_leave_the_sandbox
         .unwrap_err()
         .to_string();
     assert!(refused.contains("only narrow"), "{refused}");
+
+    // Health names the rules and where the secret goes, never its value.
+    let health = e.daemon.client().health().await.unwrap();
+    let egress = health.egress.expect("egress is on");
+    assert_eq!(egress.rules.len(), 3, "{egress:?}");
+    assert_eq!(egress.max_requests, 12);
+    let [secret] = &egress.secrets[..] else {
+        panic!("{egress:?}")
+    };
+    let destination = format!("http://127.0.0.1:{http}/echo authorization: from file:");
+    assert!(secret.starts_with(&destination), "{secret}");
+    assert!(!format!("{egress:?}").contains(SECRET));
 }
 
 /// A Python program (either runtime) reaches the servers through urllib, as usual: GET, POST,
