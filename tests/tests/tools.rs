@@ -618,8 +618,9 @@ async fn the_client_answers_through_its_handlers_and_a_session_keeps_its_state()
     assert_eq!(response.result, json!(8), "{response:?}");
 
     // This daemon allows no destination: fetch reaches nothing, and a request cannot ask for one.
-    let code = "try { await fetch('http://127.0.0.1:1/'); 'reached' } \
-                catch (e) { [e.cause.kind, e.message] }";
+    let code = "let got = 'reached';\n\
+                try { await fetch('http://127.0.0.1:1/'); } catch (e) { got = [e.cause.kind, e.message]; }\n\
+                got";
     let response = client.exec(&js(code)).await.unwrap();
     assert_eq!(response.result[0], "refused", "{response:?}");
     assert!(
