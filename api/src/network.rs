@@ -37,6 +37,65 @@ pub struct AllowRule {
     pub path_prefix: Option<String>,
 }
 
+impl std::str::FromStr for AllowRule {
+    type Err = String;
+
+    /// A rule from its one-line form, `[METHODS ]SCHEME://HOST[:PORT][/PATH-PREFIX]`
+    /// (`GET,HEAD https://*.example.com/v1/`), as the daemon's `--egress-allow` and `hlctl
+    /// --allow` take it. Only split here: the daemon checks each field.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let words: Vec<&str> = text.split_whitespace().collect();
+        let (methods, url) = match words[..] {
+            [url] => (None, url),
+            [methods, url] if !methods.contains('/') => (Some(methods), url),
+            _ => {
+                return Err(format!(
+                    "{text:?}: a rule is [METHODS ]SCHEME://HOST[:PORT][/PATH-PREFIX], such as \
+                     \"GET,POST https://api.example.com/v1/\""
+                ));
+            }
+        };
+        let at = |why: String| format!("{text:?}: {why}");
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| at("no scheme: begin with https:// or http://".to_owned()))?;
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], Some(&rest[i..])),
+            None => (rest, None),
+        };
+        let (host, port) = split_port(authority).map_err(at)?;
+        Ok(AllowRule {
+            scheme: scheme.to_owned(),
+            host: host.to_owned(),
+            port,
+            methods: methods.map(|m| m.split(',').map(str::to_owned).collect()),
+            path_prefix: path.filter(|p| *p != "/").map(str::to_owned),
+        })
+    }
+}
+
+/// `authority` split into its host and its port, if it names one.
+fn split_port(authority: &str) -> Result<(&str, Option<u16>), String> {
+    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
+        let (ip, after) = rest
+            .split_once(']')
+            .ok_or_else(|| "an IPv6 address opened with '[' is not closed".to_owned())?;
+        (ip, after.strip_prefix(':'))
+    } else {
+        match authority.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        }
+    };
+    let port = port
+        .map(|p| {
+            p.parse::<u16>()
+                .map_err(|_| format!("{p:?} is not a port number"))
+        })
+        .transpose()?;
+    Ok((host, port))
+}
+
 /// The daemon's egress, as `/v1/health` shows it (absent when programs can reach nothing).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct EgressHealth {

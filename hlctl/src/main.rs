@@ -246,6 +246,18 @@ struct Limits {
     /// showed (a matplotlib figure) as display-N.png.
     #[arg(long, value_name = "DIR")]
     output_dir: Option<PathBuf>,
+    /// A destination the program may reach over HTTP, narrowing the daemon's egress rules:
+    /// `[METHODS ]SCHEME://HOST[:PORT][/PATH]` (`GET https://api.example.com/v1/`);
+    /// repeatable. Without it, the daemon's rules apply.
+    #[arg(long, value_name = "RULE", value_parser = parse_rule, conflicts_with = "no_network")]
+    allow: Vec<hyperlightd_client::AllowRule>,
+    /// The program reaches nothing over HTTP, whatever the daemon allows.
+    #[arg(long)]
+    no_network: bool,
+}
+
+fn parse_rule(text: &str) -> Result<hyperlightd_client::AllowRule, String> {
+    text.parse()
 }
 
 impl Limits {
@@ -257,6 +269,13 @@ impl Limits {
             blocked_globals: self.block_global.clone(),
         };
         (!policy.is_empty()).then_some(policy)
+    }
+
+    /// The network the options ask for; None (the daemon's rules) without any.
+    fn network(&self) -> Option<hyperlightd_client::Network> {
+        (self.no_network || !self.allow.is_empty()).then(|| hyperlightd_client::Network {
+            allow: self.allow.clone(),
+        })
     }
 }
 
@@ -303,6 +322,7 @@ async fn run_program(
     };
     let program = SessionExecRequest {
         policy: limits.policy(),
+        network: limits.network(),
         timeout_ms: limits.timeout_ms,
         max_output_bytes: limits.max_output_bytes,
         files,

@@ -27,7 +27,7 @@ pub enum SessionCommand {
         /// The session's id.
         id: String,
         #[command(flatten)]
-        program: ProgramArgs,
+        program: Box<ProgramArgs>,
     },
     /// Copy a session: print the id of a new session with the same state.
     Fork {
@@ -79,7 +79,7 @@ pub async fn run(client: &Client, command: SessionCommand) -> u8 {
             };
             print_session(client.create_session(&request).await, json)
         }
-        SessionCommand::Exec { id, program } => exec(client, &id, program).await,
+        SessionCommand::Exec { id, program } => exec(client, &id, *program).await,
         SessionCommand::Fork { id, json } => print_session(client.fork_session(&id).await, json),
         SessionCommand::Show { id } => print_session(client.session(&id).await, true),
         SessionCommand::Ls { json } => match client.sessions().await {

@@ -12,7 +12,7 @@ use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use tracing::{info, warn};
 
-use super::rules::{Rule, RuleParts};
+use super::rules::Rule;
 use super::secrets::Secret;
 use super::{EgressLimits, EgressParts};
 
@@ -178,15 +178,6 @@ pub fn rules_of(allow: &[hyperlightd_api::AllowRule]) -> Result<Vec<Rule>, Strin
     allow
         .iter()
         .enumerate()
-        .map(|(i, rule)| {
-            let parts = RuleParts {
-                scheme: &rule.scheme,
-                host: &rule.host,
-                port: rule.port,
-                methods: rule.methods.as_deref(),
-                path_prefix: rule.path_prefix.as_deref(),
-            };
-            Rule::from_parts(&parts).map_err(|e| format!("network.allow[{i}]: {e}"))
-        })
+        .map(|(i, rule)| Rule::from_api(rule).map_err(|e| format!("network.allow[{i}]: {e}")))
         .collect()
 }

@@ -72,36 +72,19 @@ impl Rule {
     /// A rule from its one-line form, `[METHODS ]SCHEME://HOST[:PORT][/PATH-PREFIX]`, as the
     /// daemon's options give it (`GET,HEAD https://*.example.com/v1/`).
     pub fn parse(text: &str) -> Result<Rule, String> {
-        let words: Vec<&str> = text.split_whitespace().collect();
-        let (methods, url) = match words[..] {
-            [url] => (None, url),
-            [methods, url] if !methods.contains('/') => (Some(methods), url),
-            _ => {
-                return Err(format!(
-                    "{text:?}: a rule is [METHODS ]SCHEME://HOST[:PORT][/PATH-PREFIX], such as \
-                     \"GET,POST https://api.example.com/v1/\""
-                ));
-            }
-        };
-        let at = |why: String| format!("{text:?}: {why}");
-        let (scheme, rest) = url
-            .split_once("://")
-            .ok_or_else(|| at("no scheme: begin with https:// or http://".to_owned()))?;
-        let (authority, path) = match rest.find('/') {
-            Some(i) => (&rest[..i], Some(&rest[i..])),
-            None => (rest, None),
-        };
-        let (host, port) = split_port(authority).map_err(at)?;
-        let methods: Option<Vec<String>> =
-            methods.map(|m| m.split(',').map(str::to_owned).collect());
-        let parts = RuleParts {
-            scheme,
-            host,
-            port,
-            methods: methods.as_deref(),
-            path_prefix: path.filter(|p| *p != "/"),
-        };
-        Rule::from_parts(&parts).map_err(at)
+        let rule: hyperlightd_api::AllowRule = text.parse()?;
+        Rule::from_api(&rule).map_err(|why| format!("{text:?}: {why}"))
+    }
+
+    /// A rule from its wire form (the policy file's and a request's).
+    pub fn from_api(rule: &hyperlightd_api::AllowRule) -> Result<Rule, String> {
+        Rule::from_parts(&RuleParts {
+            scheme: &rule.scheme,
+            host: &rule.host,
+            port: rule.port,
+            methods: rule.methods.as_deref(),
+            path_prefix: rule.path_prefix.as_deref(),
+        })
     }
 
     /// Whether a `method` request to `target` is allowed by this rule.
@@ -157,28 +140,6 @@ impl fmt::Display for Rule {
         }
         write!(f, "{}", self.path_prefix.as_deref().unwrap_or(""))
     }
-}
-
-/// `authority` split into its host and its port, if it names one.
-fn split_port(authority: &str) -> Result<(&str, Option<u16>), String> {
-    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
-        let (ip, after) = rest
-            .split_once(']')
-            .ok_or_else(|| "an IPv6 address opened with '[' is not closed".to_owned())?;
-        (ip, after.strip_prefix(':'))
-    } else {
-        match authority.rsplit_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (authority, None),
-        }
-    };
-    let port = port
-        .map(|p| {
-            p.parse::<u16>()
-                .map_err(|_| format!("{p:?} is not a port number"))
-        })
-        .transpose()?;
-    Ok((host, port))
 }
 
 /// A host pattern from its text: an IP address, `*.domain`, or a name.

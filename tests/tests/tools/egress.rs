@@ -241,6 +241,24 @@ async fn javascript_escapes_and_limits_fail_in_the_program_and_leave_the_sandbox
         .to_string();
     assert!(refused.contains("only narrow"), "{refused}");
 
+    // hlctl narrows the same way: --allow, and --no-network for nothing at all.
+    let reach = format!(
+        "let got = 'reached';\n\
+         try {{ await fetch('https://127.0.0.1:{https}/json'); }} catch (e) {{ got = e.cause.kind; }}\n\
+         got"
+    );
+    let allow = format!("GET https://127.0.0.1:{https}");
+    for (option, expected) in [
+        (vec!["--allow", allow.as_str()], "\"reached\"\n"),
+        (vec!["--no-network"], "\"refused\"\n"),
+    ] {
+        let mut args = vec!["exec", "--lang", "js", "-e", reach.as_str()];
+        args.extend(option);
+        let out = e.daemon.hlctl(&args, "").await;
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), expected, "{args:?}");
+    }
+
     // Health names the rules and where the secret goes, never its value.
     let health = e.daemon.client().health().await.unwrap();
     let egress = health.egress.expect("egress is on");
