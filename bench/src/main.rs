@@ -14,7 +14,10 @@
 //! - `baseline`: a plain exec against the daemon from before issue 16, and what files, a
 //!   policy and streaming cost when used (see baseline.rs);
 //! - `native`: native Python against WebAssembly Python and upstream's `hluk bench
-//!   warm-restore` (see native.rs).
+//!   warm-restore` (see native.rs);
+//! - `tools`: tool calls from code (see tools.rs);
+//! - `egress`: one outbound request from a program against the same from a host client (see
+//!   egress.rs).
 //!
 //! Each part prints its rows and targets and writes `<out>/<part>.json`; `--summary` prints
 //! every target from those files. Run it where KVM runs Hyperlight guests: `cargo xtask bench`
@@ -27,6 +30,7 @@ mod baseline;
 mod common;
 mod concurrency;
 mod direct;
+mod egress;
 mod latency;
 mod native;
 mod process;
@@ -71,6 +75,7 @@ enum Part {
     Baseline,
     Native,
     Tools,
+    Egress,
 }
 
 impl Part {
@@ -185,6 +190,7 @@ async fn run(part: Part, args: &Args) -> Result<PartReport> {
         Part::Library => library(args).await,
         Part::Native => native::run(args).await,
         Part::Tools => tools::run(args).await,
+        Part::Egress => egress::run(args).await,
         Part::Sessions => {
             let figures = sessions::session_costs(args).await?;
             sessions::print(&figures, common::print_row);

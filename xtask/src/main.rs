@@ -701,6 +701,7 @@ const BENCH_PARTS: &[BenchPart] = &[
     ("baseline", vm::Tcg::Single),
     ("native", vm::Tcg::Single),
     ("tools", vm::Tcg::Single),
+    ("egress", vm::Tcg::Single),
 ];
 
 /// How long a part of the benchmark may print nothing before its VM counts as stalled: every
