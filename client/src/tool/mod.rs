@@ -64,6 +64,8 @@ pub struct DaemonFacts {
     pub packages: BTreeMap<Language, BTreeMap<String, String>>,
     /// What runs each language (for Python: native or WebAssembly, and its version).
     pub runtimes: BTreeMap<Language, Runtime>,
+    /// The destinations programs may reach over HTTP (the daemon's egress rules); empty: none.
+    pub egress_rules: Vec<String>,
 }
 
 impl DaemonFacts {
@@ -74,6 +76,7 @@ impl DaemonFacts {
             limits: None,
             packages: BTreeMap::new(),
             runtimes: BTreeMap::new(),
+            egress_rules: Vec::new(),
         }
     }
 }
@@ -201,6 +204,7 @@ impl CodeTool {
                 limits: Some(health.limits),
                 packages: health.packages,
                 runtimes: health.runtimes,
+                egress_rules: health.egress.map(|e| e.rules).unwrap_or_default(),
             },
             Err(_) => DaemonFacts::unknown(),
         };

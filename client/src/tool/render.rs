@@ -55,10 +55,20 @@ pub(super) fn description(facts: &DaemonFacts, keeps_state: bool) -> String {
         "Every call starts from a clean interpreter: nothing carries over from earlier calls, \
          so include every import and definition the program needs."
     });
-    text.push_str(
-        " There is no network and no host filesystem (files cannot be read or written), and \
-         no processes or threads.",
-    );
+    if facts.egress_rules.is_empty() {
+        text.push_str(
+            " There is no network and no host filesystem (files cannot be read or written), \
+             and no processes or threads.",
+        );
+    } else {
+        let _ = write!(
+            text,
+            " HTTP requests (JavaScript: fetch; Python: urllib.request) may reach only these \
+             destinations: {}; anything else is refused. There is no other network, no host \
+             filesystem (files cannot be read or written), and no processes or threads.",
+            facts.egress_rules.join("; ")
+        );
+    }
     for language in &facts.languages {
         text.push(' ');
         text.push_str(&language_note(*language, facts));

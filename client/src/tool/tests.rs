@@ -31,6 +31,7 @@ fn facts() -> DaemonFacts {
                 version: Some("3.14".to_owned()),
             },
         )]),
+        egress_rules: Vec::new(),
     }
 }
 
@@ -586,6 +587,16 @@ fn with_sessions_the_description_says_state_carries_over_and_failures_are_undone
     assert!(text.contains("is undone"), "{text}");
     assert!(!text.contains("clean interpreter"), "{text}");
     assert!(text.contains("no network"), "{text}");
+    let reaching = DaemonFacts {
+        egress_rules: vec!["GET https://api.example.com/v1/".to_owned()],
+        ..facts()
+    };
+    let text = CodeTool::new(Client::connect("/nonexistent"), reaching).description();
+    assert!(
+        text.contains("may reach only these destinations: GET https://api.example.com/v1/"),
+        "{text}"
+    );
+    assert!(!text.contains("There is no network"), "{text}");
 }
 
 #[test]

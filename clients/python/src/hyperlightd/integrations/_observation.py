@@ -23,7 +23,9 @@ def description(languages: list[str], session: bool) -> str:
     return (
         f"Run code in an isolated sandbox (a Hyperlight micro-VM) and get its output. Languages: "
         f"{', '.join(languages)}. The value of the last expression is returned as the result; "
-        f"print() output is returned too. {state} There is no network access."
+        f"print() output is returned too. {state} HTTP requests (fetch in JavaScript, urllib in "
+        f"Python) reach only the destinations the daemon's operator allowed, if any; there is no "
+        f"other network access."
     )
 
 
