@@ -54,6 +54,9 @@ pub const DEFAULT_TOOL_WAIT: Duration = Duration::from_secs(300);
 /// Added to an execution's own time limit: the daemon answers at the limit (waiting for a
 /// sandbox counts), plus the time to send the answer.
 const EXEC_MARGIN: Duration = Duration::from_secs(15);
+/// Added again for a session's exec: the daemon moves its deadline on by the time the session
+/// spends saving earlier execs' state, up to a minute (the daemon's `SAVE_WAIT_LIMIT`).
+const SESSION_SAVE_WAIT: Duration = Duration::from_secs(60);
 
 pub use hyperlightd_api::{
     AllowRule, CreateSessionRequest, DEFAULT_SOCKET, DisplayData, EgressHealth, ErrorBody,
@@ -374,6 +377,11 @@ pub(crate) fn exec_wait(timeout_ms: Option<u64>) -> Duration {
     timeout_ms.map_or(DEFAULT_RESPONSE_TIMEOUT, |ms| {
         Duration::from_millis(ms).saturating_add(EXEC_MARGIN)
     })
+}
+
+/// How long to wait for a session exec's answer: [`exec_wait`], and the session's saving.
+pub(crate) fn session_exec_wait(timeout_ms: Option<u64>) -> Duration {
+    exec_wait(timeout_ms).saturating_add(SESSION_SAVE_WAIT)
 }
 
 /// A request's JSON body.

@@ -10,7 +10,7 @@ use hyperlightd_api::{
 
 use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 
-use crate::{Client, DEFAULT_RESPONSE_TIMEOUT, Error, decode, encode, exec_wait};
+use crate::{Client, DEFAULT_RESPONSE_TIMEOUT, Error, decode, encode, session_exec_wait};
 
 /// What a path segment may not carry as is (RFC 3986's pchar, roughly): escaped.
 const PATH_SEGMENT: &AsciiSet = &CONTROLS
@@ -54,7 +54,7 @@ impl Client {
         request: &SessionExecRequest,
     ) -> Result<ExecResponse, Error> {
         let body = encode(request)?;
-        let wait = exec_wait(request.timeout_ms);
+        let wait = session_exec_wait(request.timeout_ms);
         let (status, bytes) = self
             .call(Method::POST, &paths::session_exec(id), body, wait)
             .await?;

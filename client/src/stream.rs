@@ -14,7 +14,10 @@ use hyperlightd_api::{
 };
 use tokio::time::Instant;
 
-use crate::{Answer, Client, DEFAULT_TOOL_WAIT, Error, encode, exec_wait, innermost, rejection};
+use crate::{
+    Answer, Client, DEFAULT_TOOL_WAIT, Error, encode, exec_wait, innermost, rejection,
+    session_exec_wait,
+};
 
 /// The events of one streamed exec, as they arrive.
 #[derive(Debug)]
@@ -36,7 +39,11 @@ impl Client {
             stream: true,
             ..request.clone()
         };
-        let wait = self.stream_wait(request.timeout_ms, &request.tools, request.tool_timeout_ms);
+        let wait = self.stream_wait(
+            exec_wait(request.timeout_ms),
+            &request.tools,
+            request.tool_timeout_ms,
+        );
         self.stream(paths::EXEC, encode(&request)?, wait).await
     }
 
@@ -50,17 +57,21 @@ impl Client {
             stream: true,
             ..request.clone()
         };
-        let wait = self.stream_wait(request.timeout_ms, &request.tools, request.tool_timeout_ms);
+        let wait = self.stream_wait(
+            session_exec_wait(request.timeout_ms),
+            &request.tools,
+            request.tool_timeout_ms,
+        );
         self.stream(&paths::session_exec(id), encode(&request)?, wait)
             .await
     }
 
-    /// How long a stream may go without an event: the program's time limit plus a margin, and
-    /// when it declared tools, a call's limit besides (a program's clock stops while it waits
+    /// How long a stream may go without an event: `exec_wait` (the program's time limit plus a
+    /// margin, and a session's saving), and when it declared tools, a call's limit besides (a program's clock stops while it waits
     /// for a tool, so a tool exec as a whole may last far longer: the daemon caps it).
     fn stream_wait(
         &self,
-        timeout_ms: Option<u64>,
+        exec_wait: Duration,
         tools: &[ToolSpec],
         tool_timeout_ms: Option<u64>,
     ) -> Duration {
@@ -70,7 +81,7 @@ impl Client {
             (false, None) => DEFAULT_TOOL_WAIT,
         };
         self.response_timeout
-            .unwrap_or(exec_wait(timeout_ms).saturating_add(call))
+            .unwrap_or(exec_wait.saturating_add(call))
     }
 
     async fn stream(&self, path: &str, body: Bytes, wait: Duration) -> Result<ExecStream, Error> {

@@ -27,6 +27,9 @@ NDJSON = "application/x-ndjson"
 DEFAULT_WAIT_S = 90.0
 # Added to an execution's own limit: the daemon answers at the limit, plus sending it.
 EXEC_MARGIN_S = 15.0
+# Added again for a session's exec: the daemon moves its deadline on by the time the session
+# spends saving earlier execs' state, up to a minute.
+SESSION_SAVE_WAIT_S = 60.0
 # A tool call's wait when the request names none: the daemon's default cap on one.
 DEFAULT_TOOL_WAIT_S = 300.0
 CONNECT_TIMEOUT_S = 5.0
@@ -97,6 +100,8 @@ def exec_request(
     if stream or tools:
         body["stream"] = True
     wait = DEFAULT_WAIT_S if timeout_ms is None else timeout_ms / 1000 + EXEC_MARGIN_S
+    if language is None:
+        wait += SESSION_SAVE_WAIT_S
     if tools:
         wait += DEFAULT_TOOL_WAIT_S if tool_timeout_ms is None else tool_timeout_ms / 1000
     return Exec(path, body, wait, tools)
