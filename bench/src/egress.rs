@@ -1,7 +1,8 @@
 //! (e) Outbound HTTP, side by side in one process: a warm exec whose program makes one allowed
 //! request to a loopback server (the host makes it: rules, resolution, a new connection, the
 //! whole response back into the guest), against the same request made here by a plain hyper
-//! client on a new connection, and against the warm exec without the request. Alternating, so
+//! client on a new connection, and against the warm exec without the request (in JavaScript
+//! with a top-level await, which a program that fetches has). Alternating, so
 //! that all see the same machine. Per language: JavaScript, and WebAssembly Python when its
 //! guest is given.
 
@@ -20,7 +21,12 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::common::{daemon_args, print_row, warm_once};
 use crate::targets::PartReport;
-use crate::{Args, BODY, EXPECTED, Latency, PYTHON_BODY, start_daemon};
+use crate::{Args, EXPECTED, Latency, PYTHON_BODY, start_daemon};
+
+/// JavaScript's plain program with a top-level await, as the program that fetches needs (the
+/// runner parses such a program to run it as an async function, whatever it awaits).
+const JS_WITH_AWAIT: &str = "const xs = []; for (let i = 0; i < 100; i++) xs.push(i * i); \
+    await Promise.resolve(JSON.stringify(xs.reduce((a, b) => a + b, 0)))";
 
 /// (e)'s figures for one language.
 #[derive(Debug, Serialize)]
@@ -84,7 +90,7 @@ pub async fn run(args: &Args) -> Result<PartReport> {
     let url = format!("http://{address}/n");
     let mut languages = vec![(
         Language::Javascript,
-        BODY.to_owned(),
+        JS_WITH_AWAIT.to_owned(),
         format!("await (await fetch('{url}')).text()"),
     )];
     if args.python_guest.is_some() {
