@@ -96,6 +96,14 @@ impl ExecEgress {
         }
     }
 
+    /// Returns once the caller watching the program goes away; never without one.
+    async fn watcher_gone(&self) {
+        match &self.context.watcher {
+            Some(sink) => sink.closed().await,
+            None => std::future::pending().await,
+        }
+    }
+
     fn used(&self) -> std::sync::MutexGuard<'_, Used> {
         self.used.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -208,9 +216,15 @@ impl ExecEgress {
             let peer = self.egress.client.resolve(target).await?;
             self.egress.client.send(peer, exchange).await
         };
-        let sent = tokio::time::timeout_at(bounds.until.into(), sent)
-            .await
-            .unwrap_or_else(|_| Err(error(FetchErrorKind::Timeout, bounds.timeout.clone())));
+        let sent = tokio::select! {
+            sent = tokio::time::timeout_at(bounds.until.into(), sent) => {
+                sent.unwrap_or_else(|_| Err(error(FetchErrorKind::Timeout, bounds.timeout.clone())))
+            }
+            () = self.watcher_gone() => Err(error(
+                FetchErrorKind::Failed,
+                "the caller watching the program went away: the request was dropped",
+            )),
+        };
         let received = sent.as_ref().map_or(0, |a| a.body.len());
         self.used().received += received;
         let record = Hop {

@@ -31,8 +31,8 @@ pub use self::exec::ExecEgress;
 use self::rules::Rule;
 use self::secrets::Secret;
 use crate::audit::AuditLog;
-use crate::job::Caller;
 use crate::job::egress::Outbound;
+use crate::job::{Caller, OutputSink};
 use crate::metrics::EgressMetrics;
 
 /// What one execution's requests may take together.
@@ -66,11 +66,13 @@ pub struct Egress {
     metrics: Option<EgressMetrics>,
 }
 
-/// Who an execution's requests are made for, as their audit lines say.
-#[derive(Debug, Clone, Copy)]
+/// Who an execution's requests are made for, as their audit lines say, and the stream of the
+/// caller watching it, if any: once that caller goes away, a request in flight is dropped.
+#[derive(Debug, Clone)]
 pub struct ExecContext {
     pub request_id: u64,
     pub caller: Caller,
+    pub watcher: Option<OutputSink>,
 }
 
 /// The parts an [`Egress`] is made of (see [`options`] for where they come from).

@@ -181,6 +181,7 @@ fn metrics_text() -> String {
 
 fn context() -> ExecContext {
     ExecContext {
+        watcher: None,
         request_id: 7,
         caller: crate::job::Caller {
             uid: 1000,
@@ -477,6 +478,22 @@ async fn an_execution_s_limits_and_a_slow_server_end_its_requests() {
         fetch(&out, big_body).await.unwrap_err().kind,
         FetchErrorKind::Limit
     );
+
+    // A caller that goes away drops the request in flight at once, not at its time-out.
+    let (watcher, watching) = tokio::sync::mpsc::unbounded_channel();
+    let watched = ExecContext {
+        watcher: Some(watcher),
+        ..context()
+    };
+    let out = egress.for_exec(egress.narrow(None).unwrap(), watched);
+    let leaving = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        drop(watching);
+    });
+    // (Its time-out would say so instead.)
+    let dropped = fetch(&out, get(&url("/slow"))).await.unwrap_err();
+    assert!(dropped.message.contains("went away"), "{dropped}");
+    leaving.await.unwrap();
 
     let out = egress.for_exec(egress.narrow(None).unwrap(), context());
     let big_head = fetch(&out, get(&url("/bighead"))).await.unwrap_err();

@@ -98,7 +98,7 @@ impl<E: Executor> Service<E> {
         let timeout = limits.timeout_for(program.timeout_ms);
         let policy = program.policy.as_ref();
         let tools = self.exchange(call, &program)?;
-        let egress = self.outbound(call, program.network)?;
+        let egress = self.outbound(call, program.network, program.output.clone())?;
         Ok(Job {
             language,
             code: program.code,
@@ -122,6 +122,7 @@ impl<E: Executor> Service<E> {
         &self,
         call: &Call,
         network: Option<Vec<Rule>>,
+        watcher: Option<OutputSink>,
     ) -> Result<Option<Arc<dyn Outbound>>, Refusal> {
         let Some(egress) = &self.egress else {
             return match network {
@@ -137,6 +138,7 @@ impl<E: Executor> Service<E> {
         let context = ExecContext {
             request_id: call.id,
             caller: call.caller,
+            watcher,
         };
         Ok(Some(egress.for_exec(rules, context)))
     }
