@@ -188,6 +188,9 @@ def install_http() -> None:
         # A CPython without ssl has no HTTPSHandler: the HTTP handler takes https too.
         urllib.request.HTTPHandler.https_open = host_open
         urllib.request.HTTPHandler.https_request = urllib.request.AbstractHTTPHandler.do_request_
+    # urlopen's opener, built now (the runners call this before their template is taken), not
+    # by every program's first request.
+    urllib.request.install_opener(urllib.request.build_opener())
 
 
 def _tool(name: str, description: str):
