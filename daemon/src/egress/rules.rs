@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::net::IpAddr;
 
-use super::target::{Host, Scheme, Target};
+use super::target::{Host, Scheme, Target, is_dns_name};
 
 /// The methods a program may use at all. `CONNECT` (a tunnel) and `TRACE` (which echoes the
 /// request's headers, secrets included) are never allowed.
@@ -40,35 +40,7 @@ pub struct Rule {
     pub path_prefix: Option<String>,
 }
 
-/// A rule as given, field by field (the policy file's and a request's form).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RuleParts<'a> {
-    pub scheme: &'a str,
-    pub host: &'a str,
-    pub port: Option<u16>,
-    pub methods: Option<&'a [String]>,
-    pub path_prefix: Option<&'a str>,
-}
-
 impl Rule {
-    /// A rule from its fields; else why it is not one.
-    pub fn from_parts(parts: &RuleParts<'_>) -> Result<Rule, String> {
-        let scheme = Scheme::parse(parts.scheme)?;
-        let host = host_pattern(parts.host)?;
-        if parts.port == Some(0) {
-            return Err("port 0 is not a port".to_owned());
-        }
-        let methods = parts.methods.map(methods).transpose()?;
-        let path_prefix = parts.path_prefix.map(path_prefix).transpose()?;
-        Ok(Rule {
-            scheme,
-            host,
-            port: parts.port.unwrap_or(scheme.default_port()),
-            methods,
-            path_prefix,
-        })
-    }
-
     /// A rule from its one-line form, `[METHODS ]SCHEME://HOST[:PORT][/PATH-PREFIX]`, as the
     /// daemon's options give it (`GET,HEAD https://*.example.com/v1/`).
     pub fn parse(text: &str) -> Result<Rule, String> {
@@ -76,14 +48,21 @@ impl Rule {
         Rule::from_api(&rule).map_err(|why| format!("{text:?}: {why}"))
     }
 
-    /// A rule from its wire form (the policy file's and a request's).
+    /// A rule from its wire form (the policy file's and a request's); else why it is not one.
     pub fn from_api(rule: &hyperlightd_api::AllowRule) -> Result<Rule, String> {
-        Rule::from_parts(&RuleParts {
-            scheme: &rule.scheme,
-            host: &rule.host,
-            port: rule.port,
-            methods: rule.methods.as_deref(),
-            path_prefix: rule.path_prefix.as_deref(),
+        let scheme = Scheme::parse(&rule.scheme)?;
+        let host = host_pattern(&rule.host)?;
+        if rule.port == Some(0) {
+            return Err("port 0 is not a port".to_owned());
+        }
+        let methods = rule.methods.as_deref().map(methods).transpose()?;
+        let path_prefix = rule.path_prefix.as_deref().map(path_prefix).transpose()?;
+        Ok(Rule {
+            scheme,
+            host,
+            port: rule.port.unwrap_or(scheme.default_port()),
+            methods,
+            path_prefix,
         })
     }
 
@@ -157,14 +136,7 @@ fn host_pattern(text: &str) -> Result<HostPattern, String> {
         Some(domain) => (HostPattern::Under(domain.to_owned()), domain),
         None => (HostPattern::Name(lower.to_owned()), lower),
     };
-    let label_ok = |label: &str| {
-        !label.is_empty()
-            && label.len() <= 63
-            && label
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-    };
-    if name.is_empty() || name.len() > 253 || !name.split('.').all(label_ok) {
+    if !is_dns_name(name) {
         return Err(format!(
             "{text:?} is not a host: a DNS name (ASCII, punycode for others), \"*.\" and a \
              domain, or an IP address"

@@ -174,13 +174,9 @@ impl fmt::Display for Target {
     }
 }
 
-fn parse_host(text: &str) -> Result<Host, FetchError> {
-    let bare = text.trim_start_matches('[').trim_end_matches(']');
-    if let Ok(ip) = bare.parse::<IpAddr>() {
-        return Ok(Host::Ip(ip));
-    }
-    let name = text.to_ascii_lowercase();
-    let name = name.strip_suffix('.').unwrap_or(&name);
+/// Whether `name` (lower case, without a trailing dot) is a DNS name: ASCII labels of letters,
+/// digits, '-' and '_', each 1 to 63 bytes, 253 bytes in all. Rules' hosts and URLs' alike.
+pub fn is_dns_name(name: &str) -> bool {
     let label_ok = |label: &str| {
         !label.is_empty()
             && label.len() <= 63
@@ -188,7 +184,17 @@ fn parse_host(text: &str) -> Result<Host, FetchError> {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
     };
-    if name.is_empty() || name.len() > 253 || !name.split('.').all(label_ok) {
+    !name.is_empty() && name.len() <= 253 && name.split('.').all(label_ok)
+}
+
+fn parse_host(text: &str) -> Result<Host, FetchError> {
+    let bare = text.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = bare.parse::<IpAddr>() {
+        return Ok(Host::Ip(ip));
+    }
+    let name = text.to_ascii_lowercase();
+    let name = name.strip_suffix('.').unwrap_or(&name);
+    if !is_dns_name(name) {
         return Err(invalid(format!(
             "{text:?} is not a host name: ASCII letters, digits, '-' and '.' (punycode for \
              others), or an IP address"
