@@ -18,7 +18,7 @@ use tokio::net::TcpListener;
 use super::*;
 use crate::audit::testing;
 use crate::job::Deadline;
-use crate::job::egress::{FetchErrorKind, HttpRequest, HttpResponse};
+use crate::job::egress::{FetchError, FetchErrorKind, HttpRequest, HttpResponse, Outbound};
 
 const LIMITS: EgressLimits = EgressLimits {
     max_requests: 20,
@@ -148,7 +148,8 @@ fn egress(
         max_received_bytes: LIMITS.max_received_bytes,
         timeout_ms: LIMITS.request_timeout.as_millis() as u64,
         max_redirects: LIMITS.max_redirects,
-        max_concurrent: 4,
+        // One request in flight at a time: each test makes its requests one after another.
+        max_concurrent: 1,
     };
     let env = |name: &str| (name == "TEST_TOKEN").then(|| "tok-123".to_owned());
     let parts = options
@@ -216,8 +217,6 @@ async fn fetch(out: &Arc<dyn Outbound>, request: HttpRequest) -> Result<HttpResp
 fn echo(response: &HttpResponse) -> Value {
     serde_json::from_slice(&response.body).unwrap()
 }
-
-use crate::job::egress::{FetchError, Outbound};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn allowed_requests_go_through_and_the_host_sets_what_reaches_the_wire() {
@@ -562,4 +561,51 @@ async fn a_request_narrows_the_daemon_s_rules_and_never_widens_them() {
     );
     let health = egress.health();
     assert_eq!(health.rules, ["GET,POST https://*.example.com/v1/"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn past_the_daemon_s_concurrency_cap_a_request_waits_within_its_own_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let at = server(None).await;
+    let (egress, _) = egress(
+        &[format!("http://127.0.0.1:{}", at.port())],
+        &[],
+        None,
+        &dir,
+    );
+    let url = |path: &str| format!("http://127.0.0.1:{}{path}", at.port());
+    let (first, second) = (
+        egress.for_exec(egress.narrow(None).unwrap(), context()),
+        egress.for_exec(egress.narrow(None).unwrap(), context()),
+    );
+    // The first holds the one permit until its time-out (2 s); the second, another exec's
+    // whose program has 1 s left, waits for it and runs out of that time, though its server
+    // would answer at once.
+    let slow = tokio::spawn({
+        let first = first.clone();
+        let slow = get(&url("/slow"));
+        async move { fetch(&first, slow).await }
+    });
+    while egress.permits.available_permits() > 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let waiting = second.clone();
+    let echo_request = get(&url("/echo"));
+    let waited = tokio::task::spawn_blocking(move || {
+        let deadline = Deadline::new(Instant::now() + Duration::from_secs(1));
+        waiting.fetch(echo_request, &deadline)
+    })
+    .await
+    .unwrap()
+    .unwrap_err();
+    assert_eq!(waited.kind, FetchErrorKind::Timeout, "{waited}");
+    assert_eq!(
+        slow.await.unwrap().unwrap_err().kind,
+        FetchErrorKind::Timeout
+    );
+    // The permit is back: the next request goes through.
+    assert_eq!(
+        fetch(&second, get(&url("/echo"))).await.unwrap().status,
+        200
+    );
 }
