@@ -26,8 +26,8 @@ pub use self::files::{FileData, FileInfo, FileList, FileMap};
 pub use self::network::{AllowRule, EgressHealth, Network};
 pub use self::policy::{Policy, Violation};
 pub use self::session::{
-    CreateSessionRequest, ExecSession, SessionCounts, SessionExecRequest, SessionInfo,
-    SessionLimits, SessionList,
+    CheckpointInfo, CheckpointList, CreateSessionRequest, ExecSession, ForkRequest,
+    RollbackRequest, SessionCounts, SessionExecRequest, SessionInfo, SessionLimits, SessionList,
 };
 pub use self::tools::{ToolResult, ToolSpec};
 
@@ -67,9 +67,16 @@ pub mod paths {
     /// [`SessionExecRequest`](super::SessionExecRequest), answered with an
     /// [`ExecResponse`](super::ExecResponse)).
     pub const SESSION_EXEC: &str = "exec";
-    /// What follows a session's id in the path of its fork (`POST`, 201
-    /// [`SessionInfo`](super::SessionInfo)).
+    /// What follows a session's id in the path of its fork (`POST`, an optional
+    /// [`ForkRequest`](super::ForkRequest), 201 [`SessionInfo`](super::SessionInfo)).
     pub const SESSION_FORK: &str = "fork";
+    /// What follows a session's id in the path of its checkpoints (`GET`,
+    /// [`CheckpointList`](super::CheckpointList)).
+    pub const SESSION_CHECKPOINTS: &str = "checkpoints";
+    /// What follows a session's id in the path of its rollback (`POST`,
+    /// [`RollbackRequest`](super::RollbackRequest), answered with its
+    /// [`SessionInfo`](super::SessionInfo)).
+    pub const SESSION_ROLLBACK: &str = "rollback";
     /// What follows a session's id in the path of its files: `GET` lists them
     /// ([`FileList`](super::FileList)); `GET .../files/{path}` answers one file's bytes
     /// (`application/octet-stream`), its path percent-encoded as a URL path.
@@ -98,6 +105,16 @@ pub mod paths {
     /// `GET`: the session's files.
     pub fn session_files(id: &str) -> String {
         format!("{SESSIONS}/{id}/{SESSION_FILES}")
+    }
+
+    /// `GET`: the session's checkpoints.
+    pub fn session_checkpoints(id: &str) -> String {
+        format!("{SESSIONS}/{id}/{SESSION_CHECKPOINTS}")
+    }
+
+    /// `POST`: return the session to a checkpoint.
+    pub fn session_rollback(id: &str) -> String {
+        format!("{SESSIONS}/{id}/{SESSION_ROLLBACK}")
     }
 }
 
@@ -384,6 +401,9 @@ pub enum ErrorKind {
     ShuttingDown,
     /// No session has this id: it never existed, was deleted, or expired.
     SessionNotFound,
+    /// The session keeps no checkpoint of that number (never made, rolled back past, or dropped
+    /// as the oldest); the message lists those it keeps.
+    CheckpointNotFound,
     /// The daemon holds as many sessions, or as much session state, as it is allowed (the
     /// message says which); delete sessions no longer needed.
     TooManySessions,
@@ -435,6 +455,7 @@ impl ErrorKind {
         ErrorKind::NoSandboxAvailable,
         ErrorKind::ShuttingDown,
         ErrorKind::SessionNotFound,
+        ErrorKind::CheckpointNotFound,
         ErrorKind::TooManySessions,
         ErrorKind::SessionBusy,
         ErrorKind::CallerNotAllowed,
@@ -467,6 +488,7 @@ impl ErrorKind {
             ErrorKind::CallerNotAllowed => Some(403),
             ErrorKind::NotFound
             | ErrorKind::SessionNotFound
+            | ErrorKind::CheckpointNotFound
             | ErrorKind::ExecutionNotFound
             | ErrorKind::ToolCallNotFound => Some(404),
             ErrorKind::MethodNotAllowed => Some(405),
@@ -511,6 +533,7 @@ impl ErrorKind {
             ErrorKind::NoSandboxAvailable => "no_sandbox_available",
             ErrorKind::ShuttingDown => "shutting_down",
             ErrorKind::SessionNotFound => "session_not_found",
+            ErrorKind::CheckpointNotFound => "checkpoint_not_found",
             ErrorKind::TooManySessions => "too_many_sessions",
             ErrorKind::SessionBusy => "session_busy",
             ErrorKind::CallerNotAllowed => "caller_not_allowed",

@@ -78,8 +78,11 @@ pub const EXEC_REJECTIONS: &[Rejection] = &[
 pub const SESSION_REJECTIONS: &[Rejection] = &[
     Rejection {
         status: 404,
-        kinds: &[ErrorKind::SessionNotFound],
-        when: "No session has this id: it never existed, was deleted, or expired. Nothing ran.",
+        kinds: &[ErrorKind::SessionNotFound, ErrorKind::CheckpointNotFound],
+        when: "No session has this id: it never existed, was deleted, or expired \
+               (session_not_found); or, for a fork or a rollback, the session keeps no checkpoint \
+               of that number (checkpoint_not_found; the message lists those it keeps). Nothing \
+               ran, nothing changed.",
     },
     Rejection {
         status: 409,
@@ -155,6 +158,8 @@ pub fn document() -> Value {
     requests.subschema_for::<CreateSessionRequest>();
     requests.subschema_for::<SessionExecRequest>();
     requests.subschema_for::<crate::ToolResult>();
+    requests.subschema_for::<crate::ForkRequest>();
+    requests.subschema_for::<crate::RollbackRequest>();
     schemas.extend(requests.take_definitions(true));
     let mut responses = generator(SchemaSettings::draft2020_12().for_serialize());
     responses.subschema_for::<ExecResponse>();
@@ -164,6 +169,7 @@ pub fn document() -> Value {
     responses.subschema_for::<SessionInfo>();
     responses.subschema_for::<SessionList>();
     responses.subschema_for::<crate::FileList>();
+    responses.subschema_for::<crate::CheckpointList>();
     schemas.extend(responses.take_definitions(true));
 
     json!({
@@ -203,6 +209,14 @@ pub fn document() -> Value {
             SESSION_EXEC_PATH: { "parameters": [session_id()], "post": session_exec_operation() },
             SESSION_FORK_PATH: { "parameters": [session_id()], "post": fork_session_operation() },
             SESSION_FILES_PATH: { "parameters": [session_id()], "get": session_files_operation() },
+            SESSION_CHECKPOINTS_PATH: {
+                "parameters": [session_id()],
+                "get": session_checkpoints_operation(),
+            },
+            SESSION_ROLLBACK_PATH: {
+                "parameters": [session_id()],
+                "post": rollback_session_operation(),
+            },
             SESSION_FILE_PATH: {
                 "parameters": [session_id(), file_path()],
                 "get": session_file_operation(),
@@ -263,6 +277,10 @@ pub const SESSION_EXEC_PATH: &str = "/v1/sessions/{id}/exec";
 pub const SESSION_FORK_PATH: &str = "/v1/sessions/{id}/fork";
 /// See [`SESSION_PATH`].
 pub const SESSION_FILES_PATH: &str = "/v1/sessions/{id}/files";
+/// See [`SESSION_PATH`].
+pub const SESSION_CHECKPOINTS_PATH: &str = "/v1/sessions/{id}/checkpoints";
+/// See [`SESSION_PATH`].
+pub const SESSION_ROLLBACK_PATH: &str = "/v1/sessions/{id}/rollback";
 /// See [`SESSION_PATH`].
 pub const SESSION_FILE_PATH: &str = "/v1/sessions/{id}/files/{path}";
 
@@ -480,14 +498,46 @@ fn session_exec_operation() -> Value {
 }
 
 fn fork_session_operation() -> Value {
+    let mut body = json_body("ForkRequest");
+    body["required"] = json!(false);
     json!({
         "operationId": "forkSession",
         "summary": "Fork a session",
         "description": "A new session whose state is an exact copy of this one's after the \
-            execs that arrived before the fork; from then on the two change independently.",
+            execs that arrived before the fork, or of one of its checkpoints (`checkpoint`; \
+            the body may be empty); from then on the two change independently. The new \
+            session's checkpoint 0 is that state.",
+        "requestBody": body,
         "responses": responses(
             ("201", success("The new session.", "SessionInfo")),
-            &[404, 409, 429, 500, 503],
+            &[400, 404, 408, 409, 413, 429, 500, 503],
+        ),
+    })
+}
+
+fn session_checkpoints_operation() -> Value {
+    json!({
+        "operationId": "listSessionCheckpoints",
+        "summary": "List a session's checkpoints",
+        "description": "The checkpoints the session keeps (after the execs that arrived \
+            before), oldest first: checkpoint 0 is where it started, then one for each exec \
+            whose state was kept; the last is the one it is at. The daemon keeps the newest \
+            few (--session-checkpoints, --session-checkpoint-mib).",
+        "responses": responses(("200", success("The checkpoints.", "CheckpointList")), &[404, 409]),
+    })
+}
+
+fn rollback_session_operation() -> Value {
+    json!({
+        "operationId": "rollbackSession",
+        "summary": "Return a session to a checkpoint",
+        "description": "The session is back at the checkpoint (after the execs that arrived \
+            before); the checkpoints after it are dropped, and its next exec starts from it \
+            and makes a new number. To keep the later ones, fork from the checkpoint instead.",
+        "requestBody": json_body("RollbackRequest"),
+        "responses": responses(
+            ("200", success("The session, at the checkpoint.", "SessionInfo")),
+            &[400, 404, 408, 409, 413, 500],
         ),
     })
 }

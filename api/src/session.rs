@@ -116,6 +116,22 @@ pub struct ExecSession {
     /// everything earlier execs defined. False when the exec's effects were kept (an exception
     /// keeps what the program did before it raised, as in a notebook).
     pub rolled_back: bool,
+    /// The checkpoint the exec left the session at: the one it made when its effects were
+    /// kept, otherwise the one it started from.
+    #[serde(default)]
+    pub checkpoint: u64,
+    /// Set when the session lost state before this exec: the checkpoint it was restored from,
+    /// older than what earlier answers said. This exec started from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_from_checkpoint: Option<u64>,
+    /// How many earlier execs' effects were lost, though they were answered (with
+    /// `restored_from_checkpoint`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lost_execs: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A session, as `POST /v1/sessions`, `POST /v1/sessions/{id}/fork`, `GET /v1/sessions/{id}`
@@ -136,10 +152,67 @@ pub struct SessionInfo {
     pub idle_timeout_s: u64,
     /// Execs that ran in it (not counting those of the session it was forked from).
     pub execs: u64,
-    /// Host memory its saved state holds, in bytes (0 before its first exec: a new session
+    /// Host memory its checkpoints hold, in bytes (0 before its first exec: a new session
     /// starts from the warm sandbox's state, which every sandbox shares). State a fork shares
     /// with its origin is counted for each.
     pub memory_bytes: u64,
+    /// The checkpoint it is at (its newest), which its next exec starts from.
+    #[serde(default)]
+    pub checkpoint: u64,
+    /// How many checkpoints it keeps.
+    #[serde(default)]
+    pub checkpoints: usize,
+    /// Set when the session lost state that an answered exec left: the checkpoint it is back
+    /// at. Reported until its next exec's answer reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_from_checkpoint: Option<u64>,
+    /// How many answered execs' effects it lost (with `restored_from_checkpoint`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lost_execs: u64,
+}
+
+/// One checkpoint of a session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct CheckpointInfo {
+    /// Its number: 0 where the session started, then the next for each exec whose state was
+    /// kept.
+    pub checkpoint: u64,
+    /// The checkpoint the exec that made it started from; absent for where the session
+    /// started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<u64>,
+    /// When it was made (RFC 3339, UTC).
+    pub created_at: String,
+    /// The `x-request-id` of the exec that made it; absent for where the session started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<u64>,
+    /// Host memory it holds, in bytes (0 for a new session's start, the warm state).
+    pub bytes: u64,
+}
+
+/// Body of `GET /v1/sessions/{id}/checkpoints`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct CheckpointList {
+    /// The checkpoints the session keeps, oldest first; the last is the one it is at.
+    pub checkpoints: Vec<CheckpointInfo>,
+}
+
+/// Body of `POST /v1/sessions/{id}/rollback`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RollbackRequest {
+    /// The checkpoint to return to: the checkpoints after it are dropped.
+    pub checkpoint: u64,
+}
+
+/// Body of `POST /v1/sessions/{id}/fork`, which may be empty (a fork of the session's newest
+/// checkpoint).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForkRequest {
+    /// The checkpoint to copy; the newest when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<u64>,
 }
 
 /// Body of `GET /v1/sessions`.

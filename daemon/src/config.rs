@@ -226,6 +226,18 @@ pub struct Config {
     #[arg(long, default_value_t = 4096)]
     pub session_memory_mib: u64,
 
+    /// Most checkpoints a session keeps (its state after each exec, to roll back to or fork
+    /// from), its newest included; the oldest beyond are dropped. Each holds a copy of the
+    /// guest's memory (tens to hundreds of MiB), counted in --session-memory-mib. 1 keeps only
+    /// the session's state.
+    #[arg(long, default_value_t = 4)]
+    pub session_checkpoints: usize,
+
+    /// Most MiB a session's checkpoints may hold together; the oldest beyond are dropped (the
+    /// newest is kept whatever its size).
+    #[arg(long, default_value_t = 512)]
+    pub session_checkpoint_mib: u64,
+
     /// Who may call, and how much one caller may have at once.
     #[command(flatten)]
     pub callers: CallerOptions,
@@ -502,6 +514,8 @@ impl Config {
             ),
             ("--max-session-lifetime-s", self.max_session_lifetime_s),
             ("--session-memory-mib", self.session_memory_mib),
+            ("--session-checkpoints", self.session_checkpoints as u64),
+            ("--session-checkpoint-mib", self.session_checkpoint_mib),
         ] {
             if value == 0 {
                 return Err(ConfigError::Zero(name));
@@ -521,6 +535,8 @@ impl Config {
             max_idle: Duration::from_secs(self.max_session_idle_timeout_s),
             max_lifetime: Duration::from_secs(self.max_session_lifetime_s),
             memory_budget: self.session_memory_mib.saturating_mul(1 << 20),
+            max_checkpoints: self.session_checkpoints,
+            max_checkpoint_bytes: self.session_checkpoint_mib.saturating_mul(1 << 20),
         })
     }
 

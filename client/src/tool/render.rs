@@ -219,6 +219,10 @@ pub(super) fn advice(kind: ErrorKind, context: &Context<'_>) -> String {
             idle), and with it every variable it held; nothing ran. Run again without the \
             session, or in a new one, and recreate what the program needs."
             .to_owned(),
+        ErrorKind::CheckpointNotFound => "The session keeps no such checkpoint (the message \
+            lists those it keeps); nothing changed. Use one of those, or go on from the \
+            session's current state."
+            .to_owned(),
         ErrorKind::TooManySessions => "The service holds as many sessions as it may; nothing \
             ran. Run without a session (a fresh interpreter), or later."
             .to_owned(),

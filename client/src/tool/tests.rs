@@ -605,6 +605,9 @@ fn a_rolled_back_call_and_a_session_notice_are_in_the_rendering() {
     response.session = Some(hyperlightd_api::ExecSession {
         id: "abc".into(),
         rolled_back: true,
+        checkpoint: 3,
+        restored_from_checkpoint: None,
+        lost_execs: 0,
     });
     let result = tool().ran(response, Language::Python, Some(5_000), Some("the notice"));
     assert!(result.output.rolled_back);

@@ -135,6 +135,10 @@ pub struct SessionRecord<'a> {
     /// For an expiry: `idle` or `lifetime`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<&'a str>,
+    /// For a fork, the checkpoint of `from` it starts from; for a rollback, the checkpoint
+    /// the session is back at.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<u64>,
 }
 
 /// An outbound HTTP request a program made (each redirect followed is one), allowed or not.

@@ -97,6 +97,7 @@ fn session_events_and_refusals_have_lines_of_their_own() {
             language: Language::Javascript,
             from: Some("old"),
             reason: None,
+            checkpoint: None,
         },
     );
     log.session(
@@ -109,6 +110,7 @@ fn session_events_and_refusals_have_lines_of_their_own() {
             language: Language::Javascript,
             from: None,
             reason: Some("idle"),
+            checkpoint: None,
         },
     );
     log.denied(&DeniedRecord {

@@ -16,7 +16,8 @@ use super::Executor;
 use crate::audit::AuditLog;
 use crate::job::files;
 use crate::job::{
-    ExecError, ExecutorHealth, Files, Job, Language, Outcome, SessionInfo, SessionSettings,
+    CheckpointInfo, ExecError, ExecutorHealth, Files, Job, Language, Outcome, SessionInfo,
+    SessionSettings,
 };
 use crate::metrics::Metrics;
 use crate::sandbox::pool::{Pool, Scope};
@@ -128,7 +129,7 @@ impl Executor for HyperlightExecutor {
         let pool = self.pool(job.language)?;
         let turn = self
             .sessions
-            .turn(session, job.deadline, job.timeout)
+            .turn(session, job.deadline, job.timeout, job.request_id)
             .await?;
         // From here on the exec runs to its end whether or not its caller still waits, so that
         // the session's state is always that of every exec it accepted.
@@ -157,9 +158,29 @@ impl Executor for HyperlightExecutor {
         &self,
         owner: u32,
         id: &str,
+        checkpoint: Option<u64>,
         wait: Duration,
     ) -> Result<SessionInfo, ExecError> {
-        self.sessions.fork(owner, id, wait).await
+        self.sessions.fork(owner, id, checkpoint, wait).await
+    }
+
+    async fn session_checkpoints(
+        &self,
+        owner: u32,
+        id: &str,
+        wait: Duration,
+    ) -> Result<Vec<CheckpointInfo>, ExecError> {
+        self.sessions.checkpoints(owner, id, wait).await
+    }
+
+    async fn rollback_session(
+        &self,
+        owner: u32,
+        id: &str,
+        checkpoint: u64,
+        wait: Duration,
+    ) -> Result<SessionInfo, ExecError> {
+        self.sessions.rollback(owner, id, checkpoint, wait).await
     }
 
     fn session(&self, owner: u32, id: &str) -> Result<SessionInfo, ExecError> {

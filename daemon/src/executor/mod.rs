@@ -15,7 +15,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::job::{ExecError, ExecutorHealth, Files, Job, Language, Outcome, SessionInfo};
+use crate::job::{
+    CheckpointInfo, ExecError, ExecutorHealth, Files, Job, Language, Outcome, SessionInfo,
+};
 
 pub use self::hyperlight::HyperlightExecutor;
 
@@ -68,12 +70,39 @@ pub trait Executor: Send + Sync + 'static {
         }
     }
 
-    /// A new session of `owner` whose state is a copy of its session `id`'s, as the execs that
-    /// arrived before left it (waiting at most `wait` for them).
+    /// A new session of `owner` whose state is a copy of its session `id`'s checkpoint
+    /// `checkpoint` (its newest when None), as the execs that arrived before left it (waiting
+    /// at most `wait` for them).
     fn fork_session(
         &self,
         _owner: u32,
         id: &str,
+        _checkpoint: Option<u64>,
+        _wait: Duration,
+    ) -> impl Future<Output = Result<SessionInfo, ExecError>> + Send {
+        let unknown = ExecError::SessionNotFound(id.to_owned());
+        async { Err(unknown) }
+    }
+
+    /// The checkpoints of `owner`'s session `id`, oldest first, as the execs that arrived
+    /// before left them (waiting at most `wait` for them).
+    fn session_checkpoints(
+        &self,
+        _owner: u32,
+        id: &str,
+        _wait: Duration,
+    ) -> impl Future<Output = Result<Vec<CheckpointInfo>, ExecError>> + Send {
+        let unknown = ExecError::SessionNotFound(id.to_owned());
+        async { Err(unknown) }
+    }
+
+    /// Returns `owner`'s session `id` to its checkpoint `checkpoint`, dropping the later ones,
+    /// after the execs that arrived before (waiting at most `wait` for them).
+    fn rollback_session(
+        &self,
+        _owner: u32,
+        id: &str,
+        _checkpoint: u64,
         _wait: Duration,
     ) -> impl Future<Output = Result<SessionInfo, ExecError>> + Send {
         let unknown = ExecError::SessionNotFound(id.to_owned());

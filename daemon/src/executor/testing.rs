@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use super::Executor;
 use crate::job::{
-    After, ExecError, ExecutorHealth, Job, Language, Outcome, Ran, Runtime, SessionInfo,
-    SessionSettings,
+    After, CheckpointInfo, ExecError, ExecutorHealth, Job, Language, Outcome, Ran, Runtime,
+    SessionInfo, SessionSettings,
 };
 use crate::metrics::Metrics;
 use crate::session::{Session, Sessions};
@@ -56,6 +56,8 @@ pub fn stub_sessions(per_caller: usize) -> Arc<Sessions> {
         max_idle: Duration::from_secs(600),
         max_lifetime: Duration::from_secs(3600),
         memory_budget: 1 << 30,
+        max_checkpoints: 4,
+        max_checkpoint_bytes: u64::MAX,
     };
     let languages = [Language::Javascript, Language::Python];
     let audit = Arc::new(crate::audit::AuditLog::off());
@@ -101,7 +103,7 @@ impl Executor for StubExecutor {
     async fn exec_in_session(&self, session: Arc<Session>, job: Job) -> Result<Outcome, ExecError> {
         let turn = self
             .sessions
-            .turn(session, job.deadline, job.timeout)
+            .turn(session, job.deadline, job.timeout, job.request_id)
             .await?;
         let ran = self.answer(&job).map(|outcome| Ran {
             outcome,
@@ -114,9 +116,29 @@ impl Executor for StubExecutor {
         &self,
         owner: u32,
         id: &str,
+        checkpoint: Option<u64>,
         wait: Duration,
     ) -> Result<SessionInfo, ExecError> {
-        self.sessions.fork(owner, id, wait).await
+        self.sessions.fork(owner, id, checkpoint, wait).await
+    }
+
+    async fn session_checkpoints(
+        &self,
+        owner: u32,
+        id: &str,
+        wait: Duration,
+    ) -> Result<Vec<CheckpointInfo>, ExecError> {
+        self.sessions.checkpoints(owner, id, wait).await
+    }
+
+    async fn rollback_session(
+        &self,
+        owner: u32,
+        id: &str,
+        checkpoint: u64,
+        wait: Duration,
+    ) -> Result<SessionInfo, ExecError> {
+        self.sessions.rollback(owner, id, checkpoint, wait).await
     }
 
     fn session(&self, owner: u32, id: &str) -> Result<SessionInfo, ExecError> {

@@ -245,7 +245,15 @@ impl<E: Executor> Api<E> {
             (Method::GET, Route::Session(id)) => self.get_session(&call, id).map(whole),
             (Method::DELETE, Route::Session(id)) => self.delete_session(&call, id).map(whole),
             (Method::POST, Route::SessionExec(id)) => self.session_exec(request, id, call).await,
-            (Method::POST, Route::SessionFork(id)) => self.fork_session(&call, id).await.map(whole),
+            (Method::POST, Route::SessionFork(id)) => {
+                self.fork_session(request, &call, id).await.map(whole)
+            }
+            (Method::GET, Route::SessionCheckpoints(id)) => {
+                self.list_checkpoints(&call, id).await.map(whole)
+            }
+            (Method::POST, Route::SessionRollback(id)) => {
+                self.rollback_session(request, &call, id).await.map(whole)
+            }
             (Method::GET, Route::SessionFiles(id)) => {
                 self.list_session_files(&call, id).await.map(whole)
             }

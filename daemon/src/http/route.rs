@@ -32,6 +32,10 @@ pub enum Route<'a> {
     SessionFork(&'a str),
     /// `/v1/sessions/{id}/files`
     SessionFiles(&'a str),
+    /// `/v1/sessions/{id}/checkpoints`
+    SessionCheckpoints(&'a str),
+    /// `/v1/sessions/{id}/rollback`
+    SessionRollback(&'a str),
     /// `/v1/sessions/{id}/files/{path}`, the path as sent (percent-encoded).
     SessionFile(&'a str, &'a str),
     ToolResults(&'a str),
@@ -69,6 +73,8 @@ impl<'a> Route<'a> {
                     Some(paths::SESSION_EXEC) => Route::SessionExec(id),
                     Some(paths::SESSION_FORK) => Route::SessionFork(id),
                     Some(paths::SESSION_FILES) => Route::SessionFiles(id),
+                    Some(paths::SESSION_CHECKPOINTS) => Route::SessionCheckpoints(id),
+                    Some(paths::SESSION_ROLLBACK) => Route::SessionRollback(id),
                     Some(action) => {
                         let file = action
                             .strip_prefix(paths::SESSION_FILES)?
@@ -104,6 +110,8 @@ impl<'a> Route<'a> {
             Route::SessionExec(_) => "/v1/sessions/{id}/exec",
             Route::SessionFork(_) => "/v1/sessions/{id}/fork",
             Route::SessionFiles(_) => "/v1/sessions/{id}/files",
+            Route::SessionCheckpoints(_) => "/v1/sessions/{id}/checkpoints",
+            Route::SessionRollback(_) => "/v1/sessions/{id}/rollback",
             Route::SessionFile(..) => "/v1/sessions/{id}/files/{path}",
             Route::ToolResults(_) => "/v1/executions/{id}/tool-results",
         }
@@ -112,12 +120,16 @@ impl<'a> Route<'a> {
     /// The methods it accepts, for the message of a 405.
     pub fn allowed(&self) -> &'static str {
         match self {
-            Route::Exec | Route::SessionExec(_) | Route::SessionFork(_) | Route::ToolResults(_) => {
-                "POST"
-            }
-            Route::Health(_) | Route::Metrics | Route::SessionFiles(_) | Route::SessionFile(..) => {
-                "GET"
-            }
+            Route::Exec
+            | Route::SessionExec(_)
+            | Route::SessionFork(_)
+            | Route::SessionRollback(_)
+            | Route::ToolResults(_) => "POST",
+            Route::Health(_)
+            | Route::Metrics
+            | Route::SessionFiles(_)
+            | Route::SessionFile(..)
+            | Route::SessionCheckpoints(_) => "GET",
             Route::Sessions => "GET, POST",
             Route::Session(_) => "GET, DELETE",
         }
@@ -141,6 +153,11 @@ mod tests {
             ("/v1/sessions/abc/exec", Route::SessionExec("abc")),
             ("/v1/sessions/abc/fork", Route::SessionFork("abc")),
             ("/v1/sessions/abc/files", Route::SessionFiles("abc")),
+            (
+                "/v1/sessions/abc/checkpoints",
+                Route::SessionCheckpoints("abc"),
+            ),
+            ("/v1/sessions/abc/rollback", Route::SessionRollback("abc")),
             ("/v1/executions/abc/tool-results", Route::ToolResults("abc")),
         ] {
             assert_eq!(Route::parse(path), Some(route), "{path}");

@@ -1,4 +1,5 @@
-//! The session endpoints: create, exec, fork, read, list, delete. Each parses its request,
+//! The session endpoints: create, exec, fork, read, list, delete, and the checkpoints: list
+//! them, roll back to one. Each parses its request,
 //! calls the service, and answers with the API's wire types; errors go through the one mapping
 //! in [`ApiError::status`].
 
@@ -6,7 +7,10 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::header::{HeaderValue, LOCATION};
 use hyper::{Request, Response, StatusCode};
-use hyperlightd_api::{CreateSessionRequest, SessionExecRequest, SessionList, paths};
+use hyperlightd_api::{
+    CheckpointList, CreateSessionRequest, ForkRequest, RollbackRequest, SessionExecRequest,
+    SessionList, paths,
+};
 
 use super::{Api, ApiError, Body, BoxError, json_response};
 use crate::executor::Executor;
@@ -55,14 +59,59 @@ impl<E: Executor> Api<E> {
         .await
     }
 
-    /// `POST /v1/sessions/{id}/fork`: 201 with the new session.
-    pub(super) async fn fork_session(
+    /// `POST /v1/sessions/{id}/fork`: 201 with the new session. The body, a [`ForkRequest`],
+    /// may be empty: a fork of the session's newest checkpoint.
+    pub(super) async fn fork_session<B>(
+        &self,
+        request: Request<B>,
+        call: &Call,
+        id: &str,
+    ) -> Result<Response<Full<Bytes>>, ApiError>
+    where
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: Into<BoxError>,
+    {
+        let limit = self.service.limits().max_body_bytes;
+        let body = self.read_body(request, limit).await?;
+        let fork: ForkRequest = if body.iter().all(u8::is_ascii_whitespace) {
+            ForkRequest::default()
+        } else {
+            serde_json::from_slice(&body).map_err(|e| ApiError::InvalidRequest(e.to_string()))?
+        };
+        let info = self.service.fork_session(call, id, fork.checkpoint).await?;
+        Ok(created(info))
+    }
+
+    /// `GET /v1/sessions/{id}/checkpoints`: the session's checkpoints, oldest first.
+    pub(super) async fn list_checkpoints(
         &self,
         call: &Call,
         id: &str,
     ) -> Result<Response<Full<Bytes>>, ApiError> {
-        let info = self.service.fork_session(call, id).await?;
-        Ok(created(info))
+        let checkpoints = self.service.session_checkpoints(call, id).await?;
+        let list = CheckpointList {
+            checkpoints: checkpoints.into_iter().map(wire::checkpoint_info).collect(),
+        };
+        Ok(json_response(StatusCode::OK, &list))
+    }
+
+    /// `POST /v1/sessions/{id}/rollback`: the session, back at the checkpoint asked for.
+    pub(super) async fn rollback_session<B>(
+        &self,
+        request: Request<B>,
+        call: &Call,
+        id: &str,
+    ) -> Result<Response<Full<Bytes>>, ApiError>
+    where
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: Into<BoxError>,
+    {
+        let rollback: RollbackRequest = self.read_json(request).await?;
+        let info = self
+            .service
+            .rollback_session(call, id, rollback.checkpoint)
+            .await?;
+        Ok(json_response(StatusCode::OK, &wire::session_info(info)))
     }
 
     /// `GET /v1/sessions/{id}`: the caller's session.

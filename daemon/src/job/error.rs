@@ -37,6 +37,19 @@ pub enum ExecError {
          lifetime. Create a new one with POST /v1/sessions"
     )]
     SessionNotFound(String),
+    /// The session keeps no checkpoint of this number (never made, rolled back past, or
+    /// dropped as the oldest beyond its retention).
+    #[error(
+        "the session keeps no checkpoint {checkpoint}; it keeps {}. List them with GET \
+         /v1/sessions/{{id}}/checkpoints",
+        numbers(.kept)
+    )]
+    CheckpointNotFound {
+        /// The number asked for.
+        checkpoint: u64,
+        /// The numbers it keeps, oldest first.
+        kept: Vec<u64>,
+    },
     /// The daemon holds as many sessions as it may.
     #[error(
         "the daemon holds {limit} sessions, its limit (--max-sessions); delete sessions no \
@@ -106,4 +119,14 @@ pub enum ExecError {
     /// The executor lost the job (a worker thread died). A bug, reported as a 500.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// `numbers` in words: "0, 3 and 4".
+fn numbers(numbers: &[u64]) -> String {
+    let words: Vec<String> = numbers.iter().map(u64::to_string).collect();
+    match words.split_last() {
+        None => "none".to_owned(),
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+    }
 }

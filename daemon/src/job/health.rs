@@ -73,8 +73,40 @@ pub struct SessionInfo {
     pub idle_timeout: Duration,
     /// Execs that ran in it.
     pub execs: u64,
-    /// Host memory its saved state holds, in bytes.
+    /// Host memory its checkpoints hold, in bytes.
     pub memory_bytes: u64,
+    /// The checkpoint it is at: its newest.
+    pub checkpoint: u64,
+    /// How many checkpoints it keeps.
+    pub checkpoints: usize,
+    /// Execs whose state it lost, not yet reported by an exec's answer.
+    pub lost: Option<Loss>,
+}
+
+/// Execs whose answer was sent but whose state the session lost: it is back at an older
+/// checkpoint than its last exec left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Loss {
+    /// The checkpoint the session is back at.
+    pub restored_from_checkpoint: u64,
+    /// How many answered execs' state is gone.
+    pub lost_execs: u64,
+}
+
+/// One of a session's checkpoints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointInfo {
+    /// Its number: 0 for where the session started, then one more for each exec whose state
+    /// was kept; never reused.
+    pub number: u64,
+    /// The checkpoint the exec that made it started from (None for 0).
+    pub parent: Option<u64>,
+    /// When it was made.
+    pub made_at: SystemTime,
+    /// The request id of the exec that made it (None for 0).
+    pub request_id: Option<u64>,
+    /// Host memory it holds, in bytes.
+    pub bytes: u64,
 }
 
 /// The limits sessions live under.
@@ -94,4 +126,9 @@ pub struct SessionSettings {
     pub max_lifetime: Duration,
     /// Bytes all images together may hold before new sessions are refused.
     pub memory_budget: u64,
+    /// Most checkpoints a session keeps, its newest included.
+    pub max_checkpoints: usize,
+    /// Most bytes a session's checkpoints may hold together (its newest is kept whatever its
+    /// size).
+    pub max_checkpoint_bytes: u64,
 }

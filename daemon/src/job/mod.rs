@@ -26,7 +26,8 @@ pub use self::deadline::{Deadline, Now, Paused};
 pub use self::error::ExecError;
 pub use self::files::{FileLimits, Files};
 pub use self::health::{
-    ExecutorHealth, PoolCounts, Runtime, SessionCounts, SessionInfo, SessionSettings,
+    CheckpointInfo, ExecutorHealth, Loss, PoolCounts, Runtime, SessionCounts, SessionInfo,
+    SessionSettings,
 };
 pub use self::outcome::{Failure, FailureKind, Outcome, SessionRef, Status, Violation};
 pub use self::state::{After, Answer, Ran, Resume, Saved, SavedState};
@@ -35,6 +36,8 @@ pub use hyperlightd_api::Language;
 /// One program to run.
 #[derive(Debug)]
 pub struct Job {
+    /// The request's id: a session's checkpoint names the exec that made it.
+    pub request_id: u64,
     /// Which guest runs it.
     pub language: Language,
     /// The program's source.

@@ -145,4 +145,9 @@ pub struct SessionRef {
     pub id: String,
     /// Whether the exec's effects were dropped.
     pub rolled_back: bool,
+    /// The checkpoint the exec left the session at: the one it made, or, when it made none
+    /// (rolled back, or its program did not run), the one it started from.
+    pub checkpoint: u64,
+    /// State the session lost before this exec, reported once, here.
+    pub lost: Option<super::Loss>,
 }

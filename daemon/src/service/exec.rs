@@ -100,6 +100,7 @@ impl<E: Executor> Service<E> {
         let tools = self.exchange(call, &program)?;
         let egress = self.outbound(call, program.network, program.output.clone())?;
         Ok(Job {
+            request_id: call.id,
             language,
             code: program.code,
             max_output_bytes: limits.output_for(program.max_output_bytes),

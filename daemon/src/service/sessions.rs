@@ -1,6 +1,6 @@
-//! The session operations: create, fork, read, list, delete, and a session's files. Creating
-//! and forking take new work (refused while draining); every change is audited. A session
-//! belongs to the caller that created it: to anyone else it does not exist.
+//! The session operations: create, fork, read, list, delete, a session's files and its
+//! checkpoints. Creating and forking take new work (refused while draining); every change is
+//! audited. A session belongs to the caller that created it: to anyone else it does not exist.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::{Call, Refusal, Service};
 use crate::audit::SessionRecord;
 use crate::executor::Executor;
-use crate::job::{Files, Language, SessionInfo};
+use crate::job::{CheckpointInfo, Files, Language, SessionInfo};
 
 impl<E: Executor> Service<E> {
     /// A new session of `language` for the caller, idle for at most `idle_timeout_s` seconds
@@ -30,20 +30,72 @@ impl<E: Executor> Service<E> {
         let info = self
             .executor
             .create_session(call.caller.uid, language, idle)?;
-        self.audit_session("session_created", call, &info.id, language, None);
+        self.audit_session(
+            "session_created",
+            call,
+            &info.id,
+            language,
+            Audited::default(),
+        );
         Ok(info)
     }
 
-    /// A new session whose state is a copy of the caller's session `id`'s. Waits for the execs
-    /// that arrived before it, at most the longest time limit an exec may have.
-    pub async fn fork_session(&self, call: &Call, id: &str) -> Result<SessionInfo, Refusal> {
+    /// A new session whose state is a copy of the caller's session `id`'s checkpoint
+    /// `checkpoint` (its newest when None). Waits for the execs that arrived before it, at most
+    /// the longest time limit an exec may have.
+    pub async fn fork_session(
+        &self,
+        call: &Call,
+        id: &str,
+        checkpoint: Option<u64>,
+    ) -> Result<SessionInfo, Refusal> {
         self.taking_work()?;
         let wait = self.limits.max_timeout;
         let info = self
             .executor
-            .fork_session(call.caller.uid, id, wait)
+            .fork_session(call.caller.uid, id, checkpoint, wait)
             .await?;
-        self.audit_session("session_forked", call, &info.id, info.language, Some(id));
+        let record = Audited {
+            from: Some(id),
+            checkpoint,
+        };
+        self.audit_session("session_forked", call, &info.id, info.language, record);
+        Ok(info)
+    }
+
+    /// The checkpoints of the caller's session `id`, oldest first, as the execs that arrived
+    /// before left them (waiting at most the longest time limit an exec may have).
+    pub async fn session_checkpoints(
+        &self,
+        call: &Call,
+        id: &str,
+    ) -> Result<Vec<CheckpointInfo>, Refusal> {
+        let wait = self.limits.max_timeout;
+        Ok(self
+            .executor
+            .session_checkpoints(call.caller.uid, id, wait)
+            .await?)
+    }
+
+    /// Returns the caller's session `id` to its checkpoint `checkpoint`, dropping the later
+    /// ones, after the execs that arrived before (waiting at most the longest time limit an
+    /// exec may have).
+    pub async fn rollback_session(
+        &self,
+        call: &Call,
+        id: &str,
+        checkpoint: u64,
+    ) -> Result<SessionInfo, Refusal> {
+        let wait = self.limits.max_timeout;
+        let info = self
+            .executor
+            .rollback_session(call.caller.uid, id, checkpoint, wait)
+            .await?;
+        let record = Audited {
+            from: None,
+            checkpoint: Some(checkpoint),
+        };
+        self.audit_session("session_rolled_back", call, id, info.language, record);
         Ok(info)
     }
 
@@ -60,7 +112,7 @@ impl<E: Executor> Service<E> {
     /// Deletes the caller's session `id`.
     pub fn delete_session(&self, call: &Call, id: &str) -> Result<(), Refusal> {
         let language = self.executor.delete_session(call.caller.uid, id)?;
-        self.audit_session("session_deleted", call, id, language, None);
+        self.audit_session("session_deleted", call, id, language, Audited::default());
         Ok(())
     }
 
@@ -80,7 +132,7 @@ impl<E: Executor> Service<E> {
         call: &Call,
         session: &str,
         language: Language,
-        from: Option<&str>,
+        audited: Audited<'_>,
     ) {
         self.callers.audit.session(
             event,
@@ -90,9 +142,19 @@ impl<E: Executor> Service<E> {
                 owner_uid: call.caller.uid,
                 session,
                 language,
-                from,
+                from: audited.from,
                 reason: None,
+                checkpoint: audited.checkpoint,
             },
         );
     }
+}
+
+/// What a session's audit line says beyond the session itself.
+#[derive(Debug, Default)]
+struct Audited<'a> {
+    /// The session a fork copies.
+    from: Option<&'a str>,
+    /// The checkpoint a fork starts from, or a rollback returns to.
+    checkpoint: Option<u64>,
 }

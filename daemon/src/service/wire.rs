@@ -10,8 +10,8 @@ use std::time::SystemTime;
 use hyperlightd_api as api;
 
 use crate::job::{
-    Display, Failure, FailureKind, Files, Language, Outcome, PoolCounts, Runtime, SessionCounts,
-    SessionInfo, SessionRef, SessionSettings, Status,
+    CheckpointInfo, Display, Failure, FailureKind, Files, Language, Loss, Outcome, PoolCounts,
+    Runtime, SessionCounts, SessionInfo, SessionRef, SessionSettings, Status,
 };
 
 /// A program's outcome as the response carries it, with how long it waited and ran.
@@ -71,9 +71,24 @@ pub fn error_kind(kind: FailureKind) -> api::ErrorKind {
 }
 
 fn exec_session(session: SessionRef) -> api::ExecSession {
+    let (restored_from_checkpoint, lost_execs) = lost(session.lost);
     api::ExecSession {
         id: session.id,
         rolled_back: session.rolled_back,
+        checkpoint: session.checkpoint,
+        restored_from_checkpoint,
+        lost_execs,
+    }
+}
+
+/// A session's loss as the wire says it: the checkpoint it is back at, and how many execs.
+fn lost(lost: Option<Loss>) -> (Option<u64>, u64) {
+    match lost {
+        Some(Loss {
+            restored_from_checkpoint,
+            lost_execs,
+        }) => (Some(restored_from_checkpoint), lost_execs),
+        None => (None, 0),
     }
 }
 
@@ -94,6 +109,20 @@ pub fn session_info(info: SessionInfo) -> api::SessionInfo {
         idle_timeout_s: info.idle_timeout.as_secs(),
         execs: info.execs,
         memory_bytes: info.memory_bytes,
+        checkpoint: info.checkpoint,
+        checkpoints: info.checkpoints,
+        restored_from_checkpoint: lost(info.lost).0,
+        lost_execs: lost(info.lost).1,
+    }
+}
+
+pub fn checkpoint_info(info: CheckpointInfo) -> api::CheckpointInfo {
+    api::CheckpointInfo {
+        checkpoint: info.number,
+        parent: info.parent,
+        created_at: rfc3339(info.made_at),
+        request_id: info.request_id,
+        bytes: info.bytes,
     }
 }
 

@@ -1,13 +1,14 @@
 //! Sessions: an interpreter whose state carries over from one exec to the next, held off the
 //! pool between execs.
 //!
-//! A session is a record in the table and, once an exec has changed it, an *image*: the guest's
-//! state as that exec left it (a Hyperlight snapshot, immutable, plus what the host keeps beside
-//! it). No sandbox belongs to a session. An exec takes any worker of its language's pool, which
-//! loads the image, runs the program, answers, and only then, off the answer's path, saves the
-//! new image; the worker goes back to its warm snapshot for whatever comes next. Images being
-//! immutable, a fork is a second record pointing at the same image, and a rollback is keeping
-//! the image from before the exec. A session with no image yet starts from the warm snapshot.
+//! A session is a record in the table and its *checkpoints* (see [`history`]): the state after
+//! each exec that changed it, an *image* each (a Hyperlight snapshot, immutable, plus what the
+//! host keeps beside it). No sandbox belongs to a session. An exec takes any worker of its
+//! language's pool, which loads the newest image, runs the program, answers, and only then, off
+//! the answer's path, saves the new image, which becomes the next checkpoint; the worker goes
+//! back to its warm snapshot for whatever comes next. Images being immutable, a fork is a
+//! second record whose checkpoint 0 is the same image, and an exec that is rolled back simply
+//! makes no checkpoint. Checkpoint 0 of a new session is the warm snapshot.
 //!
 //! Execs of one session run one at a time, in arrival order: each holds the session's lock from
 //! its turn until the image it leaves is saved. Waiting for an earlier exec's program counts
@@ -22,16 +23,22 @@
 //! A session belongs to the uid that created it (or forked it): every other caller is told it
 //! does not exist, and lists only its own. Each uid may hold at most `max_per_caller` sessions.
 //!
+//! A save that fails loses the exec's state: the session stays at its newest checkpoint, and
+//! says so ([`Loss`]) in its description and in the answer of its next exec.
+//!
 //! The memory images hold is counted by language in a ledger: an image adds its bytes when it is
 //! made and takes them back when its last holder drops it, so the count is right whatever
 //! deleted, expired, forked or rolled back what.
 
+mod history;
 mod image;
 mod saving;
+mod state;
 #[cfg(test)]
 mod tests;
 mod turn;
 
+use self::history::{History, Retention};
 pub use self::image::{Image, Ledger};
 pub use self::saving::SAVE_WAIT_LIMIT;
 use self::saving::SaveClock;
@@ -45,7 +52,7 @@ use tokio::sync::OwnedMutexGuard;
 use tracing::info;
 
 use crate::audit::{AuditLog, SessionRecord};
-use crate::job::{ExecError, Files, Language, SessionCounts, SessionInfo, SessionSettings};
+use crate::job::{ExecError, Language, Loss, SessionCounts, SessionInfo, SessionSettings};
 use crate::metrics::SessionMetrics;
 
 /// One session: found by [`Sessions::find`], and handed back to [`Sessions::turn`] for an
@@ -59,8 +66,9 @@ pub struct Session {
     created_at: SystemTime,
     created: Instant,
     idle_timeout: Duration,
-    /// The image: taken for a whole exec, from its turn until the state it leaves is saved.
-    image: Arc<tokio::sync::Mutex<Option<Arc<Image>>>>,
+    /// Its checkpoints: taken for a whole exec, from its turn until the state it leaves is
+    /// saved.
+    history: Arc<tokio::sync::Mutex<History>>,
     /// How long it has spent saving what its execs left.
     saving: SaveClock,
     /// What reads of the session need without waiting for its turn.
@@ -71,9 +79,32 @@ pub struct Session {
 struct Meta {
     last_used: Instant,
     execs: u64,
+    /// What its checkpoints hold, as of the last change to them.
     memory_bytes: u64,
-    /// An exec holds the image (reaping waits for it).
+    checkpoint: u64,
+    checkpoints: usize,
+    /// State it lost, until an exec's answer reports it.
+    lost: Option<Loss>,
+    /// An exec holds the history (reaping waits for it).
     busy: bool,
+}
+
+impl Meta {
+    /// Takes what `history` is now.
+    fn record(&mut self, history: &History) {
+        self.memory_bytes = history.bytes();
+        self.checkpoint = history.head().number();
+        self.checkpoints = history.len();
+    }
+
+    /// One more exec's state is lost: the session is at `head`.
+    fn lose(&mut self, head: u64) {
+        let lost_execs = self.lost.map_or(0, |lost| lost.lost_execs) + 1;
+        self.lost = Some(Loss {
+            restored_from_checkpoint: head,
+            lost_execs,
+        });
+    }
 }
 
 impl Session {
@@ -108,15 +139,15 @@ impl Session {
     }
 
     /// Waits for an exec's turn, in arrival order, until `deadline`, moved on by the time the
-    /// session spends saving meanwhile (at most [`SAVE_WAIT_LIMIT`]): the image, and the
+    /// session spends saving meanwhile (at most [`SAVE_WAIT_LIMIT`]): the history, and the
     /// deadline so moved. Past it: [`ExecError::SessionBusy`] if earlier execs' programs took
     /// the time, [`ExecError::SessionSaving`] if saving did.
     async fn wait_turn(
         &self,
         deadline: Instant,
         timeout: Duration,
-    ) -> Result<(OwnedMutexGuard<Option<Arc<Image>>>, Instant), ExecError> {
-        let lock = self.image.clone().lock_owned();
+    ) -> Result<(OwnedMutexGuard<History>, Instant), ExecError> {
+        let lock = self.history.clone().lock_owned();
         let waited = self.saving.wait(deadline, SAVE_WAIT_LIMIT, lock).await;
         waited.map_err(|saving| {
             if saving >= SAVE_WAIT_LIMIT {
@@ -138,6 +169,9 @@ impl Session {
             idle_timeout: self.idle_timeout,
             execs: meta.execs,
             memory_bytes: meta.memory_bytes,
+            checkpoint: meta.checkpoint,
+            checkpoints: meta.checkpoints,
+            lost: meta.lost,
         }
     }
 }
@@ -213,71 +247,10 @@ impl Sessions {
         let idle = idle_timeout
             .unwrap_or(self.settings.default_idle)
             .min(self.settings.max_idle);
-        let session = self.insert(owner, language, idle, None, 0)?;
+        let session = self.insert(owner, language, idle, None)?;
         self.metrics.created(language, "new");
         info!(session = %session.id, %language, idle_s = idle.as_secs(), "session created");
         Ok(session.info(&self.settings))
-    }
-
-    /// A new session of `owner` whose state is a copy of its session `id`'s, as its last exec
-    /// left it: waits for the execs that arrived before, at most `wait`.
-    pub async fn fork(
-        &self,
-        owner: u32,
-        id: &str,
-        wait: Duration,
-    ) -> Result<SessionInfo, ExecError> {
-        let (origin, image) = self.settled(owner, id, wait).await?;
-        let bytes = image.as_ref().map_or(0, |image| image.bytes());
-        let fork = self.insert(
-            owner,
-            origin.language,
-            origin.idle_timeout,
-            image.clone(),
-            bytes,
-        )?;
-        drop(image);
-        self.metrics.created(origin.language, "fork");
-        info!(session = %fork.id, origin = %id, "session forked");
-        Ok(fork.info(&self.settings))
-    }
-
-    /// The working directory of `owner`'s session `id` as its last exec left it, after the
-    /// execs that arrived before (waiting at most `wait` for them).
-    pub async fn files(
-        &self,
-        owner: u32,
-        id: &str,
-        wait: Duration,
-    ) -> Result<Arc<Files>, ExecError> {
-        let (_, image) = self.settled(owner, id, wait).await?;
-        Ok(image
-            .as_ref()
-            .map(|image| image.files().clone())
-            .unwrap_or_default())
-    }
-
-    /// `owner`'s session `id` and its image, once the execs that arrived before have saved
-    /// what they left (waiting at most `wait`); the session may have gone meanwhile.
-    async fn settled(
-        &self,
-        owner: u32,
-        id: &str,
-        wait: Duration,
-    ) -> Result<
-        (
-            Arc<Session>,
-            tokio::sync::OwnedMutexGuard<Option<Arc<Image>>>,
-        ),
-        ExecError,
-    > {
-        let session = self.find(owner, id)?;
-        let turn = tokio::time::timeout(wait, session.image.clone().lock_owned());
-        let Ok(image) = turn.await else {
-            return Err(ExecError::SessionBusy { timeout: wait });
-        };
-        self.find(owner, id)?;
-        Ok((session, image))
     }
 
     /// Adds a session after checking the limits.
@@ -286,8 +259,7 @@ impl Sessions {
         owner: u32,
         language: Language,
         idle_timeout: Duration,
-        image: Option<Arc<Image>>,
-        memory_bytes: u64,
+        start: Option<Arc<Image>>,
     ) -> Result<Arc<Session>, ExecError> {
         let mut table = self.table();
         if table.len() >= self.settings.max_sessions {
@@ -319,6 +291,21 @@ impl Sessions {
             });
         }
         let now = Instant::now();
+        let retention = Retention {
+            count: self.settings.max_checkpoints,
+            bytes: self.settings.max_checkpoint_bytes,
+        };
+        let history = History::new(start, retention);
+        let mut meta = Meta {
+            last_used: now,
+            execs: 0,
+            memory_bytes: 0,
+            checkpoint: 0,
+            checkpoints: 0,
+            lost: None,
+            busy: false,
+        };
+        meta.record(&history);
         let session = Arc::new(Session {
             id: new_id()?,
             owner,
@@ -326,14 +313,9 @@ impl Sessions {
             created_at: SystemTime::now(),
             created: now,
             idle_timeout,
-            image: Arc::new(tokio::sync::Mutex::new(image)),
+            history: Arc::new(tokio::sync::Mutex::new(history)),
             saving: SaveClock::default(),
-            meta: Mutex::new(Meta {
-                last_used: now,
-                execs: 0,
-                memory_bytes,
-                busy: false,
-            }),
+            meta: Mutex::new(meta),
         });
         table.insert(session.id.clone(), session.clone());
         Ok(session)
@@ -417,6 +399,7 @@ impl Sessions {
                     language: session.language,
                     from: None,
                     reason: Some(reason),
+                    checkpoint: None,
                 },
             );
         }

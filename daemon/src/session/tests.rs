@@ -5,8 +5,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::oneshot;
 
 use super::*;
-use crate::job::{After, Outcome, Ran, Resume, Saved, SavedState, Status};
+use crate::job::{After, Files, Outcome, Ran, Resume, Saved, SavedState, Status};
 use crate::metrics::Metrics;
+
+mod checkpoints;
 
 /// The uid the tests' sessions belong to.
 const OWNER: u32 = 1000;
@@ -24,6 +26,8 @@ fn settings() -> SessionSettings {
         max_idle: Duration::from_secs(120),
         max_lifetime: Duration::from_secs(3600),
         memory_budget: 1000,
+        max_checkpoints: 1,
+        max_checkpoint_bytes: u64::MAX,
     }
 }
 
@@ -68,7 +72,7 @@ where
     Fut: Future<Output = Result<Ran, ExecError>>,
 {
     let session = sessions.find(owner, id)?;
-    let turn = sessions.turn(session, deadline, timeout).await?;
+    let turn = sessions.turn(session, deadline, timeout, 1).await?;
     let ran = run(turn.resume(), turn.deadline()).await;
     turn.finish(ran)
 }
@@ -127,7 +131,7 @@ async fn exec_rolling_back(sessions: &Arc<Sessions>, id: &str) -> Outcome {
 /// Waits until the session's saved state is in (saving happens after the answer).
 async fn settled(sessions: &Arc<Sessions>, id: &str) {
     let session = sessions.find(OWNER, id).unwrap();
-    drop(session.image.lock().await);
+    drop(session.history.lock().await);
 }
 
 #[tokio::test]
@@ -174,7 +178,7 @@ async fn a_fork_shares_the_state_until_either_changes_and_memory_is_counted_once
     let origin = sessions.create(OWNER, Language::Python, None).unwrap().id;
     exec_saving(&sessions, &origin, 5, 400).await;
     let fork = sessions
-        .fork(OWNER, &origin, Duration::from_secs(5))
+        .fork(OWNER, &origin, None, Duration::from_secs(5))
         .await
         .unwrap();
     assert_ne!(fork.id, origin);
@@ -302,8 +306,9 @@ async fn an_exec_sent_after_the_last_answer_waits_for_the_save_outside_its_time_
     }
     settled(&sessions, &id).await;
     let session = sessions.find(OWNER, &id).unwrap();
-    let image = session.image.lock().await;
-    assert_eq!(*image.as_ref().unwrap().state().get::<u32>().unwrap(), 3);
+    let history = session.history.lock().await;
+    let image = history.head().image().unwrap();
+    assert_eq!(*image.state().get::<u32>().unwrap(), 3);
 }
 
 #[tokio::test]
@@ -311,7 +316,7 @@ async fn waiting_for_a_turn_past_the_deadline_is_session_busy_and_nothing_runs()
     let sessions = sessions(settings());
     let id = sessions.create(OWNER, Language::Python, None).unwrap().id;
     let session = sessions.find(OWNER, &id).unwrap();
-    let held = session.image.clone().lock_owned().await;
+    let held = session.history.clone().lock_owned().await;
     let ran = Arc::new(AtomicUsize::new(0));
     let counted = ran.clone();
     let run = move |_state, _deadline| async move {
@@ -350,7 +355,9 @@ async fn limits_refuse_new_sessions_and_change_nothing_else() {
         Err(ExecError::TooManySessions { limit: 4 })
     ));
     assert!(matches!(
-        sessions.fork(OWNER, &ids[0], Duration::from_secs(1)).await,
+        sessions
+            .fork(OWNER, &ids[0], None, Duration::from_secs(1))
+            .await,
         Err(ExecError::TooManySessions { .. })
     ));
     assert_eq!(sessions.list(OWNER).len(), 4);
@@ -433,12 +440,20 @@ async fn a_session_is_its_creators_alone_and_others_are_told_it_does_not_exist()
     let not_found = |result: Result<SessionInfo, ExecError>| matches!(result, Err(ExecError::SessionNotFound(ref x)) if *x == id);
     assert!(not_found(sessions.get(other, &id)));
     assert!(not_found(
-        sessions.fork(other, &id, Duration::from_secs(1)).await
+        sessions
+            .fork(other, &id, None, Duration::from_secs(1))
+            .await
     ));
     assert!(matches!(
         sessions.delete(other, &id),
         Err(ExecError::SessionNotFound(_))
     ));
+    let wait = Duration::from_secs(1);
+    assert!(matches!(
+        sessions.checkpoints(other, &id, wait).await,
+        Err(ExecError::SessionNotFound(_))
+    ));
+    assert!(not_found(sessions.rollback(other, &id, 0, wait).await));
     let run = |_: Option<Resume>, _deadline| async {
         Err::<Ran, _>(ExecError::Internal("another caller's exec ran".into()))
     };
@@ -463,7 +478,7 @@ async fn each_caller_holds_at_most_its_quota_of_sessions_forks_included() {
     });
     let first = sessions.create(OWNER, Language::Python, None).unwrap().id;
     sessions
-        .fork(OWNER, &first, Duration::from_secs(1))
+        .fork(OWNER, &first, None, Duration::from_secs(1))
         .await
         .unwrap();
     let over = sessions
@@ -484,7 +499,9 @@ async fn each_caller_holds_at_most_its_quota_of_sessions_forks_included() {
         "{over}"
     );
     assert!(matches!(
-        sessions.fork(OWNER, &first, Duration::from_secs(1)).await,
+        sessions
+            .fork(OWNER, &first, None, Duration::from_secs(1))
+            .await,
         Err(ExecError::SessionQuota { .. })
     ));
     // Another caller is not affected, and a deletion makes room.
@@ -543,7 +560,7 @@ async fn files_follow_the_state_through_rollback_and_fork() {
     exec_saving(&sessions, &id, 7, 10).await;
     exec_rolling_back(&sessions, &id).await;
     assert_eq!(sessions.files(OWNER, &id, wait).await.unwrap(), files_of(7));
-    let fork = sessions.fork(OWNER, &id, wait).await.unwrap();
+    let fork = sessions.fork(OWNER, &id, None, wait).await.unwrap();
     exec_saving(&sessions, &id, 8, 10).await;
     assert_eq!(
         sessions.files(OWNER, &fork.id, wait).await.unwrap(),

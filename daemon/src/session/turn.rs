@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::OwnedMutexGuard;
 use tracing::{debug, error};
 
+use super::history::History;
 use super::{Image, Session, Sessions};
 use crate::job::{After, ExecError, Outcome, Ran, Resume, SessionRef};
 
@@ -18,28 +19,33 @@ pub struct Turn {
     sessions: Arc<Sessions>,
     session: Arc<Session>,
     /// None once finished.
-    image: Option<OwnedMutexGuard<Option<Arc<Image>>>>,
+    history: Option<OwnedMutexGuard<History>>,
     deadline: Instant,
+    /// The exec's request id, which the checkpoint it makes records.
+    request_id: u64,
 }
 
 impl Sessions {
     /// Waits for an exec's turn in `session`, in arrival order, until `deadline`, moved on by
     /// the time the session spends saving meanwhile (see [`super::SaveClock`]). The session may
-    /// have been deleted, or have expired, meanwhile: then it is not found.
+    /// have been deleted, or have expired, meanwhile: then it is not found. `request_id` is
+    /// the exec's.
     pub async fn turn(
         self: &Arc<Self>,
         session: Arc<Session>,
         deadline: Instant,
         timeout: Duration,
+        request_id: u64,
     ) -> Result<Turn, ExecError> {
-        let (image, deadline) = session.wait_turn(deadline, timeout).await?;
+        let (history, deadline) = session.wait_turn(deadline, timeout).await?;
         let session = self.find(session.owner, &session.id)?;
         session.meta().busy = true;
         Ok(Turn {
             sessions: self.clone(),
             session,
-            image: Some(image),
+            history: Some(history),
             deadline,
+            request_id,
         })
     }
 }
@@ -50,21 +56,22 @@ impl Turn {
         self.deadline
     }
 
-    /// Where the exec starts: the state and files the session's last exec left (None: the warm
-    /// state, for its first).
+    /// Where the exec starts: the state and files of the session's newest checkpoint (None:
+    /// the warm state).
     pub fn resume(&self) -> Option<Resume> {
-        let image = self.image.as_ref()?.as_ref()?;
+        let image = self.history.as_ref()?.head().image()?;
         Some(Resume {
             state: image.state(),
             files: image.files().clone(),
         })
     }
 
-    /// Takes the worker's answer: the outcome goes back at once, naming the session; the
-    /// session stays locked until the state the exec left is saved.
+    /// Takes the worker's answer: the outcome goes back at once, naming the session and the
+    /// checkpoint the exec left it at (one still being saved, for an exec whose state is
+    /// kept); the session stays locked until that state is saved.
     pub fn finish(mut self, ran: Result<Ran, ExecError>) -> Result<Outcome, ExecError> {
         let (sessions, session) = (self.sessions.clone(), self.session.clone());
-        let Some(mut image) = self.image.take() else {
+        let Some(mut history) = self.history.take() else {
             return Err(ExecError::Internal(
                 "a session's turn finished twice".to_owned(),
             ));
@@ -76,19 +83,25 @@ impl Turn {
                 return Err(e);
             }
         };
-        let rolled_back = matches!(after, After::RolledBack(_));
         sessions
             .metrics
             .exec(session.language, outcome.status.as_str());
-        outcome.session = Some(SessionRef {
-            id: session.id.clone(),
-            rolled_back,
-        });
-        {
+        let checkpoint = match &after {
+            After::Saving(_) => history.reserve(),
+            After::Unchanged | After::RolledBack(_) => history.head().number(),
+        };
+        let lost = {
             let mut meta = session.meta();
             meta.execs += 1;
             meta.last_used = Instant::now();
-        }
+            meta.lost.take()
+        };
+        outcome.session = Some(SessionRef {
+            id: session.id.clone(),
+            rolled_back: matches!(after, After::RolledBack(_)),
+            checkpoint,
+            lost,
+        });
         match after {
             After::Unchanged => session.meta().busy = false,
             After::RolledBack(reason) => {
@@ -98,25 +111,28 @@ impl Turn {
             }
             After::Saving(saved) => {
                 let saving = session.saving.start();
+                let request_id = self.request_id;
                 tokio::spawn(async move {
                     match saved.await {
                         Ok(Some(saved)) => {
                             let ledger = sessions.ledgers[&session.language].clone();
-                            let new = Image::new(saved, ledger);
-                            session.meta().memory_bytes = new.bytes();
-                            *image = Some(Arc::new(new));
+                            let image = Arc::new(Image::new(saved, ledger));
+                            history.push(checkpoint, request_id, image);
                         }
                         _ => {
                             sessions.metrics.save_failed(session.language);
-                            error!(session = %session.id, "saving the session's state after an exec failed; the session keeps its state from before that exec");
+                            let head = history.head().number();
+                            session.meta().lose(head);
+                            error!(session = %session.id, checkpoint, head, "saving the session's state after an exec failed: that exec's state is lost, the session is at its checkpoint from before it");
                         }
                     }
                     let mut meta = session.meta();
+                    meta.record(&history);
                     meta.busy = false;
                     meta.last_used = Instant::now();
                     drop(meta);
                     drop(saving);
-                    drop(image);
+                    drop(history);
                 });
             }
         }
@@ -127,7 +143,7 @@ impl Turn {
 impl Drop for Turn {
     /// A turn dropped unfinished ran nothing: the session is free again, as it was.
     fn drop(&mut self) {
-        if self.image.take().is_some() {
+        if self.history.take().is_some() {
             self.session.meta().busy = false;
         }
     }

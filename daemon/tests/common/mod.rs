@@ -69,6 +69,8 @@ impl Executor for Stub {
                 max_idle: Duration::from_secs(60),
                 max_lifetime: Duration::from_secs(60),
                 memory_budget: 1 << 20,
+                max_checkpoints: 4,
+                max_checkpoint_bytes: u64::MAX,
             },
         }
     }

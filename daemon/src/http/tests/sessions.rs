@@ -40,7 +40,7 @@ async fn a_session_is_created_read_listed_used_and_deleted() {
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(
         body["session"],
-        serde_json::json!({"id": id, "rolled_back": false})
+        serde_json::json!({"id": id, "rolled_back": false, "checkpoint": 0})
     );
     let seen = executor.seen.lock().unwrap().clone();
     assert_eq!(
@@ -53,13 +53,19 @@ async fn a_session_is_created_read_listed_used_and_deleted() {
         .handle_from_test_caller(request(Method::DELETE, &location, ""))
         .await;
     assert_eq!(response.status(), StatusCode::NO_CONTENT);
-    for (method, path) in [
-        (Method::GET, location.clone()),
-        (Method::DELETE, location.clone()),
-        (Method::POST, exec.clone()),
-        (Method::POST, paths::session_fork(&id)),
+    for (method, path, body) in [
+        (Method::GET, location.clone(), ""),
+        (Method::DELETE, location.clone(), ""),
+        (Method::POST, exec.clone(), r#"{"code":"x"}"#),
+        (Method::POST, paths::session_fork(&id), ""),
+        (Method::GET, paths::session_checkpoints(&id), ""),
+        (
+            Method::POST,
+            paths::session_rollback(&id),
+            r#"{"checkpoint":0}"#,
+        ),
     ] {
-        let (status, body) = call(&api, request(method, &path, r#"{"code":"x"}"#)).await;
+        let (status, body) = call(&api, request(method, &path, body)).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
         assert_eq!(body["error"]["kind"], "session_not_found", "{path}");
     }
@@ -160,4 +166,85 @@ async fn a_draining_daemon_creates_and_runs_no_sessions_but_still_deletes_them()
         .handle_from_test_caller(request(Method::DELETE, &paths::session(&id), ""))
         .await;
     assert_eq!(response.status(), StatusCode::NO_CONTENT);
+}
+
+#[tokio::test]
+async fn checkpoints_are_listed_rolled_back_to_and_forked_from_and_bad_requests_change_nothing() {
+    let (api, _) = api(echo_executor());
+    let (_, info) = create(&api, r#"{"language":"python"}"#).await;
+    assert_eq!(
+        (&info["checkpoint"], &info["checkpoints"]),
+        (&0.into(), &1.into())
+    );
+    let id = info["id"].as_str().unwrap().to_owned();
+    let (status, list) = call(
+        &api,
+        request(Method::GET, &paths::session_checkpoints(&id), ""),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let checkpoints = list["checkpoints"].as_array().unwrap();
+    assert_eq!(checkpoints.len(), 1, "{list}");
+    assert_eq!(
+        (&checkpoints[0]["checkpoint"], &checkpoints[0]["bytes"]),
+        (&0.into(), &0.into())
+    );
+    assert!(checkpoints[0].get("parent").is_none(), "{list}");
+
+    let rollback = paths::session_rollback(&id);
+    let (status, back) = call(
+        &api,
+        request(Method::POST, &rollback, r#"{"checkpoint":0}"#),
+    )
+    .await;
+    assert_eq!((status, &back["checkpoint"]), (StatusCode::OK, &0.into()));
+    let (status, body) = call(
+        &api,
+        request(Method::POST, &rollback, r#"{"checkpoint":7}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(body["error"]["kind"], "checkpoint_not_found");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("no checkpoint 7; it keeps 0."),
+        "{message}"
+    );
+    for bad in [
+        "{}",
+        r#"{"checkpoint":-1}"#,
+        r#"{"checkpoint":1,"x":2}"#,
+        "",
+    ] {
+        let (status, body) = call(&api, request(Method::POST, &rollback, bad)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+    }
+    let (status, body) = call(&api, request(Method::GET, &rollback, "")).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{body}");
+
+    let fork = paths::session_fork(&id);
+    let (status, body) = call(&api, request(Method::POST, &fork, r#"{"checkpoint":3}"#)).await;
+    assert_eq!(
+        (status, &body["error"]["kind"]),
+        (StatusCode::NOT_FOUND, &"checkpoint_not_found".into())
+    );
+    let (status, body) = call(&api, request(Method::POST, &fork, r#"{"from":0}"#)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let (_, list) = call(&api, request(Method::GET, paths::SESSIONS, "")).await;
+    assert_eq!(
+        list["sessions"].as_array().unwrap().len(),
+        1,
+        "refused forks made nothing"
+    );
+    let (status, forked) = call(&api, request(Method::POST, &fork, r#"{"checkpoint":0}"#)).await;
+    assert_eq!(
+        (status, &forked["checkpoint"]),
+        (StatusCode::CREATED, &0.into())
+    );
+    let (status, _) = call(&api, request(Method::POST, &fork, " \n")).await;
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "an empty body forks the newest"
+    );
 }

@@ -260,6 +260,7 @@ fn job(code: &str, timeout_ms: u64) -> Job {
 fn job_of(uid: u32, code: &str, timeout_ms: u64) -> Job {
     let timeout = Duration::from_millis(timeout_ms);
     Job {
+        request_id: 1,
         language: Language::Javascript,
         code: code.to_owned(),
         timeout,
