@@ -59,11 +59,11 @@ const EXEC_MARGIN: Duration = Duration::from_secs(15);
 const SESSION_SAVE_WAIT: Duration = Duration::from_secs(60);
 
 pub use hyperlightd_api::{
-    AllowRule, CreateSessionRequest, DEFAULT_SOCKET, DisplayData, EgressHealth, ErrorBody,
-    ErrorKind, ExecEvent, ExecLimits, ExecRequest, ExecResponse, ExecSession, ExecStatus, FileData,
-    FileInfo, FileList, FileMap, HealthResponse, Language, Network, Policy, Runtime, SOCKET_ENV,
-    SandboxCounts, SessionCounts, SessionExecRequest, SessionInfo, SessionLimits, SessionList,
-    ToolResult as ToolAnswer, ToolSpec, Violation,
+    AllowRule, CheckpointInfo, CreateSessionRequest, DEFAULT_SOCKET, DisplayData, EgressHealth,
+    ErrorBody, ErrorKind, ExecEvent, ExecLimits, ExecRequest, ExecResponse, ExecSession,
+    ExecStatus, FileData, FileInfo, FileList, FileMap, HealthResponse, Language, Network, Policy,
+    Runtime, SOCKET_ENV, SandboxCounts, SessionCounts, SessionExecRequest, SessionInfo,
+    SessionLimits, SessionList, ToolResult as ToolAnswer, ToolSpec, Violation,
 };
 
 /// What can go wrong talking to the daemon.

@@ -4,8 +4,8 @@
 use bytes::Bytes;
 use hyper::Method;
 use hyperlightd_api::{
-    CreateSessionRequest, ExecResponse, FileList, SessionExecRequest, SessionInfo, SessionList,
-    paths,
+    CheckpointInfo, CheckpointList, CreateSessionRequest, ExecResponse, FileList, ForkRequest,
+    RollbackRequest, SessionExecRequest, SessionInfo, SessionList, paths,
 };
 
 use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
@@ -63,11 +63,56 @@ impl Client {
 
     /// A new session whose state is a copy of session `id`'s.
     pub async fn fork_session(&self, id: &str) -> Result<SessionInfo, Error> {
+        self.fork_session_at(id, None).await
+    }
+
+    /// A new session whose state is a copy of session `id`'s checkpoint `checkpoint` (its
+    /// newest when None); `checkpoint_not_found` when it keeps no such checkpoint.
+    pub async fn fork_session_at(
+        &self,
+        id: &str,
+        checkpoint: Option<u64>,
+    ) -> Result<SessionInfo, Error> {
+        let body = match checkpoint {
+            Some(checkpoint) => encode(&ForkRequest {
+                checkpoint: Some(checkpoint),
+            })?,
+            None => Bytes::new(),
+        };
         let (status, bytes) = self
             .call(
                 Method::POST,
                 &paths::session_fork(id),
+                body,
+                DEFAULT_RESPONSE_TIMEOUT,
+            )
+            .await?;
+        decode(status, &bytes)
+    }
+
+    /// The checkpoints session `id` keeps, oldest first (after the execs that arrived before
+    /// this call); the last is the one it is at.
+    pub async fn session_checkpoints(&self, id: &str) -> Result<Vec<CheckpointInfo>, Error> {
+        let (status, bytes) = self
+            .call(
+                Method::GET,
+                &paths::session_checkpoints(id),
                 Bytes::new(),
+                DEFAULT_RESPONSE_TIMEOUT,
+            )
+            .await?;
+        decode::<CheckpointList>(status, &bytes).map(|list| list.checkpoints)
+    }
+
+    /// Returns session `id` to its checkpoint `checkpoint`, dropping the later ones; its next
+    /// exec starts from there. `checkpoint_not_found` when it keeps no such checkpoint.
+    pub async fn rollback_session(&self, id: &str, checkpoint: u64) -> Result<SessionInfo, Error> {
+        let body = encode(&RollbackRequest { checkpoint })?;
+        let (status, bytes) = self
+            .call(
+                Method::POST,
+                &paths::session_rollback(id),
+                body,
                 DEFAULT_RESPONSE_TIMEOUT,
             )
             .await?;

@@ -347,8 +347,8 @@ async fn run_program(
         print_json(&response);
     } else {
         print_ending(&response);
-        if response.session.as_ref().is_some_and(|s| s.rolled_back) {
-            eprintln!("hlctl: the session was rolled back to its state before this program");
+        if let Some(session) = &response.session {
+            session::report_exec(session);
         }
     }
     let output_dir = limits.output_dir.as_deref();
@@ -507,5 +507,36 @@ mod tests {
             Cli::try_parse_from(["hlctl", "session", "exec"]).is_err(),
             "an id is needed"
         );
+    }
+
+    #[test]
+    fn checkpoint_commands_parse_and_a_checkpoint_is_a_number() {
+        let cli = Cli::try_parse_from(["hlctl", "session", "rollback", "abc", "3"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Session(session::SessionCommand::Rollback { ref id, checkpoint: 3, json: false })
+                if id == "abc"
+        ));
+        let cli =
+            Cli::try_parse_from(["hlctl", "session", "fork", "abc", "--checkpoint", "2"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Session(session::SessionCommand::Fork {
+                checkpoint: Some(2),
+                ..
+            })
+        ));
+        let cli = Cli::try_parse_from(["hlctl", "session", "checkpoints", "abc"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Session(session::SessionCommand::Checkpoints { .. })
+        ));
+        for bad in [
+            &["hlctl", "session", "rollback", "abc", "-1"][..],
+            &["hlctl", "session", "rollback", "abc", "two"],
+            &["hlctl", "session", "rollback", "abc"],
+        ] {
+            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?}");
+        }
     }
 }

@@ -1,8 +1,10 @@
 //! `hlctl session`: create, use, fork, list and delete sessions (an interpreter whose state
-//! carries over from one exec to the next).
+//! carries over from one exec to the next), list their checkpoints and roll them back.
 
 use clap::Subcommand;
-use hyperlightd_client::{Client, CreateSessionRequest, Language, SessionInfo};
+use hyperlightd_client::{
+    CheckpointInfo, Client, CreateSessionRequest, ExecSession, Language, SessionInfo,
+};
 
 use super::{ProgramArgs, Target, exit, files, print_json, read_program, report, run_program};
 
@@ -29,11 +31,35 @@ pub enum SessionCommand {
         #[command(flatten)]
         program: Box<ProgramArgs>,
     },
-    /// Copy a session: print the id of a new session with the same state.
+    /// Copy a session: print the id of a new session with the same state (or that of one of
+    /// its checkpoints).
     Fork {
         /// The session to copy.
         id: String,
+        /// The checkpoint to copy (see `hlctl session checkpoints`); its newest by default.
+        #[arg(long, value_name = "N")]
+        checkpoint: Option<u64>,
         /// Print the whole new session as JSON instead of its id.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List a session's checkpoints, oldest first: number, the one it came from, size, when,
+    /// and the request that made it. The last is the one the session is at.
+    Checkpoints {
+        /// The session's id.
+        id: String,
+        /// Print them as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Return a session to one of its checkpoints; the later ones are dropped (fork from the
+    /// checkpoint instead to keep them).
+    Rollback {
+        /// The session's id.
+        id: String,
+        /// The checkpoint to return to.
+        checkpoint: u64,
+        /// Print the session as JSON afterwards.
         #[arg(long)]
         json: bool,
     },
@@ -80,7 +106,31 @@ pub async fn run(client: &Client, command: SessionCommand) -> u8 {
             print_session(client.create_session(&request).await, json)
         }
         SessionCommand::Exec { id, program } => exec(client, &id, *program).await,
-        SessionCommand::Fork { id, json } => print_session(client.fork_session(&id).await, json),
+        SessionCommand::Fork {
+            id,
+            checkpoint,
+            json,
+        } => print_session(client.fork_session_at(&id, checkpoint).await, json),
+        SessionCommand::Checkpoints { id, json } => match client.session_checkpoints(&id).await {
+            Ok(checkpoints) if json => print_json(&checkpoints),
+            Ok(checkpoints) => {
+                println!("{}", checkpoint_table(&checkpoints));
+                exit::OK
+            }
+            Err(e) => report(&e),
+        },
+        SessionCommand::Rollback {
+            id,
+            checkpoint,
+            json,
+        } => match client.rollback_session(&id, checkpoint).await {
+            Ok(info) if json => print_json(&info),
+            Ok(info) => {
+                println!("session {} is at checkpoint {}", info.id, info.checkpoint);
+                exit::OK
+            }
+            Err(e) => report(&e),
+        },
         SessionCommand::Show { id } => print_session(client.session(&id).await, true),
         SessionCommand::Ls { json } => match client.sessions().await {
             Ok(sessions) if json => print_json(&sessions),
@@ -141,4 +191,42 @@ fn table(sessions: &[SessionInfo]) -> String {
         ));
     }
     lines.join("\n")
+}
+
+/// The checkpoints as a table, one per line.
+fn checkpoint_table(checkpoints: &[CheckpointInfo]) -> String {
+    let mut lines = vec![format!(
+        "{:>10}  {:>6}  {:>10}  {:<30}  {}",
+        "CHECKPOINT", "PARENT", "SIZE", "CREATED", "REQUEST"
+    )];
+    let or_dash = |n: Option<u64>| n.map_or_else(|| "-".to_owned(), |n| n.to_string());
+    for c in checkpoints {
+        lines.push(format!(
+            "{:>10}  {:>6}  {:>9.1}M  {:<30}  {}",
+            c.checkpoint,
+            or_dash(c.parent),
+            c.bytes as f64 / f64::from(1 << 20),
+            c.created_at,
+            or_dash(c.request_id),
+        ));
+    }
+    lines.join("\n")
+}
+
+/// What a session exec did to its session, on stderr when it is news: rolled back, or state
+/// lost before it.
+pub fn report_exec(session: &ExecSession) {
+    if let Some(restored) = session.restored_from_checkpoint {
+        eprintln!(
+            "hlctl: the session lost the state of {} earlier exec(s): it came back at checkpoint \
+             {restored}, and this program ran from there",
+            session.lost_execs
+        );
+    }
+    if session.rolled_back {
+        eprintln!(
+            "hlctl: the session was rolled back to its state before this program (checkpoint {})",
+            session.checkpoint
+        );
+    }
 }

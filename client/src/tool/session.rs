@@ -25,6 +25,9 @@ pub(super) const EXPIRED: &str = "The session of earlier calls in this language 
     again what the program needs.";
 
 /// See [`EXPIRED`].
+pub(super) const LOST: &str = "The service lost what some earlier calls in this language did \
+    to the session (it came back from an older checkpoint): names, imports and files they made \
+    may be gone. This call ran from that older state; check for what you need and recreate it.";
 pub(super) const NO_ROOM: &str = "The service had no room for a session: this call ran in a \
     fresh interpreter, and what it defined will not be kept for the next call.";
 
@@ -85,7 +88,12 @@ impl CodeTool {
                     sessions.remove(&language);
                     notice = Some(EXPIRED);
                 }
-                answered => return answered.map(|response| (response, None)),
+                answered => {
+                    return answered.map(|response| {
+                        let notice = lost(&response);
+                        (response, notice)
+                    });
+                }
             }
         }
         let created = self
@@ -127,6 +135,12 @@ impl CodeTool {
                 .await
         }
     }
+}
+
+/// What the model must be told when the session lost earlier calls' state.
+fn lost(response: &ExecResponse) -> Option<&'static str> {
+    let lost = response.session.as_ref().is_some_and(|s| s.lost_execs > 0);
+    lost.then_some(LOST)
 }
 
 fn kind(error: &Error) -> Option<ErrorKind> {

@@ -52,6 +52,7 @@ class StandIn:
     """Routes by ``"METHOD /path"``; ``seen`` holds every request as (method, path, body)."""
 
     # Request schemas by route prefix: what the client sends must match.
+    SESSION_REQUESTS = {"/exec": "SessionExecRequest", "/rollback": "RollbackRequest", "/fork": "ForkRequest"}
     REQUESTS = {
         "POST /v1/exec": "ExecRequest",
         "POST /v1/sessions": "CreateSessionRequest",
@@ -72,8 +73,10 @@ class StandIn:
         assert not self.invalid, "\n".join(self.invalid)
 
     def request_schema(self, method: str, path: str) -> str | None:
-        if method == "POST" and path.startswith("/v1/sessions/") and path.endswith("/exec"):
-            return "SessionExecRequest"
+        if method == "POST" and path.startswith("/v1/sessions/"):
+            for action, body in self.SESSION_REQUESTS.items():
+                if path.endswith(action):
+                    return body
         for prefix, schema in self.REQUESTS.items():
             key = f"{method} {path}"
             if key == prefix or (prefix.endswith("/") and key.startswith(prefix)):
@@ -98,7 +101,8 @@ class StandIn:
                 stand_in.seen.append((self.command, self.path, body))
                 schema = stand_in.request_schema(self.command, self.path)
                 try:
-                    if schema is not None:
+                    # A fork's body may be empty.
+                    if schema is not None and not (schema == "ForkRequest" and body is None):
                         validate(body, schema)
                     route = stand_in.routes.get(f"{self.command} {self.path}")
                     reply = route(body) if route else Reply(404, {"error": {"kind": "not_found", "message": "none"}})
@@ -172,6 +176,8 @@ def session(id: str = "s1", language: str = "python") -> dict[str, Any]:
         "idle_timeout_s": 600,
         "execs": 0,
         "memory_bytes": 0,
+        "checkpoint": 0,
+        "checkpoints": 1,
     }
 
 

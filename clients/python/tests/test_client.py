@@ -201,7 +201,7 @@ def test_a_session_runs_forks_lists_reads_and_is_deleted_on_exit(sock: Path) -> 
         {
             "POST /v1/sessions": lambda _: Reply(201, session("s1"), schema="SessionInfo"),
             "POST /v1/sessions/s1/exec": lambda _: Reply(
-                body=response(session={"id": "s1", "rolled_back": False}), schema="ExecResponse"
+                body=response(session={"id": "s1", "rolled_back": False, "checkpoint": 1}), schema="ExecResponse"
             ),
             "POST /v1/sessions/s1/fork": lambda _: Reply(201, session("s2"), schema="SessionInfo"),
             "GET /v1/sessions/s1/files": lambda _: Reply(
@@ -231,6 +231,46 @@ def test_a_session_runs_forks_lists_reads_and_is_deleted_on_exit(sock: Path) -> 
         ("DELETE", "/v1/sessions/s1"),
     ]
     assert stand_in.seen[0][2] == {"language": "python", "idle_timeout_s": 60}
+
+
+def test_checkpoints_are_listed_rolled_back_to_forked_from_and_a_loss_is_reported(sock: Path) -> None:
+    listed = {
+        "checkpoints": [
+            {"checkpoint": 0, "created_at": "2026-11-25T00:00:00Z", "bytes": 0},
+            {"checkpoint": 1, "parent": 0, "created_at": "2026-11-25T00:00:01Z", "request_id": 7, "bytes": 1024},
+        ]
+    }
+    lost = {"id": "s1", "rolled_back": False, "checkpoint": 4, "restored_from_checkpoint": 1, "lost_execs": 2}
+    stand_in = StandIn(
+        sock,
+        {
+            "POST /v1/sessions": lambda _: Reply(201, session("s1"), schema="SessionInfo"),
+            "GET /v1/sessions/s1/checkpoints": lambda _: Reply(body=listed, schema="CheckpointList"),
+            "POST /v1/sessions/s1/rollback": lambda _: Reply(body=session("s1"), schema="SessionInfo"),
+            "POST /v1/sessions/s1/fork": lambda _: Reply(201, session("s2"), schema="SessionInfo"),
+            "POST /v1/sessions/s1/exec": lambda _: Reply(body=response(session=lost), schema="ExecResponse"),
+            "DELETE /v1/sessions/s1": lambda _: Reply(204),
+        },
+    )
+    with Client(str(sock)) as client:
+        one = client.session("python")
+        checkpoints = one.checkpoints()
+        assert [(c.checkpoint, c.parent, c.request_id, c.bytes) for c in checkpoints] == [
+            (0, None, None, 0),
+            (1, 0, 7, 1024),
+        ]
+        assert one.rollback(0).checkpoint == 0
+        assert one.fork(1).id == "s2"
+        assert one.fork().id == "s2"
+        state = one.exec("x").session
+        assert state is not None
+        assert (state.checkpoint, state.restored_from_checkpoint, state.lost_execs) == (4, 1, 2)
+        one.delete()
+    stand_in.close()
+    sent = [(m, p, body) for m, p, body in stand_in.seen]
+    assert sent[2] == ("POST", "/v1/sessions/s1/rollback", {"checkpoint": 0})
+    assert sent[3] == ("POST", "/v1/sessions/s1/fork", {"checkpoint": 1})
+    assert sent[4][:2] == ("POST", "/v1/sessions/s1/fork")
 
 
 def test_an_unknown_session_and_a_bad_request_are_their_exceptions(sock: Path) -> None:

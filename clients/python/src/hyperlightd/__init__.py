@@ -9,6 +9,7 @@ from .client import Client, Session
 from .errors import (
     AnswerLost,
     Busy,
+    CheckpointNotFound,
     Conflict,
     ExecutionNotFound,
     HyperlightdError,
@@ -27,6 +28,7 @@ from .errors import (
 )
 from .tools import Tool, tool
 from .types import (
+    Checkpoint,
     Display,
     Done,
     Event,
@@ -48,6 +50,8 @@ __all__ = [
     "AsyncClient",
     "AsyncSession",
     "Busy",
+    "Checkpoint",
+    "CheckpointNotFound",
     "Client",
     "Conflict",
     "Display",

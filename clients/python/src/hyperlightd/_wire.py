@@ -107,6 +107,11 @@ def exec_request(
     return Exec(path, body, wait, tools)
 
 
+def fork_body(checkpoint: int | None) -> dict[str, int] | None:
+    """The body of a fork: none for the session's newest state."""
+    return None if checkpoint is None else {"checkpoint": checkpoint}
+
+
 def session_path(session_id: str, *rest: str) -> str:
     return "/".join(["/v1/sessions", quote(session_id, safe=""), *rest])
 

@@ -14,7 +14,7 @@ from ._wire import ExecOptions
 from .client import log
 from .errors import Conflict, HyperlightdError, NotFound, SessionNotFound
 from .tools import Tool, call_async
-from .types import Done, Event, ExecResult, FileInfo, SessionInfo, Started, ToolCall
+from .types import Checkpoint, Done, Event, ExecResult, FileInfo, SessionInfo, Started, ToolCall
 
 
 class AsyncClient:
@@ -176,10 +176,20 @@ class AsyncSession:
         request = _wire.exec_request(_wire.session_path(self.id, "exec"), code, stream=True, **options)
         return self.client._stream(request)
 
-    async def fork(self) -> AsyncSession:
-        """A new session starting from this one's state."""
-        info = await self.client._json("POST", _wire.session_path(self.id, "fork"))
+    async def fork(self, checkpoint: int | None = None) -> AsyncSession:
+        """A new session starting from this one's state, or from its ``checkpoint``."""
+        info = await self.client._json("POST", _wire.session_path(self.id, "fork"), _wire.fork_body(checkpoint))
         return AsyncSession(self.client, SessionInfo.from_json(info))
+
+    async def checkpoints(self) -> list[Checkpoint]:
+        """Its checkpoints, oldest first; see :meth:`Session.checkpoints`."""
+        listed = (await self.client._json("GET", _wire.session_path(self.id, "checkpoints")))["checkpoints"]
+        return [Checkpoint.from_json(c) for c in listed]
+
+    async def rollback(self, checkpoint: int) -> SessionInfo:
+        """Returns the session to ``checkpoint``; see :meth:`Session.rollback`."""
+        body = {"checkpoint": checkpoint}
+        return SessionInfo.from_json(await self.client._json("POST", _wire.session_path(self.id, "rollback"), body))
 
     async def describe(self) -> SessionInfo:
         """The session as the daemon describes it now."""

@@ -14,7 +14,7 @@ from ._compat import Unpack
 from ._wire import ExecOptions
 from .errors import Conflict, HyperlightdError, NotFound, SessionNotFound
 from .tools import Tool, call_sync
-from .types import Done, Event, ExecResult, FileInfo, SessionInfo, Started, ToolCall
+from .types import Checkpoint, Done, Event, ExecResult, FileInfo, SessionInfo, Started, ToolCall
 
 log = logging.getLogger("hyperlightd")
 # Tool calls one exec may have answered at once (the daemon keeps them outstanding together).
@@ -186,10 +186,23 @@ class Session:
         request = _wire.exec_request(_wire.session_path(self.id, "exec"), code, stream=True, **options)
         return self.client._stream(request)
 
-    def fork(self) -> Session:
-        """A new session starting from this one's state; each goes on alone."""
-        info = self.client._json("POST", _wire.session_path(self.id, "fork"))
+    def fork(self, checkpoint: int | None = None) -> Session:
+        """A new session starting from this one's state, or from its ``checkpoint``; each goes
+        on alone (:class:`~hyperlightd.CheckpointNotFound` for a checkpoint it does not keep)."""
+        info = self.client._json("POST", _wire.session_path(self.id, "fork"), _wire.fork_body(checkpoint))
         return Session(self.client, SessionInfo.from_json(info))
+
+    def checkpoints(self) -> list[Checkpoint]:
+        """Its checkpoints, oldest first: the state after each exec it kept. The last is the
+        one it is at."""
+        listed = self.client._json("GET", _wire.session_path(self.id, "checkpoints"))["checkpoints"]
+        return [Checkpoint.from_json(c) for c in listed]
+
+    def rollback(self, checkpoint: int) -> SessionInfo:
+        """Returns the session to ``checkpoint``, dropping the later ones (fork from it instead
+        to keep them); the next exec starts from there."""
+        body = {"checkpoint": checkpoint}
+        return SessionInfo.from_json(self.client._json("POST", _wire.session_path(self.id, "rollback"), body))
 
     def describe(self) -> SessionInfo:
         """The session as the daemon describes it now (execs, expiry, memory)."""

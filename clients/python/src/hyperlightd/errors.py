@@ -76,6 +76,10 @@ class SessionNotFound(NotFound):
     """``session_not_found``: the session never existed, was deleted, or expired."""
 
 
+class CheckpointNotFound(NotFound):
+    """``checkpoint_not_found``: the session keeps no such checkpoint (the message lists those it keeps)."""
+
+
 class ExecutionNotFound(NotFound):
     """``execution_not_found``, ``tool_call_not_found``: no such execution or call (for this caller)."""
 
@@ -101,6 +105,7 @@ KINDS: dict[str, type[Refused]] = {
     "request_timeout": InvalidRequest,
     "not_found": NotFound,
     "session_not_found": SessionNotFound,
+    "checkpoint_not_found": CheckpointNotFound,
     "execution_not_found": ExecutionNotFound,
     "tool_call_not_found": ExecutionNotFound,
     "overloaded": Overloaded,

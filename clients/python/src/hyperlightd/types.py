@@ -40,10 +40,25 @@ class ProgramError:
 @dataclass(frozen=True)
 class SessionState:
     """What a session exec did to its session: ``rolled_back`` when the exec timed out, ran
-    out of memory or crashed and the session is as it was before it."""
+    out of memory or crashed and the session is as it was before it; ``checkpoint``, the
+    checkpoint the exec left it at. ``lost_execs`` > 0 when the session had lost what earlier
+    execs did (it came back at ``restored_from_checkpoint``) and this exec ran from there."""
 
     id: str
     rolled_back: bool
+    checkpoint: int = 0
+    restored_from_checkpoint: int | None = None
+    lost_execs: int = 0
+
+    @staticmethod
+    def from_json(body: Mapping[str, Any]) -> SessionState:
+        return SessionState(
+            id=body["id"],
+            rolled_back=body["rolled_back"],
+            checkpoint=body.get("checkpoint", 0),
+            restored_from_checkpoint=body.get("restored_from_checkpoint"),
+            lost_execs=body.get("lost_execs", 0),
+        )
 
 
 @dataclass(frozen=True)
@@ -85,7 +100,7 @@ class ExecResult:
             queued_ms=body.get("queued_ms", 0.0),
             files={path: decode_file(data) for path, data in (body.get("files") or {}).items()},
             display=[item["data"] for item in body.get("display") or []],
-            session=SessionState(session["id"], session["rolled_back"]) if session else None,
+            session=SessionState.from_json(session) if session else None,
             request_id=request_id,
         )
 
@@ -101,6 +116,10 @@ class SessionInfo:
     idle_timeout_s: int
     execs: int
     memory_bytes: int
+    checkpoint: int = 0
+    checkpoints: int = 1
+    restored_from_checkpoint: int | None = None
+    lost_execs: int = 0
 
     @staticmethod
     def from_json(body: Mapping[str, Any]) -> SessionInfo:
@@ -112,6 +131,33 @@ class SessionInfo:
             idle_timeout_s=body["idle_timeout_s"],
             execs=body["execs"],
             memory_bytes=body["memory_bytes"],
+            checkpoint=body.get("checkpoint", 0),
+            checkpoints=body.get("checkpoints", 1),
+            restored_from_checkpoint=body.get("restored_from_checkpoint"),
+            lost_execs=body.get("lost_execs", 0),
+        )
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One of a session's checkpoints: its state after an exec (``checkpoint`` 0: where the
+    session started). ``parent`` is the checkpoint that exec started from; ``request_id`` the
+    exec's."""
+
+    checkpoint: int
+    created_at: str
+    bytes: int
+    parent: int | None = None
+    request_id: int | None = None
+
+    @staticmethod
+    def from_json(body: Mapping[str, Any]) -> Checkpoint:
+        return Checkpoint(
+            checkpoint=body["checkpoint"],
+            created_at=body["created_at"],
+            bytes=body["bytes"],
+            parent=body.get("parent"),
+            request_id=body.get("request_id"),
         )
 
 
