@@ -1,6 +1,7 @@
 //! End-to-end tests of sessions on a KVM that runs Hyperlight guests, in both languages: state
 //! carried across execs, exceptions, fork, rollback after a timeout, a memory bomb and a guest
-//! crash, expiry, deletion, isolation, more sessions than sandboxes, and serialised execs.
+//! crash, expiry, deletion, isolation, more sessions than sandboxes, serialised execs, and
+//! checkpoints: listed, rolled back to, forked from, kept within the retention.
 //! `cargo xtask test` runs them in the nested-KVM VM.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -602,4 +603,90 @@ async fn twenty_sessions_on_a_pool_of_two_keep_their_own_state_and_execs_of_one_
     seen.sort_unstable();
     assert_eq!(seen, vec![1, 2, 3, 4, 5]);
     assert_eq!(value(&client, id, "n").await, json!(5));
+}
+
+/// The numbers of the checkpoints session `id` keeps.
+async fn checkpoint_numbers(client: &Client, id: &str) -> Vec<u64> {
+    let checkpoints = within("checkpoints", STEP_LIMIT, client.session_checkpoints(id))
+        .await
+        .unwrap();
+    checkpoints.iter().map(|c| c.checkpoint).collect()
+}
+
+#[tokio::test]
+async fn checkpoints_are_named_listed_rolled_back_to_forked_from_and_kept_within_the_retention() {
+    // Four kept; another user (uid 1000) may use the daemon, not this caller's sessions.
+    const OTHER: (u32, u32) = (1000, 1000);
+    let daemon = both_languages(&["--session-checkpoints", "4"]).await;
+    daemon.open_socket_to_everyone();
+    let client = daemon.client();
+    for (language, set) in [
+        (Language::Python, "x = {n}"),
+        (Language::Javascript, "globalThis.x = {n}"),
+    ] {
+        let id = create(&client, language).await;
+        for n in 1..=3u64 {
+            let response = exec(&client, &id, &set.replace("{n}", &n.to_string())).await;
+            let session = response.session.unwrap();
+            assert_eq!((session.checkpoint, session.rolled_back), (n, false));
+        }
+        let checkpoints = client.session_checkpoints(&id).await.unwrap();
+        let described: Vec<_> = checkpoints
+            .iter()
+            .map(|c| (c.checkpoint, c.parent, c.request_id.is_some(), c.bytes > 0))
+            .collect();
+        assert_eq!(
+            described,
+            [
+                (0, None, false, false),
+                (1, Some(0), true, true),
+                (2, Some(1), true, true),
+                (3, Some(2), true, true),
+            ],
+            "{language}: {checkpoints:?}"
+        );
+
+        // A fork from checkpoint 1 starts there; the origin is still at 3.
+        let fork = within("fork", STEP_LIMIT, client.fork_session_at(&id, Some(1)))
+            .await
+            .unwrap();
+        assert_eq!((fork.checkpoint, fork.checkpoints), (0, 1));
+        assert_eq!(value(&client, &fork.id, "x").await, json!(1), "{language}");
+        assert_eq!(value(&client, &id, "x").await, json!(3), "{language}");
+        // That read made checkpoint 4: the oldest, 0, is no longer kept.
+        assert_eq!(checkpoint_numbers(&client, &id).await, [1, 2, 3, 4]);
+        let refused = client.fork_session_at(&id, Some(0)).await.unwrap_err();
+        assert_eq!(kind_of(refused), ErrorKind::CheckpointNotFound);
+
+        // Back to 2 with hlctl: 3 and 4 are dropped, the next exec makes 5 from 2.
+        let rolled = daemon.hlctl(&["session", "rollback", &id, "2"], "").await;
+        let stdout = String::from_utf8_lossy(&rolled.stdout);
+        assert!(rolled.status.success(), "{rolled:?}");
+        assert_eq!(stdout.trim(), format!("session {id} is at checkpoint 2"));
+        let response = exec(&client, &id, "x").await;
+        assert_eq!(response.result, json!(2), "{language}: {response:?}");
+        assert_eq!(response.session.unwrap().checkpoint, 5);
+        assert_eq!(checkpoint_numbers(&client, &id).await, [1, 2, 5]);
+        let refused = client.rollback_session(&id, 3).await.unwrap_err();
+        assert_eq!(kind_of(refused), ErrorKind::CheckpointNotFound);
+        let listed = daemon.hlctl(&["session", "checkpoints", &id], "").await;
+        let table = String::from_utf8_lossy(&listed.stdout);
+        assert_eq!(table.lines().count(), 4, "{table}");
+        assert!(table.lines().last().unwrap().trim_start().starts_with("5 "));
+
+        // Another caller sees no such session, and changes nothing.
+        for args in [
+            ["session", "checkpoints", &id, "--json"],
+            ["session", "rollback", &id, "1"],
+        ] {
+            let refused = daemon.hlctl_as(Some(OTHER), &args, "").await;
+            let stderr = String::from_utf8_lossy(&refused.stderr);
+            assert!(!refused.status.success(), "{args:?}: {refused:?}");
+            assert!(stderr.contains("no session"), "{args:?}: {stderr}");
+        }
+        assert_eq!(checkpoint_numbers(&client, &id).await, [1, 2, 5]);
+        let info = client.session(&id).await.unwrap();
+        assert_eq!((info.checkpoint, info.checkpoints), (5, 3));
+        assert_eq!((info.restored_from_checkpoint, info.lost_execs), (None, 0));
+    }
 }
