@@ -615,9 +615,16 @@ async fn checkpoint_numbers(client: &Client, id: &str) -> Vec<u64> {
 
 #[tokio::test]
 async fn checkpoints_are_named_listed_rolled_back_to_forked_from_and_kept_within_the_retention() {
-    // Four kept; another user (uid 1000) may use the daemon, not this caller's sessions.
+    // Four kept, whatever their size (a Python checkpoint is about 180 MiB: the default 512 MiB
+    // would keep two); another user (uid 1000) may use the daemon, not this caller's sessions.
     const OTHER: (u32, u32) = (1000, 1000);
-    let daemon = both_languages(&["--session-checkpoints", "4"]).await;
+    let retention = [
+        "--session-checkpoints",
+        "4",
+        "--session-checkpoint-mib",
+        "4096",
+    ];
+    let daemon = both_languages(&retention).await;
     daemon.open_socket_to_everyone();
     let client = daemon.client();
     for (language, set) in [
