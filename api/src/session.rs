@@ -248,6 +248,13 @@ pub struct SessionLimits {
     /// Host memory all sessions' saved state may hold, in bytes; past it, new sessions are
     /// refused.
     pub memory_budget_bytes: u64,
+    /// Most checkpoints a session keeps, its newest included (`--session-checkpoints`).
+    #[serde(default)]
+    pub max_checkpoints: usize,
+    /// Most bytes a session's checkpoints may hold together (`--session-checkpoint-mib`); the
+    /// newest is kept whatever its size.
+    #[serde(default)]
+    pub max_checkpoint_bytes: u64,
 }
 
 #[cfg(test)]

@@ -200,6 +200,8 @@ pub fn session_limits(settings: &SessionSettings) -> api::SessionLimits {
         max_idle_timeout_s: settings.max_idle.as_secs(),
         max_lifetime_s: settings.max_lifetime.as_secs(),
         memory_budget_bytes: settings.memory_budget,
+        max_checkpoints: settings.max_checkpoints,
+        max_checkpoint_bytes: settings.max_checkpoint_bytes,
     }
 }
 

@@ -146,6 +146,7 @@ async fn past_the_session_limit_creating_and_forking_are_refused_with_429() {
     let (_, health) = call(&api, request(Method::GET, paths::HEALTH, "")).await;
     assert_eq!(health["sessions"]["javascript"]["live"], 3);
     assert_eq!(health["session_limits"]["max_sessions"], 3);
+    assert_eq!(health["session_limits"]["max_checkpoints"], 4);
 }
 
 #[tokio::test]
