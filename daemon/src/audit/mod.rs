@@ -81,6 +81,10 @@ pub struct ExecRecord<'a> {
     pub language: Language,
     /// The session it ran in, if any.
     pub session: Option<&'a str>,
+    /// In a session, the checkpoint the exec left it at (the one it made, or the one it is
+    /// back at); absent outside a session and when nothing ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<u64>,
     /// The code's SHA-256, its size, and the code itself with `--audit-code`.
     #[serde(flatten)]
     pub code: &'a Code,
@@ -114,7 +118,7 @@ pub struct Code {
     pub code: Option<String>,
 }
 
-/// A session created, forked, deleted or expired.
+/// A session created, forked, rolled back, deleted or expired.
 #[derive(Debug, Serialize)]
 pub struct SessionRecord<'a> {
     /// The request's id; absent for an expiry.
@@ -260,7 +264,7 @@ impl AuditLog {
     }
 
     /// Writes a session event's line: `event` is `session_created`, `session_forked`,
-    /// `session_deleted` or `session_expired`.
+    /// `session_rolled_back`, `session_deleted` or `session_expired`.
     pub fn session(&self, event: &str, record: &SessionRecord<'_>) {
         self.write(event, record);
     }

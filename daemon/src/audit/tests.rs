@@ -19,6 +19,7 @@ fn exec_of<'a>(code: &'a Code, session: Option<&'a str>) -> ExecRecord<'a> {
         caller: caller(),
         language: Language::Python,
         session,
+        checkpoint: None,
         code,
         status: "error",
         error_kind: Some(ErrorKind::Exception),

@@ -289,11 +289,16 @@ fn record<'a>(
         ),
         Err(refused) => ("rejected", Some(refused.kind()), 0, false),
     };
+    let checkpoint = ran
+        .as_ref()
+        .ok()
+        .and_then(|outcome| Some(outcome.session.as_ref()?.checkpoint));
     ExecRecord {
         request_id: call.id,
         caller: call.caller,
         language,
         session,
+        checkpoint,
         code,
         status,
         error_kind,

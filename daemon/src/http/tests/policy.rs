@@ -182,6 +182,20 @@ async fn sessions_are_their_callers_own_audited_and_held_to_a_quota() {
     )
     .await;
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    // Its owner runs an exec in it and rolls it back; another caller's rollback is refused,
+    // and not audited.
+    let exec = request(Method::POST, &paths::session_exec(&id), r#"{"code":"1"}"#);
+    assert_eq!(call_as(&api, CALLER, exec).await.status(), StatusCode::OK);
+    let rollback = || {
+        let path = paths::session_rollback(&id);
+        request(Method::POST, &path, r#"{"checkpoint":0}"#)
+    };
+    let response = call_as(&api, OTHER, rollback()).await;
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    assert_eq!(
+        call_as(&api, CALLER, rollback()).await.status(),
+        StatusCode::OK
+    );
     // Two sessions per caller here (of 3 in all).
     assert_eq!(
         call_as(&api, CALLER, create()).await.status(),
@@ -210,9 +224,20 @@ async fn sessions_are_their_callers_own_audited_and_held_to_a_quota() {
         events,
         [
             "session_created 1000",
+            "exec 1000",
+            "session_rolled_back 1000",
             "session_created 1000",
             "session_deleted 1000"
         ]
+    );
+    let lines = audit_lines(&audit);
+    assert_eq!(
+        (&lines[1]["session"], &lines[1]["checkpoint"]),
+        (&json!(id), &json!(0))
+    );
+    assert_eq!(
+        (&lines[2]["session"], &lines[2]["checkpoint"]),
+        (&json!(id), &json!(0))
     );
 }
 
