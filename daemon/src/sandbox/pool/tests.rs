@@ -29,6 +29,42 @@ struct Control {
     most_marks_running: AtomicUsize,
     /// The names of the `mark` programs, in the order they started.
     marks: Mutex<Vec<String>>,
+    /// The `held` programs the test has let go (`*`: all of them), and the news of it.
+    released: Mutex<Vec<String>>,
+    release: Condvar,
+}
+
+impl Control {
+    /// Lets the `held` program `name` end (`*`: every one).
+    fn release(&self, name: &str) {
+        self.released.lock().unwrap().push(name.to_owned());
+        self.release.notify_all();
+    }
+
+    /// Waits until the `held` program `name` is let go; false after `limit`.
+    fn wait_released(&self, name: &str, limit: Duration) -> bool {
+        let released = self.released.lock().unwrap();
+        let (released, _) = self
+            .release
+            .wait_timeout_while(released, limit, |released| {
+                !released.iter().any(|r| r == name || r == "*")
+            })
+            .unwrap();
+        released.iter().any(|r| r == name || r == "*")
+    }
+
+    /// Waits until `n` `mark` or `held` programs have started.
+    async fn wait_for_marks(&self, n: usize) {
+        let started = Instant::now();
+        while self.marks.lock().unwrap().len() < n {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{n} programs never started: {:?}",
+                self.marks.lock().unwrap()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
 }
 
 fn take_one(counter: &AtomicUsize) -> bool {
@@ -80,7 +116,8 @@ impl Guest for FakeGuest {
     /// unless interrupted; `abort` fails as a guest abort; `host-panic` panics as a host
     /// function would; `print:TEXT` writes TEXT to stdout, `print-spin:TEXT` too, then spins;
     /// `seen` answers how many programs ran before it since the last reset; `mark:NAME:MS`
-    /// notes NAME as started and takes MS milliseconds;
+    /// notes NAME as started and takes MS milliseconds; `held:NAME` notes NAME as started and
+    /// ends when the test lets it go (see [`Control::release`]);
     /// with a policy, `refused:NAME` is refused as a runner refuses a program naming NAME;
     /// `tool-capped` calls the tool `now`, waits for its answer, and, as the JavaScript runner
     /// does when the wait ends at the wall-clock cap, returns an exception of its own at once.
@@ -134,6 +171,12 @@ impl Guest for FakeGuest {
                 control.marks_running.fetch_sub(1, Ordering::SeqCst);
                 assert!(!interrupted, "{name} was interrupted");
                 ok("\"marked\"")
+            }
+            ("held", name) => {
+                self.control.marks.lock().unwrap().push(name.to_owned());
+                let released = self.control.wait_released(name, Duration::from_secs(30));
+                assert!(released, "{name} was never let go");
+                ok("\"released\"")
             }
             ("write", file) => {
                 let (path, text) = file.split_once('=').unwrap();
@@ -663,30 +706,29 @@ async fn a_flooding_caller_does_not_keep_another_waiting_behind_its_flood() {
     let (pool, control, _) = pool(2);
     settle(&pool, 2).await;
     let pool = Arc::new(pool);
-    let flood: Vec<_> = (0..6)
-        .map(|n| {
-            let pool = pool.clone();
-            tokio::spawn(async move {
-                submit(&pool, job_of(1, &format!("mark:a{n}:1000"), 60_000)).await
-            })
-        })
-        .collect();
-    // Both sandboxes run the flood, the rest of it waits; then the other caller's job comes.
-    let started = Instant::now();
-    while control.marks.lock().unwrap().len() < 2 {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the flood never started"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let other = submit(&pool, job_of(2, "mark:b:10", 60_000)).await;
-    assert_eq!(other.unwrap().status, Status::Ok);
+    let submitted = |uid: u32, code: String| {
+        let pool = pool.clone();
+        tokio::spawn(async move { submit(&pool, job_of(uid, &code, 60_000)).await })
+    };
+    // Six jobs of one caller, each held until the test lets it go: two take both sandboxes,
+    // four wait (the test's runtime has one thread: every task spawned ran, and queued its
+    // job, before the test's next step).
+    let flood: Vec<_> = (0..6).map(|n| submitted(1, format!("held:a{n}"))).collect();
+    control.wait_for_marks(2).await;
+    // Then another caller's job comes, and waits behind them.
+    let other = submitted(2, "mark:b:10".to_owned());
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    // A sandbox comes free: the other caller's job is the next to start, before the four of
+    // the flood that waited longer.
+    control.release("a0");
+    control.wait_for_marks(3).await;
+    let mut marks = control.marks.lock().unwrap().clone();
+    assert_eq!(marks.pop().as_deref(), Some("b"), "{marks:?}");
+    marks.sort();
+    assert_eq!(marks, ["a0", "a1"]);
+    control.release("*");
+    assert_eq!(other.await.unwrap().unwrap().status, Status::Ok);
     for job in flood {
         assert_eq!(job.await.unwrap().unwrap().status, Status::Ok);
     }
-    // It was the next to start once a sandbox came free: after the two running, before the
-    // four of the flood that waited before it came.
-    let marks = control.marks.lock().unwrap().clone();
-    assert_eq!(marks.iter().position(|m| m == "b"), Some(2), "{marks:?}");
 }
