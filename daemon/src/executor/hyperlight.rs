@@ -15,10 +15,7 @@ use tracing::Instrument;
 use super::Executor;
 use crate::audit::AuditLog;
 use crate::job::files;
-use crate::job::{
-    CheckpointInfo, ExecError, ExecutorHealth, Files, Job, Language, Outcome, SessionInfo,
-    SessionSettings,
-};
+use crate::job::{ExecError, ExecutorHealth, Job, Language, Outcome, SessionSettings};
 use crate::metrics::Metrics;
 use crate::sandbox::pool::{Pool, Scope};
 use crate::sandbox::{self, SandboxSettings, StartError};
@@ -106,13 +103,8 @@ impl Executor for HyperlightExecutor {
         }
     }
 
-    fn create_session(
-        &self,
-        owner: u32,
-        language: Language,
-        idle_timeout: Option<Duration>,
-    ) -> Result<SessionInfo, ExecError> {
-        self.sessions.create(owner, language, idle_timeout)
+    fn session_table(&self) -> Option<&Arc<Sessions>> {
+        Some(&self.sessions)
     }
 
     fn find_session(&self, owner: u32, id: &str) -> Result<(Arc<Session>, Language), ExecError> {
@@ -152,55 +144,5 @@ impl Executor for HyperlightExecutor {
         let task = tokio::spawn(run.instrument(tracing::Span::current()));
         task.await
             .unwrap_or_else(|e| Err(ExecError::Internal(format!("the session exec failed: {e}"))))
-    }
-
-    async fn fork_session(
-        &self,
-        owner: u32,
-        id: &str,
-        checkpoint: Option<u64>,
-        wait: Duration,
-    ) -> Result<SessionInfo, ExecError> {
-        self.sessions.fork(owner, id, checkpoint, wait).await
-    }
-
-    async fn session_checkpoints(
-        &self,
-        owner: u32,
-        id: &str,
-        wait: Duration,
-    ) -> Result<Vec<CheckpointInfo>, ExecError> {
-        self.sessions.checkpoints(owner, id, wait).await
-    }
-
-    async fn rollback_session(
-        &self,
-        owner: u32,
-        id: &str,
-        checkpoint: u64,
-        wait: Duration,
-    ) -> Result<SessionInfo, ExecError> {
-        self.sessions.rollback(owner, id, checkpoint, wait).await
-    }
-
-    fn session(&self, owner: u32, id: &str) -> Result<SessionInfo, ExecError> {
-        self.sessions.get(owner, id)
-    }
-
-    fn sessions(&self, owner: u32) -> Vec<SessionInfo> {
-        self.sessions.list(owner)
-    }
-
-    fn delete_session(&self, owner: u32, id: &str) -> Result<Language, ExecError> {
-        self.sessions.delete(owner, id)
-    }
-
-    async fn session_files(
-        &self,
-        owner: u32,
-        id: &str,
-        wait: Duration,
-    ) -> Result<Arc<Files>, ExecError> {
-        self.sessions.files(owner, id, wait).await
     }
 }

@@ -20,14 +20,17 @@ use crate::job::{
 };
 
 pub use self::hyperlight::HyperlightExecutor;
+use crate::session::Sessions;
 
 /// Runs jobs, in a fresh interpreter or in a session's. Implemented by the Hyperlight executor,
 /// and by stubs in tests. Sessions belong to the uid that created them: to any other `owner`
 /// they do not exist.
 ///
-/// The session methods' default bodies are those of an executor that keeps no sessions (every
-/// id is unknown, none can be created): stubs that test something else implement only
-/// [`exec`](Self::exec) and [`health`](Self::health).
+/// What is done to sessions between execs is the session table's business: an executor that
+/// keeps sessions hands out its table ([`session_table`](Self::session_table)), and the
+/// default bodies of those methods are the table's. Without one, they are those of an executor
+/// that keeps no sessions (every id is unknown, none can be created): stubs that test
+/// something else implement only [`exec`](Self::exec) and [`health`](Self::health).
 pub trait Executor: Send + Sync + 'static {
     /// A live session as [`find_session`](Self::find_session) found it, handed back to run an
     /// exec in it: the session is looked up once.
@@ -40,15 +43,22 @@ pub trait Executor: Send + Sync + 'static {
     /// Current state, for health and metrics.
     fn health(&self) -> ExecutorHealth;
 
+    /// The table its sessions live in; None: it keeps none.
+    fn session_table(&self) -> Option<&Arc<Sessions>> {
+        None
+    }
+
     /// Creates a session of `language` for `owner`, idle for at most `idle_timeout` (the
     /// default when None).
     fn create_session(
         &self,
-        _owner: u32,
+        owner: u32,
         language: Language,
-        _idle_timeout: Option<Duration>,
+        idle_timeout: Option<Duration>,
     ) -> Result<SessionInfo, ExecError> {
-        Err(ExecError::LanguageNotServed(language))
+        let table = self.session_table();
+        let table = table.ok_or(ExecError::LanguageNotServed(language))?;
+        table.create(owner, language, idle_timeout)
     }
 
     /// `owner`'s session `id`, and its language, to run an exec in.
@@ -75,64 +85,72 @@ pub trait Executor: Send + Sync + 'static {
     /// at most `wait` for them).
     fn fork_session(
         &self,
-        _owner: u32,
+        owner: u32,
         id: &str,
-        _checkpoint: Option<u64>,
-        _wait: Duration,
+        checkpoint: Option<u64>,
+        wait: Duration,
     ) -> impl Future<Output = Result<SessionInfo, ExecError>> + Send {
-        let unknown = ExecError::SessionNotFound(id.to_owned());
-        async { Err(unknown) }
+        async move { table(self, id)?.fork(owner, id, checkpoint, wait).await }
     }
 
     /// The checkpoints of `owner`'s session `id`, oldest first, as the execs that arrived
     /// before left them (waiting at most `wait` for them).
     fn session_checkpoints(
         &self,
-        _owner: u32,
+        owner: u32,
         id: &str,
-        _wait: Duration,
+        wait: Duration,
     ) -> impl Future<Output = Result<Vec<CheckpointInfo>, ExecError>> + Send {
-        let unknown = ExecError::SessionNotFound(id.to_owned());
-        async { Err(unknown) }
+        async move { table(self, id)?.checkpoints(owner, id, wait).await }
     }
 
     /// Returns `owner`'s session `id` to its checkpoint `checkpoint`, dropping the later ones,
     /// after the execs that arrived before (waiting at most `wait` for them).
     fn rollback_session(
         &self,
-        _owner: u32,
+        owner: u32,
         id: &str,
-        _checkpoint: u64,
-        _wait: Duration,
+        checkpoint: u64,
+        wait: Duration,
     ) -> impl Future<Output = Result<SessionInfo, ExecError>> + Send {
-        let unknown = ExecError::SessionNotFound(id.to_owned());
-        async { Err(unknown) }
+        async move { table(self, id)?.rollback(owner, id, checkpoint, wait).await }
     }
 
     /// `owner`'s session `id`.
-    fn session(&self, _owner: u32, id: &str) -> Result<SessionInfo, ExecError> {
-        Err(ExecError::SessionNotFound(id.to_owned()))
+    fn session(&self, owner: u32, id: &str) -> Result<SessionInfo, ExecError> {
+        table(self, id)?.get(owner, id)
     }
 
     /// Every live session of `owner`, oldest first.
-    fn sessions(&self, _owner: u32) -> Vec<SessionInfo> {
-        Vec::new()
+    fn sessions(&self, owner: u32) -> Vec<SessionInfo> {
+        self.session_table()
+            .map(|table| table.list(owner))
+            .unwrap_or_default()
     }
 
     /// Deletes `owner`'s session `id`; an exec already running finishes. Returns its language.
-    fn delete_session(&self, _owner: u32, id: &str) -> Result<Language, ExecError> {
-        Err(ExecError::SessionNotFound(id.to_owned()))
+    fn delete_session(&self, owner: u32, id: &str) -> Result<Language, ExecError> {
+        table(self, id)?.delete(owner, id)
     }
 
     /// The working directory of `owner`'s session `id`, as the execs that arrived before left
     /// it (waiting at most `wait` for them).
     fn session_files(
         &self,
-        _owner: u32,
+        owner: u32,
         id: &str,
-        _wait: Duration,
+        wait: Duration,
     ) -> impl Future<Output = Result<Arc<Files>, ExecError>> + Send {
-        let unknown = ExecError::SessionNotFound(id.to_owned());
-        async { Err(unknown) }
+        async move { table(self, id)?.files(owner, id, wait).await }
     }
+}
+
+/// `executor`'s session table, or: no session `id` (it keeps none).
+fn table<'a, E: Executor + ?Sized>(
+    executor: &'a E,
+    id: &str,
+) -> Result<&'a Arc<Sessions>, ExecError> {
+    executor
+        .session_table()
+        .ok_or_else(|| ExecError::SessionNotFound(id.to_owned()))
 }

@@ -7,8 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::Executor;
 use crate::job::{
-    After, CheckpointInfo, ExecError, ExecutorHealth, Job, Language, Outcome, Ran, Runtime,
-    SessionInfo, SessionSettings,
+    After, ExecError, ExecutorHealth, Job, Language, Outcome, Ran, Runtime, SessionSettings,
 };
 use crate::metrics::Metrics;
 use crate::session::{Session, Sessions};
@@ -85,13 +84,8 @@ impl Executor for StubExecutor {
         self.answer(&job)
     }
 
-    fn create_session(
-        &self,
-        owner: u32,
-        language: Language,
-        idle: Option<Duration>,
-    ) -> Result<SessionInfo, ExecError> {
-        self.sessions.create(owner, language, idle)
+    fn session_table(&self) -> Option<&Arc<Sessions>> {
+        Some(&self.sessions)
     }
 
     fn find_session(&self, owner: u32, id: &str) -> Result<(Arc<Session>, Language), ExecError> {
@@ -110,56 +104,6 @@ impl Executor for StubExecutor {
             after: After::Unchanged,
         });
         turn.finish(ran)
-    }
-
-    async fn fork_session(
-        &self,
-        owner: u32,
-        id: &str,
-        checkpoint: Option<u64>,
-        wait: Duration,
-    ) -> Result<SessionInfo, ExecError> {
-        self.sessions.fork(owner, id, checkpoint, wait).await
-    }
-
-    async fn session_checkpoints(
-        &self,
-        owner: u32,
-        id: &str,
-        wait: Duration,
-    ) -> Result<Vec<CheckpointInfo>, ExecError> {
-        self.sessions.checkpoints(owner, id, wait).await
-    }
-
-    async fn rollback_session(
-        &self,
-        owner: u32,
-        id: &str,
-        checkpoint: u64,
-        wait: Duration,
-    ) -> Result<SessionInfo, ExecError> {
-        self.sessions.rollback(owner, id, checkpoint, wait).await
-    }
-
-    fn session(&self, owner: u32, id: &str) -> Result<SessionInfo, ExecError> {
-        self.sessions.get(owner, id)
-    }
-
-    fn sessions(&self, owner: u32) -> Vec<SessionInfo> {
-        self.sessions.list(owner)
-    }
-
-    fn delete_session(&self, owner: u32, id: &str) -> Result<Language, ExecError> {
-        self.sessions.delete(owner, id)
-    }
-
-    async fn session_files(
-        &self,
-        owner: u32,
-        id: &str,
-        wait: Duration,
-    ) -> Result<Arc<crate::job::Files>, ExecError> {
-        self.sessions.files(owner, id, wait).await
     }
 
     fn health(&self) -> ExecutorHealth {
