@@ -214,6 +214,13 @@ async fn fetch(out: &Arc<dyn Outbound>, request: HttpRequest) -> Result<HttpResp
     .unwrap()
 }
 
+/// A plain HTTP server on loopback, and egress allowed to reach it (and nothing else).
+async fn plain_server(dir: &tempfile::TempDir) -> (SocketAddr, Arc<Egress>, std::path::PathBuf) {
+    let at = server(None).await;
+    let (egress, audit) = egress(&[format!("http://127.0.0.1:{}", at.port())], &[], None, dir);
+    (at, egress, audit)
+}
+
 fn echo(response: &HttpResponse) -> Value {
     serde_json::from_slice(&response.body).unwrap()
 }
@@ -221,13 +228,7 @@ fn echo(response: &HttpResponse) -> Value {
 #[tokio::test(flavor = "multi_thread")]
 async fn allowed_requests_go_through_and_the_host_sets_what_reaches_the_wire() {
     let dir = tempfile::tempdir().unwrap();
-    let at = server(None).await;
-    let (egress, audit) = egress(
-        &[format!("http://127.0.0.1:{}", at.port())],
-        &[],
-        None,
-        &dir,
-    );
+    let (at, egress, audit) = plain_server(&dir).await;
     let out = egress.for_exec(egress.narrow(None).unwrap(), context());
     let request = HttpRequest {
         method: "post".into(),
@@ -446,13 +447,7 @@ async fn a_secret_reaches_its_destination_only_and_is_never_shown() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_execution_s_limits_and_a_slow_server_end_its_requests() {
     let dir = tempfile::tempdir().unwrap();
-    let at = server(None).await;
-    let (egress, _) = egress(
-        &[format!("http://127.0.0.1:{}", at.port())],
-        &[],
-        None,
-        &dir,
-    );
+    let (at, egress, _) = plain_server(&dir).await;
     let out = egress.for_exec(egress.narrow(None).unwrap(), context());
     let url = |path: &str| format!("http://127.0.0.1:{}{path}", at.port());
     // A response larger than the sandbox takes in one answer, though the budget has room.
@@ -566,13 +561,7 @@ async fn a_request_narrows_the_daemon_s_rules_and_never_widens_them() {
 #[tokio::test(flavor = "multi_thread")]
 async fn past_the_daemon_s_concurrency_cap_a_request_waits_within_its_own_time() {
     let dir = tempfile::tempdir().unwrap();
-    let at = server(None).await;
-    let (egress, _) = egress(
-        &[format!("http://127.0.0.1:{}", at.port())],
-        &[],
-        None,
-        &dir,
-    );
+    let (at, egress, _) = plain_server(&dir).await;
     let url = |path: &str| format!("http://127.0.0.1:{}{path}", at.port());
     let (first, second) = (
         egress.for_exec(egress.narrow(None).unwrap(), context()),

@@ -101,6 +101,7 @@ pub fn files(files: Files) -> api::FileMap {
 }
 
 pub fn session_info(info: SessionInfo) -> api::SessionInfo {
+    let (restored_from_checkpoint, lost_execs) = lost(info.lost);
     api::SessionInfo {
         id: info.id,
         language: info.language,
@@ -111,8 +112,8 @@ pub fn session_info(info: SessionInfo) -> api::SessionInfo {
         memory_bytes: info.memory_bytes,
         checkpoint: info.checkpoint,
         checkpoints: info.checkpoints,
-        restored_from_checkpoint: lost(info.lost).0,
-        lost_execs: lost(info.lost).1,
+        restored_from_checkpoint,
+        lost_execs,
     }
 }
 
