@@ -345,7 +345,7 @@ impl<E: Executor> Api<E> {
         B::Error: Into<BoxError>,
     {
         let body = self.read_body(request, limit).await?;
-        serde_json::from_slice(&body).map_err(|e| ApiError::InvalidRequest(e.to_string()))
+        parse_json(&body)
     }
 
     /// Reads the whole body, refusing it as soon as it passes `limit` bytes.
@@ -487,6 +487,11 @@ fn json_response<T: serde::Serialize>(status: StatusCode, body: &T) -> Response<
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
+}
+
+/// A request body as JSON of type `T`, or 400 saying what is wrong with it.
+fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|e| ApiError::InvalidRequest(e.to_string()))
 }
 
 #[cfg(test)]

@@ -76,7 +76,7 @@ impl<E: Executor> Api<E> {
         let fork: ForkRequest = if body.iter().all(u8::is_ascii_whitespace) {
             ForkRequest::default()
         } else {
-            serde_json::from_slice(&body).map_err(|e| ApiError::InvalidRequest(e.to_string()))?
+            super::parse_json(&body)?
         };
         let info = self.service.fork_session(call, id, fork.checkpoint).await?;
         Ok(created(info))
