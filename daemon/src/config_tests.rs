@@ -218,10 +218,21 @@ fn session_limits_are_checked() {
     let defaults = parse(&[]).unwrap().sessions().unwrap();
     assert!(defaults.default_idle <= defaults.max_idle);
     assert_eq!(defaults.memory_budget, 4096 << 20);
-    assert!(matches!(
-        parse(&["--max-sessions", "0"]).unwrap().sessions(),
-        Err(ConfigError::Zero("--max-sessions"))
-    ));
+    assert_eq!(
+        (defaults.max_checkpoints, defaults.max_checkpoint_bytes),
+        (4, 512 << 20)
+    );
+    for flag in [
+        "--max-sessions",
+        "--session-checkpoints",
+        "--session-checkpoint-mib",
+    ] {
+        let zero = parse(&[flag, "0"]).unwrap().sessions();
+        assert!(
+            matches!(zero, Err(ConfigError::Zero(f)) if f == flag),
+            "{flag}"
+        );
+    }
     assert!(matches!(
         parse(&[
             "--session-idle-timeout-s",
