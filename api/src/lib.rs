@@ -401,6 +401,9 @@ pub enum ErrorKind {
     ShuttingDown,
     /// No session has this id: it never existed, was deleted, or expired.
     SessionNotFound,
+    /// The session's state is gone: a restarted daemon could bring back none of its
+    /// checkpoints from disk (the message says why). Delete it and create a new one.
+    SessionLost,
     /// The session keeps no checkpoint of that number (never made, rolled back past, or dropped
     /// as the oldest); the message lists those it keeps.
     CheckpointNotFound,
@@ -455,6 +458,7 @@ impl ErrorKind {
         ErrorKind::NoSandboxAvailable,
         ErrorKind::ShuttingDown,
         ErrorKind::SessionNotFound,
+        ErrorKind::SessionLost,
         ErrorKind::CheckpointNotFound,
         ErrorKind::TooManySessions,
         ErrorKind::SessionBusy,
@@ -492,6 +496,7 @@ impl ErrorKind {
             | ErrorKind::ExecutionNotFound
             | ErrorKind::ToolCallNotFound => Some(404),
             ErrorKind::MethodNotAllowed => Some(405),
+            ErrorKind::SessionLost => Some(410),
             ErrorKind::RequestTimeout => Some(408),
             ErrorKind::SessionBusy | ErrorKind::ExecutionEnded | ErrorKind::ToolCallAnswered => {
                 Some(409)
@@ -533,6 +538,7 @@ impl ErrorKind {
             ErrorKind::NoSandboxAvailable => "no_sandbox_available",
             ErrorKind::ShuttingDown => "shutting_down",
             ErrorKind::SessionNotFound => "session_not_found",
+            ErrorKind::SessionLost => "session_lost",
             ErrorKind::CheckpointNotFound => "checkpoint_not_found",
             ErrorKind::TooManySessions => "too_many_sessions",
             ErrorKind::SessionBusy => "session_busy",

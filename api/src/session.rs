@@ -169,6 +169,18 @@ pub struct SessionInfo {
     /// How many answered execs' effects it lost (with `restored_from_checkpoint`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub lost_execs: u64,
+    /// True when the daemon keeps the session in its state directory (`--state-dir`): it
+    /// outlives a restart of the daemon, from its newest checkpoint on disk.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub durable: bool,
+    /// True when its state is on disk only (parked, after it stayed idle): its next exec
+    /// brings it back first.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub parked: bool,
+    /// Set when none of its checkpoints could be brought back from disk after a restart: why.
+    /// Every exec in it is refused (410 `session_lost`); delete it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost: Option<String>,
 }
 
 /// One checkpoint of a session.
@@ -188,6 +200,10 @@ pub struct CheckpointInfo {
     pub request_id: Option<u64>,
     /// Host memory it holds, in bytes (0 for a new session's start, the warm state).
     pub bytes: u64,
+    /// True once it is on disk, in a daemon with a state directory: from then on it survives
+    /// a restart or a crash of the daemon.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub durable: bool,
 }
 
 /// Body of `GET /v1/sessions/{id}/checkpoints`.
@@ -229,6 +245,9 @@ pub struct SessionCounts {
     pub live: usize,
     /// Host memory their saved state holds, in bytes.
     pub memory_bytes: u64,
+    /// Sessions whose state is on disk only (parked).
+    #[serde(default)]
+    pub parked: usize,
 }
 
 /// The limits sessions live under, as `/v1/health` reports them.
@@ -255,6 +274,10 @@ pub struct SessionLimits {
     /// newest is kept whatever its size.
     #[serde(default)]
     pub max_checkpoint_bytes: u64,
+    /// Set when sessions are kept on disk (`--state-dir`): seconds a session stays idle before
+    /// its state leaves memory (`--session-park-after-s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub park_after_s: Option<u64>,
 }
 
 #[cfg(test)]

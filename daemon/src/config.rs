@@ -185,6 +185,20 @@ pub struct Config {
     #[arg(long, env = "HYPERLIGHTD_SNAPSHOT_DIR")]
     pub snapshot_dir: Option<std::path::PathBuf>,
 
+    /// Where sessions are kept so that they outlive the daemon: each session's record, journal
+    /// and checkpoints (every exec's state, written after its answer, crash-safe and
+    /// checksummed). A daemon started again with the same directory serves the same sessions.
+    /// Created, private to the daemon's user. None: sessions live in memory only, and a stop
+    /// loses them.
+    #[arg(long, env = "HYPERLIGHTD_STATE_DIR")]
+    pub state_dir: Option<std::path::PathBuf>,
+
+    /// Seconds a session kept in --state-dir may stay idle before its state leaves memory
+    /// (parked: on disk only, brought back at its next use). Sessions also leave memory, least
+    /// recently used first, when their states hold --session-memory-mib.
+    #[arg(long, default_value_t = 300)]
+    pub session_park_after_s: u64,
+
     /// The default policy every program is checked against before it runs: a JSON file with
     /// the fields of a request's `policy` (`allowed_modules`, `blocked_functions`,
     /// `blocked_globals`), and `network` (`{"allow": [...]}`, destinations programs may reach
@@ -537,6 +551,10 @@ impl Config {
             memory_budget: self.session_memory_mib.saturating_mul(1 << 20),
             max_checkpoints: self.session_checkpoints,
             max_checkpoint_bytes: self.session_checkpoint_mib.saturating_mul(1 << 20),
+            park_after: self
+                .state_dir
+                .as_ref()
+                .map(|_| Duration::from_secs(self.session_park_after_s)),
         })
     }
 

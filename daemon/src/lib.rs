@@ -41,7 +41,7 @@ use crate::audit::{AuditLog, AuditOpenError};
 use crate::caller::ExecQuota;
 use crate::config::{Config, ConfigError};
 use crate::egress::Egress;
-use crate::executor::HyperlightExecutor;
+use crate::executor::{Executor, ExecutorStartError, HyperlightExecutor};
 use crate::http::Api;
 use crate::job::SessionSettings;
 use crate::metrics::Metrics;
@@ -81,6 +81,12 @@ pub enum StartError {
         dir: std::path::PathBuf,
         error: std::io::Error,
     },
+    /// The state directory could not be created or read.
+    #[error("the state directory {}: {error}", dir.display())]
+    StateDir {
+        dir: std::path::PathBuf,
+        error: std::io::Error,
+    },
     /// A language's pool could not start (its guest, not the hypervisor, failed).
     #[error(transparent)]
     Pool(#[from] sandbox::StartError),
@@ -101,14 +107,17 @@ pub enum StartError {
 
 impl StartError {
     /// Exit code, after sysexits(3): 64 bad configuration, 69 hypervisor unavailable,
-    /// 73 socket, audit log or snapshot directory cannot be created, 75 socket in use by a live daemon, 70 anything else
+    /// 73 socket, audit log, snapshot or state directory cannot be created, 75 socket in use by a live daemon, 70 anything else
     /// (a pool that cannot start included).
     pub fn exit_code(&self) -> u8 {
         match self {
             StartError::Config(_) => 64,
             StartError::Hypervisor(_) | StartError::ProbeTimedOut(_) => 69,
             StartError::Socket(SocketError::InUse(_)) => 75,
-            StartError::Socket(_) | StartError::Audit(_) | StartError::SnapshotDir { .. } => 73,
+            StartError::Socket(_)
+            | StartError::Audit(_)
+            | StartError::SnapshotDir { .. }
+            | StartError::StateDir { .. } => 73,
             StartError::Pool(_)
             | StartError::PythonLibrary(_)
             | StartError::PoolsTimedOut(_)
@@ -212,6 +221,7 @@ pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Resu
         quota: ExecQuota::new(exec_quota, Some(own_uid)),
         audit,
     };
+    let sessions = executor.session_table().cloned();
     let service = Service::new(Arc::new(executor), metrics, limits, versions())
         .with_callers(callers)
         .with_code_policy(code_policy)
@@ -219,8 +229,30 @@ pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Resu
     let api = Arc::new(Api::of(service));
     server::serve(listener, api, server_config(&config), &mut stops).await;
     drop(bound);
+    if let Some(sessions) = sessions {
+        flush_sessions(sessions).await;
+    }
     info!("stopped");
     Ok(())
+}
+
+/// How long a stopping daemon waits for the sessions' last states to be saved and written.
+const FLUSH_LIMIT: Duration = Duration::from_secs(60);
+
+/// Waits (at most [`FLUSH_LIMIT`]) until every session's last state is saved and, with a state
+/// directory, on disk: a clean stop loses no answered exec.
+async fn flush_sessions(sessions: Arc<session::Sessions>) {
+    let started = Instant::now();
+    let flushed = tokio::task::spawn_blocking(move || sessions.flush(FLUSH_LIMIT)).await;
+    let elapsed_ms = started.elapsed().as_millis() as u64;
+    match flushed {
+        Ok(true) => info!(elapsed_ms, "every session's state is saved"),
+        _ => warn!(
+            elapsed_ms,
+            "some session states were still being saved or written when the daemon stopped: \
+             those sessions come back at an older checkpoint, and say so"
+        ),
+    }
 }
 
 /// How the server treats its connections (the values were checked with the limits).
@@ -313,9 +345,10 @@ async fn start_executor(
     };
     let (runtime, sizes, metrics) = (Handle::current(), sizes.clone(), metrics.clone());
     let name = hypervisor.to_string();
-    let audit = stores.audit;
+    let (audit, state_dir) = (stores.audit, config.state_dir.clone());
     let starting = blocking_within(limit, move || {
-        HyperlightExecutor::start(name, &sizes, settings, sessions, audit, runtime, &metrics)
+        let stores = (audit, state_dir.as_deref());
+        HyperlightExecutor::start(name, &sizes, settings, sessions, stores, runtime, &metrics)
     });
     let failed = match starting.await {
         Some(Ok(Ok(executor))) => {
@@ -325,7 +358,10 @@ async fn start_executor(
             );
             return Ok(executor);
         }
-        Some(Ok(Err(pool))) => StartError::Pool(pool),
+        Some(Ok(Err(ExecutorStartError::StateDir { dir, error }))) => {
+            return Err(StartError::StateDir { dir, error });
+        }
+        Some(Ok(Err(ExecutorStartError::Pool(pool)))) => StartError::Pool(pool),
         Some(Err(thread)) => return Err(thread),
         None => StartError::PoolsTimedOut(limit),
     };

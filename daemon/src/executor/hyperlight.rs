@@ -7,6 +7,7 @@
 //! state it leaves), and the session table nothing of pools.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,10 +20,24 @@ use crate::job::{ExecError, ExecutorHealth, Job, Language, Outcome, SessionSetti
 use crate::metrics::Metrics;
 use crate::sandbox::pool::{Pool, Scope};
 use crate::sandbox::{self, SandboxSettings, StartError};
-use crate::session::{Session, Sessions};
+use crate::session::{Durable, Session, Sessions};
 
 /// How often expired sessions are looked for.
 const REAP_PERIOD: Duration = Duration::from_secs(1);
+
+/// Why the executor could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecutorStartError {
+    /// A pool could not start.
+    #[error(transparent)]
+    Pool(#[from] StartError),
+    /// The state directory could not be created or read.
+    #[error("the state directory {}: {error}", dir.display())]
+    StateDir {
+        dir: std::path::PathBuf,
+        error: std::io::Error,
+    },
+}
 
 /// Runs jobs in warm Hyperlight sandboxes, fresh or in sessions.
 #[derive(Debug)]
@@ -36,24 +51,36 @@ pub struct HyperlightExecutor {
 
 impl HyperlightExecutor {
     /// Starts every pool (see [`sandbox::start_pools`]) and the session table, whose expiries
-    /// go to `audit`. `hypervisor` is what health reports.
+    /// go to `audit`, kept in `state_dir` when one is given (the sessions already there are
+    /// read back). `hypervisor` is what health reports.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         hypervisor: String,
         sizes: &BTreeMap<Language, usize>,
         settings: SandboxSettings,
         sessions: SessionSettings,
-        audit: Arc<AuditLog>,
+        (audit, state_dir): (Arc<AuditLog>, Option<&Path>),
         runtime: tokio::runtime::Handle,
         metrics: &Metrics,
-    ) -> Result<Self, StartError> {
+    ) -> Result<Self, ExecutorStartError> {
         let pools = sandbox::start_pools(sizes, &settings, runtime.clone(), metrics)?;
         let languages: Vec<Language> = pools.keys().copied().collect();
-        let sessions = Arc::new(Sessions::new(
-            sessions,
-            &languages,
-            metrics.sessions(),
-            audit,
-        ));
+        let mut table = Sessions::new(sessions, &languages, metrics.sessions(), audit);
+        if let Some(dir) = state_dir {
+            let codecs = pools
+                .iter()
+                .filter_map(|(&language, pool)| Some((language, pool.state_codec()?)))
+                .collect();
+            let park_after = sessions.park_after.unwrap_or(Duration::MAX);
+            let durable = Durable::open(dir, codecs, metrics.sessions().durable, park_after)
+                .map_err(|error| ExecutorStartError::StateDir {
+                    dir: dir.to_owned(),
+                    error,
+                })?;
+            table = table.with_durable(durable);
+        }
+        let sessions = Arc::new(table);
+        sessions.recover();
         sessions.reap_every(REAP_PERIOD, &runtime);
         Ok(HyperlightExecutor {
             hypervisor,
@@ -119,7 +146,7 @@ impl Executor for HyperlightExecutor {
         mut job: Job,
     ) -> Result<Outcome, ExecError> {
         let pool = self.pool(job.language)?;
-        let turn = self
+        let mut turn = self
             .sessions
             .turn(session, job.deadline, job.timeout, job.request_id)
             .await?;
@@ -128,7 +155,10 @@ impl Executor for HyperlightExecutor {
         let run = async move {
             // Waiting for the session's earlier state to be saved is not the program's time.
             job.deadline = turn.deadline();
-            let resume = turn.resume();
+            let resume = match turn.resume().await {
+                Ok(resume) => resume,
+                Err(e) => return turn.finish(Err(e)),
+            };
             let state = resume.map(|resume| {
                 job.files = files::overlay(&resume.files, &job.files);
                 resume.state

@@ -19,7 +19,7 @@ use crate::job::{
     CheckpointInfo, ExecError, ExecutorHealth, Files, Job, Language, Outcome, SessionInfo,
 };
 
-pub use self::hyperlight::HyperlightExecutor;
+pub use self::hyperlight::{ExecutorStartError, HyperlightExecutor};
 use crate::session::Sessions;
 
 /// Runs jobs, in a fresh interpreter or in a session's. Implemented by the Hyperlight executor,

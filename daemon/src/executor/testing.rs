@@ -57,6 +57,7 @@ pub fn stub_sessions(per_caller: usize) -> Arc<Sessions> {
         memory_budget: 1 << 30,
         max_checkpoints: 4,
         max_checkpoint_bytes: u64::MAX,
+        park_after: None,
     };
     let languages = [Language::Javascript, Language::Python];
     let audit = Arc::new(crate::audit::AuditLog::off());

@@ -37,6 +37,18 @@ pub enum ExecError {
          lifetime. Create a new one with POST /v1/sessions"
     )]
     SessionNotFound(String),
+    /// The session's state is gone: a restarted daemon could bring back none of its
+    /// checkpoints from disk. Nothing ran.
+    #[error(
+        "session {id} lost its state: no checkpoint of it could be brought back from disk \
+         ({why}). Delete it and create a new one with POST /v1/sessions"
+    )]
+    SessionLost {
+        /// The session.
+        id: String,
+        /// Why each checkpoint was refused.
+        why: String,
+    },
     /// The session keeps no checkpoint of this number (never made, rolled back past, or
     /// dropped as the oldest beyond its retention).
     #[error(

@@ -56,6 +56,8 @@ pub struct SessionCounts {
     pub live: usize,
     /// Host memory their saved state holds, in bytes.
     pub memory_bytes: u64,
+    /// Sessions whose state is on disk only.
+    pub parked: usize,
 }
 
 /// A session, as the executor describes it.
@@ -81,6 +83,12 @@ pub struct SessionInfo {
     pub checkpoints: usize,
     /// Execs whose state it lost, not yet reported by an exec's answer.
     pub lost: Option<Loss>,
+    /// Its state is on disk only.
+    pub parked: bool,
+    /// It is kept in the state directory.
+    pub durable: bool,
+    /// Why its state is gone, when none of its checkpoints could be brought back.
+    pub gone: Option<String>,
 }
 
 /// Execs whose answer was sent but whose state the session lost: it is back at an older
@@ -107,6 +115,8 @@ pub struct CheckpointInfo {
     pub request_id: Option<u64>,
     /// Host memory it holds, in bytes.
     pub bytes: u64,
+    /// It is on disk.
+    pub durable: bool,
 }
 
 /// The limits sessions live under.
@@ -131,4 +141,6 @@ pub struct SessionSettings {
     /// Most bytes a session's checkpoints may hold together (its newest is kept whatever its
     /// size).
     pub max_checkpoint_bytes: u64,
+    /// With a state directory: how long a session stays idle before its state leaves memory.
+    pub park_after: Option<Duration>,
 }

@@ -30,7 +30,9 @@ pub use self::health::{
     SessionSettings,
 };
 pub use self::outcome::{Failure, FailureKind, Outcome, SessionRef, Status, Violation};
-pub use self::state::{After, Answer, Ran, Resume, Saved, SavedState};
+pub use self::state::{
+    After, Answer, FileIdentity, KeyMismatch, Ran, Resume, Saved, SavedState, StateCodec, StateKey,
+};
 pub use hyperlightd_api::Language;
 
 /// One program to run.

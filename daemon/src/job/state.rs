@@ -78,3 +78,119 @@ pub struct Ran {
 
 /// What a worker answers for a job: how it ran, or why it did not.
 pub type Answer = Result<Ran, ExecError>;
+
+/// What a guest's saved state fits: the daemon's build, the guest's sizes and the files its
+/// state depends on. A template is saved under it, and each checkpoint a session writes to
+/// disk records it; one whose key is not the daemon's own is refused, and
+/// [`mismatch`](Self::mismatch) says why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StateKey {
+    /// Bumped when what is saved beside the snapshot changes shape.
+    pub format: u32,
+    pub language: String,
+    /// The daemon's version and executable (size and modification time): a new build may run
+    /// another runner, or another Hyperlight.
+    pub daemon: String,
+    pub executable: FileIdentity,
+    /// The guest's sizes and limits, as `Debug` prints them.
+    pub sizes: String,
+    /// Files the guest's state depends on (Python's component and library, its rootfs).
+    pub files: Vec<FileIdentity>,
+}
+
+/// A file, as far as telling it changed goes.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FileIdentity {
+    pub path: std::path::PathBuf,
+    pub bytes: u64,
+    pub modified_ns: u128,
+}
+
+impl FileIdentity {
+    pub fn of(path: &std::path::Path) -> std::io::Result<FileIdentity> {
+        let meta = std::fs::metadata(path)?;
+        let modified_ns = meta
+            .modified()?
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        Ok(FileIdentity {
+            path: path.canonicalize()?,
+            bytes: meta.len(),
+            modified_ns,
+        })
+    }
+}
+
+/// Why a saved state does not fit the daemon: what differs, first found first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyMismatch {
+    /// Another daemon build (version or executable), or another format of what is saved.
+    Build,
+    /// Another guest: another language, or other files it depends on.
+    Guest,
+    /// Other sizes or limits of the guest (its heap, its buffers).
+    Sizes,
+}
+
+impl KeyMismatch {
+    /// The reason, as metrics and logs name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyMismatch::Build => "other_build",
+            KeyMismatch::Guest => "other_guest",
+            KeyMismatch::Sizes => "other_sizes",
+        }
+    }
+}
+
+impl StateKey {
+    /// The key of `language`'s guest with `sizes`, depending on `files` too, for this daemon.
+    pub fn new(
+        language: &str,
+        sizes: String,
+        files: &[&std::path::Path],
+    ) -> std::io::Result<StateKey> {
+        Ok(StateKey {
+            format: 1,
+            language: language.to_owned(),
+            daemon: env!("CARGO_PKG_VERSION").to_owned(),
+            executable: FileIdentity::of(&std::env::current_exe()?)?,
+            sizes,
+            files: files
+                .iter()
+                .map(|path| FileIdentity::of(path))
+                .collect::<std::io::Result<_>>()?,
+        })
+    }
+
+    /// What makes a state saved under `saved` unfit for a guest of this key; None: it fits.
+    pub fn mismatch(&self, saved: &StateKey) -> Option<KeyMismatch> {
+        if self.format != saved.format
+            || self.daemon != saved.daemon
+            || self.executable != saved.executable
+        {
+            Some(KeyMismatch::Build)
+        } else if self.language != saved.language || self.files != saved.files {
+            Some(KeyMismatch::Guest)
+        } else if self.sizes != saved.sizes {
+            Some(KeyMismatch::Sizes)
+        } else {
+            None
+        }
+    }
+}
+
+/// How a language's saved states go to disk and come back, for sessions that outlive the
+/// daemon. Each guest kind implements it (its state is its own business); the session table
+/// only stores what it writes.
+pub trait StateCodec: Send + Sync + std::fmt::Debug + 'static {
+    /// What the states of this guest fit.
+    fn key(&self) -> &StateKey;
+
+    /// Writes `state` into `dir`, a directory that does not exist yet (its parent does).
+    fn write(&self, state: &SavedState, dir: &std::path::Path) -> Result<(), String>;
+
+    /// Reads back a state [`write`](Self::write) wrote into `dir`, whose files have been
+    /// checked; an error says why it cannot be used.
+    fn read(&self, dir: &std::path::Path) -> Result<SavedState, String>;
+}

@@ -12,10 +12,12 @@ use prometheus::{
     Registry, TextEncoder,
 };
 
+mod durable;
 mod egress;
 mod session;
 mod tools;
 
+pub use self::durable::*;
 pub use self::egress::*;
 pub use self::session::*;
 pub use self::tools::*;

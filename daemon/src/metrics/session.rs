@@ -44,6 +44,8 @@ pub struct SessionMetrics {
     save_failures: IntCounterVec,
     pub(super) save: HistogramVec,
     pub(super) load: HistogramVec,
+    /// Those of sessions kept on disk.
+    pub durable: super::DurableMetrics,
 }
 
 impl SessionMetrics {
@@ -99,6 +101,7 @@ impl SessionMetrics {
                 "Time to load a session's state into a sandbox before its exec.",
                 SANDBOX_BUCKETS,
             )?,
+            durable: super::DurableMetrics::register(registry)?,
         };
         registry.register(Box::new(metrics.live.clone()))?;
         registry.register(Box::new(metrics.memory.clone()))?;

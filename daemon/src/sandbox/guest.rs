@@ -15,7 +15,9 @@ use super::watchdog::Interrupt;
 use crate::job::egress::Outbound;
 use crate::job::files::FileError;
 use crate::job::tools::ToolExchange;
-use crate::job::{Deadline, FailureKind, FileLimits, Files, Policy, Runtime, Violation};
+use crate::job::{
+    Deadline, FailureKind, FileLimits, Files, Policy, Runtime, StateCodec, Violation,
+};
 
 /// What a guest is asked to run.
 #[derive(Debug, Clone, Copy)]
@@ -285,6 +287,12 @@ pub trait GuestFactory: Send + Sync + 'static {
     /// What runs the programs: the runtime, the language's version, the packages. Asked once
     /// the template is ready (what the guest reports may be known only then).
     fn runtime(&self) -> Runtime;
+
+    /// How its sandboxes' saved states go to disk and come back, for sessions that outlive
+    /// the daemon; None: they cannot.
+    fn state_codec(&self) -> Option<Arc<dyn StateCodec>> {
+        None
+    }
 }
 
 /// How a template was made ready.

@@ -39,6 +39,8 @@ use sha2::{Digest, Sha256};
 use tracing::{info, warn};
 
 use super::guest::Source;
+use crate::job::{SavedState, StateCodec, StateKey};
+use crate::sys::durable::{self, discard};
 
 /// The tag of the template in each layout.
 const TAG: &str = "template";
@@ -52,61 +54,11 @@ pub struct SnapshotStore {
     serving: (Mutex<bool>, Condvar),
 }
 
-/// What a template's fitness depends on, for one language. Serialized, hashed, and compared.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Key {
-    /// Bumped when what is saved beside the snapshot changes shape.
-    pub format: u32,
-    pub language: String,
-    /// The daemon's version and executable (size and modification time): a new build may run
-    /// another runner, or another Hyperlight.
-    pub daemon: String,
-    pub executable: FileIdentity,
-    /// The guest's sizes and limits, as `Debug` prints them.
-    pub sizes: String,
-    /// Files the guest's state depends on (Python's component and library).
-    pub files: Vec<FileIdentity>,
-}
-
-/// A file, as far as telling it changed goes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FileIdentity {
-    pub path: PathBuf,
-    pub bytes: u64,
-    pub modified_ns: u128,
-}
-
-impl FileIdentity {
-    pub fn of(path: &Path) -> io::Result<FileIdentity> {
-        let meta = fs::metadata(path)?;
-        let modified_ns = meta
-            .modified()?
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        Ok(FileIdentity {
-            path: path.canonicalize()?,
-            bytes: meta.len(),
-            modified_ns,
-        })
-    }
-}
+/// What a template's fitness depends on, for one language (see [`StateKey`]): serialized,
+/// hashed into the directory's name, and compared.
+pub type Key = StateKey;
 
 impl Key {
-    /// The key of `language`'s template with `sizes`, depending on `files` too.
-    pub fn new(language: &str, sizes: String, files: &[&Path]) -> io::Result<Key> {
-        Ok(Key {
-            format: 1,
-            language: language.to_owned(),
-            daemon: env!("CARGO_PKG_VERSION").to_owned(),
-            executable: FileIdentity::of(&std::env::current_exe()?)?,
-            sizes,
-            files: files
-                .iter()
-                .map(|path| FileIdentity::of(path))
-                .collect::<io::Result<_>>()?,
-        })
-    }
-
     /// The directory name: the language and the key's digest.
     fn dir_name(&self) -> String {
         let json = serde_json::to_vec(self).unwrap_or_default();
@@ -156,19 +108,9 @@ impl Persist for Snapshot {
 impl SnapshotStore {
     /// The store in `dir`, created (mode 0700: snapshots hold the guests' memory) if need be.
     pub fn open(dir: &Path) -> io::Result<SnapshotStore> {
-        use std::os::unix::fs::DirBuilderExt;
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)?;
         // Saves a daemon did not finish, and removals it did not finish (it stopped mid-way),
-        // are of no use to anyone.
-        for entry in fs::read_dir(dir)?.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with('.') && (name.contains(PARTIAL) || name.contains(DISCARDED)) {
-                let _ = fs::remove_dir_all(entry.path());
-            }
-        }
+        // are of no use to anyone: opening clears them.
+        durable::open_private_dir(dir)?;
         Ok(SnapshotStore {
             dir: dir.to_owned(),
             serving: (Mutex::new(false), Condvar::new()),
@@ -227,16 +169,13 @@ impl SnapshotStore {
     /// language (saved for other builds or settings).
     pub fn save<S: Persist>(&self, key: &Key, snapshot: &S, extra: &[u8]) -> Result<(), String> {
         let name = key.dir_name();
-        let partial = self
-            .dir
-            .join(format!(".{name}{PARTIAL}{}", std::process::id()));
+        let partial = durable::partial(&self.dir, &name);
         let _ = fs::remove_dir_all(&partial);
         let written = write(&partial, key, snapshot, extra);
         let renamed = written.and_then(|()| {
             let dir = self.dir.join(&name);
             discard(&dir);
-            fs::rename(&partial, &dir)
-                .and_then(|()| fs::File::open(&self.dir)?.sync_all())
+            durable::commit(&partial, &dir)
                 .map_err(|e| format!("renaming {}: {e}", partial.display()))
         });
         if let Err(why) = renamed {
@@ -270,6 +209,77 @@ pub struct Codec<T, S> {
     pub encode: fn(&T) -> Result<Stored<S>, String>,
     /// A template from what was saved; an error says why it does not fit.
     pub decode: Box<dyn FnOnce(Stored<S>) -> Result<T, String>>,
+}
+
+/// How a language's session states go to disk, laid out as its templates are: the snapshot
+/// in `oci/` (through [`Persist`]), what the language keeps beside it in `extra`. The session
+/// table checks the files and the key; this only writes and reads them.
+pub struct StateFiles<S> {
+    key: Key,
+    encode: Box<Encode<S>>,
+    decode: Box<Decode<S>>,
+}
+
+/// What turns a saved state into what is stored.
+type Encode<S> = dyn Fn(&SavedState) -> Result<Stored<S>, String> + Send + Sync;
+/// What turns what was stored back into a state.
+type Decode<S> = dyn Fn(Stored<S>) -> Result<SavedState, String> + Send + Sync;
+
+impl<S> std::fmt::Debug for StateFiles<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateFiles")
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Persist> StateFiles<S> {
+    /// States of the guest whose key `key` gives, turned into what is stored by `encode` and
+    /// back by `decode`. None when the key cannot be told (the daemon's executable or a guest
+    /// file cannot be read): said in the log, and the language's sessions stay in memory.
+    pub fn codec(
+        key: io::Result<Key>,
+        encode: impl Fn(&SavedState) -> Result<Stored<S>, String> + Send + Sync + 'static,
+        decode: impl Fn(Stored<S>) -> Result<SavedState, String> + Send + Sync + 'static,
+    ) -> Option<Arc<dyn StateCodec>> {
+        match key {
+            Ok(key) => Some(Arc::new(StateFiles {
+                key,
+                encode: Box::new(encode),
+                decode: Box::new(decode),
+            })),
+            Err(e) => {
+                warn!(
+                    "cannot tell which saved session states fit this guest ({e}): its sessions are not written to disk"
+                );
+                None
+            }
+        }
+    }
+}
+
+impl<S: Persist> StateCodec for StateFiles<S> {
+    fn key(&self) -> &StateKey {
+        &self.key
+    }
+
+    fn write(&self, state: &SavedState, dir: &Path) -> Result<(), String> {
+        let stored = (self.encode)(state)?;
+        fs::create_dir(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        stored
+            .snapshot
+            .write_to(&dir.join("oci"))
+            .map_err(|e| format!("saving the snapshot: {e}"))?;
+        durable::write_synced(&dir.join("extra"), &stored.extra)
+            .map_err(|e| format!("writing extra: {e}"))
+    }
+
+    fn read(&self, dir: &Path) -> Result<SavedState, String> {
+        let extra = fs::read(dir.join("extra")).map_err(|e| format!("reading extra: {e}"))?;
+        let snapshot =
+            S::read_from(&dir.join("oci")).map_err(|e| format!("loading the snapshot: {e}"))?;
+        (self.decode)(Stored { snapshot, extra })
+    }
 }
 
 /// The template saved under the key `key` gives, when `store` has a fitting one; otherwise one
@@ -326,101 +336,29 @@ pub fn load_or_build<T, S: Persist, E>(
     Ok((template, Source::Built))
 }
 
-/// What the name of a save in progress holds (after a leading dot).
-const PARTIAL: &str = ".partial-";
-/// What the name of a template being removed holds (after a leading dot).
-const DISCARDED: &str = ".removed-";
-
-/// Removes the template directory `dir`, if there is one: renamed aside first, to a hidden
-/// name that no reader takes for a template, in one step; then deleted. Whoever looks sees the
-/// template whole or not at all, never half deleted. Should the rename fail (it cannot in a
-/// directory the daemon owns), it is deleted where it is.
-fn discard(dir: &Path) {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
-        return;
-    };
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let aside = parent.join(format!(
-        ".{}{DISCARDED}{}-{n}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    match fs::rename(dir, &aside) {
-        Ok(()) => {
-            let _ = fs::remove_dir_all(&aside);
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => {
-            warn!(dir = %dir.display(), "cannot move the template aside ({e}); deleting it in place");
-            let _ = fs::remove_dir_all(dir);
-        }
-    }
-}
-
 fn write<S: Persist>(dir: &Path, key: &Key, snapshot: &S, extra: &[u8]) -> Result<(), String> {
     fs::create_dir(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     snapshot
         .write_to(&dir.join("oci"))
         .map_err(|e| format!("saving the snapshot: {e}"))?;
-    write_synced(&dir.join("extra"), extra).map_err(|e| format!("writing extra: {e}"))?;
+    durable::write_synced(&dir.join("extra"), extra).map_err(|e| format!("writing extra: {e}"))?;
     let stamp = Stamp {
         key: key.clone(),
-        files: digests(dir)
+        files: checksums(dir)
             .map_err(|e| format!("digesting the template's files: {e}"))?
             .0,
     };
     let stamp = serde_json::to_vec_pretty(&stamp).map_err(|e| e.to_string())?;
-    write_synced(&dir.join("key.json"), &stamp).map_err(|e| format!("writing key.json: {e}"))?;
-    // The directory's entries are on disk before it is renamed into place: a crash leaves a
-    // whole template or none.
-    fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| format!("syncing {}: {e}", dir.display()))
+    durable::write_synced(&dir.join("key.json"), &stamp)
+        .map_err(|e| format!("writing key.json: {e}"))
 }
 
-/// The checksum of every regular file under `dir` but `key.json`, by path relative to `dir`,
-/// and the bytes checked. A symbolic link or anything else that is not a file or directory is
-/// refused.
-fn digests(dir: &Path) -> io::Result<(BTreeMap<String, String>, u64)> {
-    let mut files = BTreeMap::new();
-    let mut bytes = 0;
-    let mut pending = vec![dir.to_owned()];
-    while let Some(at) = pending.pop() {
-        for entry in fs::read_dir(&at)? {
-            let entry = entry?;
-            let kind = entry.file_type()?;
-            let path = entry.path();
-            if kind.is_dir() {
-                pending.push(path);
-            } else if kind.is_file() {
-                let name = path
-                    .strip_prefix(dir)
-                    .map_err(io::Error::other)?
-                    .to_string_lossy()
-                    .into_owned();
-                if name != "key.json" {
-                    let (checksum, size) = checksum_of_file(&path)?;
-                    files.insert(name, checksum);
-                    bytes += size;
-                }
-            } else {
-                return Err(io::Error::other(format!(
-                    "{} is not a file",
-                    path.display()
-                )));
-            }
-        }
-    }
-    Ok((files, bytes))
-}
-
-/// Writes `bytes` to a new file at `path` and waits until they are on disk.
-fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    use std::io::Write;
-    let mut file = fs::File::create(path)?;
-    file.write_all(bytes)?;
-    file.sync_all()
+/// The checksum of every file of the template in `dir` but `key.json`, by path, and the bytes
+/// checked.
+fn checksums(dir: &Path) -> io::Result<(BTreeMap<String, String>, u64)> {
+    let (digests, bytes) = durable::digests(dir, &["key.json"])?;
+    let checksums = digests.into_iter().map(|(name, d)| (name, d.checksum));
+    Ok((checksums.collect(), bytes))
 }
 
 /// What reading a saved template took: its bytes checked, the time checking them, the time
@@ -443,9 +381,9 @@ fn read<S: Persist>(dir: &Path, key: &Key) -> Result<(Stored<S>, ReadCost), Stri
     let started = std::time::Instant::now();
     let extra = fs::read(dir.join("extra")).map_err(|e| format!("reading extra: {e}"))?;
     let (mut files, bytes) =
-        digests(dir).map_err(|e| format!("reading the template's files: {e}"))?;
+        checksums(dir).map_err(|e| format!("reading the template's files: {e}"))?;
     // `extra` as read here, not as it may be on disk by now.
-    files.insert("extra".to_owned(), checksum(&extra));
+    files.insert("extra".to_owned(), durable::checksum(&extra));
     if files != stamp.files {
         return Err("its files do not match the digests in key.json".to_owned());
     }
@@ -459,17 +397,6 @@ fn read<S: Persist>(dir: &Path, key: &Key) -> Result<(Stored<S>, ReadCost), Stri
     };
     let stored = Stored { snapshot, extra };
     Ok((stored, cost))
-}
-
-/// A file's checksum, as `key.json` records it: the XXH64 (seed 0) of its bytes; and its size.
-fn checksum_of_file(path: &Path) -> io::Result<(String, u64)> {
-    let file = fs::File::open(path)?;
-    crate::sys::mapped::with_mapped(&file, |bytes| (checksum(bytes), bytes.len() as u64))
-}
-
-/// The checksum of `bytes`.
-fn checksum(bytes: &[u8]) -> String {
-    format!("xxh64:{:016x}", xxhash_rust::xxh64::xxh64(bytes, 0))
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -496,7 +423,7 @@ mod tests {
     fn stamp(key: &Key, files: &[(&str, &[u8])]) -> Vec<u8> {
         let files = files
             .iter()
-            .map(|(name, bytes)| ((*name).to_owned(), checksum(bytes)))
+            .map(|(name, bytes)| ((*name).to_owned(), durable::checksum(bytes)))
             .collect();
         serde_json::to_vec(&Stamp {
             key: key.clone(),
@@ -592,36 +519,5 @@ mod tests {
             .collect();
         left.sort();
         assert_eq!(left, ["javascript-ef"]);
-    }
-
-    #[test]
-    fn the_digests_cover_every_file_but_the_stamp() {
-        let root = tempfile::tempdir().unwrap();
-        fs::create_dir_all(root.path().join("oci/blobs")).unwrap();
-        fs::write(root.path().join("oci/blobs/a"), b"a").unwrap();
-        fs::write(root.path().join("extra"), b"e").unwrap();
-        fs::write(root.path().join("key.json"), b"{}").unwrap();
-        let (files, bytes) = digests(root.path()).unwrap();
-        assert_eq!(bytes, 2, "the bytes of `a` and `extra`, not of key.json");
-        let names: Vec<&str> = files.keys().map(String::as_str).collect();
-        assert_eq!(names, ["extra", "oci/blobs/a"]);
-        assert_eq!(files["extra"], checksum(b"e"));
-        assert_eq!(
-            checksum(b""),
-            "xxh64:ef46db3751d8e999",
-            "the standard value for no input"
-        );
-        std::os::unix::fs::symlink("/etc/passwd", root.path().join("oci/link")).unwrap();
-        assert!(digests(root.path()).is_err(), "a symbolic link is refused");
-    }
-
-    #[test]
-    fn the_store_is_private_to_the_daemon() {
-        use std::os::unix::fs::PermissionsExt;
-        let root = tempfile::tempdir().unwrap();
-        let dir = root.path().join("a/b");
-        SnapshotStore::open(&dir).unwrap();
-        let mode = fs::metadata(&dir).unwrap().permissions().mode();
-        assert_eq!(mode & 0o777, 0o700);
     }
 }

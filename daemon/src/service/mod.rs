@@ -151,6 +151,7 @@ fn exec_error_kind(error: &ExecError) -> ErrorKind {
         ExecError::NoSandboxAvailable { .. } => ErrorKind::NoSandboxAvailable,
         ExecError::LanguageNotServed(_) => ErrorKind::InvalidRequest,
         ExecError::SessionNotFound(_) => ErrorKind::SessionNotFound,
+        ExecError::SessionLost { .. } => ErrorKind::SessionLost,
         ExecError::CheckpointNotFound { .. } => ErrorKind::CheckpointNotFound,
         ExecError::TooManySessions { .. } | ExecError::SessionMemoryFull { .. } => {
             ErrorKind::TooManySessions

@@ -114,6 +114,9 @@ pub fn session_info(info: SessionInfo) -> api::SessionInfo {
         checkpoints: info.checkpoints,
         restored_from_checkpoint,
         lost_execs,
+        durable: info.durable,
+        parked: info.parked,
+        lost: info.gone,
     }
 }
 
@@ -124,6 +127,7 @@ pub fn checkpoint_info(info: CheckpointInfo) -> api::CheckpointInfo {
         created_at: rfc3339(info.made_at),
         request_id: info.request_id,
         bytes: info.bytes,
+        durable: info.durable,
     }
 }
 
@@ -136,6 +140,7 @@ pub fn session_counts(
             let counts = api::SessionCounts {
                 live: c.live,
                 memory_bytes: c.memory_bytes,
+                parked: c.parked,
             };
             (language, counts)
         })
@@ -203,6 +208,7 @@ pub fn session_limits(settings: &SessionSettings) -> api::SessionLimits {
         memory_budget_bytes: settings.memory_budget,
         max_checkpoints: settings.max_checkpoints,
         max_checkpoint_bytes: settings.max_checkpoint_bytes,
+        park_after_s: settings.park_after.map(|after| after.as_secs()),
     }
 }
 

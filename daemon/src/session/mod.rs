@@ -29,15 +29,28 @@
 //! The memory images hold is counted by language in a ledger: an image adds its bytes when it is
 //! made and takes them back when its last holder drops it, so the count is right whatever
 //! deleted, expired, forked or rolled back what.
+//!
+//! With a state directory (see [`durable`]) every session is also kept on disk, and outlives
+//! the daemon: [`Sessions::recover`] reads them back at startup, and a session idle for a while
+//! leaves memory (see [`park`]).
 
+pub mod durable;
+mod entry;
 mod history;
 mod image;
+mod park;
+mod restore;
 mod saving;
 mod state;
 #[cfg(test)]
 mod tests;
 mod turn;
 
+pub use self::durable::Durable;
+use self::durable::journal::{FORMAT, Progress, SessionFile, millis};
+use self::durable::{OnDisk, Write};
+use self::entry::Meta;
+pub use self::entry::Session;
 use self::history::{History, Retention};
 pub use self::image::{Image, Ledger};
 pub use self::saving::SAVE_WAIT_LIMIT;
@@ -45,136 +58,14 @@ use self::saving::SaveClock;
 pub use self::turn::Turn;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
-use tokio::sync::OwnedMutexGuard;
 use tracing::info;
 
 use crate::audit::{AuditLog, SessionRecord};
-use crate::job::{ExecError, Language, Loss, SessionCounts, SessionInfo, SessionSettings};
+use crate::job::{ExecError, Language, SessionCounts, SessionInfo, SessionSettings};
 use crate::metrics::SessionMetrics;
-
-/// One session: found by [`Sessions::find`], and handed back to [`Sessions::turn`] for an
-/// exec.
-#[derive(Debug)]
-pub struct Session {
-    id: String,
-    /// The uid it belongs to.
-    owner: u32,
-    language: Language,
-    created_at: SystemTime,
-    created: Instant,
-    idle_timeout: Duration,
-    /// Its checkpoints: taken for a whole exec, from its turn until the state it leaves is
-    /// saved.
-    history: Arc<tokio::sync::Mutex<History>>,
-    /// How long it has spent saving what its execs left.
-    saving: SaveClock,
-    /// What reads of the session need without waiting for its turn.
-    meta: Mutex<Meta>,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Meta {
-    last_used: Instant,
-    execs: u64,
-    /// What its checkpoints hold, as of the last change to them.
-    memory_bytes: u64,
-    checkpoint: u64,
-    checkpoints: usize,
-    /// State it lost, until an exec's answer reports it.
-    lost: Option<Loss>,
-    /// An exec holds the history (reaping waits for it).
-    busy: bool,
-}
-
-impl Meta {
-    /// Takes what `history` is now.
-    fn record(&mut self, history: &History) {
-        self.memory_bytes = history.bytes();
-        self.checkpoint = history.head().number();
-        self.checkpoints = history.len();
-    }
-
-    /// One more exec's state is lost: the session is at `head`.
-    fn lose(&mut self, head: u64) {
-        let lost_execs = self.lost.map_or(0, |lost| lost.lost_execs) + 1;
-        self.lost = Some(Loss {
-            restored_from_checkpoint: head,
-            lost_execs,
-        });
-    }
-}
-
-impl Session {
-    /// The language its execs run in.
-    pub fn language(&self) -> Language {
-        self.language
-    }
-
-    /// Its id.
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-
-    fn meta(&self) -> MutexGuard<'_, Meta> {
-        self.meta.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// When it expires unless used: the end of its idle timeout, or of its lifetime.
-    fn expires(&self, settings: &SessionSettings) -> Instant {
-        (self.meta().last_used + self.idle_timeout).min(self.created + settings.max_lifetime)
-    }
-
-    /// Why it has expired at `now` (the metrics label), if it has.
-    fn expired(&self, settings: &SessionSettings, now: Instant) -> Option<&'static str> {
-        if now >= self.created + settings.max_lifetime {
-            Some("lifetime")
-        } else if now >= self.meta().last_used + self.idle_timeout {
-            Some("idle")
-        } else {
-            None
-        }
-    }
-
-    /// Waits for an exec's turn, in arrival order, until `deadline`, moved on by the time the
-    /// session spends saving meanwhile (at most [`SAVE_WAIT_LIMIT`]): the history, and the
-    /// deadline so moved. Past it: [`ExecError::SessionBusy`] if earlier execs' programs took
-    /// the time, [`ExecError::SessionSaving`] if saving did.
-    async fn wait_turn(
-        &self,
-        deadline: Instant,
-        timeout: Duration,
-    ) -> Result<(OwnedMutexGuard<History>, Instant), ExecError> {
-        let lock = self.history.clone().lock_owned();
-        let waited = self.saving.wait(deadline, SAVE_WAIT_LIMIT, lock).await;
-        waited.map_err(|saving| {
-            if saving >= SAVE_WAIT_LIMIT {
-                ExecError::SessionSaving { waited: saving }
-            } else {
-                ExecError::SessionBusy { timeout }
-            }
-        })
-    }
-
-    fn info(&self, settings: &SessionSettings) -> SessionInfo {
-        let meta = *self.meta();
-        let expires = self.expires(settings);
-        SessionInfo {
-            id: self.id.clone(),
-            language: self.language,
-            created_at: self.created_at,
-            expires_at: self.created_at + expires.saturating_duration_since(self.created),
-            idle_timeout: self.idle_timeout,
-            execs: meta.execs,
-            memory_bytes: meta.memory_bytes,
-            checkpoint: meta.checkpoint,
-            checkpoints: meta.checkpoints,
-            lost: meta.lost,
-        }
-    }
-}
 
 /// The live sessions, their limits and their memory.
 #[derive(Debug)]
@@ -184,6 +75,18 @@ pub struct Sessions {
     ledgers: BTreeMap<Language, Arc<Ledger>>,
     metrics: SessionMetrics,
     audit: Arc<AuditLog>,
+    /// The state directory; None: sessions live in memory only.
+    durable: Option<Durable>,
+}
+
+/// Where a new session starts: its checkpoint 0.
+#[derive(Debug, Default)]
+struct Start {
+    /// Its state (None: the warm state), and its bytes.
+    image: Option<Arc<Image>>,
+    bytes: u64,
+    /// The same state on disk, for a fork of a checkpoint that is.
+    from_disk: Option<Arc<OnDisk>>,
 }
 
 impl Sessions {
@@ -203,6 +106,20 @@ impl Sessions {
                 .collect(),
             metrics,
             audit,
+            durable: None,
+        }
+    }
+
+    /// The table keeping its sessions in `durable` too.
+    pub fn with_durable(self, durable: Durable) -> Self {
+        let settings = SessionSettings {
+            park_after: Some(durable.park_after()),
+            ..self.settings
+        };
+        Sessions {
+            settings,
+            durable: Some(durable),
+            ..self
         }
     }
 
@@ -215,15 +132,26 @@ impl Sessions {
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Live sessions and the memory their images hold, per language.
+    fn retention(&self) -> Retention {
+        Retention {
+            count: self.settings.max_checkpoints,
+            bytes: self.settings.max_checkpoint_bytes,
+        }
+    }
+
+    /// Live sessions, the memory their images hold, and those parked, per language.
     pub fn counts(&self) -> BTreeMap<Language, SessionCounts> {
         let table = self.table();
         self.ledgers
             .iter()
             .map(|(&language, ledger)| {
-                let live = table.values().filter(|s| s.language == language).count();
-                let memory_bytes = ledger.bytes();
-                (language, SessionCounts { live, memory_bytes })
+                let of = || table.values().filter(|s| s.language == language);
+                let counts = SessionCounts {
+                    live: of().count(),
+                    memory_bytes: ledger.bytes(),
+                    parked: of().filter(|s| s.meta().parked).count(),
+                };
+                (language, counts)
             })
             .collect()
     }
@@ -247,21 +175,87 @@ impl Sessions {
         let idle = idle_timeout
             .unwrap_or(self.settings.default_idle)
             .min(self.settings.max_idle);
-        let session = self.insert(owner, language, idle, None)?;
+        let session = self.insert(owner, language, idle, Start::default())?;
         self.metrics.created(language, "new");
         info!(session = %session.id, %language, idle_s = idle.as_secs(), "session created");
-        Ok(session.info(&self.settings))
+        Ok(session.info())
     }
 
-    /// Adds a session after checking the limits.
+    /// Adds a session after checking the limits, and writes its directory when sessions are
+    /// kept on disk.
     fn insert(
         &self,
         owner: u32,
         language: Language,
         idle_timeout: Duration,
-        start: Option<Arc<Image>>,
+        start: Start,
     ) -> Result<Arc<Session>, ExecError> {
+        if self.memory_held() >= self.settings.memory_budget {
+            // Sessions on disk may make room.
+            self.park_for_memory();
+        }
         let mut table = self.table();
+        self.check_limits(&table, owner)?;
+        let id = new_id()?;
+        let mut history = History::new(start.image.clone(), start.bytes, self.retention());
+        let disk = self.durable.as_ref().and_then(|durable| {
+            let file = SessionFile {
+                format: FORMAT,
+                id: id.clone(),
+                owner,
+                language,
+                created_at_ms: millis(SystemTime::now()),
+                idle_timeout_ms: u64::try_from(idle_timeout.as_millis()).unwrap_or(u64::MAX),
+            };
+            let progress = Progress {
+                execs: 0,
+                last_used_ms: file.created_at_ms,
+                next: history.next(),
+                checkpoints: history.marks(),
+                lost: None,
+            };
+            durable.create(&file, &progress)
+        });
+        // A fork's start is written too; a new session's, the warm state, never is.
+        let start_disk = match (&start.image, &disk) {
+            (Some(_), Some(disk)) => Some(OnDisk::pending(disk.checkpoint_dir(0))),
+            _ => None,
+        };
+        if let Some(start_disk) = &start_disk {
+            history.set_head_disk(start_disk.clone());
+        }
+        let now = SystemTime::now();
+        let mut meta = Meta::new(idle_timeout, Duration::ZERO, now);
+        meta.record(&history);
+        let session = Arc::new(Session {
+            id,
+            owner,
+            language,
+            created_at: now,
+            lifetime_end: Instant::now() + self.settings.max_lifetime,
+            lifetime_end_at: now + self.settings.max_lifetime,
+            idle_timeout,
+            history: Arc::new(tokio::sync::Mutex::new(history)),
+            saving: SaveClock::default(),
+            meta: Mutex::new(meta),
+            disk,
+            gone: OnceLock::new(),
+        });
+        table.insert(session.id.clone(), session.clone());
+        drop(table);
+        if let (Some(image), Some(disk)) = (start.image, start_disk) {
+            self.write(&session, 0, image, disk, start.from_disk, Instant::now());
+        }
+        Ok(session)
+    }
+
+    /// Refuses one more session of `owner` past the count, the caller's quota or the memory
+    /// budget.
+    fn check_limits(
+        &self,
+        table: &BTreeMap<String, Arc<Session>>,
+        owner: u32,
+    ) -> Result<(), ExecError> {
         if table.len() >= self.settings.max_sessions {
             self.metrics.refused("count");
             return Err(ExecError::TooManySessions {
@@ -274,7 +268,7 @@ impl Sessions {
         {
             self.metrics.refused("caller");
             let now = Instant::now();
-            let next_expiry = owned.map(|s| s.expires(&self.settings)).min();
+            let next_expiry = owned.map(|s| s.expires()).min();
             return Err(ExecError::SessionQuota {
                 uid: owner,
                 limit: self.settings.max_per_caller,
@@ -290,35 +284,47 @@ impl Sessions {
                 budget: self.settings.memory_budget,
             });
         }
-        let now = Instant::now();
-        let retention = Retention {
-            count: self.settings.max_checkpoints,
-            bytes: self.settings.max_checkpoint_bytes,
+        Ok(())
+    }
+
+    /// Hands checkpoint `number` of `session`, state `image`, to the writer, to go into `disk`
+    /// (linked from `from_disk` when that is written); `answered` is when its exec was.
+    fn write(
+        &self,
+        session: &Session,
+        number: u64,
+        image: Arc<Image>,
+        disk: Arc<OnDisk>,
+        from_disk: Option<Arc<OnDisk>>,
+        answered: Instant,
+    ) {
+        let (Some(durable), Some(session_disk)) = (&self.durable, &session.disk) else {
+            return;
         };
-        let history = History::new(start, retention);
-        let mut meta = Meta {
-            last_used: now,
-            execs: 0,
-            memory_bytes: 0,
-            checkpoint: 0,
-            checkpoints: 0,
-            lost: None,
-            busy: false,
+        let Some(codec) = durable.codec(session.language) else {
+            return;
         };
-        meta.record(&history);
-        let session = Arc::new(Session {
-            id: new_id()?,
-            owner,
-            language,
-            created_at: SystemTime::now(),
-            created: now,
-            idle_timeout,
-            history: Arc::new(tokio::sync::Mutex::new(history)),
-            saving: SaveClock::default(),
-            meta: Mutex::new(meta),
+        durable.write(Write {
+            session: session_disk.clone(),
+            id: session.id.clone(),
+            number,
+            disk,
+            image,
+            link_from: from_disk,
+            codec: codec.clone(),
+            language: session.language,
+            answered,
         });
-        table.insert(session.id.clone(), session.clone());
-        Ok(session)
+    }
+
+    /// Removes the directories of `dropped` checkpoints from disk.
+    fn drop_from_disk(&self, dropped: &[history::Checkpoint]) {
+        let Some(durable) = &self.durable else {
+            return;
+        };
+        for disk in dropped.iter().filter_map(|c| c.disk()) {
+            durable.drop_checkpoint(disk);
+        }
     }
 
     /// Session `id` of `owner`, unless it is unknown, another caller's, deleted or expired.
@@ -328,8 +334,8 @@ impl Sessions {
         if session.owner != owner {
             return Err(not_found());
         }
-        let meta = *session.meta();
-        if !meta.busy && session.expired(&self.settings, Instant::now()).is_some() {
+        let busy = session.meta().busy;
+        if !busy && session.expired(Instant::now()).is_some() {
             self.reap();
             return Err(not_found());
         }
@@ -338,7 +344,7 @@ impl Sessions {
 
     /// Session `id` of `owner`.
     pub fn get(&self, owner: u32, id: &str) -> Result<SessionInfo, ExecError> {
-        Ok(self.find(owner, id)?.info(&self.settings))
+        Ok(self.find(owner, id)?.info())
     }
 
     /// Every live session of `owner`, oldest first.
@@ -349,12 +355,12 @@ impl Sessions {
             .filter(|s| s.owner == owner)
             .cloned()
             .collect();
-        sessions.sort_by_key(|s| s.created);
+        sessions.sort_by_key(|s| s.created_at);
         let now = Instant::now();
         sessions
             .iter()
-            .filter(|s| s.meta().busy || s.expired(&self.settings, now).is_none())
-            .map(|s| s.info(&self.settings))
+            .filter(|s| s.meta().busy || s.expired(now).is_none())
+            .map(|s| s.info())
             .collect()
     }
 
@@ -368,9 +374,17 @@ impl Sessions {
         }
         let session = table.remove(id).ok_or_else(not_found)?;
         drop(table);
+        self.forget(&session);
         self.metrics.ended(session.language, "deleted");
         info!(session = %id, "session deleted");
         Ok(session.language)
+    }
+
+    /// Removes a session that left the table from disk.
+    fn forget(&self, session: &Session) {
+        if let (Some(durable), Some(disk)) = (&self.durable, &session.disk) {
+            durable.remove(disk);
+        }
     }
 
     /// Deletes every session that has expired and is not running an exec; returns how many.
@@ -380,13 +394,14 @@ impl Sessions {
         let expired: Vec<(Arc<Session>, &'static str)> = table
             .values()
             .filter(|s| !s.meta().busy)
-            .filter_map(|s| Some((s.clone(), s.expired(&self.settings, now)?)))
+            .filter_map(|s| Some((s.clone(), s.expired(now)?)))
             .collect();
         for (session, _) in &expired {
             table.remove(&session.id);
         }
         drop(table);
         for (session, reason) in &expired {
+            self.forget(session);
             self.metrics.ended(session.language, reason);
             info!(session = %session.id, reason, "session expired");
             self.audit.session(
@@ -406,7 +421,8 @@ impl Sessions {
         expired.len()
     }
 
-    /// Reaps expired sessions every `period`, on `runtime`, until the table is dropped.
+    /// Reaps expired sessions, and parks idle ones, every `period`, on `runtime`, until the
+    /// table is dropped.
     pub fn reap_every(self: &Arc<Self>, period: Duration, runtime: &tokio::runtime::Handle) {
         let sessions = Arc::downgrade(self);
         runtime.spawn(async move {
@@ -418,8 +434,29 @@ impl Sessions {
                     return;
                 };
                 sessions.reap();
+                sessions.park_idle();
             }
         });
+    }
+
+    /// Waits, at most `limit`, until every exec's state is saved and every checkpoint is on
+    /// disk: what a daemon that stops does last. False past the limit.
+    pub fn flush(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            let busy = self.table().values().any(|s| s.meta().busy);
+            if !busy {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        self.durable
+            .as_ref()
+            .is_none_or(|durable| durable.flush(left))
     }
 }
 

@@ -9,7 +9,7 @@ use tokio::sync::OwnedMutexGuard;
 use tracing::info;
 
 use super::history::History;
-use super::{Session, Sessions};
+use super::{Session, Sessions, Start};
 use crate::job::{CheckpointInfo, ExecError, Files, SessionInfo};
 
 impl Sessions {
@@ -23,17 +23,33 @@ impl Sessions {
         checkpoint: Option<u64>,
         wait: Duration,
     ) -> Result<SessionInfo, ExecError> {
-        let (origin, history) = self.settled(owner, id, wait).await?;
-        let start = match checkpoint {
-            Some(number) => history.get(number)?,
-            None => history.head(),
+        let (origin, mut history) = self.settled(owner, id, wait).await?;
+        let number = checkpoint.unwrap_or_else(|| history.head().number());
+        let start = history.get(number)?.clone();
+        let image = match (start.image(), start.disk()) {
+            (Some(image), _) => Some(image.clone()),
+            (None, Some(disk)) => {
+                // Parked: brought back, to be shared with the fork.
+                let image = self
+                    .bring_back(&origin, disk)
+                    .await
+                    .map_err(|why| unavailable(number, &why.to_string()))?;
+                history.unpark(number, image.clone());
+                origin.meta().record(&history);
+                Some(image)
+            }
+            (None, None) => None,
         };
-        let (image, from) = (start.image().cloned(), start.number());
         drop(history);
-        let fork = self.insert(owner, origin.language, origin.idle_timeout, image)?;
+        let start = Start {
+            bytes: image.as_ref().map_or(0, |image| image.bytes()),
+            image,
+            from_disk: start.disk().cloned(),
+        };
+        let fork = self.insert(owner, origin.language, origin.idle_timeout, start)?;
         self.metrics.created(origin.language, "fork");
-        info!(session = %fork.id, origin = %id, checkpoint = from, "session forked");
-        Ok(fork.info(&self.settings))
+        info!(session = %fork.id, origin = %id, checkpoint = number, "session forked");
+        Ok(fork.info())
     }
 
     /// The working directory of `owner`'s session `id` as its last exec left it, after the
@@ -44,12 +60,17 @@ impl Sessions {
         id: &str,
         wait: Duration,
     ) -> Result<Arc<Files>, ExecError> {
-        let (_, history) = self.settled(owner, id, wait).await?;
-        Ok(history
-            .head()
-            .image()
-            .map(|image| image.files().clone())
-            .unwrap_or_default())
+        let (session, history) = self.settled(owner, id, wait).await?;
+        let head = history.head();
+        match (head.image(), head.disk()) {
+            (Some(image), _) => Ok(image.files().clone()),
+            (None, Some(disk)) => {
+                let number = head.number();
+                let files = self.files_from_disk(&session, disk).await;
+                files.map_err(|why| unavailable(number, &why.to_string()))
+            }
+            (None, None) => Ok(Arc::default()),
+        }
     }
 
     /// The checkpoints `owner`'s session `id` keeps, oldest first, after the execs that
@@ -77,14 +98,19 @@ impl Sessions {
         let (session, mut history) = self.settled(owner, id, wait).await?;
         let dropped = history.rollback(checkpoint)?;
         session.meta().record(&history);
+        // The journal first: a daemon that stops before the later checkpoints are removed
+        // removes them when it starts again.
+        session.record(&history);
+        self.drop_from_disk(&dropped);
         drop(history);
         self.metrics.rolled_back(session.language, "request");
-        info!(session = %id, checkpoint, dropped, "session rolled back on request");
-        Ok(session.info(&self.settings))
+        info!(session = %id, checkpoint, dropped = dropped.len(), "session rolled back on request");
+        Ok(session.info())
     }
 
     /// `owner`'s session `id` and its history, once the execs that arrived before have saved
-    /// what they left (waiting at most `wait`); the session may have gone meanwhile.
+    /// what they left (waiting at most `wait`); the session may have gone meanwhile, or have
+    /// lost its state.
     async fn settled(
         &self,
         owner: u32,
@@ -92,6 +118,7 @@ impl Sessions {
         wait: Duration,
     ) -> Result<(Arc<Session>, OwnedMutexGuard<History>), ExecError> {
         let session = self.find(owner, id)?;
+        session.usable()?;
         let turn = tokio::time::timeout(wait, session.history.clone().lock_owned());
         let Ok(history) = turn.await else {
             return Err(ExecError::SessionBusy { timeout: wait });
@@ -99,4 +126,13 @@ impl Sessions {
         self.find(owner, id)?;
         Ok((session, history))
     }
+}
+
+/// A checkpoint on disk that could not be brought back for a fork or a read of its files: an
+/// internal error, which says why (the session itself is untouched; its next exec drops the
+/// checkpoint and says so).
+fn unavailable(number: u64, why: &str) -> ExecError {
+    ExecError::Internal(format!(
+        "checkpoint {number} could not be brought back from disk ({why})"
+    ))
 }

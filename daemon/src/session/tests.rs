@@ -28,6 +28,7 @@ fn settings() -> SessionSettings {
         memory_budget: 1000,
         max_checkpoints: 1,
         max_checkpoint_bytes: u64::MAX,
+        park_after: None,
     }
 }
 
@@ -72,8 +73,9 @@ where
     Fut: Future<Output = Result<Ran, ExecError>>,
 {
     let session = sessions.find(owner, id)?;
-    let turn = sessions.turn(session, deadline, timeout, 1).await?;
-    let ran = run(turn.resume(), turn.deadline()).await;
+    let mut turn = sessions.turn(session, deadline, timeout, 1).await?;
+    let resume = turn.resume().await?;
+    let ran = run(resume, turn.deadline()).await;
     turn.finish(ran)
 }
 

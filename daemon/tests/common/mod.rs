@@ -71,6 +71,7 @@ impl Executor for Stub {
                 memory_budget: 1 << 20,
                 max_checkpoints: 4,
                 max_checkpoint_bytes: u64::MAX,
+                park_after: None,
             },
         }
     }

@@ -23,11 +23,11 @@ use super::guest::{
     RunnerReply, SavedState, Template, from_template, saved_state, seed,
 };
 use super::run_host::RunHost;
-use super::stored::{self, Codec, Key, SnapshotStore, Stored};
+use super::stored::{self, Codec, Key, SnapshotStore, StateFiles, Stored};
 use super::watchdog::{self, Interrupt};
 use super::workspace::Workspace;
 use crate::job::files::FileError;
-use crate::job::{Deadline, Files, Runtime};
+use crate::job::{Deadline, Files, Runtime, StateCodec};
 
 /// The runner, compiled into the daemon so that the daemon and its guest protocol always match:
 /// the web APIs bundled from npm (`cargo xtask js-vendor`), those built on the host functions
@@ -92,11 +92,16 @@ impl JavascriptFactory {
         }
     }
 
+    /// What the template, and every state saved from it, depends on: the sizes.
+    fn key(&self) -> std::io::Result<Key> {
+        Key::new("javascript", format!("{:?}", self.sizes), &[])
+    }
+
     fn template(&self) -> Result<(Arc<Snapshot>, Option<Prepared>), HyperlightError> {
         self.template.get_or_make(|| {
             stored::load_or_build(
                 self.store.as_ref(),
-                || Key::new("javascript", format!("{:?}", self.sizes), &[]),
+                || self.key(),
                 || build_template(self.sizes),
                 codec(),
             )
@@ -169,6 +174,21 @@ impl GuestFactory for JavascriptFactory {
             name: "quickjs",
             ..Runtime::default()
         }
+    }
+
+    /// A state is a snapshot and nothing beside it, as the template is.
+    fn state_codec(&self) -> Option<Arc<dyn StateCodec>> {
+        StateFiles::codec(
+            self.key(),
+            |state| {
+                let snapshot: &Arc<Snapshot> = saved_state(state).map_err(|e| e.to_string())?;
+                Ok(Stored {
+                    snapshot: snapshot.clone(),
+                    extra: Vec::new(),
+                })
+            },
+            |stored: Stored<Snapshot>| Ok(SavedState::new(stored.snapshot)),
+        )
     }
 
     fn create(&self, output: Arc<OutputCapture>) -> Result<Box<dyn Guest>, BuildError> {

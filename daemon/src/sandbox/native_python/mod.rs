@@ -29,9 +29,9 @@ use super::guest::{
     RunnerReply, SavedState, Template, saved_state,
 };
 use super::python::Event;
-use super::stored::{self, Codec, Key, Persist, SnapshotStore, Stored};
+use super::stored::{self, Codec, Key, Persist, SnapshotStore, StateFiles, Stored};
 use super::watchdog::Interrupt;
-use crate::job::{Deadline, Files, Runtime, Stream, files::FileError};
+use crate::job::{Deadline, Files, Runtime, StateCodec, Stream, files::FileError};
 
 /// What the guest says it has: its Python and its packages, with versions.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -234,6 +234,21 @@ impl GuestFactory for NativePythonFactory {
             version: Some(about.python).filter(|v| !v.is_empty()),
             packages: about.packages,
         }
+    }
+
+    /// A state is the guest's snapshot (its working directory included) and nothing beside.
+    fn state_codec(&self) -> Option<Arc<dyn StateCodec>> {
+        StateFiles::codec(
+            self.key(),
+            |state| {
+                let NativeState(snapshot) = saved_state(state).map_err(|e| e.to_string())?;
+                Ok(Stored {
+                    snapshot: snapshot.clone(),
+                    extra: Vec::new(),
+                })
+            },
+            |stored: Stored<Snapshot>| Ok(SavedState::new(NativeState(stored.snapshot))),
+        )
     }
 }
 

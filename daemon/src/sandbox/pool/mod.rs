@@ -28,7 +28,9 @@ use self::queue::{FairQueue, Refused};
 use self::worker::{Worker, timeout_outcome};
 use super::guest::{Captured, Guest, GuestFactory, OutputCapture, SavedState};
 use super::watchdog::Watchdog;
-use crate::job::{After, Deadline, ExecError, Job, Language, Outcome, PoolCounts, Ran, Runtime};
+use crate::job::{
+    After, Deadline, ExecError, Job, Language, Outcome, PoolCounts, Ran, Runtime, StateCodec,
+};
 use crate::metrics::PoolMetrics;
 
 /// How long past a job's deadline the caller waits for the worker running it before answering
@@ -250,6 +252,8 @@ pub struct Pool {
     queue: Arc<FairQueue<Task>>,
     shared: Arc<Shared>,
     runtime: Runtime,
+    /// How its sandboxes' saved states go to disk; None: they cannot.
+    state_codec: Option<Arc<dyn StateCodec>>,
 }
 
 impl Pool {
@@ -307,6 +311,7 @@ impl Pool {
             queue,
             shared,
             runtime: config.factory.runtime(),
+            state_codec: config.factory.state_codec(),
         })
     }
 
@@ -383,6 +388,11 @@ impl Pool {
     /// What runs the pool's programs, as its template reported it.
     pub fn runtime(&self) -> &Runtime {
         &self.runtime
+    }
+
+    /// How its sandboxes' saved states go to disk, for sessions that outlive the daemon.
+    pub fn state_codec(&self) -> Option<Arc<dyn StateCodec>> {
+        self.state_codec.clone()
     }
 
     /// Sandboxes idle, in all, and the pool's size.

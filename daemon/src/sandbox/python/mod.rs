@@ -33,11 +33,11 @@ use super::guest::{
     BuildError, Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, Prepared, Program,
     RunnerReply, SavedState, Template, from_template, saved_state,
 };
-use super::stored::{self, Codec, Key, SnapshotStore, Stored};
+use super::stored::{self, Codec, Key, SnapshotStore, StateFiles, Stored};
 use super::watchdog::{self, Interrupt, Watchdog};
 use super::workspace::Workspace;
 use crate::job::files::FileError;
-use crate::job::{Deadline, Files, Runtime};
+use crate::job::{Deadline, Files, Runtime, StateCodec};
 
 #[allow(missing_debug_implementations, clippy::all)]
 mod bindings {
@@ -323,32 +323,43 @@ impl PythonFactory {
         let nodes = self.library.as_ref().map_or(0, |library| library.nodes());
         Codec {
             encode: |state| {
-                let tables = lock(&state.tables).portable();
-                let tables = serde_json::to_vec(&tables).map_err(|e| e.to_string())?;
                 Ok(Stored {
                     snapshot: state.snapshot.clone(),
-                    extra: tables,
+                    extra: encode_tables(state)?,
                 })
             },
             decode: Box::new(move |stored: Stored<Snapshot>| {
-                let saved: Vec<Vec<Option<Portable>>> = serde_json::from_slice(&stored.extra)
-                    .map_err(|e| format!("reading the resource tables: {e}"))?;
-                if let Some(node) = saved.iter().flatten().flatten().find_map(Portable::node)
-                    && node >= nodes
-                {
-                    return Err(format!(
-                        "an entry names node {node} of a library of {nodes}"
-                    ));
-                }
-                let tables = Tables::from_portable(&saved)
-                    .ok_or("the resource tables do not fit this guest's")?;
-                Ok(Arc::new(PythonState {
-                    snapshot: stored.snapshot,
-                    tables: std::sync::Mutex::new(tables),
-                }))
+                decode_state(stored, nodes).map(Arc::new)
             }),
         }
     }
+}
+
+/// The host's resource tables as plain data (JSON), for a template or a session's state on
+/// disk.
+fn encode_tables(state: &PythonState) -> Result<Vec<u8>, String> {
+    let tables = lock(&state.tables).portable();
+    serde_json::to_vec(&tables).map_err(|e| e.to_string())
+}
+
+/// A state as [`encode_tables`] and the snapshot stored it; every entry of its tables must name
+/// a node of a library of `nodes`.
+fn decode_state(stored: Stored<Snapshot>, nodes: usize) -> Result<PythonState, String> {
+    let saved: Vec<Vec<Option<Portable>>> = serde_json::from_slice(&stored.extra)
+        .map_err(|e| format!("reading the resource tables: {e}"))?;
+    if let Some(node) = saved.iter().flatten().flatten().find_map(Portable::node)
+        && node >= nodes
+    {
+        return Err(format!(
+            "an entry names node {node} of a library of {nodes}"
+        ));
+    }
+    let tables =
+        Tables::from_portable(&saved).ok_or("the resource tables do not fit this guest's")?;
+    Ok(PythonState {
+        snapshot: stored.snapshot,
+        tables: std::sync::Mutex::new(tables),
+    })
 }
 
 /// The CPython componentize-py compiles into the guest (its minor version): kept in step with
@@ -371,6 +382,22 @@ impl GuestFactory for PythonFactory {
                 .map(|library| library.packages())
                 .unwrap_or_default(),
         }
+    }
+
+    /// A state is written as the template is: the snapshot, and the resource tables.
+    fn state_codec(&self) -> Option<Arc<dyn StateCodec>> {
+        let nodes = self.library.as_ref().map_or(0, |library| library.nodes());
+        StateFiles::codec(
+            self.key(),
+            |state| {
+                let state: &PythonState = saved_state(state).map_err(|e| e.to_string())?;
+                Ok(Stored {
+                    snapshot: state.snapshot.clone(),
+                    extra: encode_tables(state)?,
+                })
+            },
+            move |stored: Stored<Snapshot>| decode_state(stored, nodes).map(SavedState::new),
+        )
     }
 
     /// A new micro-VM over the template's memory, with host functions of its own and a copy of

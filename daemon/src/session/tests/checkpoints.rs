@@ -28,11 +28,11 @@ async fn exec(
 ) -> (SessionRef, Option<u32>) {
     let session = sessions.find(OWNER, id).unwrap();
     let deadline = Instant::now() + WAIT;
-    let turn = sessions
+    let mut turn = sessions
         .turn(session, deadline, WAIT, request_id)
         .await
         .unwrap();
-    let started = seen(&turn.resume());
+    let started = seen(&turn.resume().await.unwrap());
     let (saved, saving) = oneshot::channel();
     saved
         .send(value.map(|value| Saved {

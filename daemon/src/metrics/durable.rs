@@ -1,0 +1,134 @@
+//! The metrics of sessions kept on disk (`--state-dir`).
+
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
+
+use super::SANDBOX_BUCKETS;
+use crate::job::Language;
+
+/// Checkpoints written to the state directory, by `language`.
+pub const CHECKPOINTS_WRITTEN_TOTAL: &str = "hyperlightd_session_checkpoints_written_total";
+/// Checkpoints that could not be written (they stay in memory only), by `language`.
+pub const CHECKPOINT_WRITE_FAILURES_TOTAL: &str =
+    "hyperlightd_session_checkpoint_write_failures_total";
+/// Time from an exec's answer until its checkpoint is on disk, by `language`.
+pub const CHECKPOINT_DURABLE_SECONDS: &str = "hyperlightd_session_checkpoint_durable_seconds";
+/// Bytes the checkpoints in the state directory hold.
+pub const CHECKPOINT_DISK_BYTES: &str = "hyperlightd_session_checkpoint_disk_bytes";
+/// Checkpoints refused when read back, by `reason` (`missing`, `unreadable`, `other_build`,
+/// `other_guest`, `other_sizes`, `truncated`, `corrupt`, `unloadable`).
+pub const CHECKPOINT_LOAD_FAILURES_TOTAL: &str =
+    "hyperlightd_session_checkpoint_load_failures_total";
+/// Time to bring a checkpoint back from disk (every byte checked, the state mapped), by
+/// `language`.
+pub const CHECKPOINT_RESTORE_SECONDS: &str = "hyperlightd_session_checkpoint_restore_seconds";
+/// Sessions whose state is on disk only (parked).
+pub const SESSIONS_PARKED: &str = "hyperlightd_sessions_parked";
+/// Sessions read back from the state directory at startup, by `outcome` (`intact`,
+/// `rolled_back`: back at an older checkpoint, `lost`: no checkpoint usable, `unreadable`: the
+/// session's own record could not be read, and it was removed).
+pub const SESSIONS_RECOVERED_TOTAL: &str = "hyperlightd_sessions_recovered_total";
+
+/// The metrics of sessions kept on disk.
+#[derive(Debug, Clone)]
+pub struct DurableMetrics {
+    written: IntCounterVec,
+    write_failures: IntCounterVec,
+    durable: HistogramVec,
+    /// Bytes on disk.
+    pub disk_bytes: IntGauge,
+    load_failures: IntCounterVec,
+    restore: HistogramVec,
+    /// Parked sessions.
+    pub parked: IntGauge,
+    recovered: IntCounterVec,
+}
+
+impl DurableMetrics {
+    /// Creates the metrics and registers them in `registry`.
+    pub(super) fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let counter = |name: &str, help: &str, label: &str| {
+            IntCounterVec::new(Opts::new(name, help), &[label])
+        };
+        let histogram = |name: &str, help: &str| {
+            HistogramVec::new(
+                HistogramOpts::new(name, help).buckets(SANDBOX_BUCKETS.to_vec()),
+                &["language"],
+            )
+        };
+        let metrics = DurableMetrics {
+            written: counter(
+                CHECKPOINTS_WRITTEN_TOTAL,
+                "Checkpoints written to the state directory.",
+                "language",
+            )?,
+            write_failures: counter(
+                CHECKPOINT_WRITE_FAILURES_TOTAL,
+                "Checkpoints that could not be written (kept in memory only).",
+                "language",
+            )?,
+            durable: histogram(
+                CHECKPOINT_DURABLE_SECONDS,
+                "Time from an exec's answer until its checkpoint is on disk.",
+            )?,
+            disk_bytes: IntGauge::new(
+                CHECKPOINT_DISK_BYTES,
+                "Bytes the checkpoints in the state directory hold.",
+            )?,
+            load_failures: counter(
+                CHECKPOINT_LOAD_FAILURES_TOTAL,
+                "Checkpoints refused when read back, by reason.",
+                "reason",
+            )?,
+            restore: histogram(
+                CHECKPOINT_RESTORE_SECONDS,
+                "Time to bring a checkpoint back from disk.",
+            )?,
+            parked: IntGauge::new(SESSIONS_PARKED, "Sessions whose state is on disk only.")?,
+            recovered: counter(
+                SESSIONS_RECOVERED_TOTAL,
+                "Sessions read back from the state directory at startup, by outcome.",
+                "outcome",
+            )?,
+        };
+        registry.register(Box::new(metrics.written.clone()))?;
+        registry.register(Box::new(metrics.write_failures.clone()))?;
+        registry.register(Box::new(metrics.durable.clone()))?;
+        registry.register(Box::new(metrics.disk_bytes.clone()))?;
+        registry.register(Box::new(metrics.load_failures.clone()))?;
+        registry.register(Box::new(metrics.restore.clone()))?;
+        registry.register(Box::new(metrics.parked.clone()))?;
+        registry.register(Box::new(metrics.recovered.clone()))?;
+        Ok(metrics)
+    }
+
+    /// A checkpoint of `language` reached the disk `seconds` after its exec's answer.
+    pub fn written(&self, language: Language, seconds: f64) {
+        let label = [language.as_str()];
+        self.written.with_label_values(&label).inc();
+        self.durable.with_label_values(&label).observe(seconds);
+    }
+
+    /// A checkpoint of `language` could not be written.
+    pub fn write_failed(&self, language: Language) {
+        self.write_failures
+            .with_label_values(&[language.as_str()])
+            .inc();
+    }
+
+    /// A checkpoint was refused for `reason`.
+    pub fn load_failed(&self, reason: &str) {
+        self.load_failures.with_label_values(&[reason]).inc();
+    }
+
+    /// A checkpoint of `language` came back from disk in `seconds`.
+    pub fn restored(&self, language: Language, seconds: f64) {
+        self.restore
+            .with_label_values(&[language.as_str()])
+            .observe(seconds);
+    }
+
+    /// A session was read back at startup with `outcome`.
+    pub fn recovered(&self, outcome: &str) {
+        self.recovered.with_label_values(&[outcome]).inc();
+    }
+}

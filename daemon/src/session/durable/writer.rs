@@ -1,0 +1,200 @@
+//! The thread that writes checkpoints to disk, one after another, in the order they were handed
+//! over, off every request's path; and removes the directories of checkpoints and sessions
+//! that are gone (in that same order, so that a removal never overtakes a write).
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use tracing::{debug, error, warn};
+
+use super::checkpoint::{self, Source};
+use super::{OnDisk, SessionDisk};
+use crate::job::{Language, StateCodec};
+use crate::metrics::DurableMetrics;
+use crate::session::Image;
+use crate::sys::durable;
+
+/// A checkpoint to write.
+#[derive(Debug)]
+pub struct Write {
+    pub session: Arc<SessionDisk>,
+    pub id: String,
+    pub number: u64,
+    pub disk: Arc<OnDisk>,
+    /// Its state and files.
+    pub image: Arc<Image>,
+    /// The same state, already written by another checkpoint (a fork's start): linked from
+    /// there when it is on disk.
+    pub link_from: Option<Arc<OnDisk>>,
+    pub codec: Arc<dyn StateCodec>,
+    pub language: Language,
+    /// When the exec that made it was answered.
+    pub answered: Instant,
+}
+
+#[derive(Debug)]
+enum Job {
+    Write(Box<Write>),
+    /// A directory to remove, and the checkpoint bytes it held.
+    Discard(PathBuf, u64),
+}
+
+/// The jobs handed over and not yet done.
+#[derive(Debug, Default)]
+struct Queue {
+    jobs: VecDeque<Job>,
+    /// A job is being done.
+    busy: bool,
+    closed: bool,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    queue: Mutex<Queue>,
+    /// A job was handed over, or the queue ran dry.
+    changed: Condvar,
+}
+
+impl Shared {
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The writer: its queue, and its thread, which ends when the writer is dropped (after the
+/// jobs already handed over).
+#[derive(Debug)]
+pub struct Writer {
+    shared: Arc<Shared>,
+}
+
+impl Writer {
+    /// Starts the thread.
+    pub fn start(metrics: DurableMetrics) -> std::io::Result<Writer> {
+        let shared = Arc::new(Shared::default());
+        let theirs = shared.clone();
+        std::thread::Builder::new()
+            .name("checkpoints".to_owned())
+            .spawn(move || run(&theirs, &metrics))?;
+        Ok(Writer { shared })
+    }
+
+    fn push(&self, job: Job) {
+        self.shared.queue().jobs.push_back(job);
+        self.shared.changed.notify_all();
+    }
+
+    /// Hands a checkpoint over.
+    pub fn write(&self, write: Write) {
+        self.push(Job::Write(Box::new(write)));
+    }
+
+    /// Hands over the removal of `dir`, which held `bytes` of checkpoints.
+    pub fn discard(&self, dir: PathBuf, bytes: u64) {
+        self.push(Job::Discard(dir, bytes));
+    }
+
+    /// Waits until every job handed over is done, at most `limit`; false past it.
+    pub fn flush(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        let mut queue = self.shared.queue();
+        while !queue.jobs.is_empty() || queue.busy {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            queue = self
+                .shared
+                .changed
+                .wait_timeout(queue, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        true
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.shared.queue().closed = true;
+        self.shared.changed.notify_all();
+    }
+}
+
+/// The thread's body: does each job in turn until the writer is dropped and nothing is left.
+fn run(shared: &Shared, metrics: &DurableMetrics) {
+    loop {
+        let job = {
+            let mut queue = shared.queue();
+            loop {
+                if let Some(job) = queue.jobs.pop_front() {
+                    queue.busy = true;
+                    break job;
+                }
+                if queue.closed {
+                    return;
+                }
+                queue = shared
+                    .changed
+                    .wait(queue)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+        };
+        match job {
+            Job::Write(write) => write_one(&write, metrics),
+            Job::Discard(dir, bytes) => {
+                durable::discard(&dir);
+                metrics.disk_bytes.sub(i64::try_from(bytes).unwrap_or(0));
+            }
+        }
+        shared.queue().busy = false;
+        shared.changed.notify_all();
+    }
+}
+
+/// Writes one checkpoint, unless its session or the checkpoint itself is gone by now.
+fn write_one(write: &Write, metrics: &DurableMetrics) {
+    if !write.session.live() || write.disk.is_dropped() {
+        debug!(session = %write.id, checkpoint = write.number, "not writing a checkpoint that is gone");
+        return;
+    }
+    let dir = write.disk.dir().to_owned();
+    let linked = write.link_from.as_ref().filter(|from| from.is_written());
+    let source = match linked {
+        Some(from) => Source::Written(from.dir()),
+        None => Source::Memory {
+            state: &write.image.state(),
+            files: write.image.files(),
+            codec: write.codec.as_ref(),
+        },
+    };
+    let header = (write.id.as_str(), write.number, write.image.bytes());
+    let written = checkpoint::write(&dir, header, write.codec.key(), source);
+    let bytes = match written {
+        Ok(bytes) => bytes,
+        Err(why) => {
+            metrics.write_failed(write.language);
+            error!(session = %write.id, checkpoint = write.number, "writing the checkpoint failed ({why}): it is kept in memory only, and a restart loses it");
+            return;
+        }
+    };
+    let record = checkpoint::check(&dir, &write.id, write.number, write.codec.key());
+    let record = match record {
+        Ok(record) => record,
+        Err(why) => {
+            metrics.write_failed(write.language);
+            warn!(session = %write.id, checkpoint = write.number, "the checkpoint just written does not read back ({why}): it is kept in memory only");
+            durable::discard(&dir);
+            return;
+        }
+    };
+    if !write.disk.mark_written(record) || !write.session.live() {
+        durable::discard(&dir);
+        return;
+    }
+    metrics.disk_bytes.add(i64::try_from(bytes).unwrap_or(0));
+    metrics.written(write.language, write.answered.elapsed().as_secs_f64());
+    debug!(session = %write.id, checkpoint = write.number, bytes, "checkpoint on disk");
+}

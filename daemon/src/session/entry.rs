@@ -1,0 +1,210 @@
+//! One session of the table: who owns it, its limits, its checkpoints, and what reads of it
+//! need without waiting for its turn.
+
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::OwnedMutexGuard;
+
+use super::SAVE_WAIT_LIMIT;
+use super::durable::SessionDisk;
+use super::durable::journal::{Progress, millis};
+use super::history::History;
+use super::saving::SaveClock;
+use crate::job::{ExecError, Language, Loss, SessionInfo};
+
+/// One session: found by [`super::Sessions::find`], and handed back to
+/// [`super::Sessions::turn`] for an exec.
+#[derive(Debug)]
+pub struct Session {
+    pub(super) id: String,
+    /// The uid it belongs to.
+    pub(super) owner: u32,
+    pub(super) language: Language,
+    pub(super) created_at: SystemTime,
+    /// When its maximum lifetime ends, by the monotonic clock and by the wall clock.
+    pub(super) lifetime_end: Instant,
+    pub(super) lifetime_end_at: SystemTime,
+    pub(super) idle_timeout: Duration,
+    /// Its checkpoints: taken for a whole exec, from its turn until the state it leaves is
+    /// saved.
+    pub(super) history: Arc<tokio::sync::Mutex<History>>,
+    /// How long it has spent saving what its execs left.
+    pub(super) saving: SaveClock,
+    /// What reads of the session need without waiting for its turn.
+    pub(super) meta: Mutex<Meta>,
+    /// Its directory in the state directory; None: it lives in memory only.
+    pub(super) disk: Option<Arc<SessionDisk>>,
+    /// Why its state is gone, for a session none of whose checkpoints could be brought back
+    /// from disk: every exec is refused then.
+    pub(super) gone: OnceLock<String>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Meta {
+    /// When it was last used, and when its idle timeout ends.
+    pub(super) last_used: Instant,
+    pub(super) last_used_at: SystemTime,
+    pub(super) idle_end: Instant,
+    pub(super) execs: u64,
+    /// Host memory its checkpoints hold, as of the last change to them.
+    pub(super) memory_bytes: u64,
+    pub(super) checkpoint: u64,
+    pub(super) checkpoints: usize,
+    /// Its state is on disk only.
+    pub(super) parked: bool,
+    /// State it lost, until an exec's answer reports it.
+    pub(super) lost: Option<Loss>,
+    /// An exec holds the history (reaping and parking wait for it).
+    pub(super) busy: bool,
+}
+
+impl Meta {
+    /// A session's, used last at `last_used_at` (the time `idle` ago), after `execs`.
+    pub(super) fn new(idle_timeout: Duration, idle: Duration, last_used_at: SystemTime) -> Meta {
+        let now = Instant::now();
+        Meta {
+            last_used: now.checked_sub(idle).unwrap_or(now),
+            last_used_at,
+            idle_end: now + idle_timeout.saturating_sub(idle),
+            execs: 0,
+            memory_bytes: 0,
+            checkpoint: 0,
+            checkpoints: 0,
+            parked: false,
+            lost: None,
+            busy: false,
+        }
+    }
+
+    /// Takes what `history` is now.
+    pub(super) fn record(&mut self, history: &History) {
+        self.memory_bytes = history.resident_bytes();
+        self.checkpoint = history.head().number();
+        self.checkpoints = history.len();
+        self.parked = history.is_parked();
+    }
+
+    /// One more exec's state is lost: the session is at `head`.
+    pub(super) fn lose(&mut self, head: u64) {
+        let lost_execs = self.lost.map_or(0, |lost| lost.lost_execs) + 1;
+        self.lost = Some(Loss {
+            restored_from_checkpoint: head,
+            lost_execs,
+        });
+    }
+
+    /// Used now: its idle timeout starts again.
+    pub(super) fn touch(&mut self, idle_timeout: Duration) {
+        let now = Instant::now();
+        self.last_used = now;
+        self.last_used_at = SystemTime::now();
+        self.idle_end = now + idle_timeout;
+    }
+}
+
+impl Session {
+    /// The language its execs run in.
+    pub fn language(&self) -> Language {
+        self.language
+    }
+
+    /// Its id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub(super) fn meta(&self) -> MutexGuard<'_, Meta> {
+        self.meta.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// When it expires unless used: the end of its idle timeout, or of its lifetime.
+    pub(super) fn expires(&self) -> Instant {
+        self.meta().idle_end.min(self.lifetime_end)
+    }
+
+    /// Why it has expired at `now` (the metrics label), if it has.
+    pub(super) fn expired(&self, now: Instant) -> Option<&'static str> {
+        if now >= self.lifetime_end {
+            Some("lifetime")
+        } else if now >= self.meta().idle_end {
+            Some("idle")
+        } else {
+            None
+        }
+    }
+
+    /// Refused when its state is gone.
+    pub(super) fn usable(&self) -> Result<(), ExecError> {
+        match self.gone.get() {
+            Some(why) => Err(ExecError::SessionLost {
+                id: self.id.clone(),
+                why: why.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits for an exec's turn, in arrival order, until `deadline`, moved on by the time the
+    /// session spends saving meanwhile (at most [`SAVE_WAIT_LIMIT`]): the history, and the
+    /// deadline so moved. Past it: [`ExecError::SessionBusy`] if earlier execs' programs took
+    /// the time, [`ExecError::SessionSaving`] if saving did.
+    pub(super) async fn wait_turn(
+        &self,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> Result<(OwnedMutexGuard<History>, Instant), ExecError> {
+        let lock = self.history.clone().lock_owned();
+        let waited = self.saving.wait(deadline, SAVE_WAIT_LIMIT, lock).await;
+        waited.map_err(|saving| {
+            if saving >= SAVE_WAIT_LIMIT {
+                ExecError::SessionSaving { waited: saving }
+            } else {
+                ExecError::SessionBusy { timeout }
+            }
+        })
+    }
+
+    /// Its progress as the journal keeps it, at `history`.
+    pub(super) fn progress(&self, history: &History) -> Progress {
+        let meta = *self.meta();
+        Progress {
+            execs: meta.execs,
+            last_used_ms: millis(meta.last_used_at),
+            next: history.next(),
+            checkpoints: history.marks(),
+            lost: meta.lost.map(Into::into),
+        }
+    }
+
+    /// Writes its progress at `history` to its journal, synced, when it has a directory.
+    pub(super) fn record(&self, history: &History) {
+        if let Some(disk) = &self.disk {
+            disk.record(&self.id, &self.progress(history));
+        }
+    }
+
+    /// Whether its directory is written still.
+    pub(super) fn durable(&self) -> Option<&Arc<SessionDisk>> {
+        self.disk.as_ref().filter(|disk| disk.live())
+    }
+
+    pub(super) fn info(&self) -> SessionInfo {
+        let meta = *self.meta();
+        SessionInfo {
+            id: self.id.clone(),
+            language: self.language,
+            created_at: self.created_at,
+            expires_at: (meta.last_used_at + self.idle_timeout).min(self.lifetime_end_at),
+            idle_timeout: self.idle_timeout,
+            execs: meta.execs,
+            memory_bytes: meta.memory_bytes,
+            checkpoint: meta.checkpoint,
+            checkpoints: meta.checkpoints,
+            lost: meta.lost,
+            parked: meta.parked,
+            durable: self.durable().is_some(),
+            gone: self.gone.get().cloned(),
+        }
+    }
+}
