@@ -197,6 +197,8 @@ impl Sessions {
         let mut table = self.table();
         self.check_limits(&table, owner)?;
         let id = new_id()?;
+        // To the millisecond, as its record on disk keeps it.
+        let now = journal_time(SystemTime::now());
         let mut history = History::new(start.image.clone(), start.bytes, self.retention());
         let disk = self.durable.as_ref().and_then(|durable| {
             let file = SessionFile {
@@ -204,7 +206,7 @@ impl Sessions {
                 id: id.clone(),
                 owner,
                 language,
-                created_at_ms: millis(SystemTime::now()),
+                created_at_ms: millis(now),
                 idle_timeout_ms: u64::try_from(idle_timeout.as_millis()).unwrap_or(u64::MAX),
             };
             let progress = Progress {
@@ -224,7 +226,6 @@ impl Sessions {
         if let Some(start_disk) = &start_disk {
             history.set_head_disk(start_disk.clone());
         }
-        let now = SystemTime::now();
         let mut meta = Meta::new(idle_timeout, Duration::ZERO, now);
         meta.record(&history);
         let session = Arc::new(Session {
@@ -458,6 +459,11 @@ impl Sessions {
             .as_ref()
             .is_none_or(|durable| durable.flush(left))
     }
+}
+
+/// `at`, to the millisecond, as the state directory keeps times.
+fn journal_time(at: SystemTime) -> SystemTime {
+    durable::journal::at_millis(millis(at))
 }
 
 /// A new session id: 128 bits from the host's entropy, in hex. No session is made without

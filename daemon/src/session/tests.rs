@@ -9,6 +9,7 @@ use crate::job::{After, Files, Outcome, Ran, Resume, Saved, SavedState, Status};
 use crate::metrics::Metrics;
 
 mod checkpoints;
+mod durable;
 
 /// The uid the tests' sessions belong to.
 const OWNER: u32 = 1000;

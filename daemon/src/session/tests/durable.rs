@@ -1,0 +1,358 @@
+//! Sessions kept in a state directory, with a fake worker and a fake guest whose state is a
+//! number: read back by a new table as a restarted daemon does, at the same checkpoints, with
+//! damaged checkpoints refused by reason, losses said, parked states brought back.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use super::*;
+use crate::job::{CheckpointInfo, FileIdentity, SessionRef, StateCodec, StateKey};
+
+/// A guest whose state is a `u32`, written as eight digits in `state/value`.
+#[derive(Debug)]
+struct Numbers(StateKey);
+
+impl StateCodec for Numbers {
+    fn key(&self) -> &StateKey {
+        &self.0
+    }
+
+    fn write(&self, state: &SavedState, dir: &Path) -> Result<(), String> {
+        let value = state.get::<u32>().ok_or("not a number")?;
+        fs::create_dir(dir).map_err(|e| e.to_string())?;
+        fs::write(dir.join("value"), format!("{value:08}")).map_err(|e| e.to_string())
+    }
+
+    fn read(&self, dir: &Path) -> Result<SavedState, String> {
+        let text = fs::read_to_string(dir.join("value")).map_err(|e| e.to_string())?;
+        let value: u32 = text.parse().map_err(|e| format!("{e}"))?;
+        Ok(SavedState::new(value))
+    }
+}
+
+/// The key of the fake guest of daemon build `build`.
+fn key(build: &str) -> StateKey {
+    StateKey {
+        format: 1,
+        language: "javascript".to_owned(),
+        daemon: build.to_owned(),
+        executable: FileIdentity {
+            path: PathBuf::from("/usr/bin/hyperlightd"),
+            bytes: 1,
+            modified_ns: 1,
+        },
+        sizes: "heap 64 MiB".to_owned(),
+        files: Vec::new(),
+    }
+}
+
+const WAIT: Duration = Duration::from_secs(5);
+
+/// A daemon's table over the state directory `dir`, of build `build`, parking sessions idle for
+/// `park_after`; its metrics.
+fn daemon(dir: &Path, build: &str, park_after: Duration) -> (Arc<Sessions>, Metrics) {
+    let metrics = Metrics::new().unwrap();
+    let codec: Arc<dyn StateCodec> = Arc::new(Numbers(key(build)));
+    let codecs = [(Language::Javascript, codec)].into();
+    let durable = Durable::open(dir, codecs, metrics.sessions().durable, park_after).unwrap();
+    let settings = SessionSettings {
+        max_sessions: 16,
+        max_per_caller: 16,
+        max_checkpoints: 3,
+        memory_budget: u64::MAX,
+        ..settings()
+    };
+    let sessions = Sessions::new(
+        settings,
+        &[Language::Javascript],
+        metrics.sessions(),
+        audit_off(),
+    )
+    .with_durable(durable);
+    let sessions = Arc::new(sessions);
+    sessions.recover();
+    (sessions, metrics)
+}
+
+/// Stops a daemon as `main` does: its last states saved and written.
+fn stop(sessions: Arc<Sessions>) {
+    assert!(sessions.flush(WAIT));
+}
+
+/// Runs an exec in `id` whose worker saves `value`; returns its answer's session part and the
+/// state it started from.
+async fn exec(sessions: &Arc<Sessions>, id: &str, value: u32) -> (SessionRef, Option<u32>) {
+    let session = sessions.find(OWNER, id).unwrap();
+    let mut turn = sessions
+        .turn(session, Instant::now() + WAIT, WAIT, u64::from(value))
+        .await
+        .unwrap();
+    let started = seen(&turn.resume().await.unwrap());
+    let (saved, saving) = oneshot::channel();
+    saved
+        .send(Some(Saved {
+            state: SavedState::new(value),
+            bytes: 100,
+            files: files_of(value),
+        }))
+        .unwrap();
+    let ran = Ok(Ran {
+        outcome: outcome(),
+        after: After::Saving(saving),
+    });
+    let outcome = turn.finish(ran).unwrap();
+    settled(sessions, id).await;
+    (outcome.session.unwrap(), started)
+}
+
+/// The value a session's next exec starts from.
+async fn state_of(sessions: &Arc<Sessions>, id: &str) -> Option<u32> {
+    let session = sessions.find(OWNER, id).unwrap();
+    let mut turn = sessions
+        .turn(session, Instant::now() + WAIT, WAIT, 0)
+        .await
+        .unwrap();
+    let resume = turn.resume().await.unwrap();
+    drop(turn);
+    seen(&resume)
+}
+
+/// A counter's value in the metrics, by its full series.
+fn counter(metrics: &Metrics, series: &str) -> f64 {
+    let text = metrics.render(&BTreeMap::new(), &BTreeMap::new()).unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// The directory of checkpoint `number` of session `id` under the state directory `dir`.
+fn checkpoint_dir(dir: &Path, id: &str, number: u64) -> PathBuf {
+    dir.join("sessions")
+        .join(id)
+        .join("checkpoints")
+        .join(number.to_string())
+}
+
+#[tokio::test]
+async fn a_restarted_daemon_serves_the_same_sessions_at_the_same_checkpoints() {
+    let root = tempfile::tempdir().unwrap();
+    let (sessions, _) = daemon(root.path(), "1", Duration::MAX);
+    let id = sessions
+        .create(OWNER, Language::Javascript, None)
+        .unwrap()
+        .id;
+    exec(&sessions, &id, 7).await;
+    exec(&sessions, &id, 8).await;
+    let before = sessions.get(OWNER, &id).unwrap();
+    assert!(before.durable);
+    stop(sessions);
+
+    let (sessions, metrics) = daemon(root.path(), "1", Duration::MAX);
+    let after = sessions.get(OWNER, &id).unwrap();
+    assert_eq!(
+        (after.checkpoint, after.checkpoints, after.execs, after.lost),
+        (2, 3, 2, None)
+    );
+    assert_eq!(after.created_at, before.created_at);
+    assert_eq!(after.idle_timeout, before.idle_timeout);
+    assert!(after.parked, "nothing is read until it is used");
+    let list = sessions.checkpoints(OWNER, &id, WAIT).await.unwrap();
+    let numbers: Vec<(u64, bool)> = list.iter().map(|c| (c.number, c.durable)).collect();
+    assert_eq!(numbers, [(0, false), (1, true), (2, true)]);
+    assert!(matches!(
+        sessions.get(OWNER + 1, &id),
+        Err(ExecError::SessionNotFound(_))
+    ));
+    assert_eq!(state_of(&sessions, &id).await, Some(8));
+    let (session, started) = exec(&sessions, &id, 9).await;
+    assert_eq!(
+        (session.checkpoint, session.lost, started),
+        (3, None, Some(8))
+    );
+    let files = sessions.files(OWNER, &id, WAIT).await.unwrap();
+    assert_eq!(files.as_ref(), files_of(9).as_ref());
+    assert_eq!(
+        counter(
+            &metrics,
+            "hyperlightd_sessions_recovered_total{outcome=\"intact\"}"
+        ),
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn an_answered_exec_whose_checkpoint_never_reached_the_disk_is_reported_lost() {
+    let root = tempfile::tempdir().unwrap();
+    let (sessions, _) = daemon(root.path(), "1", Duration::MAX);
+    let id = sessions
+        .create(OWNER, Language::Javascript, None)
+        .unwrap()
+        .id;
+    exec(&sessions, &id, 7).await;
+    exec(&sessions, &id, 8).await;
+    stop(sessions);
+    // As after a kill between the answer (the journal names checkpoint 2) and its write.
+    fs::remove_dir_all(checkpoint_dir(root.path(), &id, 2)).unwrap();
+
+    let (sessions, metrics) = daemon(root.path(), "1", Duration::MAX);
+    let info = sessions.get(OWNER, &id).unwrap();
+    let lost = info.lost.unwrap();
+    assert_eq!((lost.restored_from_checkpoint, lost.lost_execs), (1, 1));
+    assert_eq!(info.checkpoint, 1);
+    let (session, started) = exec(&sessions, &id, 9).await;
+    assert_eq!(started, Some(7), "back at checkpoint 1");
+    assert_eq!(session.lost, Some(lost), "the next answer says so, once");
+    assert_eq!(session.checkpoint, 3, "numbers are never reused");
+    assert_eq!(sessions.get(OWNER, &id).unwrap().lost, None);
+    assert_eq!(
+        counter(
+            &metrics,
+            "hyperlightd_session_checkpoint_load_failures_total{reason=\"missing\"}"
+        ),
+        1.0
+    );
+    stop(sessions);
+    // Said once: a second restart does not say it again.
+    let (sessions, _) = daemon(root.path(), "1", Duration::MAX);
+    assert_eq!(sessions.get(OWNER, &id).unwrap().lost, None);
+    assert_eq!(state_of(&sessions, &id).await, Some(9));
+}
+
+#[tokio::test]
+async fn damaged_checkpoints_are_refused_each_with_its_reason() {
+    let root = tempfile::tempdir().unwrap();
+    let (sessions, _) = daemon(root.path(), "1", Duration::MAX);
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let id = sessions
+            .create(OWNER, Language::Javascript, None)
+            .unwrap()
+            .id;
+        exec(&sessions, &id, 7).await;
+        exec(&sessions, &id, 8).await;
+        ids.push(id);
+    }
+    stop(sessions);
+    let value = |id: &str| checkpoint_dir(root.path(), id, 2).join("state/value");
+    // A flipped byte, a file cut short, a checkpoint another build wrote.
+    let mut bytes = fs::read(value(&ids[0])).unwrap();
+    bytes[7] ^= 0x01;
+    fs::write(value(&ids[0]), bytes).unwrap();
+    fs::write(value(&ids[1]), b"0000").unwrap();
+    let record = checkpoint_dir(root.path(), &ids[2], 2).join("checkpoint.json");
+    let text = fs::read_to_string(&record).unwrap();
+    fs::write(
+        &record,
+        text.replace("\"daemon\": \"1\"", "\"daemon\": \"0\""),
+    )
+    .unwrap();
+
+    let (sessions, metrics) = daemon(root.path(), "1", Duration::MAX);
+    for (id, reason) in ids.iter().zip(["corrupt", "truncated", "other_build"]) {
+        // Each goes back to checkpoint 1, and says so.
+        assert_eq!(state_of(&sessions, id).await, Some(7), "{reason}");
+        let lost = sessions.get(OWNER, id).unwrap().lost.unwrap();
+        assert_eq!((lost.restored_from_checkpoint, lost.lost_execs), (1, 1));
+        let series =
+            format!("hyperlightd_session_checkpoint_load_failures_total{{reason=\"{reason}\"}}");
+        assert_eq!(counter(&metrics, &series), 1.0, "{reason}");
+        assert!(!checkpoint_dir(root.path(), id, 2).exists(), "removed");
+    }
+}
+
+#[tokio::test]
+async fn a_session_none_of_whose_checkpoints_fits_is_lost_and_says_why() {
+    let root = tempfile::tempdir().unwrap();
+    let (sessions, _) = daemon(root.path(), "1", Duration::MAX);
+    let origin = sessions
+        .create(OWNER, Language::Javascript, None)
+        .unwrap()
+        .id;
+    exec(&sessions, &origin, 7).await;
+    let fork = sessions.fork(OWNER, &origin, None, WAIT).await.unwrap().id;
+    stop(sessions);
+
+    // Another build: the fork's only checkpoint does not fit; the origin keeps its warm start.
+    let (sessions, metrics) = daemon(root.path(), "2", Duration::MAX);
+    let lost = sessions.get(OWNER, &fork).unwrap();
+    assert!(lost.gone.unwrap().contains("other_build"));
+    let session = sessions.find(OWNER, &fork).unwrap();
+    match sessions.turn(session, Instant::now() + WAIT, WAIT, 1).await {
+        Err(ExecError::SessionLost { id, .. }) => assert_eq!(id, fork),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(state_of(&sessions, &origin).await, None, "the warm state");
+    assert_eq!(
+        counter(
+            &metrics,
+            "hyperlightd_sessions_recovered_total{outcome=\"lost\"}"
+        ),
+        1.0
+    );
+    let lost = sessions.get(OWNER, &origin).unwrap().lost.unwrap();
+    assert_eq!((lost.restored_from_checkpoint, lost.lost_execs), (0, 1));
+    sessions.delete(OWNER, &fork).unwrap();
+    assert!(sessions.flush(WAIT));
+    assert!(!root.path().join("sessions").join(&fork).exists());
+}
+
+#[tokio::test]
+async fn rollback_fork_and_retention_outlive_the_daemon() {
+    let root = tempfile::tempdir().unwrap();
+    let (sessions, _) = daemon(root.path(), "1", Duration::MAX);
+    let id = sessions
+        .create(OWNER, Language::Javascript, None)
+        .unwrap()
+        .id;
+    for value in [1, 2, 3, 4] {
+        exec(&sessions, &id, value).await;
+    }
+    // Three kept: 2, 3 and 4; checkpoints 0 and 1 are gone from disk too.
+    let fork = sessions.fork(OWNER, &id, Some(3), WAIT).await.unwrap().id;
+    sessions.rollback(OWNER, &id, 2, WAIT).await.unwrap();
+    stop(sessions);
+    for gone in [1, 3, 4] {
+        assert!(!checkpoint_dir(root.path(), &id, gone).exists(), "{gone}");
+    }
+
+    let (sessions, _) = daemon(root.path(), "1", Duration::MAX);
+    let numbers = |list: Vec<CheckpointInfo>| list.iter().map(|c| c.number).collect::<Vec<_>>();
+    let kept = sessions.checkpoints(OWNER, &id, WAIT).await.unwrap();
+    assert_eq!(numbers(kept), [2]);
+    assert_eq!(state_of(&sessions, &id).await, Some(2));
+    assert_eq!(state_of(&sessions, &fork).await, Some(3));
+    let (session, _) = exec(&sessions, &id, 5).await;
+    assert_eq!(session.checkpoint, 5, "after 4, though rolled back past it");
+}
+
+#[tokio::test]
+async fn idle_sessions_leave_memory_and_come_back_on_use() {
+    let root = tempfile::tempdir().unwrap();
+    let (sessions, metrics) = daemon(root.path(), "1", Duration::ZERO);
+    let mut ids = Vec::new();
+    for value in 0..5 {
+        let id = sessions
+            .create(OWNER, Language::Javascript, None)
+            .unwrap()
+            .id;
+        exec(&sessions, &id, value).await;
+        ids.push(id);
+    }
+    assert!(sessions.flush(WAIT));
+    assert_eq!(sessions.counts()[&Language::Javascript].memory_bytes, 500);
+    sessions.park_idle();
+    let counts = sessions.counts()[&Language::Javascript];
+    assert_eq!((counts.memory_bytes, counts.parked), (0, 5));
+    for (value, id) in (0..).zip(&ids) {
+        assert!(sessions.get(OWNER, id).unwrap().parked);
+        let (_, started) = exec(&sessions, id, value + 10).await;
+        assert_eq!(started, Some(value), "its own state");
+    }
+    assert_eq!(
+        counter(
+            &metrics,
+            "hyperlightd_session_checkpoint_restore_seconds_count{language=\"javascript\"}"
+        ),
+        5.0
+    );
+}
