@@ -91,6 +91,13 @@ pub const SESSION_REJECTIONS: &[Rejection] = &[
                nothing ran. Retry after the Retry-After header's seconds.",
     },
     Rejection {
+        status: 410,
+        kinds: &[ErrorKind::SessionLost],
+        when: "The session's state is gone: the daemon restarted and could bring back none of \
+               its checkpoints from its state directory (the message says why). Nothing ran; \
+               delete the session and create a new one.",
+    },
+    Rejection {
         status: 429,
         kinds: &[ErrorKind::TooManySessions, ErrorKind::QuotaExceeded],
         when: "Nothing ran and no session was created: the daemon holds as many sessions, or \

@@ -177,35 +177,51 @@ async fn exec(client: &Client, id: &str, args: ProgramArgs) -> u8 {
 /// The sessions as a table, one per line.
 fn table(sessions: &[SessionInfo]) -> String {
     let mut lines = vec![format!(
-        "{:<32}  {:<10}  {:>6}  {:>10}  {}",
-        "ID", "LANGUAGE", "EXECS", "MEMORY", "EXPIRES"
+        "{:<32}  {:<10}  {:>6}  {:>10}  {:<8}  {}",
+        "ID", "LANGUAGE", "EXECS", "MEMORY", "STATE", "EXPIRES"
     )];
     for s in sessions {
         lines.push(format!(
-            "{:<32}  {:<10}  {:>6}  {:>9.1}M  {}",
+            "{:<32}  {:<10}  {:>6}  {:>9.1}M  {:<8}  {}",
             s.id,
             s.language,
             s.execs,
             s.memory_bytes as f64 / f64::from(1 << 20),
+            state(s),
             s.expires_at
         ));
     }
     lines.join("\n")
 }
 
+/// Where a session's state is: `lost`, `parked` (on disk only), `durable` (in memory and on
+/// disk), or `memory` (a daemon without a state directory).
+fn state(session: &SessionInfo) -> &'static str {
+    if session.lost.is_some() {
+        "lost"
+    } else if session.parked {
+        "parked"
+    } else if session.durable {
+        "durable"
+    } else {
+        "memory"
+    }
+}
+
 /// The checkpoints as a table, one per line.
 fn checkpoint_table(checkpoints: &[CheckpointInfo]) -> String {
     let mut lines = vec![format!(
-        "{:>10}  {:>6}  {:>10}  {:<30}  {}",
-        "CHECKPOINT", "PARENT", "SIZE", "CREATED", "REQUEST"
+        "{:>10}  {:>6}  {:>10}  {:<7}  {:<30}  {}",
+        "CHECKPOINT", "PARENT", "SIZE", "ON DISK", "CREATED", "REQUEST"
     )];
     let or_dash = |n: Option<u64>| n.map_or_else(|| "-".to_owned(), |n| n.to_string());
     for c in checkpoints {
         lines.push(format!(
-            "{:>10}  {:>6}  {:>9.1}M  {:<30}  {}",
+            "{:>10}  {:>6}  {:>9.1}M  {:<7}  {:<30}  {}",
             c.checkpoint,
             or_dash(c.parent),
             c.bytes as f64 / f64::from(1 << 20),
+            if c.durable { "yes" } else { "no" },
             c.created_at,
             or_dash(c.request_id),
         ));

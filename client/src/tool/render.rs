@@ -219,6 +219,10 @@ pub(super) fn advice(kind: ErrorKind, context: &Context<'_>) -> String {
             idle), and with it every variable it held; nothing ran. Run again without the \
             session, or in a new one, and recreate what the program needs."
             .to_owned(),
+        ErrorKind::SessionLost => "The service restarted and could not bring the session's \
+            state back (the message says why): every variable it held is gone; nothing ran. \
+            Run again in a new session, and recreate what the program needs."
+            .to_owned(),
         ErrorKind::CheckpointNotFound => "The session keeps no such checkpoint (the message \
             lists those it keeps); nothing changed. Use one of those, or go on from the \
             session's current state."

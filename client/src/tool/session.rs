@@ -1,7 +1,8 @@
 //! The tool's sessions: with [`CodeTool::with_sessions`], a conversation's calls in one language
 //! share an interpreter, as a notebook's cells do. The session of a language is created by the
 //! conversation's first call in it and deleted by [`CodeTool::close`]; one that expired between
-//! calls is replaced, and the model is told that what earlier calls defined is gone.
+//! calls (or whose state the daemon lost) is replaced, and the model is told that what earlier
+//! calls defined is gone.
 
 use std::collections::BTreeMap;
 
@@ -23,6 +24,11 @@ pub(super) struct Conversation {
 pub(super) const EXPIRED: &str = "The session of earlier calls in this language had expired \
     (idle too long): this call ran in a new one, and what earlier calls defined is gone. Define \
     again what the program needs.";
+
+/// See [`EXPIRED`].
+pub(super) const GONE: &str = "The service lost the whole state of earlier calls in this \
+    language (after it restarted, none of it could be brought back): this call ran in a new \
+    session, and what earlier calls defined is gone. Define again what the program needs.";
 
 /// See [`EXPIRED`].
 pub(super) const LOST: &str = "The service lost what some earlier calls in this language did \
@@ -87,6 +93,12 @@ impl CodeTool {
                 Err(e) if kind(&e) == Some(ErrorKind::SessionNotFound) => {
                     sessions.remove(&language);
                     notice = Some(EXPIRED);
+                }
+                Err(e) if kind(&e) == Some(ErrorKind::SessionLost) => {
+                    if let Some(id) = sessions.remove(&language) {
+                        let _ = self.client.delete_session(&id).await;
+                    }
+                    notice = Some(GONE);
                 }
                 answered => {
                     return answered.map(|response| {

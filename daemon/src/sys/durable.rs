@@ -174,9 +174,69 @@ pub fn digests(dir: &Path, except: &[&str]) -> io::Result<(BTreeMap<String, Dige
     Ok((files, bytes))
 }
 
+/// Gives the disk back under every whole page of zeros of the file at `path` (a hole reads as
+/// zeros; the file's bytes are unchanged): a guest's snapshot is mostly pages it never wrote.
+/// Returns the bytes given back; a filesystem without holes gives none, and that is no error.
+pub fn punch_zero_pages(path: &Path) -> io::Result<u64> {
+    use nix::fcntl::{FallocateFlags, fallocate};
+    const PAGE: usize = 4096;
+    let file = fs::OpenOptions::new().read(true).write(true).open(path)?;
+    let _measures_wait = super::memory::measuring();
+    let runs = super::mapped::with_mapped(&file, |bytes| {
+        let mut runs: Vec<(usize, usize)> = Vec::new();
+        // A slice comparison is a memcmp, quick even in a debug build.
+        let zeros = [0u8; PAGE];
+        for (index, page) in bytes.chunks_exact(PAGE).enumerate() {
+            if page == zeros {
+                match runs.last_mut() {
+                    Some((start, len)) if *start + *len == index * PAGE => *len += PAGE,
+                    _ => runs.push((index * PAGE, PAGE)),
+                }
+            }
+        }
+        runs
+    })?;
+    let mut punched = 0;
+    for (start, len) in runs {
+        let flags = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
+        let (offset, length) = (
+            i64::try_from(start).map_err(io::Error::other)?,
+            i64::try_from(len).map_err(io::Error::other)?,
+        );
+        match fallocate(&file, flags, offset, length) {
+            Ok(()) => punched += len as u64,
+            Err(nix::errno::Errno::EOPNOTSUPP) => return Ok(0),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    file.sync_all()?;
+    Ok(punched)
+}
+
+/// The disk space the files under `dir` take (holes take none); 0 for what cannot be read.
+pub fn allocated(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    let mut pending = vec![dir.to_owned()];
+    while let Some(at) = pending.pop() {
+        let Ok(entries) = fs::read_dir(&at) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            match entry.metadata() {
+                Ok(meta) if meta.is_dir() => pending.push(entry.path()),
+                Ok(meta) => total += meta.blocks() * 512,
+                Err(_) => {}
+            }
+        }
+    }
+    total
+}
+
 /// A file's digest: the XXH64 (seed 0) of its bytes, read through a mapping, and its size.
 pub fn digest_of_file(path: &Path) -> io::Result<Digest> {
     let file = fs::File::open(path)?;
+    let _measures_wait = super::memory::measuring();
     super::mapped::with_mapped(&file, digest)
 }
 
@@ -257,6 +317,25 @@ mod tests {
             .collect();
         left.sort();
         assert_eq!(left, [".hidden", "z"]);
+    }
+
+    #[test]
+    fn pages_of_zeros_become_holes_and_the_bytes_stay() {
+        use std::os::unix::fs::MetadataExt;
+        let root = tempfile::tempdir().unwrap();
+        let path = root.path().join("snapshot");
+        let mut bytes = vec![0u8; 64 * 4096];
+        bytes[5] = 1;
+        bytes[40 * 4096 + 7] = 2;
+        fs::write(&path, &bytes).unwrap();
+        let before = digest_of_file(&path).unwrap();
+        let punched = punch_zero_pages(&path).unwrap();
+        assert_eq!(digest_of_file(&path).unwrap(), before, "the same bytes");
+        let allocated = fs::metadata(&path).unwrap().blocks() * 512;
+        if punched > 0 {
+            assert_eq!(punched, 62 * 4096, "all but the two pages that hold data");
+            assert!(allocated <= 8 * 4096, "{allocated} bytes allocated");
+        }
     }
 
     #[test]

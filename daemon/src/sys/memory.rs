@@ -19,21 +19,34 @@ pub fn transparent_huge_pages_disabled() -> nix::Result<bool> {
     nix::sys::prctl::get_thp_disable()
 }
 
-/// The process's resident memory, in bytes (0 if it cannot be read).
-pub fn resident_bytes() -> u64 {
-    // statm: size resident shared text lib data dt, in pages.
-    std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|statm| statm.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .map_or(0, |pages| pages * page_size())
+/// Held while the growth of the process's resident memory is measured (a session's save, whose
+/// size hyperlight-host does not tell), and by whatever maps big files for a moment (a
+/// checkpoint's bytes checked on disk), so that the two never overlap.
+static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Takes [`MEASURING`]: no other measure or mapping of the process's memory runs until the
+/// guard is dropped.
+pub fn measuring() -> std::sync::MutexGuard<'static, ()> {
+    MEASURING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn page_size() -> u64 {
-    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
-        .ok()
-        .flatten()
-        .and_then(|size| u64::try_from(size).ok())
-        .unwrap_or(4096)
+/// The process's own resident memory, in bytes: anonymous and shared-memory pages, not pages of
+/// files it maps (the page cache's, which the kernel may drop: a session's state brought back
+/// from disk is read through its file). 0 if it cannot be read.
+pub fn resident_bytes() -> u64 {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return 0;
+    };
+    let kib = |field: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(field))
+            .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    (kib("RssAnon:") + kib("RssShmem:")) * 1024
 }
 
 #[cfg(test)]

@@ -76,6 +76,10 @@ class SessionNotFound(NotFound):
     """``session_not_found``: the session never existed, was deleted, or expired."""
 
 
+class SessionLost(NotFound):
+    """``session_lost``: the daemon restarted and could bring back none of the session's state (the message says why); delete it."""
+
+
 class CheckpointNotFound(NotFound):
     """``checkpoint_not_found``: the session keeps no such checkpoint (the message lists those it keeps)."""
 
@@ -105,6 +109,7 @@ KINDS: dict[str, type[Refused]] = {
     "request_timeout": InvalidRequest,
     "not_found": NotFound,
     "session_not_found": SessionNotFound,
+    "session_lost": SessionLost,
     "checkpoint_not_found": CheckpointNotFound,
     "execution_not_found": ExecutionNotFound,
     "tool_call_not_found": ExecutionNotFound,

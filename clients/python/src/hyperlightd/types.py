@@ -120,6 +120,9 @@ class SessionInfo:
     checkpoints: int = 1
     restored_from_checkpoint: int | None = None
     lost_execs: int = 0
+    durable: bool = False
+    parked: bool = False
+    lost: str | None = None
 
     @staticmethod
     def from_json(body: Mapping[str, Any]) -> SessionInfo:
@@ -135,6 +138,9 @@ class SessionInfo:
             checkpoints=body.get("checkpoints", 1),
             restored_from_checkpoint=body.get("restored_from_checkpoint"),
             lost_execs=body.get("lost_execs", 0),
+            durable=body.get("durable", False),
+            parked=body.get("parked", False),
+            lost=body.get("lost"),
         )
 
 
@@ -142,13 +148,15 @@ class SessionInfo:
 class Checkpoint:
     """One of a session's checkpoints: its state after an exec (``checkpoint`` 0: where the
     session started). ``parent`` is the checkpoint that exec started from; ``request_id`` the
-    exec's."""
+    exec's; ``durable`` that it is on disk (a daemon with a state directory), so that it outlives
+    a restart of the daemon."""
 
     checkpoint: int
     created_at: str
     bytes: int
     parent: int | None = None
     request_id: int | None = None
+    durable: bool = False
 
     @staticmethod
     def from_json(body: Mapping[str, Any]) -> Checkpoint:
@@ -158,6 +166,7 @@ class Checkpoint:
             bytes=body["bytes"],
             parent=body.get("parent"),
             request_id=body.get("request_id"),
+            durable=body.get("durable", False),
         )
 
 

@@ -4,7 +4,7 @@
 //!
 //! [`worker`]: super::worker
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::sync::oneshot;
@@ -15,11 +15,7 @@ use super::Task;
 use super::worker::{Fate, RESET_LIMIT, Worker};
 use crate::job::{After, ExecError, FailureKind, Files, Outcome, Ran, Saved, SavedState};
 use crate::sandbox::guest::{Guest, GuestError, OutputCapture};
-use crate::sys::memory::resident_bytes;
-
-/// Held while a state is saved: the memory a save adds is measured as the growth of the
-/// process's resident memory across it, so saves are taken one at a time.
-static SAVING: Mutex<()> = Mutex::new(());
+use crate::sys::memory::{measuring, resident_bytes};
 
 impl Worker {
     /// Runs `task` from its scope and answers it; for a session, saves the state it leaves
@@ -89,7 +85,9 @@ impl Worker {
     /// Saves the state the session's exec left, and its working directory's `files`; None if
     /// that failed (the session keeps its state from before the exec).
     fn save(&self, guest: &mut dyn Guest, files: Files) -> Option<Saved> {
-        let _one_at_a_time = SAVING.lock().unwrap_or_else(PoisonError::into_inner);
+        // The memory a save adds is measured as the growth of the process's resident memory
+        // across it: saves are taken one at a time, and nothing maps big files meanwhile.
+        let _one_at_a_time = measuring();
         let before = resident_bytes();
         let started = Instant::now();
         let state = self.guarded(guest, RESET_LIMIT, |guest| guest.save());

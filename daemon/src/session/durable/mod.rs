@@ -195,6 +195,8 @@ pub struct OnDisk {
 struct DiskState {
     /// Its record, once it is on disk.
     record: Option<Record>,
+    /// The disk space it takes.
+    bytes: u64,
     dropped: bool,
 }
 
@@ -207,12 +209,13 @@ impl OnDisk {
         })
     }
 
-    /// A checkpoint found on disk in `dir`, with `record`.
-    pub fn written(dir: PathBuf, record: Record) -> Arc<OnDisk> {
+    /// A checkpoint found on disk in `dir`, with `record`, taking `bytes` of disk.
+    pub fn written(dir: PathBuf, record: Record, bytes: u64) -> Arc<OnDisk> {
         Arc::new(OnDisk {
             dir,
             state: Mutex::new(DiskState {
                 record: Some(record),
+                bytes,
                 dropped: false,
             }),
         })
@@ -242,24 +245,22 @@ impl OnDisk {
         self.state().dropped
     }
 
-    /// Marks it written with `record`; false if it was dropped meanwhile (the caller removes
-    /// it then).
-    fn mark_written(&self, record: Record) -> bool {
+    /// Marks it written with `record`, taking `bytes` of disk; false if it was dropped
+    /// meanwhile (the caller removes it then).
+    fn mark_written(&self, record: Record, bytes: u64) -> bool {
         let mut state = self.state();
         if state.dropped {
             return false;
         }
         state.record = Some(record);
+        state.bytes = bytes;
         true
     }
 
-    /// Marks it dropped; the bytes it holds if it is written (the caller removes it then).
+    /// Marks it dropped; the disk it takes if it is written (the caller removes it then).
     fn drop_it(&self) -> Option<u64> {
         let mut state = self.state();
         state.dropped = true;
-        state
-            .record
-            .take()
-            .map(|record| record.files.values().map(|d| d.bytes).sum())
+        state.record.take().map(|_| state.bytes)
     }
 }

@@ -80,11 +80,12 @@ impl Durable {
             match checkpoint::check(&at, name, mark.number, codec.key()) {
                 Ok(record) => {
                     let bytes = record.bytes;
-                    let on_disk: u64 = record.files.values().map(|d| d.bytes).sum();
+                    let on_disk = durable::allocated(&at);
                     self.metrics()
                         .disk_bytes
                         .add(i64::try_from(on_disk).unwrap_or(0));
-                    kept.push((mark.clone(), Some(OnDisk::written(at, record)), bytes));
+                    let disk = OnDisk::written(at, record, on_disk);
+                    kept.push((mark.clone(), Some(disk), bytes));
                 }
                 Err(why) => {
                     self.metrics().load_failed(why.reason.as_str());

@@ -171,15 +171,11 @@ fn write_one(write: &Write, metrics: &DurableMetrics) {
         },
     };
     let header = (write.id.as_str(), write.number, write.image.bytes());
-    let written = checkpoint::write(&dir, header, write.codec.key(), source);
-    let bytes = match written {
-        Ok(bytes) => bytes,
-        Err(why) => {
-            metrics.write_failed(write.language);
-            error!(session = %write.id, checkpoint = write.number, "writing the checkpoint failed ({why}): it is kept in memory only, and a restart loses it");
-            return;
-        }
-    };
+    if let Err(why) = checkpoint::write(&dir, header, write.codec.key(), source) {
+        metrics.write_failed(write.language);
+        error!(session = %write.id, checkpoint = write.number, "writing the checkpoint failed ({why}): it is kept in memory only, and a restart loses it");
+        return;
+    }
     let record = checkpoint::check(&dir, &write.id, write.number, write.codec.key());
     let record = match record {
         Ok(record) => record,
@@ -190,7 +186,8 @@ fn write_one(write: &Write, metrics: &DurableMetrics) {
             return;
         }
     };
-    if !write.disk.mark_written(record) || !write.session.live() {
+    let bytes = durable::allocated(&dir);
+    if !write.disk.mark_written(record, bytes) || !write.session.live() {
         durable::discard(&dir);
         return;
     }

@@ -11,12 +11,16 @@ from typing import Any
 
 from ..aio import AsyncClient, AsyncSession
 from ..client import Client, Session
-from ..errors import Refused, SessionNotFound
+from ..errors import Refused, SessionLost, SessionNotFound
 from ..tools import Tool
 from . import _observation
 
 LANGUAGES = ("python", "javascript")
 EXPIRED = "The earlier state of this conversation had expired: this ran in a new session.\n"
+GONE = (
+    "The service lost the earlier state of this conversation (it restarted and could not bring it back): "
+    "this ran in a new session.\n"
+)
 
 
 class _Choices:
@@ -68,10 +72,13 @@ class AsyncRunner(_Choices):
             try:
                 session = await self._session(conversation, chosen)
                 return _observation.observation(await session.exec(code, **self.options()))
-            except SessionNotFound:  # it expired while idle: say so, and go on in a new one
-                self._sessions.pop((conversation, chosen), None)
+            except (SessionNotFound, SessionLost) as e:  # expired while idle, or lost: say so, go on anew
+                old = self._sessions.pop((conversation, chosen), None)
+                if isinstance(e, SessionLost) and old is not None:
+                    await old.delete()
                 session = await self._session(conversation, chosen)
-                return EXPIRED + _observation.observation(await session.exec(code, **self.options()))
+                notice = GONE if isinstance(e, SessionLost) else EXPIRED
+                return notice + _observation.observation(await session.exec(code, **self.options()))
         except Refused as e:
             return _observation.refusal(e)
 
@@ -113,11 +120,14 @@ class Runner(_Choices):
                 return _observation.observation(self.client.exec(chosen, code, **self.options()))
             try:
                 return _observation.observation(self._session(conversation, chosen).exec(code, **self.options()))
-            except SessionNotFound:  # it expired while idle: say so, and go on in a new one
+            except (SessionNotFound, SessionLost) as e:  # expired while idle, or lost: say so, go on anew
                 with self._lock:
-                    self._sessions.pop((conversation, chosen), None)
+                    old = self._sessions.pop((conversation, chosen), None)
+                if isinstance(e, SessionLost) and old is not None:
+                    old.delete()
                 session = self._session(conversation, chosen)
-                return EXPIRED + _observation.observation(session.exec(code, **self.options()))
+                notice = GONE if isinstance(e, SessionLost) else EXPIRED
+                return notice + _observation.observation(session.exec(code, **self.options()))
         except Refused as e:
             return _observation.refusal(e)
 

@@ -27,7 +27,7 @@ from smolagents.local_python_executor import CodeOutput, PythonExecutor
 from smolagents.tools import Tool as SmolTool
 
 from ..client import Client, Session
-from ..errors import SessionNotFound
+from ..errors import SessionLost, SessionNotFound
 from ..tools import Tool
 from ..types import ExecResult
 from ._observation import jsonable
@@ -145,8 +145,11 @@ class HyperlightdExecutor(PythonExecutor):
             options["policy"] = self.policy
         try:
             return self._ensure_session().exec(code, **options), False
-        except SessionNotFound:
-            # Expired while the agent waited: start again with the tools and variables defined.
+        except (SessionNotFound, SessionLost):
+            # Expired while the agent waited, or lost by a restarted daemon: start again with the
+            # tools and variables defined.
+            if self._session is not None:
+                self._session.delete()
             self._session = None
             self._define_tools()
             self.send_variables(self._variables)
