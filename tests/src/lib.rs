@@ -173,10 +173,21 @@ impl Daemon {
 
     /// [`start_with_env`](Self::start_with_env), ready within `limit`.
     async fn start_within(args: &[&str], env: &[(&str, &Path)], limit: Duration) -> Daemon {
+        Self::start_from(&binary("hyperlightd"), args, env, limit).await
+    }
+
+    /// Starts the daemon `executable` (a copy of `hyperlightd`, say) with `args` and `env`,
+    /// ready within `limit`.
+    pub async fn start_from(
+        executable: &Path,
+        args: &[&str],
+        env: &[(&str, &Path)],
+        limit: Duration,
+    ) -> Daemon {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let socket = dir.path().join("hyperlightd.sock");
         let log = std::fs::File::create(dir.path().join("daemon.log")).expect("a log file");
-        let child = Command::new(binary("hyperlightd"))
+        let child = Command::new(executable)
             .arg("--socket")
             .arg(&socket)
             .args(args)

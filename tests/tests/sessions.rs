@@ -15,6 +15,9 @@ use hyperlightd_client::{
 use hyperlightd_e2e::{Daemon, STEP_LIMIT, within};
 use serde_json::{Value, json};
 
+#[path = "sessions/durable.rs"]
+mod durable;
+
 async fn both_languages(extra: &[&str]) -> Daemon {
     Daemon::start_with_python(&["javascript=1", "python=1"], extra).await
 }

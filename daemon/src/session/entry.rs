@@ -8,7 +8,7 @@ use tokio::sync::OwnedMutexGuard;
 
 use super::SAVE_WAIT_LIMIT;
 use super::durable::SessionDisk;
-use super::durable::journal::{Progress, millis};
+use super::durable::journal::{Progress, at_millis, millis};
 use super::history::History;
 use super::saving::SaveClock;
 use crate::job::{ExecError, Language, Loss, SessionInfo};
@@ -98,7 +98,8 @@ impl Meta {
     pub(super) fn touch(&mut self, idle_timeout: Duration) {
         let now = Instant::now();
         self.last_used = now;
-        self.last_used_at = SystemTime::now();
+        // To the millisecond, as the journal keeps it: a restart reports the same expiry.
+        self.last_used_at = at_millis(millis(SystemTime::now()));
         self.idle_end = now + idle_timeout;
     }
 }

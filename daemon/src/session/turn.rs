@@ -164,9 +164,11 @@ impl Turn {
                     sessions.keep(&session, &mut history, checkpoint, saved, answered);
                     let mut meta = session.meta();
                     meta.record(&history);
-                    meta.busy = false;
                     meta.touch(session.idle_timeout);
                     drop(meta);
+                    // Its idle timeout counts from now on, on disk too.
+                    session.record(&history);
+                    session.meta().busy = false;
                     drop(saving);
                     drop(history);
                 });
@@ -202,10 +204,7 @@ impl Sessions {
             .durable()
             .map(|disk| OnDisk::pending(disk.checkpoint_dir(number)));
         let dropped = history.push(image.clone(), disk.clone());
-        if !dropped.is_empty() {
-            self.drop_from_disk(&dropped);
-            session.record(history);
-        }
+        self.drop_from_disk(&dropped);
         if let Some(disk) = disk {
             self.write(session, number, image, disk, None, answered);
         }

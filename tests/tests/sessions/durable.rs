@@ -1,0 +1,338 @@
+//! Sessions kept in a state directory (`--state-dir`): they outlive a clean restart and a
+//! `kill -9`, come back at their last checkpoint on disk and say what was lost; damaged
+//! checkpoints and another build's are refused one by one, each with its reason; and many
+//! more sessions than sandboxes leave memory and keep their own state.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use nix::sys::signal::Signal;
+
+use super::*;
+
+/// Where a test's daemons keep sessions and templates, across their restarts.
+struct Dirs {
+    state: tempfile::TempDir,
+    snapshots: tempfile::TempDir,
+}
+
+impl Dirs {
+    fn new() -> Dirs {
+        Dirs {
+            state: tempfile::tempdir().unwrap(),
+            snapshots: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// The daemon's arguments for these directories, then `extra`.
+    fn args<'a>(&'a self, extra: &[&'a str]) -> Vec<&'a str> {
+        let mut args = vec![
+            "--state-dir",
+            self.state.path().to_str().unwrap(),
+            "--snapshot-dir",
+            self.snapshots.path().to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        args
+    }
+
+    /// The directory of checkpoint `number` of session `id`.
+    fn checkpoint(&self, id: &str, number: u64) -> PathBuf {
+        self.state
+            .path()
+            .join("sessions")
+            .join(id)
+            .join("checkpoints")
+            .join(number.to_string())
+    }
+}
+
+/// Waits until checkpoint `number` of session `id` is on disk.
+async fn durable(client: &Client, id: &str, number: u64) {
+    let started = Instant::now();
+    loop {
+        let checkpoints = within("checkpoints", STEP_LIMIT, client.session_checkpoints(id))
+            .await
+            .unwrap();
+        if checkpoints.iter().any(|c| c.checkpoint == number && c.durable) {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "checkpoint {number} of {id} did not reach the disk: {checkpoints:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Stops `daemon` cleanly (SIGTERM: it saves and writes what it holds first).
+async fn stop(mut daemon: Daemon) {
+    daemon.signal(Signal::SIGTERM);
+    assert_eq!(daemon.wait_exit(Duration::from_secs(180)).await, Some(0));
+}
+
+/// The largest file under `dir`: a state's snapshot.
+fn largest_file(dir: &Path) -> PathBuf {
+    let mut found = (0, PathBuf::new());
+    let mut pending = vec![dir.to_owned()];
+    while let Some(at) = pending.pop() {
+        for entry in std::fs::read_dir(&at).unwrap().flatten() {
+            let meta = entry.metadata().unwrap();
+            if meta.is_dir() {
+                pending.push(entry.path());
+            } else if meta.len() > found.0 {
+                found = (meta.len(), entry.path());
+            }
+        }
+    }
+    found.1
+}
+
+/// `x = {n}` in `language`, and writes `n.txt`.
+fn set_x(language: Language, n: u64) -> String {
+    match language {
+        Language::Python => format!("x = {n}\nopen('{n}.txt', 'w').write('{n}')"),
+        _ => format!("globalThis.x = {n}; files.write('{n}.txt', '{n}'); x"),
+    }
+}
+
+#[tokio::test]
+async fn sessions_outlive_a_clean_restart_and_a_kill_during_an_exec_and_say_what_was_lost() {
+    const OTHER: (u32, u32) = (1000, 1000);
+    let dirs = Dirs::new();
+    let retention = ["--session-checkpoints", "4", "--session-checkpoint-mib", "4096"];
+    let daemon = both_languages(&dirs.args(&retention)).await;
+    let client = daemon.client();
+    let mut ids = Vec::new();
+    for language in [Language::Python, Language::Javascript] {
+        let id = create(&client, language).await;
+        for n in 1..=2 {
+            value(&client, &id, &set_x(language, n)).await;
+        }
+        durable(&client, &id, 2).await;
+        ids.push((language, id));
+    }
+    let before = client.session(&ids[0].1).await.unwrap();
+    stop(daemon).await;
+
+    // A clean restart: the same sessions, at the same checkpoints, owners, limits and expiry.
+    let daemon = both_languages(&dirs.args(&retention)).await;
+    daemon.open_socket_to_everyone();
+    let client = daemon.client();
+    let after = client.session(&ids[0].1).await.unwrap();
+    assert_eq!(
+        (&after.created_at, &after.expires_at, after.idle_timeout_s),
+        (&before.created_at, &before.expires_at, before.idle_timeout_s)
+    );
+    for (language, id) in &ids {
+        let info = client.session(id).await.unwrap();
+        assert_eq!((info.checkpoint, info.execs, info.lost_execs), (2, 2, 0));
+        assert!(info.durable && info.parked, "{language}: {info:?}");
+        assert_eq!(value(&client, id, "x").await, json!(2), "{language}");
+        let files = client.session_files(id).await.unwrap();
+        let paths: Vec<&str> = files.files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(paths, ["1.txt", "2.txt"], "{language}");
+        // Another caller sees no such session after a restart either.
+        let refused = daemon
+            .hlctl_as(Some(OTHER), &["session", "show", id], "")
+            .await;
+        assert!(!refused.status.success(), "{refused:?}");
+    }
+
+    // An exec answered, the next one on its way, and the daemon killed: the answered exec's
+    // state is back if its checkpoint reached the disk first, and reported lost otherwise.
+    for (language, id) in &ids {
+        value(&client, id, &set_x(*language, 10)).await;
+    }
+    let pending: Vec<_> = ids
+        .iter()
+        .map(|(language, id)| {
+            let (client, id, code) = (client.clone(), id.clone(), set_x(*language, 11));
+            tokio::spawn(async move { client.session_exec(&id, &SessionExecRequest::new(code)).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut daemon = daemon;
+    daemon.signal(Signal::SIGKILL);
+    daemon.wait_exit(STEP_LIMIT).await;
+    for task in pending {
+        assert!(task.await.unwrap().is_err(), "no answer after the kill");
+    }
+    drop(daemon);
+    // Checkpoint 3 was the read of x above, 4 the exec answered before the kill; a checkpoint
+    // is in place whole or not at all, and they are written in order. The newest in place is
+    // where the restart must be, and every answered one after it must be reported lost.
+    let heads: Vec<u64> = ids
+        .iter()
+        .map(|(_, id)| (2..=4).rev().find(|&n| dirs.checkpoint(id, n).is_dir()).unwrap())
+        .collect();
+
+    let daemon = both_languages(&dirs.args(&retention)).await;
+    let client = daemon.client();
+    for ((language, id), head) in ids.iter().zip(heads) {
+        let info = client.session(id).await.unwrap();
+        let response = exec(&client, id, "x").await;
+        let session = response.session.clone().unwrap();
+        eprintln!("{language}: at the kill, the newest checkpoint on disk was {head} of 4");
+        if head == 4 {
+            assert_eq!((info.checkpoint, info.lost_execs), (4, 0), "{language}: {info:?}");
+            assert_eq!(response.result, json!(10), "{language}");
+            continue;
+        }
+        let lost = 4 - head;
+        assert_eq!(
+            (info.checkpoint, info.restored_from_checkpoint, info.lost_execs),
+            (head, Some(head), lost),
+            "{language}: {info:?}"
+        );
+        assert_eq!(
+            (session.restored_from_checkpoint, session.lost_execs),
+            (Some(head), lost),
+            "{language}: the next answer says so"
+        );
+        assert_eq!(response.result, json!(2), "{language}");
+        let hlctl = daemon.hlctl(&["session", "exec", id, "-e", "1"], "").await;
+        let stderr = String::from_utf8_lossy(&hlctl.stderr);
+        assert!(hlctl.status.success() && !stderr.contains("lost"), "said once: {stderr}");
+    }
+}
+
+#[tokio::test]
+async fn damaged_checkpoints_and_another_builds_are_refused_each_with_its_reason() {
+    let dirs = Dirs::new();
+    let daemon = both_languages(&dirs.args(&[])).await;
+    let client = daemon.client();
+    // Sessions at checkpoint 2: a JavaScript one whose state gets a flipped byte, one whose
+    // state is cut short, a Python one with a flipped byte, and two left whole.
+    let languages = [
+        Language::Javascript,
+        Language::Javascript,
+        Language::Python,
+        Language::Javascript,
+        Language::Python,
+    ];
+    let mut ids = Vec::new();
+    for language in languages {
+        let id = create(&client, language).await;
+        value(&client, &id, &set_x(language, 1)).await;
+        value(&client, &id, &set_x(language, 2)).await;
+        durable(&client, &id, 2).await;
+        ids.push(id);
+    }
+    stop(daemon).await;
+    let flip = |path: &Path| {
+        use std::io::{Read, Seek, SeekFrom, Write};
+        let mut file = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
+        let at = file.metadata().unwrap().len() / 2;
+        let mut byte = [0u8];
+        file.seek(SeekFrom::Start(at)).unwrap();
+        file.read_exact(&mut byte).unwrap();
+        file.seek(SeekFrom::Start(at)).unwrap();
+        file.write_all(&[byte[0] ^ 0x20]).unwrap();
+    };
+    flip(&largest_file(&dirs.checkpoint(&ids[0], 2)));
+    let cut = largest_file(&dirs.checkpoint(&ids[1], 2));
+    let cut_to = std::fs::metadata(&cut).unwrap().len() / 2;
+    std::fs::OpenOptions::new().write(true).open(&cut).unwrap().set_len(cut_to).unwrap();
+    flip(&largest_file(&dirs.checkpoint(&ids[2], 2)));
+
+    let daemon = both_languages(&dirs.args(&[])).await;
+    let client = daemon.client();
+    for (id, reason) in ids.iter().zip(["corrupt", "truncated", "corrupt"]) {
+        // Back at checkpoint 1, saying so; the damaged one is never loaded.
+        let response = exec(&client, id, "x").await;
+        assert_eq!(response.result, json!(1), "{reason}: {response:?}");
+        let session = response.session.unwrap();
+        assert_eq!(
+            (session.restored_from_checkpoint, session.lost_execs, session.checkpoint),
+            (Some(1), 1, 3),
+            "{reason}"
+        );
+        let started = Instant::now();
+        while dirs.checkpoint(id, 2).exists() {
+            assert!(started.elapsed() < STEP_LIMIT, "{reason}: not removed");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    for id in &ids[3..] {
+        assert_eq!(value(&client, id, "x").await, json!(2));
+    }
+    let refused = |reason: &str| {
+        format!("hyperlightd_session_checkpoint_load_failures_total{{reason=\"{reason}\"}}")
+    };
+    assert_eq!(metric(&client, &refused("corrupt")).await, 2.0);
+    assert_eq!(metric(&client, &refused("truncated")).await, 1.0);
+    stop(daemon).await;
+
+    // Another build of the daemon (a copy of its executable elsewhere): every checkpoint it
+    // did not write is refused; sessions go back to where they started, saying how much is
+    // lost.
+    let other = tempfile::tempdir().unwrap();
+    let copy = other.path().join("hyperlightd");
+    std::fs::copy(hyperlightd_e2e::binary("hyperlightd"), &copy).unwrap();
+    let guest = hyperlightd_e2e::python_guest();
+    let mut args = vec!["--pool", "javascript=1", "--pool", "python=1"];
+    args.extend(["--python-guest", guest.to_str().unwrap()]);
+    args.extend(dirs.args(&[]));
+    let daemon = Daemon::start_from(&copy, &args, &[], Duration::from_secs(600)).await;
+    let client = daemon.client();
+    let info = client.session(&ids[3]).await.unwrap();
+    assert_eq!(
+        (info.checkpoint, info.restored_from_checkpoint, info.lost_execs),
+        (0, Some(0), 3),
+        "{info:?}"
+    );
+    let response = exec(&client, &ids[3], "typeof x").await;
+    assert_eq!(response.result, json!("undefined"), "the warm state: {response:?}");
+    assert!(metric(&client, &refused("other_build")).await >= 8.0);
+}
+
+#[tokio::test]
+async fn two_hundred_parked_sessions_on_a_pool_of_two_each_keep_their_own_state() {
+    const SESSIONS: u64 = 200;
+    let dirs = Dirs::new();
+    let args = dirs.args(&[
+        "--pool",
+        "javascript=2",
+        "--guest-heap-mib",
+        "4",
+        "--max-sessions",
+        "250",
+        "--session-park-after-s",
+        "0",
+    ]);
+    let daemon = Daemon::start(&args).await;
+    let client = daemon.client();
+    let mut ids = Vec::new();
+    for n in 0..SESSIONS {
+        let id = create(&client, Language::Javascript).await;
+        let code = format!("var mine = {n}; files.write('mine.txt', '{n}'); mine");
+        assert_eq!(value(&client, &id, &code).await, json!(n));
+        ids.push(id);
+    }
+    for id in &ids {
+        durable(&client, id, 1).await;
+    }
+    // Parked within a round of the reaper: no state is left in memory.
+    let started = Instant::now();
+    loop {
+        let health = client.health().await.unwrap();
+        let counts = health.sessions[&Language::Javascript];
+        if counts.parked == SESSIONS as usize {
+            assert_eq!(counts.memory_bytes, 0);
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "{counts:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Each keeps its own: its files from its own checkpoint on disk, and, for one in ten, its
+    // interpreter brought back and run on.
+    for (n, id) in ids.iter().enumerate() {
+        let file = client.session_file(id, "mine.txt").await.unwrap();
+        assert_eq!(file, n.to_string().into_bytes());
+        if n % 10 == 0 {
+            assert_eq!(value(&client, id, "mine += 1000; mine").await, json!(n + 1000));
+        }
+    }
+    assert!(metric(&client, "hyperlightd_session_checkpoint_restore_seconds_count{language=\"javascript\"}").await >= 20.0);
+}
