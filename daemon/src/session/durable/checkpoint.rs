@@ -125,9 +125,12 @@ pub fn write(
         let files = match linked {
             Some(files) => files,
             None => {
-                durable::digests(&partial, &["checkpoint.json"])
-                    .map_err(|e| format!("digesting the checkpoint's files: {e}"))?
-                    .0
+                let (files, _) = durable::digests(&partial, &["checkpoint.json"])
+                    .map_err(|e| format!("digesting the checkpoint's files: {e}"))?;
+                // After the digests: on some filesystems (tmpfs) reading a hole through a
+                // mapping fills it again.
+                sparse(&partial.join("state"));
+                files
             }
         };
         let record = Record {
@@ -158,15 +161,7 @@ fn fill(partial: &Path, source: Source<'_>) -> Result<(), String> {
             files,
             codec,
         } => {
-            let started = std::time::Instant::now();
             codec.write(state, &partial.join("state"))?;
-            let wrote = started.elapsed();
-            sparse(&partial.join("state"));
-            tracing::debug!(
-                write_ms = wrote.as_millis() as u64,
-                sparse_ms = (started.elapsed() - wrote).as_millis() as u64,
-                "checkpoint state written"
-            );
             let encoded: BTreeMap<&String, String> = files
                 .iter()
                 .map(|(path, bytes)| (path, STANDARD.encode(bytes)))

@@ -171,6 +171,7 @@ fn write_one(write: &Write, metrics: &DurableMetrics) {
         },
     };
     let header = (write.id.as_str(), write.number, write.image.bytes());
+    let started = Instant::now();
     if let Err(why) = checkpoint::write(&dir, header, write.codec.key(), source) {
         metrics.write_failed(write.language);
         error!(session = %write.id, checkpoint = write.number, "writing the checkpoint failed ({why}): it is kept in memory only, and a restart loses it");
@@ -193,5 +194,6 @@ fn write_one(write: &Write, metrics: &DurableMetrics) {
     }
     metrics.disk_bytes.add(i64::try_from(bytes).unwrap_or(0));
     metrics.written(write.language, write.answered.elapsed().as_secs_f64());
-    debug!(session = %write.id, checkpoint = write.number, bytes, "checkpoint on disk");
+    let write_ms = started.elapsed().as_millis() as u64;
+    debug!(session = %write.id, checkpoint = write.number, bytes, write_ms, "checkpoint on disk");
 }
