@@ -32,6 +32,7 @@ pub use self::health::{
 pub use self::outcome::{Failure, FailureKind, Outcome, SessionRef, Status, Violation};
 pub use self::state::{
     After, Answer, FileIdentity, KeyMismatch, Ran, Resume, Saved, SavedState, StateCodec, StateKey,
+    StateRef,
 };
 pub use hyperlightd_api::Language;
 

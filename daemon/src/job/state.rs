@@ -23,6 +23,39 @@ impl SavedState {
     pub fn get<T: Any>(&self) -> Option<&T> {
         self.0.downcast_ref()
     }
+
+    /// A number for this state alone, as long as a [`StateRef`] to it or a clone of it lives.
+    pub fn key(&self) -> u64 {
+        Arc::as_ptr(&self.0).cast::<()>() as usize as u64
+    }
+
+    /// A reference that tells this state again without keeping it alive.
+    pub fn downgrade(&self) -> StateRef {
+        StateRef(Arc::downgrade(&self.0))
+    }
+}
+
+/// Which state a sandbox holds, told without keeping the state's memory: while it lives, no
+/// other state takes its [`key`](SavedState::key).
+#[derive(Clone)]
+pub struct StateRef(std::sync::Weak<dyn Any + Send + Sync>);
+
+impl StateRef {
+    /// Whether `state` is the state referred to.
+    pub fn is(&self, state: &SavedState) -> bool {
+        std::sync::Weak::ptr_eq(&self.0, &Arc::downgrade(&state.0))
+    }
+
+    /// The referred state's key.
+    pub fn key(&self) -> u64 {
+        self.0.as_ptr().cast::<()>() as usize as u64
+    }
+}
+
+impl std::fmt::Debug for StateRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "StateRef({:#x})", self.key())
+    }
 }
 
 impl std::fmt::Debug for SavedState {

@@ -136,6 +136,7 @@ pub struct PoolMetrics {
     pub session_save: Histogram,
     /// Time to load a session's state before its exec.
     pub session_load: Histogram,
+    session_resumes: IntCounterVec,
     recycled: IntCounterVec,
     restored_after_poison: IntCounterVec,
     worker_restarts: IntCounterVec,
@@ -147,6 +148,13 @@ impl PoolMetrics {
         self.template
             .with_label_values(&[self.language.as_str(), source])
             .observe(took.as_secs_f64());
+    }
+
+    /// Counts a session exec whose state came `from` the sandbox, a snapshot, or warm.
+    pub fn session_resumed(&self, from: &str) {
+        self.session_resumes
+            .with_label_values(&[self.language.as_str(), from])
+            .inc();
     }
 
     /// Counts a sandbox dropped and rebuilt for `reason`.
@@ -350,6 +358,7 @@ impl Metrics {
             prime: self.prime.with_label_values(&label),
             session_save: self.sessions.save.with_label_values(&label),
             session_load: self.sessions.load.with_label_values(&label),
+            session_resumes: self.sessions.resumes.clone(),
             recycled: self.recycled.clone(),
             restored_after_poison: self.restored_after_poison.clone(),
             worker_restarts: self.worker_restarts.clone(),

@@ -30,6 +30,10 @@ pub const SESSION_SAVE_FAILURES_TOTAL: &str = "hyperlightd_session_save_failures
 pub const SESSION_SAVE_SECONDS: &str = "hyperlightd_session_save_seconds";
 /// Time to load a session's state into a sandbox before its exec, by `language`.
 pub const SESSION_LOAD_SECONDS: &str = "hyperlightd_session_load_seconds";
+/// Session execs by where their state came from (`from`): `sandbox` (still in the sandbox
+/// that ran the session's last exec: nothing loaded), `snapshot` (loaded), `warm` (a new
+/// session's first), by `language`.
+pub const SESSION_RESUMES_TOTAL: &str = "hyperlightd_session_resumes_total";
 
 /// The metrics of sessions.
 #[derive(Debug, Clone)]
@@ -44,6 +48,7 @@ pub struct SessionMetrics {
     save_failures: IntCounterVec,
     pub(super) save: HistogramVec,
     pub(super) load: HistogramVec,
+    pub(super) resumes: IntCounterVec,
     /// Those of sessions kept on disk.
     pub durable: super::DurableMetrics,
 }
@@ -101,8 +106,14 @@ impl SessionMetrics {
                 "Time to load a session's state into a sandbox before its exec.",
                 SANDBOX_BUCKETS,
             )?,
+            resumes: counter(
+                SESSION_RESUMES_TOTAL,
+                "Session execs by where their state came from (sandbox, snapshot, warm).",
+                &["language", "from"],
+            )?,
             durable: super::DurableMetrics::register(registry)?,
         };
+        registry.register(Box::new(metrics.resumes.clone()))?;
         registry.register(Box::new(metrics.live.clone()))?;
         registry.register(Box::new(metrics.memory.clone()))?;
         registry.register(Box::new(metrics.created.clone()))?;

@@ -103,6 +103,21 @@ struct Task {
     reply: oneshot::Sender<Result<Ran, ExecError>>,
 }
 
+impl Task {
+    /// The session state it resumes, if any.
+    fn resumes(&self) -> Option<&SavedState> {
+        match &self.scope {
+            Scope::Session(Some(state)) => Some(state),
+            Scope::Fresh | Scope::Session(None) => None,
+        }
+    }
+
+    /// Whether it starts from the warm snapshot.
+    fn starts_warm(&self) -> bool {
+        self.resumes().is_none()
+    }
+}
+
 /// Who owns a queued task: nobody yet, the worker that took it, or its caller, who gave up
 /// waiting. Exactly one of the two wins, so a task is either run or answered unrun, never both.
 #[derive(Debug, Default)]
@@ -333,8 +348,9 @@ impl Pool {
             reply,
         };
         let uid = task.job.caller.uid;
+        let key = task.resumes().map(SavedState::key);
         self.queue
-            .push(uid, task)
+            .push(uid, task, key)
             .map_err(|refused| match refused {
                 Refused::Full => ExecError::Overloaded {
                     language: self.language,

@@ -6,8 +6,18 @@
 //! Each caller (uid) may have at most `depth` jobs waiting; past it, its next job is refused
 //! ([`Full`]), so one caller's flood fills its own line, never another's. Hard caps on what one
 //! caller may have in flight are the service layer's (`--max-execs-per-caller`).
+//!
+//! A job may name a [`Key`]: the state it resumes (a session's). A worker whose sandbox still
+//! holds that state (*hot*, after the session's last exec) runs it without loading anything,
+//! so the queue hands it that job first; other idle workers leave such a job to it, and a hot
+//! worker leaves the other jobs to a worker that is not hot when one is idle (it would have to
+//! restore its sandbox first). Which idle worker takes a job is all this changes: a job is
+//! never left waiting while a worker that may take it is idle.
 
 use std::collections::{BTreeMap, VecDeque};
+
+/// What a job resumes and a hot worker holds: the same number for the same state.
+pub type Key = u64;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 /// The queue, its callers' lines and what each has running.
@@ -19,8 +29,10 @@ pub struct FairQueue<T> {
 }
 
 struct State<T> {
-    /// Jobs waiting, per caller, in arrival order.
-    waiting: BTreeMap<u32, VecDeque<T>>,
+    /// Jobs waiting, per caller, in arrival order, with what each resumes.
+    waiting: BTreeMap<u32, VecDeque<(T, Option<Key>)>>,
+    /// What each worker waiting for a job holds (None: it is not hot).
+    idle: Vec<Option<Key>>,
     /// Per caller: jobs taken and not yet done, and when it was last served.
     callers: BTreeMap<u32, Served>,
     /// Counts every take, to tell who was served longest ago.
@@ -82,6 +94,7 @@ impl<T> FairQueue<T> {
         Arc::new(FairQueue {
             state: Mutex::new(State {
                 waiting: BTreeMap::new(),
+                idle: Vec::new(),
                 callers: BTreeMap::new(),
                 takes: 0,
                 closed: false,
@@ -95,8 +108,8 @@ impl<T> FairQueue<T> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Queues `job` of caller `uid`.
-    pub fn push(&self, uid: u32, job: T) -> Result<(), Refused> {
+    /// Queues `job` of caller `uid`, which resumes the state `key` (None: none).
+    pub fn push(&self, uid: u32, job: T, key: Option<Key>) -> Result<(), Refused> {
         let mut state = self.state();
         if state.closed {
             return Err(Refused::Closed);
@@ -105,34 +118,45 @@ impl<T> FairQueue<T> {
         if line.len() >= self.depth {
             return Err(Refused::Full);
         }
-        line.push_back(job);
+        line.push_back((job, key));
         drop(state);
-        self.changed.notify_one();
+        // Every idle worker looks: which one takes it depends on what each holds.
+        self.changed.notify_all();
         Ok(())
     }
 
-    /// Takes the next job, waiting for one: the first of the caller with the fewest jobs
-    /// running (served longest ago among equals), and what counts it as running until the
-    /// taker drops it. None once the queue is closed and empty.
-    pub fn take(self: &Arc<Self>) -> Option<(T, Running<T>)> {
+    /// Takes the next job for a worker whose sandbox holds `hot` (None: its warm state),
+    /// waiting for one: a job resuming `hot` first; otherwise the first of the caller with the
+    /// fewest jobs running (served longest ago among equals) that no other idle worker is better
+    /// placed to run. Returns what counts it as running until the taker drops it; None once
+    /// the queue is closed and empty.
+    pub fn take(self: &Arc<Self>, hot: Option<Key>) -> Option<(T, Running<T>)> {
         let mut state = self.state();
-        loop {
-            if let Some(uid) = state.next_caller() {
-                let job = state.pop(uid)?;
-                let running = Running {
-                    queue: self.clone(),
-                    uid,
-                };
-                return Some((job, running));
+        state.idle.push(hot);
+        let taken = loop {
+            if let Some((uid, at)) = state.choose(hot) {
+                break state.pop(uid, at).map(|job| (job, uid));
             }
-            if state.closed {
-                return None;
+            if state.closed && state.waiting.is_empty() {
+                break None;
             }
             state = self
                 .changed
                 .wait(state)
                 .unwrap_or_else(PoisonError::into_inner);
+        };
+        if let Some(at) = state.idle.iter().position(|&h| h == hot) {
+            state.idle.swap_remove(at);
         }
+        drop(state);
+        // One idle worker fewer: the others may now take what they left to it.
+        self.changed.notify_all();
+        let (job, uid) = taken?;
+        let running = Running {
+            queue: self.clone(),
+            uid,
+        };
+        Some((job, running))
     }
 
     /// Whether no job waits.
@@ -148,19 +172,51 @@ impl<T> FairQueue<T> {
 }
 
 impl<T> State<T> {
-    /// The caller whose job goes next, if any waits.
-    fn next_caller(&self) -> Option<u32> {
-        self.waiting
+    /// The callers with jobs waiting, the next by fairness first.
+    fn callers_in_turn(&self) -> Vec<u32> {
+        let mut callers: Vec<(u32, Served)> = self
+            .waiting
             .keys()
             .map(|&uid| (uid, self.callers.get(&uid).copied().unwrap_or_default()))
-            .min_by_key(|(_, served)| (served.running, served.last))
-            .map(|(uid, _)| uid)
+            .collect();
+        callers.sort_by_key(|(_, served)| (served.running, served.last));
+        callers.into_iter().map(|(uid, _)| uid).collect()
     }
 
-    /// Takes `uid`'s first job, counting it as running.
-    fn pop(&mut self, uid: u32) -> Option<T> {
+    /// The job (its caller, and its place in the caller's line) a worker holding `hot` takes
+    /// now, if any: one resuming `hot`; else, in fairness order, the first that no other idle
+    /// worker holds, unless this worker is hot and one that is not is idle.
+    fn choose(&self, hot: Option<Key>) -> Option<(u32, usize)> {
+        let callers = self.callers_in_turn();
+        if let Some(hot) = hot {
+            for &uid in &callers {
+                if let Some(at) = self.waiting[&uid].iter().position(|(_, k)| *k == Some(hot)) {
+                    return Some((uid, at));
+                }
+            }
+        }
+        // The other idle workers: this one is in `idle` too, once.
+        let mut others = self.idle.clone();
+        if let Some(at) = others.iter().position(|&h| h == hot) {
+            others.swap_remove(at);
+        }
+        if hot.is_some() && others.contains(&None) {
+            return None;
+        }
+        for &uid in &callers {
+            let line = &self.waiting[&uid];
+            let held_elsewhere = |key: &Option<Key>| key.is_some() && others.contains(key);
+            if let Some(at) = line.iter().position(|(_, key)| !held_elsewhere(key)) {
+                return Some((uid, at));
+            }
+        }
+        None
+    }
+
+    /// Takes the job at `at` in `uid`'s line, counting it as running.
+    fn pop(&mut self, uid: u32, at: usize) -> Option<T> {
         let line = self.waiting.get_mut(&uid)?;
-        let job = line.pop_front()?;
+        let (job, _) = line.remove(at)?;
         if line.is_empty() {
             self.waiting.remove(&uid);
         }
@@ -185,9 +241,9 @@ mod tests {
     fn a_caller_alone_takes_every_job_in_order() {
         let queue = FairQueue::new(8);
         for n in 0..3 {
-            queue.push(1, n).unwrap();
+            queue.push(1, n, None).unwrap();
         }
-        let taken: Vec<_> = (0..3).map(|_| queue.take().unwrap()).collect();
+        let taken: Vec<_> = (0..3).map(|_| queue.take(None).unwrap()).collect();
         let jobs: Vec<i32> = taken.iter().map(|(job, _)| *job).collect();
         assert_eq!(jobs, [0, 1, 2], "all three run at once, in arrival order");
         assert!(queue.is_empty());
@@ -197,28 +253,28 @@ mod tests {
     fn the_next_job_goes_to_the_caller_with_the_fewest_running() {
         let queue = FairQueue::new(8);
         for n in 0..6 {
-            queue.push(1, ("flood", n)).unwrap();
+            queue.push(1, ("flood", n), None).unwrap();
         }
         // Two sandboxes take two of the flood; then another caller's job arrives.
-        let first = queue.take().unwrap();
-        let second = queue.take().unwrap();
-        queue.push(2, ("other", 0)).unwrap();
+        let first = queue.take(None).unwrap();
+        let second = queue.take(None).unwrap();
+        queue.push(2, ("other", 0), None).unwrap();
         drop(first);
-        assert_eq!(queue.take().unwrap().0, ("other", 0), "served next");
+        assert_eq!(queue.take(None).unwrap().0, ("other", 0), "served next");
         drop(second);
-        assert_eq!(queue.take().unwrap().0, ("flood", 2));
+        assert_eq!(queue.take(None).unwrap().0, ("flood", 2));
     }
 
     #[test]
     fn callers_with_as_many_running_take_turns() {
         let queue = FairQueue::new(8);
         for n in 0..3 {
-            queue.push(1, (1, n)).unwrap();
-            queue.push(2, (2, n)).unwrap();
+            queue.push(1, (1, n), None).unwrap();
+            queue.push(2, (2, n), None).unwrap();
         }
         let mut order = Vec::new();
         for _ in 0..6 {
-            let (job, _running) = queue.take().unwrap();
+            let (job, _running) = queue.take(None).unwrap();
             order.push(job.0);
             // Each finishes before the next is taken: nobody has anything running.
         }
@@ -228,15 +284,15 @@ mod tests {
     #[test]
     fn a_caller_s_line_is_bounded_and_others_still_queue() {
         let queue = FairQueue::new(2);
-        queue.push(1, 0).unwrap();
-        queue.push(1, 1).unwrap();
-        assert_eq!(queue.push(1, 2), Err(Refused::Full));
-        assert_eq!(queue.push(2, 0), Ok(()));
+        queue.push(1, 0, None).unwrap();
+        queue.push(1, 1, None).unwrap();
+        assert_eq!(queue.push(1, 2, None), Err(Refused::Full));
+        assert_eq!(queue.push(2, 0, None), Ok(()));
         queue.close();
-        assert_eq!(queue.push(3, 0), Err(Refused::Closed));
+        assert_eq!(queue.push(3, 0, None), Err(Refused::Closed));
         // What was queued before the close is still taken, then nothing.
-        assert_eq!((0..3).filter_map(|_| queue.take()).count(), 3);
-        assert!(queue.take().is_none());
+        assert_eq!((0..3).filter_map(|_| queue.take(None)).count(), 3);
+        assert!(queue.take(None).is_none());
     }
 
     #[test]
@@ -244,10 +300,64 @@ mod tests {
         let queue = FairQueue::<u8>::new(1);
         let taker = {
             let queue = queue.clone();
-            std::thread::spawn(move || queue.take().map(|(job, _)| job))
+            std::thread::spawn(move || queue.take(None).map(|(job, _)| job))
         };
         std::thread::sleep(std::time::Duration::from_millis(20));
-        queue.push(7, 42).unwrap();
+        queue.push(7, 42, None).unwrap();
         assert_eq!(taker.join().unwrap(), Some(42));
+    }
+
+    /// Takes a job on another thread for a worker holding `hot`, and gives it back.
+    fn taker(
+        queue: &Arc<FairQueue<&'static str>>,
+        hot: Option<Key>,
+    ) -> std::thread::JoinHandle<Option<&'static str>> {
+        let queue = queue.clone();
+        std::thread::spawn(move || queue.take(hot).map(|(job, _)| job))
+    }
+
+    /// Waits until `n` workers wait in `queue`.
+    fn idle(queue: &FairQueue<&'static str>, n: usize) {
+        while queue.state().idle.len() < n {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn a_job_resuming_a_state_goes_to_the_worker_that_holds_it() {
+        let queue = FairQueue::new(8);
+        let (cold, hot) = (taker(&queue, None), taker(&queue, Some(7)));
+        idle(&queue, 2);
+        queue.push(1, "session", Some(7)).unwrap();
+        assert_eq!(
+            hot.join().unwrap(),
+            Some("session"),
+            "the hot worker, not the cold one"
+        );
+        queue.push(1, "plain", None).unwrap();
+        assert_eq!(cold.join().unwrap(), Some("plain"));
+    }
+
+    #[test]
+    fn a_hot_worker_leaves_other_jobs_to_an_idle_cold_one_and_takes_them_when_none_is() {
+        let queue = FairQueue::new(8);
+        let (hot, cold) = (taker(&queue, Some(7)), taker(&queue, None));
+        idle(&queue, 2);
+        queue.push(1, "plain", None).unwrap();
+        assert_eq!(cold.join().unwrap(), Some("plain"), "the cold worker");
+        // The cold one busy: the hot one takes what comes, and a job resuming a state nobody
+        // holds.
+        queue.push(1, "other session", Some(9)).unwrap();
+        assert_eq!(hot.join().unwrap(), Some("other session"));
+    }
+
+    #[test]
+    fn a_job_whose_state_a_busy_worker_held_is_not_left_waiting() {
+        let queue = FairQueue::new(8);
+        queue.push(1, "session", Some(7)).unwrap();
+        // Nobody idle holds 7: any worker takes it.
+        assert_eq!(queue.take(Some(3)).map(|(job, _)| job), Some("session"));
+        queue.push(1, "next", Some(7)).unwrap();
+        assert_eq!(queue.take(None).map(|(job, _)| job), Some("next"));
     }
 }

@@ -13,19 +13,23 @@ use tracing::{debug, warn};
 use super::Scope;
 use super::Task;
 use super::worker::{Fate, RESET_LIMIT, Worker};
-use crate::job::{After, ExecError, FailureKind, Files, Outcome, Ran, Saved, SavedState};
+use crate::job::{After, ExecError, FailureKind, Files, Outcome, Ran, Saved, SavedState, StateRef};
 use crate::sandbox::guest::{Guest, GuestError, OutputCapture};
 use crate::sys::memory::{measuring, resident_bytes};
 
 impl Worker {
     /// Runs `task` from its scope and answers it; for a session, saves the state it leaves
-    /// after the answer has gone. Returns what the task left the sandbox fit for.
+    /// after the answer has gone. `hot` is the session state the sandbox still holds, if any
+    /// (then a task resuming that state loads nothing; the caller has restored the sandbox
+    /// for any task that starts warm). Returns what the task left the sandbox fit for, and the
+    /// state it holds when that is a session's just saved, exactly (the sandbox stays *hot*).
     pub(super) fn run_task(
         &self,
         guest: &mut dyn Guest,
         output: &OutputCapture,
         task: Task,
-    ) -> Fate {
+        hot: Option<StateRef>,
+    ) -> (Fate, Option<StateRef>) {
         let Task {
             job,
             deadline,
@@ -34,14 +38,12 @@ impl Worker {
             ..
         } = task;
         let session = matches!(scope, Scope::Session(_));
-        if let Scope::Session(Some(state)) = &scope
-            && let Err(e) = self.load(guest, state)
-        {
+        if let Err(e) = self.resume(guest, &scope, hot) {
             let _ = reply.send(Err(ExecError::Internal(format!(
                 "loading the session's state into a sandbox failed: {e}; nothing ran, and the \
                  session keeps its state"
             ))));
-            return Fate::of(&e);
+            return (Fate::of(&e), None);
         }
         let (outcome, fate, files) = self.execute(guest, output, (&job, &deadline), session);
         if !session {
@@ -49,22 +51,50 @@ impl Worker {
                 outcome,
                 after: After::Unchanged,
             }));
-            return fate;
+            return (fate, None);
         }
         match after_session_exec(&outcome, fate) {
             Some(after) => {
                 let _ = reply.send(Ok(Ran { outcome, after }));
+                (fate, None)
             }
             None => {
-                let (saved, saving) = oneshot::channel();
+                let (handing, saving) = oneshot::channel();
                 let _ = reply.send(Ok(Ran {
                     outcome,
                     after: After::Saving(saving),
                 }));
-                let _ = saved.send(self.save(guest, files));
+                let saved = self.save(guest, files);
+                let kept = saved.as_ref().map(|saved| saved.state.downgrade());
+                let _ = handing.send(saved);
+                (fate, kept)
             }
         }
-        fate
+    }
+
+    /// Puts the guest where a task of `scope` starts: a session's state is loaded unless the
+    /// sandbox holds it already (`hot`).
+    fn resume(
+        &self,
+        guest: &mut dyn Guest,
+        scope: &Scope,
+        hot: Option<StateRef>,
+    ) -> Result<(), GuestError> {
+        match scope {
+            Scope::Fresh => Ok(()),
+            Scope::Session(None) => {
+                self.metrics.session_resumed("warm");
+                Ok(())
+            }
+            Scope::Session(Some(state)) if hot.is_some_and(|hot| hot.is(state)) => {
+                self.metrics.session_resumed("sandbox");
+                Ok(())
+            }
+            Scope::Session(Some(state)) => {
+                self.metrics.session_resumed("snapshot");
+                self.load(guest, state)
+            }
+        }
     }
 
     /// Loads a session's saved state into the guest.

@@ -596,13 +596,55 @@ async fn a_session_job_that_poisons_its_sandbox_rolls_back_and_one_that_does_not
     let (next, _) = in_session(&pool, job("seen", 5_000), Some(state)).await;
     assert_eq!(next.result, serde_json::json!(1));
     settle(&pool, 1).await;
-    assert!(
+    // The spin found the state still in the sandbox that saved it; the others loaded it (the
+    // sandbox was restored after each that saved nothing).
+    let series = |from: &str| {
+        format!(r#"hyperlightd_session_resumes_total{{from="{from}",language="javascript"}}"#)
+    };
+    assert_eq!(metric(&pool, &metrics, &series("sandbox")), 1.0);
+    assert_eq!(metric(&pool, &metrics, &series("snapshot")), 3.0);
+    assert_eq!(
         metric(
             &pool,
             &metrics,
             r#"hyperlightd_session_load_seconds_count{language="javascript"}"#
-        ) >= 4.0
+        ),
+        3.0
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sandbox_that_saved_a_session_s_state_runs_its_next_exec_without_loading_it() {
+    let (pool, control, metrics) = pool(1);
+    let (_, after) = in_session(&pool, job("ok:1", 5_000), None).await;
+    let state = saved(after).await;
+    let resets = control.resets.load(Ordering::SeqCst);
+    // The next exec of the session: nothing loaded, nothing restored, the state carried on.
+    let (next, after) = in_session(&pool, job("seen", 5_000), Some(state.clone())).await;
+    assert_eq!(next.result, serde_json::json!(1));
+    let newer = saved(after).await;
+    assert_eq!(
+        control.resets.load(Ordering::SeqCst),
+        resets,
+        "kept, not restored"
+    );
+    // A fresh job gets a warm sandbox: the hot one is restored first, on its path.
+    let fresh = submit(&pool, job("seen", 5_000)).await.unwrap();
+    assert_eq!(fresh.result, serde_json::json!(0));
+    assert!(control.resets.load(Ordering::SeqCst) > resets);
+    // The session is loaded again then, from its newest state, which the sandbox dropped.
+    let (again, _) = in_session(&pool, job("seen", 5_000), Some(newer)).await;
+    assert_eq!(again.result, serde_json::json!(2));
+    // An exec from an older state than the one the sandbox holds loads that state.
+    let (older, _) = in_session(&pool, job("seen", 5_000), Some(state)).await;
+    assert_eq!(older.result, serde_json::json!(1));
+    settle(&pool, 1).await;
+    let series = |from: &str| {
+        format!(r#"hyperlightd_session_resumes_total{{from="{from}",language="javascript"}}"#)
+    };
+    assert_eq!(metric(&pool, &metrics, &series("sandbox")), 1.0);
+    assert_eq!(metric(&pool, &metrics, &series("snapshot")), 2.0);
+    assert_eq!(metric(&pool, &metrics, &series("warm")), 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread")]

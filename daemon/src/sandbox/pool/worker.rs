@@ -14,8 +14,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::job::{
-    Deadline, ExecError, Failure, FailureKind, FileLimits, Files, Job, Language, Outcome, Status,
-    tools::ToolExchange,
+    Deadline, ExecError, Failure, FailureKind, FileLimits, Files, Job, Language, Outcome, StateRef,
+    Status, tools::ToolExchange,
 };
 use tracing::{debug, error, info, warn};
 
@@ -175,9 +175,15 @@ impl Worker {
     }
 
     /// Runs jobs on `guest` until it must be dropped (and says why), or the queue closes (None).
+    ///
+    /// After a session's exec whose state was saved, the sandbox keeps that state (it is
+    /// *hot*) instead of going back to warm: the session's next exec, which the queue hands to
+    /// this worker first, then runs with nothing to load and its pages already copied. Any
+    /// other task restores the sandbox first (a job resuming another state loads it anyway).
     fn serve(&self, guest: &mut dyn Guest, output: &OutputCapture) -> Option<Recycle> {
         self.shared.set_state(self.index, SlotState::Idle);
-        while let Some((task, running)) = self.jobs.take() {
+        let mut hot: Option<StateRef> = None;
+        while let Some((task, running)) = self.jobs.take(hot.as_ref().map(StateRef::key)) {
             if !task.claim.take() || task.reply.is_closed() || task.job.watcher_gone() {
                 debug!("the caller stopped waiting while the job was queued; not running it");
                 continue;
@@ -196,10 +202,22 @@ impl Worker {
                 continue;
             }
             self.shared.set_state(self.index, SlotState::Busy);
+            if hot.is_some() && task.starts_warm() {
+                // On this task's path: no job found a warm sandbox idle.
+                hot = None;
+                if let Err(reason) = self.recover(guest, Fate::Sound) {
+                    return Some(reason);
+                }
+            }
             // The answer goes out first; whatever happens to the sandbox is off its path.
-            let fate = self.run_task(guest, output, task);
+            let (fate, kept) = self.run_task(guest, output, task, hot.take());
             // Its caller's share of the pool is free again as soon as the job is done.
             drop(running);
+            if let (Fate::Sound, Some(kept)) = (fate, kept) {
+                hot = Some(kept);
+                self.shared.set_state(self.index, SlotState::Idle);
+                continue;
+            }
             if let Err(reason) = self.recover(guest, fate) {
                 return Some(reason);
             }
