@@ -11,6 +11,8 @@
 //! - `sustained`: back to back on one sandbox, Python against JavaScript;
 //! - `library`: the Python guest's library and packages (see python_library.rs);
 //! - `sessions`: session execs, forks, saved states (see sessions.rs);
+//! - `durable`: sessions kept in a state directory: checkpoints to disk, restarts, parked
+//!   sessions (see durable.rs);
 //! - `baseline`: a plain exec against the daemon from before issue 16, and what files, a
 //!   policy and streaming cost when used (see baseline.rs);
 //! - `native`: native Python against WebAssembly Python and upstream's `hluk bench
@@ -30,6 +32,7 @@ mod baseline;
 mod common;
 mod concurrency;
 mod direct;
+mod durable;
 mod egress;
 mod latency;
 mod native;
@@ -72,6 +75,7 @@ enum Part {
     Sustained,
     Library,
     Sessions,
+    Durable,
     Baseline,
     Native,
     Tools,
@@ -191,13 +195,14 @@ async fn run(part: Part, args: &Args) -> Result<PartReport> {
         Part::Native => native::run(args).await,
         Part::Tools => tools::run(args).await,
         Part::Egress => egress::run(args).await,
+        Part::Durable => durable::run(args).await,
         Part::Sessions => {
             let figures = sessions::session_costs(args).await?;
             sessions::print(&figures, common::print_row);
             Ok(PartReport {
                 part: part.name(),
                 figures: serde_json::to_value(&figures)?,
-                targets: Vec::new(),
+                targets: sessions::targets(&figures),
             })
         }
     }

@@ -14,6 +14,7 @@ use hyperlightd_client::{
 use serde::Serialize;
 
 use crate::python_library::resident_mib;
+use crate::targets::Target;
 use crate::{Args, BODY, Latency, PYTHON_BODY, histogram_totals, start_daemon, wait_until_idle};
 
 /// The daemon's default budget for session state (`--session-memory-mib`).
@@ -222,6 +223,36 @@ async fn pool_sandbox_memory(binary: &Path, subject: &Subject) -> Result<f64> {
         resident.push(resident_mib(daemon.child.id())?);
     }
     Ok((resident[0] - resident[1]) / 2.0)
+}
+
+/// Issue 31's target: a session exec sent the moment the last answer arrives costs at most 1.5
+/// times a plain warm exec, at p50 and at p99, in both languages.
+pub fn targets(figures: &[SessionFigures]) -> Vec<Target> {
+    figures
+        .iter()
+        .flat_map(|f| {
+            let what = |at: &str| {
+                format!(
+                    "{} session exec at once after the last / plain warm, {at}",
+                    f.language
+                )
+            };
+            [
+                Target::at_most(
+                    &format!("S31 {} p50", f.language),
+                    &what("p50"),
+                    f.back_to_back.p50_ms / f.plain_warm.p50_ms,
+                    1.5,
+                ),
+                Target::at_most(
+                    &format!("S31 {} p99", f.language),
+                    &what("p99"),
+                    f.back_to_back.p99_ms / f.plain_warm.p99_ms,
+                    1.5,
+                ),
+            ]
+        })
+        .collect()
 }
 
 fn check(status: ExecStatus, program: &str) -> Result<()> {

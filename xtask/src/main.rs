@@ -698,6 +698,7 @@ const BENCH_PARTS: &[BenchPart] = &[
     ("sustained", vm::Tcg::Single),
     ("library", vm::Tcg::Single),
     ("sessions", vm::Tcg::Single),
+    ("durable", vm::Tcg::Single),
     ("baseline", vm::Tcg::Single),
     ("native", vm::Tcg::Single),
     ("tools", vm::Tcg::Single),

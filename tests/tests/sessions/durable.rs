@@ -338,7 +338,12 @@ async fn damaged_checkpoints_and_another_builds_are_refused_each_with_its_reason
     // Checkpoints 1 to 3 of each of the three JavaScript sessions (the read above made 3 in
     // the first two; the third is at 3 too).
     assert_eq!(metric(&client, &refused("other_build")).await, 7.0);
-    let python = dirs.state.path().join("sessions").join(&ids[4]).join("checkpoints");
+    let python = dirs
+        .state
+        .path()
+        .join("sessions")
+        .join(&ids[4])
+        .join("checkpoints");
     let kept = std::fs::read_dir(&python).unwrap().count();
     assert!(kept > 0, "a Python session is left alone, on disk");
 }

@@ -1,0 +1,288 @@
+//! Durable sessions (`--state-dir`), side by side in one VM boot, per language: how long after
+//! an exec's answer its checkpoint reaches the disk; a session exec with the state directory
+//! beside a plain warm exec; a daemon's start with N sessions on disk beside one with none; and
+//! a parked session's first exec (its state read back from disk) beside a session exec whose
+//! state is still in its sandbox.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use hyperlightd_client::SessionExecRequest;
+use hyperlightd_client::{Client, CreateSessionRequest, ExecRequest, ExecStatus, Language};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde::Serialize;
+
+use crate::common::{Daemon, Latency, print_row, python_pool, start_daemon};
+use crate::targets::PartReport;
+use crate::{Args, BODY, PYTHON_BODY, histogram_totals, wait_until_idle};
+
+/// Execs timed per row (each waits for the last one's checkpoint to reach the disk).
+const EXECS: usize = 20;
+
+/// Sessions on disk for the restart rows, per language.
+const SESSIONS: &[(Language, usize)] = &[(Language::Javascript, 40), (Language::Python, 10)];
+
+/// The part's figures for one language.
+#[derive(Debug, Serialize)]
+pub struct DurableFigures {
+    language: Language,
+    plain_warm: Latency,
+    /// A session exec sent once the last one's checkpoint is on disk: its state is still in
+    /// the sandbox, and its journal line is synced before the answer.
+    session_exec: Latency,
+    /// From an exec's answer until the listing says its checkpoint is durable.
+    answer_to_disk: Latency,
+    /// The daemon's own histogram mean of the same, and of saving the state (which comes first).
+    durable_mean_ms: f64,
+    save_mean_ms: f64,
+    /// Disk one checkpoint takes.
+    disk_per_checkpoint_mib: f64,
+    sessions: usize,
+    /// Start to ready with no session on disk, and with `sessions` on disk.
+    start_empty: Latency,
+    start_with_sessions: Latency,
+    /// Each session's first exec after the restart: its state read back from disk (every byte
+    /// checked), loaded, run; against its second, whose state is then in the sandbox.
+    parked_first_exec: Latency,
+    hot_exec: Latency,
+}
+
+pub async fn run(args: &Args) -> Result<PartReport> {
+    let mut figures = Vec::new();
+    for &(language, sessions) in SESSIONS {
+        if language == Language::Python && args.python_guest.is_none() {
+            println!("\n(durable) Python NOT RUN (needs --python-guest)");
+            continue;
+        }
+        eprintln!("(durable) {language} ...");
+        figures.push(measure(args, language, sessions).await?);
+    }
+    print(&figures);
+    Ok(PartReport {
+        part: "durable".into(),
+        figures: serde_json::to_value(&figures)?,
+        targets: Vec::new(),
+    })
+}
+
+/// The program of `language` the rows run, and its answer.
+fn program(language: Language) -> &'static str {
+    match language {
+        Language::Python => PYTHON_BODY,
+        _ => BODY,
+    }
+}
+
+/// Daemon arguments for `language` with its state in `state` and templates in `snapshots`.
+fn daemon_args(args: &Args, language: Language, state: &Path, snapshots: &Path) -> Vec<String> {
+    let mut extra = vec![
+        "--state-dir".to_owned(),
+        state.to_string_lossy().into_owned(),
+        "--snapshot-dir".to_owned(),
+        snapshots.to_string_lossy().into_owned(),
+        "--max-sessions".to_owned(),
+        "1000".to_owned(),
+    ];
+    extra.extend(args.daemon_args.iter().cloned());
+    match (language, &args.python_guest) {
+        (Language::Python, Some(guest)) => python_pool(guest, 1, &extra),
+        _ => extra,
+    }
+}
+
+/// Starts a daemon of one sandbox of `language`.
+async fn start(args: &Args, language: Language, extra: &[String]) -> Result<(Daemon, Duration)> {
+    let javascript = usize::from(language == Language::Javascript);
+    start_daemon(&args.daemon, javascript, extra).await
+}
+
+/// Stops `daemon` as a supervisor does (SIGTERM), and waits until it has exited.
+async fn stop(mut daemon: Daemon) -> Result<()> {
+    let pid = Pid::from_raw(i32::try_from(daemon.child.id())?);
+    kill(pid, Signal::SIGTERM)?;
+    let give_up = Instant::now() + Duration::from_secs(180);
+    while daemon.child.try_wait()?.is_none() {
+        if Instant::now() > give_up {
+            bail!("the daemon did not stop within 180 s");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+/// Runs `code` in session `id`; its checkpoint number.
+async fn session_exec(client: &Client, id: &str, code: &str) -> Result<u64> {
+    let response = client
+        .session_exec(id, &SessionExecRequest::new(code))
+        .await?;
+    if response.status != ExecStatus::Ok {
+        bail!("{code:?} ended {:?}: {response:?}", response.status);
+    }
+    Ok(response.session.map_or(0, |s| s.checkpoint))
+}
+
+/// Waits until checkpoint `number` of session `id` is durable.
+async fn durable(client: &Client, id: &str, number: u64) -> Result<()> {
+    let give_up = Instant::now() + Duration::from_secs(120);
+    loop {
+        let listed = client.session_checkpoints(id).await?;
+        if listed.iter().any(|c| c.checkpoint == number && c.durable) {
+            return Ok(());
+        }
+        if Instant::now() > give_up {
+            bail!("checkpoint {number} of {id} was not on disk within 120 s");
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+async fn measure(args: &Args, language: Language, sessions: usize) -> Result<DurableFigures> {
+    let (state, snapshots) = (tempfile::tempdir()?, tempfile::tempdir()?);
+    let extra = daemon_args(args, language, state.path(), snapshots.path());
+    let (daemon, _) = start(args, language, &extra).await?;
+    let client = daemon.client.clone();
+    let code = program(language);
+    wait_until_idle(&client).await?;
+    let plain = ExecRequest::new(language, code);
+    let mut samples = Vec::with_capacity(EXECS);
+    for _ in 0..EXECS {
+        wait_until_idle(&client).await?;
+        let started = Instant::now();
+        let response = client.exec(&plain).await?;
+        samples.push(started.elapsed());
+        if response.status != ExecStatus::Ok {
+            bail!("a plain exec ended {:?}", response.status);
+        }
+    }
+    let plain_warm = Latency::of(samples);
+
+    let id = client
+        .create_session(&CreateSessionRequest::new(language))
+        .await?
+        .id;
+    let (mut execs, mut to_disk) = (Vec::new(), Vec::new());
+    for _ in 0..EXECS {
+        let started = Instant::now();
+        let number = session_exec(&client, &id, code).await?;
+        let answered = Instant::now();
+        execs.push(answered - started);
+        durable(&client, &id, number).await?;
+        to_disk.push(answered.elapsed());
+    }
+    let metrics = client.metrics().await?;
+    let labels = format!("{{language=\"{language}\"");
+    let mean_ms = |name: &str| {
+        let (sum, count) = histogram_totals(&metrics, name, &labels);
+        sum / count * 1e3
+    };
+    let durable_mean_ms = mean_ms("hyperlightd_session_checkpoint_durable_seconds");
+    let save_mean_ms = mean_ms("hyperlightd_session_save_seconds");
+    client.delete_session(&id).await?;
+
+    // Sessions on disk, then a restart.
+    let mut ids = Vec::with_capacity(sessions);
+    for _ in 0..sessions {
+        let id = client
+            .create_session(&CreateSessionRequest::new(language))
+            .await?
+            .id;
+        let number = session_exec(&client, &id, code).await?;
+        durable(&client, &id, number).await?;
+        ids.push(id);
+    }
+    let disk = client.metrics().await?;
+    let disk_bytes = disk
+        .lines()
+        .find_map(|l| l.strip_prefix("hyperlightd_session_checkpoint_disk_bytes "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or(f64::NAN);
+    stop(daemon).await?;
+    let empty_state = tempfile::tempdir()?;
+    let empty = daemon_args(args, language, empty_state.path(), snapshots.path());
+    let mut start_empty = Vec::new();
+    let mut start_with_sessions = Vec::new();
+    for _ in 0..args.starts.max(1) {
+        let (daemon, took) = start(args, language, &empty).await?;
+        start_empty.push(took);
+        stop(daemon).await?;
+    }
+    for _ in 0..args.starts.max(1) - 1 {
+        let (daemon, took) = start(args, language, &extra).await?;
+        start_with_sessions.push(took);
+        stop(daemon).await?;
+    }
+    // The last start serves the parked sessions' first execs.
+    let (daemon, took) = start(args, language, &extra).await?;
+    start_with_sessions.push(took);
+    let client = daemon.client.clone();
+    let (mut first, mut hot) = (Vec::new(), Vec::new());
+    for id in &ids {
+        wait_until_idle(&client).await?;
+        let started = Instant::now();
+        session_exec(&client, id, code).await?;
+        first.push(started.elapsed());
+        wait_until_idle(&client).await?;
+        let started = Instant::now();
+        session_exec(&client, id, code).await?;
+        hot.push(started.elapsed());
+    }
+    stop(daemon).await?;
+    Ok(DurableFigures {
+        language,
+        plain_warm,
+        session_exec: Latency::of(execs),
+        answer_to_disk: Latency::of(to_disk),
+        durable_mean_ms,
+        save_mean_ms,
+        disk_per_checkpoint_mib: disk_bytes / sessions as f64 / f64::from(1 << 20),
+        sessions,
+        start_empty: Latency::of(start_empty),
+        start_with_sessions: Latency::of(start_with_sessions),
+        parked_first_exec: Latency::of(first),
+        hot_exec: Latency::of(hot),
+    })
+}
+
+fn print(figures: &[DurableFigures]) {
+    println!("\n(durable) sessions kept in --state-dir (one daemon per language, a pool of one)");
+    for f in figures {
+        let l = f.language;
+        print_row(&format!("  {l} plain warm exec"), &f.plain_warm);
+        print_row(
+            &format!("  {l} session exec (journal synced first)"),
+            &f.session_exec,
+        );
+        print_row(
+            &format!("  {l} answer -> checkpoint on disk"),
+            &f.answer_to_disk,
+        );
+        println!(
+            "    daemon's means: saving the state {:.1} ms, answer to disk {:.1} ms; {:.1} MiB of \
+             disk a checkpoint",
+            f.save_mean_ms, f.durable_mean_ms, f.disk_per_checkpoint_mib
+        );
+        print_row(&format!("  {l} start, no session on disk"), &f.start_empty);
+        print_row(
+            &format!("  {l} start, {} sessions on disk", f.sessions),
+            &f.start_with_sessions,
+        );
+        print_row(
+            &format!("  {l} parked session's first exec"),
+            &f.parked_first_exec,
+        );
+        print_row(
+            &format!("  {l} its next (state in the sandbox)"),
+            &f.hot_exec,
+        );
+        println!(
+            "    session exec p50 / plain warm p50: {:.2}; parked first exec p50 / next p50: \
+             {:.2}; start with {} sessions p50 / with none: {:.2}",
+            f.session_exec.p50_ms / f.plain_warm.p50_ms,
+            f.parked_first_exec.p50_ms / f.hot_exec.p50_ms,
+            f.sessions,
+            f.start_with_sessions.p50_ms / f.start_empty.p50_ms
+        );
+    }
+}
