@@ -43,8 +43,8 @@ pub enum SessionCommand {
         #[arg(long)]
         json: bool,
     },
-    /// List a session's checkpoints, oldest first: number, the one it came from, size, when,
-    /// and the request that made it. The last is the one the session is at.
+    /// List a session's checkpoints, oldest first: number, the one it came from, size, whether
+    /// it is on disk, when, and the request that made it. The last is the one the session is at.
     Checkpoints {
         /// The session's id.
         id: String,
@@ -68,7 +68,8 @@ pub enum SessionCommand {
         /// The session's id.
         id: String,
     },
-    /// List the live sessions: id, language, execs, memory, expiry.
+    /// List the live sessions: id, language, execs, memory, where the state is (memory,
+    /// durable, parked, lost), expiry.
     Ls {
         /// Print them as JSON.
         #[arg(long)]

@@ -406,4 +406,30 @@ async fn two_hundred_parked_sessions_on_a_pool_of_two_each_keep_their_own_state(
         .await
             >= 20.0
     );
+    // A fork from a parked checkpoint, and a rollback to one, bring it back from disk.
+    let fork = within(
+        "fork",
+        STEP_LIMIT,
+        client.fork_session_at(&ids[20], Some(1)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(value(&client, &fork.id, "mine").await, json!(20));
+    let rolled = within("rollback", STEP_LIMIT, client.rollback_session(&ids[10], 1))
+        .await
+        .unwrap();
+    assert_eq!(rolled.checkpoint, 1);
+    assert_eq!(value(&client, &ids[10], "mine").await, json!(10));
+    // Another caller can neither list, read nor roll back a session that is not its own.
+    const OTHER: (u32, u32) = (1000, 1000);
+    daemon.open_socket_to_everyone();
+    for args in [
+        ["session", "checkpoints", &ids[30], "--json"],
+        ["session", "files", &ids[30], "mine.txt"],
+        ["session", "rollback", &ids[30], "0"],
+    ] {
+        let refused = daemon.hlctl_as(Some(OTHER), &args, "").await;
+        assert!(!refused.status.success(), "{args:?}: {refused:?}");
+    }
+    assert_eq!(value(&client, &ids[30], "mine").await, json!(1030));
 }
