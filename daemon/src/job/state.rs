@@ -227,3 +227,74 @@ pub trait StateCodec: Send + Sync + std::fmt::Debug + 'static {
     /// checked; an error says why it cannot be used.
     fn read(&self, dir: &std::path::Path) -> Result<SavedState, String>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> StateKey {
+        StateKey {
+            format: 1,
+            language: "python".to_owned(),
+            daemon: "0.1.0".to_owned(),
+            executable: FileIdentity {
+                path: "/usr/bin/hyperlightd".into(),
+                bytes: 10,
+                modified_ns: 1,
+            },
+            sizes: "heap 128 MiB".to_owned(),
+            files: vec![FileIdentity {
+                path: "/usr/lib/hyperlightd/python.aot".into(),
+                bytes: 20,
+                modified_ns: 2,
+            }],
+        }
+    }
+
+    #[test]
+    fn a_saved_state_fits_only_the_same_build_guest_and_sizes_and_says_which_differs() {
+        let mine = key();
+        assert_eq!(mine.mismatch(&key()), None);
+        let mut rebuilt = key();
+        rebuilt.executable.modified_ns = 3;
+        assert_eq!(mine.mismatch(&rebuilt), Some(KeyMismatch::Build));
+        let mut upgraded = key();
+        upgraded.daemon = "0.2.0".to_owned();
+        upgraded.sizes = "heap 64 MiB".to_owned();
+        assert_eq!(
+            mine.mismatch(&upgraded),
+            Some(KeyMismatch::Build),
+            "the build first"
+        );
+        let mut guest = key();
+        guest.files[0].bytes = 21;
+        assert_eq!(mine.mismatch(&guest), Some(KeyMismatch::Guest));
+        let mut language = key();
+        language.language = "javascript".to_owned();
+        assert_eq!(mine.mismatch(&language), Some(KeyMismatch::Guest));
+        let mut sizes = key();
+        sizes.sizes = "heap 64 MiB".to_owned();
+        assert_eq!(mine.mismatch(&sizes), Some(KeyMismatch::Sizes));
+        let reasons: Vec<&str> = [KeyMismatch::Build, KeyMismatch::Guest, KeyMismatch::Sizes]
+            .iter()
+            .map(|m| m.as_str())
+            .collect();
+        assert_eq!(reasons, ["other_build", "other_guest", "other_sizes"]);
+    }
+
+    #[test]
+    fn a_state_is_told_again_by_its_reference_and_no_other_is() {
+        let state = SavedState::new(7u32);
+        let other = SavedState::new(7u32);
+        let seen = state.downgrade();
+        assert!(seen.is(&state) && seen.is(&state.clone()));
+        assert!(!seen.is(&other));
+        assert_eq!(seen.key(), state.key());
+        assert_ne!(state.key(), other.key());
+        drop(state);
+        assert!(
+            !seen.is(&other),
+            "its address is not reused while the reference lives"
+        );
+    }
+}

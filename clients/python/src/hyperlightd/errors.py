@@ -77,7 +77,7 @@ class SessionNotFound(NotFound):
 
 
 class SessionLost(NotFound):
-    """``session_lost``: the daemon restarted and could bring back none of the session's state (the message says why); delete it."""
+    """``session_lost``: a restarted daemon could bring back none of the session's state; delete it."""
 
 
 class CheckpointNotFound(NotFound):
