@@ -9,6 +9,7 @@
 // A failed expectation here is a failed test: panicking with a message is the point.
 #![allow(clippy::expect_used)]
 
+use std::ffi::OsStr;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -187,10 +188,16 @@ impl Daemon {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let socket = dir.path().join("hyperlightd.sock");
         let log = std::fs::File::create(dir.path().join("daemon.log")).expect("a log file");
+        let shared = shared_templates(executable, args);
         let child = Command::new(executable)
             .arg("--socket")
             .arg(&socket)
             .args(args)
+            .args(
+                shared
+                    .iter()
+                    .flat_map(|dir| [OsStr::new("--snapshot-dir"), dir.as_os_str()]),
+            )
             .envs(env.iter().copied())
             .env("HYPERLIGHTD_LOG", "info,hyperlightd=debug")
             .stdin(Stdio::null())
@@ -204,6 +211,9 @@ impl Daemon {
             socket,
         };
         daemon.wait_ready_within(limit).await;
+        if shared.is_some() {
+            daemon.wait_templates_saved().await;
+        }
         daemon
     }
 
@@ -310,6 +320,36 @@ impl Daemon {
                 "the templates were not saved within {} s: {found:?}; daemon log:\n{}",
                 limit.as_secs(),
                 self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Waits until the daemon has saved (or failed to save) each template it built, so that the
+    /// next daemon of the same settings loads them and this one is not killed mid-save.
+    async fn wait_templates_saved(&self) {
+        let built =
+            self.templates("javascript", "built").await + self.templates("python", "built").await;
+        let started = Instant::now();
+        loop {
+            let log = self.log();
+            let ended = [
+                "template saved in",
+                "saving the template failed",
+                "cannot be saved",
+                "not saving it",
+                "cannot start the thread that saves",
+            ]
+            .iter()
+            .map(|line| log.matches(line).count() as u64)
+            .sum::<u64>();
+            if ended >= built {
+                return;
+            }
+            assert!(
+                started.elapsed() < TEMPLATE_SAVE_LIMIT,
+                "the daemon did not save its {built} templates within {} s; its log:\n{log}",
+                TEMPLATE_SAVE_LIMIT.as_secs()
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -538,6 +578,60 @@ impl Drop for Daemon {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+        }
+    }
+}
+
+/// Time limit for a daemon to save the templates it built (a native Python template is a GiB).
+const TEMPLATE_SAVE_LIMIT: Duration = Duration::from_secs(300);
+
+/// The snapshot directory shared by every daemon of this test process started with the same
+/// `executable` and `args`, or `None` where the test chose its own (`--snapshot-dir`) or names
+/// its own temporary files (a one-off daemon: saving its templates would be wasted). Building a
+/// template (booting the guest, importing its libraries) takes seconds to a minute under
+/// emulation; loading a saved one, a second or two. The templates' own keys still decide
+/// whether a saved one fits; a test's results never depend on which way a template was made.
+fn shared_templates(executable: &Path, args: &[&str]) -> Option<PathBuf> {
+    use std::hash::{Hash, Hasher};
+    let temp = std::env::temp_dir();
+    if args
+        .iter()
+        .any(|arg| *arg == "--snapshot-dir" || Path::new(arg).starts_with(&temp))
+    {
+        return None;
+    }
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(|| remove_shared_templates_of_ended_runs(&temp));
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (executable, args).hash(&mut hasher);
+    let dir = temp.join(format!(
+        "{SHARED_TEMPLATES}{}/{:016x}",
+        std::process::id(),
+        hasher.finish()
+    ));
+    std::fs::create_dir_all(&dir).expect("the shared snapshot directory");
+    Some(dir)
+}
+
+/// The prefix of the shared snapshot directories, followed by the test process's id.
+const SHARED_TEMPLATES: &str = "hyperlightd-e2e-templates-";
+
+/// Removes the shared snapshot directories of test processes that have ended (a GiB each with
+/// native Python): nothing else would, on a host that keeps its temporary directory.
+fn remove_shared_templates_of_ended_runs(temp: &Path) {
+    let Ok(entries) = std::fs::read_dir(temp) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix(SHARED_TEMPLATES)
+            .and_then(|p| p.parse().ok())
+        else {
+            continue;
+        };
+        if kill(Pid::from_raw(pid), None) == Err(nix::errno::Errno::ESRCH) {
+            let _ = std::fs::remove_dir_all(entry.path());
         }
     }
 }

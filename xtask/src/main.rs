@@ -527,10 +527,11 @@ fn test() -> Result<()> {
         ),
     }
 
-    // Eight tests per VM boot; the longest group of most targets (the sessions', saving state
-    // after each exec in a debug daemon under emulation) takes about five minutes. Each native Python test boots
-    // the guest and imports the scientific stack before its template is taken (about 40 s
-    // under emulation), and a session's exec saves a GiB of guest memory (about 10 s).
+    // Eight tests per VM boot; the longest group of most targets takes about five minutes. The
+    // daemons of one boot with the same settings share their templates (tests/src/lib.rs), so
+    // only the first native Python daemon boots the guest and imports the scientific stack
+    // (about 40 s under emulation); a native session's exec saves a GiB of guest memory (about
+    // 10 s).
     let short = Duration::from_secs(600);
     for (target, what, limit) in [
         ("kvm", "daemon, client and hlctl", short),
@@ -555,7 +556,8 @@ fn test() -> Result<()> {
             "MCP, the agent tool and the OpenAPI contract",
             short,
         ),
-        ("sessions", "sessions", short),
+        // Three of its tests restart daemons that save and load every session's state.
+        ("sessions", "sessions", Duration::from_secs(900)),
         (
             "tools",
             "tool calls from code, in every language",
