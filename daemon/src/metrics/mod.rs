@@ -16,11 +16,14 @@ mod durable;
 mod egress;
 mod session;
 mod tools;
+mod worker;
 
 pub use self::durable::*;
 pub use self::egress::*;
 pub use self::session::*;
 pub use self::tools::*;
+pub use self::worker::{LanguageWorkers, Phase, PhaseStart, WorkerMetrics};
+pub use self::worker::{WORKER_BUSY_SECONDS_TOTAL, WORKER_PAGE_FAULTS_TOTAL};
 
 /// Executions by `language` and `status` (ok, error, timeout).
 pub const EXECUTIONS_TOTAL: &str = "hyperlightd_executions_total";
@@ -106,6 +109,7 @@ pub struct Metrics {
     sessions: SessionMetrics,
     tools: ToolMetrics,
     egress: EgressMetrics,
+    workers: WorkerMetrics,
     audit: IntCounterVec,
 }
 
@@ -140,6 +144,8 @@ pub struct PoolMetrics {
     recycled: IntCounterVec,
     restored_after_poison: IntCounterVec,
     worker_restarts: IntCounterVec,
+    /// The workers' busy time and page faults, by phase.
+    pub workers: LanguageWorkers,
 }
 
 impl PoolMetrics {
@@ -296,6 +302,7 @@ impl Metrics {
         let sessions = SessionMetrics::register(&registry)?;
         let tools = ToolMetrics::register(&registry)?;
         let egress = EgressMetrics::register(&registry)?;
+        let workers = WorkerMetrics::register(&registry)?;
         let audit = IntCounterVec::new(
             Opts::new(
                 AUDIT_LINES_TOTAL,
@@ -326,6 +333,7 @@ impl Metrics {
             sessions,
             tools,
             egress,
+            workers,
             audit,
         })
     }
@@ -362,6 +370,7 @@ impl Metrics {
             recycled: self.recycled.clone(),
             restored_after_poison: self.restored_after_poison.clone(),
             worker_restarts: self.worker_restarts.clone(),
+            workers: self.workers.of(language),
         }
     }
 

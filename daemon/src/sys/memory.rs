@@ -69,3 +69,12 @@ mod tests {
         assert!(transparent_huge_pages_disabled().unwrap());
     }
 }
+
+/// The calling thread's minor page faults so far (first touches of memory; on a vCPU thread,
+/// those KVM takes to back the guest's pages too). 0 if they cannot be read.
+pub fn thread_minor_faults() -> u64 {
+    use nix::sys::resource::{UsageWho, getrusage};
+    getrusage(UsageWho::RUSAGE_THREAD)
+        .map(|usage| u64::try_from(usage.minor_page_faults()).unwrap_or(0))
+        .unwrap_or(0)
+}

@@ -5,7 +5,6 @@
 //! [`worker`]: super::worker
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use tokio::sync::oneshot;
 use tracing::{debug, warn};
@@ -15,6 +14,7 @@ use super::Task;
 use super::worker::{Fate, RESET_LIMIT, Worker};
 use crate::job::{After, ExecError, FailureKind, Files, Outcome, Ran, Saved, SavedState, StateRef};
 use crate::sandbox::guest::{Guest, GuestError, OutputCapture};
+use crate::metrics::{Phase, PhaseStart};
 use crate::sys::memory::{measuring, resident_bytes};
 
 impl Worker {
@@ -99,16 +99,16 @@ impl Worker {
 
     /// Loads a session's saved state into the guest.
     fn load(&self, guest: &mut dyn Guest, state: &SavedState) -> Result<(), GuestError> {
-        let started = Instant::now();
-        self.guarded(guest, RESET_LIMIT, |guest| guest.load(state))?;
+        let started = PhaseStart::now();
+        let loaded = self.guarded(guest, RESET_LIMIT, |guest| guest.load(state));
+        let took = self.metrics.workers.ended(Phase::SessionLoad, started);
+        loaded?;
         if guest.is_poisoned() {
             return Err(GuestError::Failed(
                 "the sandbox is not ready after loading the state".to_owned(),
             ));
         }
-        self.metrics
-            .session_load
-            .observe(started.elapsed().as_secs_f64());
+        self.metrics.session_load.observe(took.as_secs_f64());
         Ok(())
     }
 
@@ -119,12 +119,11 @@ impl Worker {
         // across it: saves are taken one at a time, and nothing maps big files meanwhile.
         let _one_at_a_time = measuring();
         let before = resident_bytes();
-        let started = Instant::now();
+        let started = PhaseStart::now();
         let state = self.guarded(guest, RESET_LIMIT, |guest| guest.save());
         let bytes = resident_bytes().saturating_sub(before);
-        self.metrics
-            .session_save
-            .observe(started.elapsed().as_secs_f64());
+        let took = self.metrics.workers.ended(Phase::SessionSave, started);
+        self.metrics.session_save.observe(took.as_secs_f64());
         match state {
             Ok(state) => {
                 let bytes = bytes + files.values().map(|f| f.len() as u64).sum::<u64>();

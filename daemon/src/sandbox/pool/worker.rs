@@ -22,7 +22,7 @@ use tracing::{debug, error, info, warn};
 use super::queue::FairQueue;
 use super::{Sandbox, Shared, SlotState, Task};
 use crate::job::files::{FileError, cap_in_words};
-use crate::metrics::PoolMetrics;
+use crate::metrics::{Phase, PhaseStart, PoolMetrics};
 use crate::sandbox::guest::{
     BuildError, Captured, Guest, GuestError, GuestFactory, OutputCapture, OutputSink, Program,
     RunnerReply, Stream,
@@ -242,13 +242,12 @@ impl Worker {
             Fate::Poisoned(reason) => Some(reason),
             Fate::Broken(reason) => return Err(reason),
         };
-        let started = Instant::now();
+        let started = PhaseStart::now();
         let restored = self.guarded(guest, RESET_LIMIT, |guest| guest.reset());
+        let took = self.metrics.workers.ended(Phase::Restore, started);
         match restored {
             Ok(()) if !guest.is_poisoned() => {
-                self.metrics
-                    .restore
-                    .observe(started.elapsed().as_secs_f64());
+                self.metrics.restore.observe(took.as_secs_f64());
                 if let Some(reason) = poisoned {
                     debug!(
                         reason = reason.as_str(),
@@ -275,10 +274,12 @@ impl Worker {
     /// Primes a freshly restored sandbox. A priming call that fails is undone by another
     /// restore; an error says the sandbox must be rebuilt.
     fn prime(&self, guest: &mut dyn Guest) -> Result<(), Recycle> {
-        let started = Instant::now();
-        match self.guarded(guest, RESET_LIMIT, |guest| guest.prime()) {
+        let started = PhaseStart::now();
+        let primed = self.guarded(guest, RESET_LIMIT, |guest| guest.prime());
+        let took = self.metrics.workers.ended(Phase::Prime, started);
+        match primed {
             Ok(true) => {
-                self.metrics.prime.observe(started.elapsed().as_secs_f64());
+                self.metrics.prime.observe(took.as_secs_f64());
                 Ok(())
             }
             Ok(false) => Ok(()),
@@ -333,6 +334,7 @@ impl Worker {
     ) -> (Outcome, Fate, Files) {
         output.begin(job.max_output_bytes, job.output.clone());
         let started = Instant::now();
+        let phase = PhaseStart::now();
         let result = self.guarded_for(guest, deadline, job.output.clone(), |guest| {
             let program = Program {
                 code: &job.code,
@@ -346,7 +348,7 @@ impl Worker {
             guest.run(&program, deadline)
         });
         let (files, over) = guest.take_files();
-        let ran = started.elapsed();
+        let ran = self.metrics.workers.ended(Phase::Call, phase);
         self.metrics.guest_call.observe(ran.as_secs_f64());
         debug!(call_ms = ran.as_secs_f64() * 1e3, "guest call returned");
         let result = result.map(|reply| RunnerReply::parse(&reply));
