@@ -29,6 +29,7 @@
 #![forbid(unsafe_code)]
 
 mod baseline;
+mod capacity;
 mod common;
 mod concurrency;
 mod direct;
@@ -80,6 +81,8 @@ enum Part {
     Native,
     Tools,
     Egress,
+    Capacity,
+    Load,
 }
 
 impl Part {
@@ -102,6 +105,9 @@ struct Args {
     /// Timed executions per latency row, after a warm-up.
     #[arg(long, default_value_t = 200)]
     iterations: usize,
+    /// Executions of each row of `load`.
+    #[arg(long, default_value_t = 1000)]
+    load_executions: usize,
     /// Executions per concurrency level and run for R3.
     #[arg(long, default_value_t = 300)]
     throughput_requests: usize,
@@ -170,7 +176,7 @@ fn main() -> Result<()> {
 /// run at once.
 fn runtime(part: Part) -> Result<tokio::runtime::Runtime> {
     let mut builder = match part {
-        Part::Concurrency => tokio::runtime::Builder::new_multi_thread(),
+        Part::Concurrency | Part::Load => tokio::runtime::Builder::new_multi_thread(),
         _ => tokio::runtime::Builder::new_current_thread(),
     };
     Ok(builder.enable_all().build()?)
@@ -196,6 +202,8 @@ async fn run(part: Part, args: &Args) -> Result<PartReport> {
         Part::Tools => tools::run(args).await,
         Part::Egress => egress::run(args).await,
         Part::Durable => durable::run(args).await,
+        Part::Capacity => capacity::run(args).await,
+        Part::Load => capacity::run_load(args).await,
         Part::Sessions => {
             let figures = sessions::session_costs(args).await?;
             sessions::print(&figures, common::print_row);

@@ -705,6 +705,9 @@ const BENCH_PARTS: &[BenchPart] = &[
     ("native", vm::Tcg::Single),
     ("tools", vm::Tcg::Single),
     ("egress", vm::Tcg::Single),
+    ("capacity", vm::Tcg::Single),
+    // Sixteen clients on pools of two and four: both vCPUs at work.
+    ("load", vm::Tcg::Multi),
 ];
 
 /// How long a part of the benchmark may print nothing before its VM counts as stalled: every

@@ -149,15 +149,21 @@ mod tests {
     #[test]
     fn a_phase_counts_its_time_and_the_faults_of_the_memory_it_touched() {
         let registry = Registry::new();
-        let workers = WorkerMetrics::register(&registry).unwrap().of(Language::Python);
+        let workers = WorkerMetrics::register(&registry)
+            .unwrap()
+            .of(Language::Python);
         let start = PhaseStart::now();
         // 256 fresh pages, each written once: at least that many first touches.
         let pages = vec![1u8; 256 * 4096];
         std::hint::black_box(&pages);
         let took = workers.ended(Phase::Prime, start);
         let mut out = Vec::new();
-        prometheus::Encoder::encode(&prometheus::TextEncoder::new(), &registry.gather(), &mut out)
-            .unwrap();
+        prometheus::Encoder::encode(
+            &prometheus::TextEncoder::new(),
+            &registry.gather(),
+            &mut out,
+        )
+        .unwrap();
         let text = String::from_utf8(out).unwrap();
         let faults = text
             .lines()
@@ -167,7 +173,9 @@ mod tests {
         assert!(faults >= 256, "{text}");
         assert!(took > Duration::ZERO);
         assert!(
-            text.contains(r#"hyperlightd_worker_busy_seconds_total{language="python",phase="prime"}"#),
+            text.contains(
+                r#"hyperlightd_worker_busy_seconds_total{language="python",phase="prime"}"#
+            ),
             "{text}"
         );
     }

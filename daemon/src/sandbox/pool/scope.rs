@@ -13,8 +13,8 @@ use super::Scope;
 use super::Task;
 use super::worker::{Fate, RESET_LIMIT, Worker};
 use crate::job::{After, ExecError, FailureKind, Files, Outcome, Ran, Saved, SavedState, StateRef};
-use crate::sandbox::guest::{Guest, GuestError, OutputCapture};
 use crate::metrics::{Phase, PhaseStart};
+use crate::sandbox::guest::{Guest, GuestError, OutputCapture};
 use crate::sys::memory::{measuring, resident_bytes};
 
 impl Worker {

@@ -1,0 +1,351 @@
+//! Capacity: what a sandbox's worker spends per warm execution, phase by phase (the guest call,
+//! the restore after it, the priming call after that), with the page faults of each, beside
+//! what a first touch of a page costs this process on the same machine; then the daemon under
+//! load (`load`): many clients, mixed languages, a pool of two against a pool of four.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use hyperlightd_client::{Client, ExecRequest, Language};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::common::{
+    Latency, back_to_back, daemon_args, exec_checked, start_daemon, wait_until_idle, warm,
+};
+use crate::targets::{PartReport, Target};
+use crate::{Args, BODY, PYTHON_BODY};
+
+/// The phases of the daemon's `hyperlightd_worker_*` counters that a warm execution has.
+const PHASES: [&str; 3] = ["call", "restore", "prime"];
+
+/// One phase of a worker's time per execution.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct PhaseCost {
+    phase: &'static str,
+    /// Busy milliseconds per execution.
+    ms: f64,
+    /// Page faults of the worker's thread per execution.
+    faults: f64,
+}
+
+/// A language's worker time per execution, in one mode of sending.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkerCost {
+    language: &'static str,
+    /// `paced` (each request once the sandbox is idle: restored and primed) or `back_to_back`.
+    mode: &'static str,
+    executions: f64,
+    phases: Vec<PhaseCost>,
+    /// Busy milliseconds per execution, every phase.
+    busy_ms: f64,
+    /// Executions per second at the client (back to back only).
+    per_s: Option<f64>,
+}
+
+impl WorkerCost {
+    /// The phase `name` (zero when it was not counted).
+    fn phase(&self, name: &str) -> PhaseCost {
+        self.phases
+            .iter()
+            .find(|p| p.phase == name)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Busy time per execution over the guest call's.
+    fn over_call(&self) -> f64 {
+        self.busy_ms / self.phase("call").ms
+    }
+
+    fn print(&self) {
+        let parts: Vec<String> = self
+            .phases
+            .iter()
+            .map(|p| format!("{} {:.2} ms / {:.0} faults", p.phase, p.ms, p.faults))
+            .collect();
+        println!(
+            "{:<10} {:<12} busy {:>8.2} ms per execution ({:.2} x the call): {}{}",
+            self.language,
+            self.mode,
+            self.busy_ms,
+            self.over_call(),
+            parts.join(", "),
+            self.per_s
+                .map(|r| format!("; {r:.1} executions/s"))
+                .unwrap_or_default()
+        );
+    }
+}
+
+/// A counter of the daemon's metrics, summed over the series whose labels contain `labels`.
+fn counter(metrics: &str, name: &str, labels: &[&str]) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(name) && labels.iter().all(|label| l.contains(label)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The worker's cost per execution of `language` between two scrapes.
+fn worker_cost(
+    language: Language,
+    mode: &'static str,
+    before: &str,
+    after: &str,
+    per_s: Option<f64>,
+) -> Result<WorkerCost> {
+    let lang = format!("language=\"{}\"", language.as_str());
+    let delta =
+        |name: &str, labels: &[&str]| counter(after, name, labels) - counter(before, name, labels);
+    let executions = delta("hyperlightd_executions_total", &[&lang]);
+    if executions < 1.0 {
+        bail!("no {} execution was counted", language.as_str());
+    }
+    let phases: Vec<PhaseCost> = PHASES
+        .iter()
+        .map(|&phase| {
+            let label = format!("phase=\"{phase}\"");
+            PhaseCost {
+                phase,
+                ms: delta("hyperlightd_worker_busy_seconds_total", &[&lang, &label]) * 1e3
+                    / executions,
+                faults: delta("hyperlightd_worker_page_faults_total", &[&lang, &label])
+                    / executions,
+            }
+        })
+        .collect();
+    Ok(WorkerCost {
+        language: language.as_str(),
+        mode,
+        executions,
+        busy_ms: phases.iter().map(|p| p.ms).sum(),
+        phases,
+        per_s,
+    })
+}
+
+/// What a first touch of a page costs this process: `pages` fresh pages of an anonymous
+/// mapping, one byte written in each, the best of three, in microseconds per page.
+fn first_touch_us(pages: usize) -> f64 {
+    (0..3)
+        .map(|_| {
+            // Zeroed memory this large is a fresh mapping, none of it touched yet.
+            let mut memory = vec![0u8; pages * 4096];
+            let started = Instant::now();
+            for page in 0..pages {
+                memory[page * 4096] = 1;
+            }
+            let took = started.elapsed();
+            std::hint::black_box(&mut memory);
+            took.as_secs_f64() * 1e6 / pages as f64
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// Paced and back-to-back executions of `request` on a pool of one: the worker's costs.
+async fn language_costs(
+    client: &Client,
+    request: &ExecRequest,
+    n: usize,
+) -> Result<(WorkerCost, WorkerCost, Latency)> {
+    let language = request.language;
+    eprintln!("(capacity) {} paced ...", language.as_str());
+    warm(client, request, 10).await?;
+    let before = client.metrics().await?;
+    let paced = warm(client, request, n).await?;
+    // The last execution's restore and priming are counted once the sandbox is idle again.
+    wait_until_idle(client).await?;
+    let after = client.metrics().await?;
+    let paced_cost = worker_cost(language, "paced", &before, &after, None)?;
+    eprintln!("(capacity) {} back to back ...", language.as_str());
+    let before = client.metrics().await?;
+    let per_s = back_to_back(client, request, n).await?;
+    wait_until_idle(client).await?;
+    let after = client.metrics().await?;
+    let b2b_cost = worker_cost(language, "back_to_back", &before, &after, Some(per_s))?;
+    Ok((paced_cost, b2b_cost, paced))
+}
+
+pub async fn run(args: &Args) -> Result<PartReport> {
+    let touch_us = first_touch_us(8192);
+    let (daemon, _) = start_daemon(&args.daemon, 1, &daemon_args(args, 1)).await?;
+    let client = &daemon.client;
+    let n = args.iterations.div_ceil(2);
+    let mut costs = Vec::new();
+    let js = ExecRequest::new(Language::Javascript, BODY);
+    let (paced, b2b, js_latency) = language_costs(client, &js, n).await?;
+    costs.extend([paced, b2b]);
+    let mut latencies = vec![("javascript", js_latency)];
+    if args.python_guest.is_some() {
+        let py = ExecRequest::new(Language::Python, PYTHON_BODY);
+        let (paced, b2b, py_latency) = language_costs(client, &py, n).await?;
+        costs.extend([paced, b2b]);
+        latencies.push(("python", py_latency));
+    }
+    println!("\n== Capacity: a worker's time per warm execution, pool of one ==");
+    println!("a first touch of a fresh page in this process: {touch_us:.2} us");
+    for cost in &costs {
+        cost.print();
+    }
+    for cost in costs.iter().filter(|c| c.mode == "paced") {
+        let prime = cost.phase("prime");
+        if prime.faults >= 1.0 {
+            println!(
+                "{}: priming {:.1} us per page fault of the worker's thread, {:.1} x a first touch \
+                 here; its faults {:.0} against the call's {:.0} once primed",
+                cost.language,
+                prime.ms * 1e3 / prime.faults,
+                prime.ms * 1e3 / prime.faults / touch_us,
+                prime.faults,
+                cost.phase("call").faults
+            );
+        }
+    }
+    let targets = targets(&costs);
+    Ok(PartReport {
+        part: "capacity".into(),
+        figures: json!({
+            "first_touch_us": touch_us,
+            "costs": costs,
+            "paced_latency": latencies,
+        }),
+        targets,
+    })
+}
+
+/// Issue 32's targets: the worker's busy time per warm (paced) execution at most twice the
+/// guest call, each language; Python back to back at least half of JavaScript's rate.
+fn targets(costs: &[WorkerCost]) -> Vec<Target> {
+    let mut targets: Vec<Target> = costs
+        .iter()
+        .filter(|c| c.mode == "paced")
+        .map(|c| {
+            Target::at_most(
+                &format!("C32 {}", c.language),
+                "worker busy per warm execution / its guest call",
+                c.over_call(),
+                2.0,
+            )
+        })
+        .collect();
+    let rate = |language: &str| {
+        costs
+            .iter()
+            .find(|c| c.language == language && c.mode == "back_to_back")
+            .and_then(|c| c.per_s)
+    };
+    if let (Some(js), Some(py)) = (rate("javascript"), rate("python")) {
+        targets.push(Target::at_least(
+            "C32 rate",
+            "Python executions/s / JavaScript executions/s, back to back",
+            py / js,
+            0.5,
+        ));
+    }
+    targets
+}
+
+/// One load row: `total` executions from `clients` clients at once, the languages alternating.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadRow {
+    pool: usize,
+    clients: usize,
+    executions: usize,
+    per_s: f64,
+    latency: Latency,
+    p999_ms: f64,
+}
+
+/// `total` executions, `clients` at a time, on the daemon at `client`.
+async fn load(
+    client: &Client,
+    requests: &[ExecRequest],
+    clients: usize,
+    total: usize,
+) -> Result<(f64, Vec<Duration>)> {
+    wait_until_idle(client).await?;
+    let per_client = total / clients;
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|c| {
+            let client = client.clone();
+            let requests = requests.to_vec();
+            tokio::spawn(async move {
+                let mut samples = Vec::with_capacity(per_client);
+                for i in 0..per_client {
+                    let request = &requests[(c + i) % requests.len()];
+                    let sent = Instant::now();
+                    exec_checked(&client, request).await?;
+                    samples.push(sent.elapsed());
+                }
+                anyhow::Ok(samples)
+            })
+        })
+        .collect();
+    let mut samples = Vec::with_capacity(total);
+    for task in tasks {
+        samples.extend(task.await.context("a load client panicked")??);
+    }
+    Ok((
+        samples.len() as f64 / started.elapsed().as_secs_f64(),
+        samples,
+    ))
+}
+
+/// The `load` part: the same load on a pool of two and of four, per language.
+pub async fn run_load(args: &Args) -> Result<PartReport> {
+    const CLIENTS: usize = 16;
+    let total = args.load_executions;
+    let mut requests = vec![ExecRequest::new(Language::Javascript, BODY)];
+    if args.python_guest.is_some() {
+        requests.push(ExecRequest::new(Language::Python, PYTHON_BODY));
+    }
+    let mut rows = Vec::new();
+    for pool in [2, 4] {
+        eprintln!("(load) pool of {pool}: {total} executions from {CLIENTS} clients ...");
+        let python = if args.python_guest.is_some() { pool } else { 0 };
+        let (daemon, _) = start_daemon(&args.daemon, pool, &daemon_args(args, python)).await?;
+        for request in &requests {
+            warm(&daemon.client, request, 5).await?;
+        }
+        let (per_s, mut samples) = load(&daemon.client, &requests, CLIENTS, total).await?;
+        samples.sort();
+        let p999 = samples[((samples.len() - 1) as f64 * 0.999).round() as usize];
+        rows.push(LoadRow {
+            pool,
+            clients: CLIENTS,
+            executions: samples.len(),
+            per_s,
+            p999_ms: p999.as_secs_f64() * 1e3,
+            latency: Latency::of(samples),
+        });
+    }
+    let languages = if requests.len() == 2 {
+        "JavaScript and Python alternating"
+    } else {
+        "JavaScript"
+    };
+    println!("\n== Load: {total} executions from {CLIENTS} clients, {languages} ==");
+    println!(
+        "{:<10} {:>12} {:>10} {:>10} {:>10}",
+        "pool", "executions/s", "p50 ms", "p99 ms", "p999 ms"
+    );
+    for row in &rows {
+        println!(
+            "{:<10} {:>12.1} {:>10.1} {:>10.1} {:>10.1}",
+            format!("{} each", row.pool),
+            row.per_s,
+            row.latency.p50_ms,
+            row.latency.p99_ms,
+            row.p999_ms
+        );
+    }
+    let scaling = rows[1].per_s / rows[0].per_s;
+    println!("pool of 4 / pool of 2: {scaling:.2} x the executions per second");
+    Ok(PartReport {
+        part: "load".into(),
+        figures: json!({ "rows": rows, "four_over_two": scaling }),
+        targets: Vec::new(),
+    })
+}
