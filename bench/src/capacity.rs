@@ -325,15 +325,29 @@ pub async fn run_load(args: &Args) -> Result<PartReport> {
     if args.python_guest.is_some() {
         requests.push(ExecRequest::new(Language::Python, PYTHON_BODY));
     }
-    let mut rows = Vec::new();
+    let (mut rows, mut repeated) = (Vec::new(), Vec::new());
     for pool in [2, 4] {
-        eprintln!("(load) pool of {pool}: {total} executions from {CLIENTS} clients ...");
         let python = if args.python_guest.is_some() { pool } else { 0 };
         let (daemon, _) = start_daemon(&args.daemon, pool, &daemon_args(args, python)).await?;
         for request in &requests {
             warm(&daemon.client, request, 5).await?;
         }
-        let (per_s, mut samples) = load(&daemon.client, &requests, CLIENTS, total).await?;
+        let mut attempt = 1;
+        let (per_s, mut samples) = loop {
+            eprintln!("(load) pool of {pool}: {total} executions from {CLIENTS} clients ...");
+            match load(&daemon.client, &requests, CLIENTS, total).await {
+                Ok(figures) => break figures,
+                // With a host thread per vCPU the emulator now and then leaves a guest looping
+                // on a trivial program until its time limit (see xtask/src/vm/mod.rs): the
+                // row's figures are spoilt, not an answer wrong. Run it again, and say so.
+                Err(e) if attempt < 3 => {
+                    eprintln!("(load) pool of {pool} failed ({e:#}); running it again");
+                    repeated.push(format!("pool of {pool}, attempt {attempt}: {e:#}"));
+                    attempt += 1;
+                }
+                Err(e) => return Err(e.context(format!("pool of {pool}, 3 attempts"))),
+            }
+        };
         samples.sort();
         let p999 = samples[((samples.len() - 1) as f64 * 0.999).round() as usize];
         rows.push(LoadRow {
@@ -365,11 +379,14 @@ pub async fn run_load(args: &Args) -> Result<PartReport> {
             row.p999_ms
         );
     }
+    for why in &repeated {
+        println!("repeated: {why}");
+    }
     let scaling = rows[1].per_s / rows[0].per_s;
     println!("pool of 4 / pool of 2: {scaling:.2} x the executions per second");
     Ok(PartReport {
         part: "load".into(),
-        figures: json!({ "rows": rows, "four_over_two": scaling }),
+        figures: json!({ "rows": rows, "four_over_two": scaling, "repeated": repeated }),
         targets: Vec::new(),
     })
 }
