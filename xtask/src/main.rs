@@ -24,6 +24,7 @@ mod bench_anchor;
 mod bench_baseline;
 mod deploy;
 mod dist;
+mod e2e;
 mod js_vendor;
 mod native_python;
 mod python_guest;
@@ -148,6 +149,7 @@ fn main() -> ExitCode {
                 tcg,
                 systemd,
                 stall: None,
+                output: vm::Output::Live,
             },
         )
         .map(exit_code),
@@ -314,6 +316,7 @@ fn on_kvm_watched(
                 tcg,
                 systemd: false,
                 stall,
+                output: vm::Output::Live,
             };
             in_vm(name, command, &options)
         }
@@ -330,7 +333,9 @@ fn in_vm(name: &str, command: &[String], options: &vm::VmOptions) -> Result<()> 
     // BROKEN_VM_RETRIES times, and says so. A test that fails is never retried.
     let mut attempt = 0;
     let status = loop {
-        let error = match vm::run(command, options) {
+        let ran = vm::run(command, options);
+        options.output.print();
+        let error = match ran {
             Ok(status) => break status,
             Err(error) => error,
         };
@@ -533,6 +538,7 @@ fn test() -> Result<()> {
     // (about 40 s under emulation); a native session's exec saves a GiB of guest memory (about
     // 10 s).
     let short = Duration::from_secs(600);
+    let mut suites = Vec::new();
     for (target, what, limit) in [
         ("kvm", "daemon, client and hlctl", short),
         (
@@ -570,8 +576,13 @@ fn test() -> Result<()> {
         ),
     ] {
         let binary = find_binary(&binaries, target)?;
-        e2e_on_kvm(&binary, &format!("end-to-end: {what} on real KVM"), limit)?;
+        suites.push(e2e::Suite::new(
+            binary,
+            format!("end-to-end: {what} on real KVM"),
+            limit,
+        ));
     }
+    e2e::run(&suites)?;
     package_under_systemd(python)
 }
 
@@ -593,6 +604,7 @@ fn package_under_systemd(python: PathBuf) -> Result<()> {
         tcg: vm::Tcg::Single,
         systemd: true,
         stall: None,
+        output: vm::Output::Live,
     };
     let command = [
         "sh".to_owned(),
@@ -602,49 +614,12 @@ fn package_under_systemd(python: PathBuf) -> Result<()> {
     in_vm(name, &command, &options)
 }
 
-/// Runs the tests of one end-to-end binary on real KVM.
-fn e2e_on_kvm(binary: &Path, name: &str, group_limit: Duration) -> Result<()> {
-    let path = binary.to_string_lossy().into_owned();
-    match guest_host() {
-        GuestHost::Here(_) => on_kvm(
-            name,
-            &[path, "--test-threads=1".into()],
-            Duration::from_secs(1800),
-            &[],
-            vm::Tcg::Single,
-        ),
-        GuestHost::Vm(_) => {
-            // A few tests per VM boot: the emulator freezes now and then, and a frozen VM costs
-            // only its group's time limit (and its retries), not the whole suite's.
-            let tests = list_tests(binary)?;
-            let groups: Vec<&[String]> = tests.chunks(E2E_GROUP).collect();
-            for (i, group) in groups.iter().enumerate() {
-                let mut command = vec![path.clone(), "--test-threads=1".into(), "--exact".into()];
-                command.extend(group.iter().cloned());
-                on_kvm(
-                    &format!("{name} ({}/{})", i + 1, groups.len()),
-                    &command,
-                    group_limit,
-                    &[],
-                    vm::Tcg::Single,
-                )?;
-            }
-            eprintln!("==> {name}: all {} tests passed", tests.len());
-            Ok(())
-        }
-    }
-}
-
 /// Inputs per property in the fuzz test (daemon/tests/http_fuzz.rs) that `test` runs: a few
 /// seconds. Its header says how to run a long pass.
 const FUZZ_CASES: &str = "2000";
 
 /// How many times a step whose VM broke (froze or panicked) is run again.
 const BROKEN_VM_RETRIES: u32 = 2;
-
-/// End-to-end tests per VM boot: fewer boots (about 10 s each), against more to run again
-/// when one freezes.
-const E2E_GROUP: usize = 8;
 
 /// The names of the tests in a libtest binary (listing needs no KVM).
 fn list_tests(binary: &Path) -> Result<Vec<String>> {

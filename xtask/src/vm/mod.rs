@@ -12,6 +12,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -91,6 +92,62 @@ pub struct VmOptions {
     /// the VM's kernel reports a CPU stuck (a soft lockup, an RCU stall): for commands that
     /// print as they go, such as the benchmark, whose figures a stall would spoil anyway.
     pub stall: Option<Duration>,
+    /// Where the command's output goes.
+    pub output: Output,
+}
+
+/// Where the output of a VM's command goes: printed as it comes, or kept and printed in one
+/// block by [`Output::print`] (two VMs at once do not interleave their lines).
+#[derive(Debug, Clone, Default)]
+pub enum Output {
+    #[default]
+    Live,
+    Kept(Arc<Mutex<Vec<u8>>>),
+}
+
+/// One writer for the whole process's console, so that kept blocks print whole.
+static CONSOLE: Mutex<()> = Mutex::new(());
+
+impl Output {
+    /// A new kept output.
+    pub fn kept() -> Output {
+        Output::Kept(Arc::default())
+    }
+
+    /// Prints what was kept so far (to stderr, in one block) and forgets it; nothing if live.
+    pub fn print(&self) {
+        if let Output::Kept(kept) = self {
+            let block = std::mem::take(&mut *kept.lock().unwrap_or_else(|e| e.into_inner()));
+            let _console = CONSOLE.lock().unwrap_or_else(|e| e.into_inner());
+            let mut stderr = std::io::stderr();
+            let _ = stderr.write_all(&block);
+            let _ = stderr.flush();
+        }
+    }
+
+    /// The writer for the command's stdout (or stderr).
+    fn writer(&self, stdout: bool) -> Box<dyn Write + '_> {
+        match (self, stdout) {
+            (Output::Live, true) => Box::new(std::io::stdout()),
+            (Output::Live, false) => Box::new(std::io::stderr()),
+            (Output::Kept(kept), _) => Box::new(KeptWriter(kept)),
+        }
+    }
+}
+
+/// Appends to a kept output.
+struct KeptWriter<'a>(&'a Mutex<Vec<u8>>);
+
+impl Write for KeptWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        kept.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// What the VM's kernel prints when a CPU has not been scheduled for seconds: under emulation,
@@ -280,7 +337,12 @@ pub fn run(command: &[String], options: &VmOptions) -> Result<i32> {
     let work = target_dir()?.join("vm");
     fs::create_dir_all(&work)?;
     let kernel = find_kernel()?;
-    let initrd = initramfs(&kernel, &work)?;
+    // VMs that start at once share one initramfs: the first makes it.
+    static MAKING: Mutex<()> = Mutex::new(());
+    let initrd = {
+        let _one = MAKING.lock().unwrap_or_else(|e| e.into_inner());
+        initramfs(&kernel, &work)?
+    };
 
     let run_dir = tempfile::Builder::new()
         .prefix("run-")
@@ -370,7 +432,7 @@ pub fn run(command: &[String], options: &VmOptions) -> Result<i32> {
     let started = Instant::now();
     let (mut out_at, mut err_at, mut console_at) = (0u64, 0u64, 0u64);
     let mut last_output = Instant::now();
-    let (mut stdout, mut stderr) = (std::io::stdout(), std::io::stderr());
+    let (mut stdout, mut stderr) = (options.output.writer(true), options.output.writer(false));
     let ended = loop {
         let printed = forward(&share.join("stdout"), &mut out_at, &mut stdout)
             | forward(&share.join("stderr"), &mut err_at, &mut stderr);
