@@ -49,6 +49,15 @@ pub fn resident_bytes() -> u64 {
     (kib("RssAnon:") + kib("RssShmem:")) * 1024
 }
 
+/// The calling thread's minor page faults so far (first touches of memory; on a vCPU thread,
+/// those KVM takes to back the guest's pages too). 0 if they cannot be read.
+pub fn thread_minor_faults() -> u64 {
+    use nix::sys::resource::{UsageWho, getrusage};
+    getrusage(UsageWho::RUSAGE_THREAD)
+        .map(|usage| u64::try_from(usage.minor_page_faults()).unwrap_or(0))
+        .unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -68,13 +77,4 @@ mod tests {
         disable_transparent_huge_pages().unwrap();
         assert!(transparent_huge_pages_disabled().unwrap());
     }
-}
-
-/// The calling thread's minor page faults so far (first touches of memory; on a vCPU thread,
-/// those KVM takes to back the guest's pages too). 0 if they cannot be read.
-pub fn thread_minor_faults() -> u64 {
-    use nix::sys::resource::{UsageWho, getrusage};
-    getrusage(UsageWho::RUSAGE_THREAD)
-        .map(|usage| u64::try_from(usage.minor_page_faults()).unwrap_or(0))
-        .unwrap_or(0)
 }
