@@ -5,13 +5,14 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use hyperlightd_client::{Client, ExecRequest, Language};
 use serde::Serialize;
 use serde_json::json;
 
 use crate::common::{
-    Latency, back_to_back, daemon_args, exec_checked, start_daemon, wait_until_idle, warm,
+    Latency, back_to_back, concurrent, daemon_args, exec_checked, start_daemon,
+    wait_until_idle_every, warm,
 };
 use crate::targets::{PartReport, Target};
 use crate::{Args, BODY, PYTHON_BODY};
@@ -129,17 +130,9 @@ fn worker_cost(
 /// clock, and under emulation a health request every few milliseconds would take CPU from the
 /// restore and priming being timed.
 async fn idle_quietly(client: &Client) -> Result<()> {
-    let give_up = Instant::now() + Duration::from_secs(30);
-    loop {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let health = client.health().await?;
-        if health.sandboxes.values().all(|c| c.ready == c.target) {
-            return Ok(());
-        }
-        if Instant::now() > give_up {
-            bail!("the daemon's sandboxes were not all idle after 30 s: {health:?}");
-        }
-    }
+    let poll = Duration::from_millis(50);
+    tokio::time::sleep(poll).await;
+    wait_until_idle_every(client, poll).await
 }
 
 /// What a first touch of a page costs this process: `pages` fresh pages of an anonymous
@@ -281,42 +274,6 @@ pub struct LoadRow {
     p999_ms: f64,
 }
 
-/// `total` executions, `clients` at a time, on the daemon at `client`.
-async fn load(
-    client: &Client,
-    requests: &[ExecRequest],
-    clients: usize,
-    total: usize,
-) -> Result<(f64, Vec<Duration>)> {
-    wait_until_idle(client).await?;
-    let per_client = total / clients;
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..clients)
-        .map(|c| {
-            let client = client.clone();
-            let requests = requests.to_vec();
-            tokio::spawn(async move {
-                let mut samples = Vec::with_capacity(per_client);
-                for i in 0..per_client {
-                    let request = &requests[(c + i) % requests.len()];
-                    let sent = Instant::now();
-                    exec_checked(&client, request).await?;
-                    samples.push(sent.elapsed());
-                }
-                anyhow::Ok(samples)
-            })
-        })
-        .collect();
-    let mut samples = Vec::with_capacity(total);
-    for task in tasks {
-        samples.extend(task.await.context("a load client panicked")??);
-    }
-    Ok((
-        samples.len() as f64 / started.elapsed().as_secs_f64(),
-        samples,
-    ))
-}
-
 /// The `load` part: the same load on a pool of two and of four, per language.
 pub async fn run_load(args: &Args) -> Result<PartReport> {
     const CLIENTS: usize = 16;
@@ -335,7 +292,7 @@ pub async fn run_load(args: &Args) -> Result<PartReport> {
         let mut attempt = 1;
         let (per_s, mut samples) = loop {
             eprintln!("(load) pool of {pool}: {total} executions from {CLIENTS} clients ...");
-            match load(&daemon.client, &requests, CLIENTS, total).await {
+            match concurrent(&daemon.client, &requests, CLIENTS, total).await {
                 Ok(figures) => break figures,
                 // With a host thread per vCPU the emulator now and then leaves a guest looping
                 // on a trivial program until its time limit (see xtask/src/vm/mod.rs): the

@@ -204,6 +204,11 @@ pub fn check_answer(response: &ExecResponse) -> Result<()> {
 /// Polls the daemon's health until every sandbox is idle: restored, primed, and not running
 /// anything that would share the CPUs with the request about to be timed.
 pub async fn wait_until_idle(client: &Client) -> Result<()> {
+    wait_until_idle_every(client, Duration::from_millis(2)).await
+}
+
+/// [`wait_until_idle`], asking every `poll`.
+pub async fn wait_until_idle_every(client: &Client, poll: Duration) -> Result<()> {
     let give_up = Instant::now() + Duration::from_secs(30);
     loop {
         let health = client.health().await?;
@@ -213,8 +218,46 @@ pub async fn wait_until_idle(client: &Client) -> Result<()> {
         if Instant::now() > give_up {
             bail!("the daemon's sandboxes were not all idle after 30 s: {health:?}");
         }
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        tokio::time::sleep(poll).await;
     }
+}
+
+/// `total` executions from `clients` clients at once, each sending its next as soon as its
+/// last is answered, client `c`'s `i`-th being `requests[(c + i) % requests.len()]`, once the
+/// sandboxes are idle: executions per second, and each execution's time at its client.
+pub async fn concurrent(
+    client: &Client,
+    requests: &[ExecRequest],
+    clients: usize,
+    total: usize,
+) -> Result<(f64, Vec<Duration>)> {
+    wait_until_idle(client).await?;
+    let per_client = total / clients;
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|c| {
+            let client = client.clone();
+            let requests = requests.to_vec();
+            tokio::spawn(async move {
+                let mut samples = Vec::with_capacity(per_client);
+                for i in 0..per_client {
+                    let request = &requests[(c + i) % requests.len()];
+                    let sent = Instant::now();
+                    exec_checked(&client, request).await?;
+                    samples.push(sent.elapsed());
+                }
+                anyhow::Ok(samples)
+            })
+        })
+        .collect();
+    let mut samples = Vec::with_capacity(total);
+    for task in tasks {
+        samples.extend(task.await.context("a client task panicked")??);
+    }
+    Ok((
+        samples.len() as f64 / started.elapsed().as_secs_f64(),
+        samples,
+    ))
 }
 
 /// One latency row of the table.

@@ -2,13 +2,11 @@
 //! hyperlight-js in this process on one and two threads (how far Hyperlight itself scales on
 //! this machine).
 
-use std::time::Instant;
-
 use anyhow::Result;
 use hyperlightd_client::{Client, ExecRequest, Language};
 use serde_json::json;
 
-use crate::common::{exec_checked, start_daemon, wait_until_idle};
+use crate::common::{concurrent, exec_checked, start_daemon};
 use crate::direct::direct_threads;
 use crate::targets::{PartReport, Target};
 use crate::{Args, BODY};
@@ -99,23 +97,7 @@ async fn throughput(
     concurrency: usize,
     requests: usize,
 ) -> Result<f64> {
-    wait_until_idle(client).await?;
-    let per_task = requests / concurrency;
-    let start = Instant::now();
-    let tasks: Vec<_> = (0..concurrency)
-        .map(|_| {
-            let client = client.clone();
-            let request = request.clone();
-            tokio::spawn(async move {
-                for _ in 0..per_task {
-                    exec_checked(&client, &request).await?;
-                }
-                anyhow::Ok(())
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await??;
-    }
-    Ok((per_task * concurrency) as f64 / start.elapsed().as_secs_f64())
+    let (per_s, _) =
+        concurrent(client, std::slice::from_ref(request), concurrency, requests).await?;
+    Ok(per_s)
 }

@@ -5,15 +5,12 @@
 //! is not in the snapshot, building a sandbox, and host memory per sandbox.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use anyhow::{Context, Result};
-use hyperlightd_client::{Client, ExecRequest, Language};
+use hyperlightd_client::{ExecRequest, Language};
 use serde::Serialize;
 
-use crate::{
-    Args, Latency, PYTHON_BODY, exec_checked, histogram_totals, start_daemon, wait_until_idle,
-};
+use crate::{Args, Latency, PYTHON_BODY, common, histogram_totals, start_daemon, wait_until_idle};
 
 /// One guest and library to measure.
 struct Variant {
@@ -115,14 +112,14 @@ async fn measure(args: &Args, variant: &Variant) -> Result<LibraryFigures> {
     let daemon_with_one_mib = resident_mib(daemon.child.id())?;
 
     let plain = ExecRequest::new(Language::Python, PYTHON_BODY);
-    let warm = timed(client, &plain, args.iterations.min(100)).await?;
+    let warm = common::warm(client, &plain, args.iterations.min(100)).await?;
     let import = match variant.import {
         Some(code) => {
             let request = ExecRequest {
                 timeout_ms: Some(300_000),
                 ..ExecRequest::new(Language::Python, code)
             };
-            Some(timed(client, &request, 3).await?)
+            Some(common::warm(client, &request, 3).await?)
         }
         None => None,
     };
@@ -142,18 +139,6 @@ async fn measure(args: &Args, variant: &Variant) -> Result<LibraryFigures> {
         memory_per_sandbox_mib: (rss_three - daemon_with_one_mib) / 2.0,
         daemon_with_one_mib,
     })
-}
-
-/// `n` requests, each once the sandboxes are idle.
-async fn timed(client: &Client, request: &ExecRequest, n: usize) -> Result<Latency> {
-    let mut samples = Vec::with_capacity(n);
-    for _ in 0..n {
-        wait_until_idle(client).await?;
-        let start = Instant::now();
-        exec_checked(client, request).await?;
-        samples.push(start.elapsed());
-    }
-    Ok(Latency::of(samples))
 }
 
 /// A process's resident memory, in MiB.
