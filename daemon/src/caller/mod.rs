@@ -10,6 +10,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
+pub mod pod;
+
 use crate::job::{Caller, Language};
 use clap::Args;
 
