@@ -38,7 +38,7 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use crate::audit::{AuditLog, AuditOpenError};
-use crate::caller::ExecQuota;
+use crate::caller::{ExecQuota, Identify};
 use crate::config::{Config, ConfigError};
 use crate::egress::Egress;
 use crate::executor::{Executor, ExecutorStartError, HyperlightExecutor};
@@ -160,6 +160,10 @@ pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Resu
         ..config.sessions()?
     };
     let access = config.callers.access(own_uid).map_err(ConfigError::from)?;
+    let identify = config.callers.identify().map_err(ConfigError::from)?;
+    if identify.by_pod() {
+        info!("callers are told apart by pod: quotas count per pod");
+    }
     let exec_quota = config
         .callers
         .exec_quota(&sizes)
@@ -227,7 +231,7 @@ pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Resu
         .with_code_policy(code_policy)
         .with_egress(egress);
     let api = Arc::new(Api::of(service));
-    server::serve(listener, api, server_config(&config), &mut stops).await;
+    server::serve(listener, api, server_config(&config, identify), &mut stops).await;
     drop(bound);
     if let Some(sessions) = sessions {
         flush_sessions(sessions).await;
@@ -256,12 +260,13 @@ async fn flush_sessions(sessions: Arc<session::Sessions>) {
 }
 
 /// How the server treats its connections (the values were checked with the limits).
-fn server_config(config: &Config) -> ServerConfig {
+fn server_config(config: &Config, identify: Identify) -> ServerConfig {
     ServerConfig {
         max_connections: config.max_connections,
         max_header_bytes: config.max_header_bytes,
         idle_timeout: Duration::from_millis(config.idle_timeout_ms),
         drain: Duration::from_millis(config.drain_timeout_ms),
+        identify,
     }
 }
 

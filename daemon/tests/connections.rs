@@ -113,6 +113,7 @@ async fn thousands_of_stalled_connections_are_bounded_and_dropped_while_requests
         max_header_bytes: 16 * 1024,
         idle_timeout: TIMEOUT,
         drain: Duration::from_secs(1),
+        identify: Default::default(),
     };
     let (stop, mut stops) = tokio::sync::mpsc::channel(1);
     let server =

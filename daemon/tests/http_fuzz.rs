@@ -81,6 +81,7 @@ const CONFIG: ServerConfig = ServerConfig {
     max_header_bytes: MAX_HEADER,
     idle_timeout: Duration::from_secs(1),
     drain: Duration::from_secs(1),
+    identify: hyperlightd::caller::Identify::BY_CREDENTIALS,
 };
 
 /// Serves one connection that receives `input`, as a client that then waits for the daemon to
@@ -95,6 +96,7 @@ fn serve(runtime: &tokio::runtime::Runtime, input: &[u8]) -> Vec<u8> {
                 uid: 1000,
                 gid: 1000,
                 pid: None,
+                pod: hyperlightd::job::PodOf::Unread,
             };
             let _ = server::serve_one(daemon, api(), &CONFIG, caller).await;
         });

@@ -10,6 +10,7 @@ fn caller() -> Caller {
         uid: 1000,
         gid: 1001,
         pid: Some(4242),
+        pod: crate::job::PodOf::Unread,
     }
 }
 

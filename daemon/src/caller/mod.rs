@@ -5,14 +5,17 @@
 //! daemon who connected (`SO_PEERCRED`: uid, gid and pid of the connecting process, as they
 //! were at `connect`), which no client can forge. With allow lists, only listed uids, members of
 //! listed groups (a caller's primary gid, or a group the user database gives its uid) and the
-//! daemon's own uid may call: root is not trusted unless listed. Quotas count per uid.
+//! daemon's own uid may call: root is not trusted unless listed. Quotas count per uid, or
+//! with `--pod-identity` per pod: the daemon reads the caller's cgroup (see [`pod`]) and
+//! counts every process of one pod as one caller, whatever their uids, and two pods apart
+//! whatever theirs.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
 pub mod pod;
 
-use crate::job::{Caller, Language};
+use crate::job::{Caller, Language, PodOf, Principal};
 use clap::Args;
 
 use crate::sys;
@@ -42,6 +45,13 @@ pub struct CallerOptions {
     /// --max-sessions, at least 1.
     #[arg(long, value_name = "N")]
     pub max_sessions_per_caller: Option<usize>,
+
+    /// Tell callers apart by pod: read each caller's cgroup, name its pod and container in the
+    /// audit log, and count quotas per pod (a caller outside any pod: per uid). A caller whose
+    /// pod cannot be told (it exited, or its pid is not visible) is refused. Needs the node's
+    /// pid namespace (a DaemonSet's hostPID) to see callers' pids.
+    #[arg(long, env = "HYPERLIGHTD_POD_IDENTITY")]
+    pub pod_identity: bool,
 }
 
 /// A caller option that does not hold.
@@ -56,6 +66,9 @@ pub enum CallerOptionError {
     /// A quota of zero would refuse everything.
     #[error("{0} must be at least 1")]
     Zero(&'static str),
+    /// The node's init's cgroup, which places the daemon's cgroup namespace, is unreadable.
+    #[error("--pod-identity: cannot read /proc/1/cgroup: {0}")]
+    InitCgroup(String),
 }
 
 impl CallerOptions {
@@ -95,17 +108,54 @@ impl CallerOptions {
             None => Ok((max_sessions / 2).max(1)),
         }
     }
+
+    /// How callers are named: by pod too with `--pod-identity`.
+    pub fn identify(&self) -> Result<Identify, CallerOptionError> {
+        if !self.pod_identity {
+            return Ok(Identify::default());
+        }
+        let init =
+            sys::cgroup::of_init().map_err(|e| CallerOptionError::InitCgroup(e.to_string()))?;
+        Ok(Identify {
+            pods: Some(pod::namespace_depth(&init)),
+        })
+    }
 }
 
-impl Caller {
-    /// The peer credentials of `stream`, read when it is accepted.
-    pub fn of(stream: &tokio::net::UnixStream) -> std::io::Result<Caller> {
+/// How the daemon names a connection's caller.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Identify {
+    /// With `--pod-identity`: how deep the daemon's cgroup namespace root lies.
+    pods: Option<usize>,
+}
+
+impl Identify {
+    /// By peer credentials alone (no `--pod-identity`).
+    pub const BY_CREDENTIALS: Identify = Identify { pods: None };
+
+    /// Whether callers are told apart by pod.
+    pub fn by_pod(&self) -> bool {
+        self.pods.is_some()
+    }
+
+    /// The caller at the other end of `stream`: its peer credentials, and its pod when callers
+    /// are told apart by pod, read when the connection is accepted.
+    pub fn caller(&self, stream: &tokio::net::UnixStream) -> std::io::Result<Caller> {
         let credentials = stream.peer_cred()?;
-        Ok(Caller {
+        let mut caller = Caller {
             uid: credentials.uid(),
             gid: credentials.gid(),
             pid: credentials.pid().filter(|&pid| pid > 0),
-        })
+            pod: PodOf::Unread,
+        };
+        if let Some(depth) = self.pods {
+            caller.pod = match sys::cgroup::of_peer(stream, caller.pid, caller.uid) {
+                Ok(file) => pod::place(&file, depth)
+                    .map_or_else(|e| PodOf::Unknown(e.to_string().into()), PodOf::Placed),
+                Err(e) => PodOf::Unknown(e.to_string().into()),
+            };
+        }
+        Ok(caller)
     }
 }
 
@@ -159,18 +209,18 @@ pub struct ExecQuota {
     limits: BTreeMap<Language, usize>,
     /// A uid held to no quota: the daemon's own user, its operator rather than a tenant.
     exempt: Option<u32>,
-    in_flight: Mutex<HashMap<(u32, Language), usize>>,
+    in_flight: Mutex<HashMap<(Principal, Language), usize>>,
 }
 
 /// A caller is at its quota.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "this caller (uid {uid}) already has {limit} {language} executions in flight, as many as one \
+    "this caller ({caller}) already has {limit} {language} executions in flight, as many as one \
      caller may (--max-execs-per-caller); nothing ran. Wait for one to finish"
 )]
 pub struct OverQuota {
-    /// The caller's uid.
-    pub uid: u32,
+    /// Whom the quota counts: the caller's uid, or its pod.
+    pub caller: Principal,
     /// The language.
     pub language: Language,
     /// The quota.
@@ -192,20 +242,28 @@ impl ExecQuota {
         &self.limits
     }
 
-    /// Counts one more execution of `uid` in `language` until the returned slot is dropped,
-    /// unless that would pass the quota.
-    pub fn admit(self: &Arc<Self>, uid: u32, language: Language) -> Result<Slot, OverQuota> {
+    /// Counts one more execution of `caller` (a uid, or a pod) in `language` until the
+    /// returned slot is dropped, unless that would pass the quota.
+    pub fn admit(
+        self: &Arc<Self>,
+        caller: &Principal,
+        language: Language,
+    ) -> Result<Slot, OverQuota> {
         let mut in_flight = self
             .in_flight
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let count = in_flight.entry((uid, language)).or_insert(0);
+        let key = (caller.clone(), language);
+        let count = in_flight.entry(key.clone()).or_insert(0);
+        let exempt = self
+            .exempt
+            .is_some_and(|uid| *caller == Principal::Uid(uid));
         if let Some(&limit) = self.limits.get(&language)
             && *count >= limit
-            && self.exempt != Some(uid)
+            && !exempt
         {
             return Err(OverQuota {
-                uid,
+                caller: caller.clone(),
                 language,
                 limit,
             });
@@ -213,17 +271,20 @@ impl ExecQuota {
         *count += 1;
         Ok(Slot {
             quota: self.clone(),
-            key: (uid, language),
+            key,
         })
     }
 
-    /// Executions `uid` has in flight in `language`.
-    pub fn in_flight(&self, uid: u32, language: Language) -> usize {
+    /// Executions `caller` has in flight in `language`.
+    pub fn in_flight(&self, caller: &Principal, language: Language) -> usize {
         let in_flight = self
             .in_flight
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        in_flight.get(&(uid, language)).copied().unwrap_or(0)
+        in_flight
+            .get(&(caller.clone(), language))
+            .copied()
+            .unwrap_or(0)
     }
 }
 
@@ -231,7 +292,7 @@ impl ExecQuota {
 #[derive(Debug)]
 pub struct Slot {
     quota: Arc<ExecQuota>,
-    key: (u32, Language),
+    key: (Principal, Language),
 }
 
 impl Drop for Slot {
@@ -259,6 +320,7 @@ mod tests {
             uid,
             gid,
             pid: Some(1),
+            pod: PodOf::Unread,
         }
     }
 
@@ -305,34 +367,126 @@ mod tests {
     #[test]
     fn the_quota_counts_per_caller_and_language_and_frees_on_drop() {
         let quota = ExecQuota::new(BTreeMap::from([(Language::Javascript, 2)]), Some(999));
-        let first = quota.admit(1000, Language::Javascript).unwrap();
-        let second = quota.admit(1000, Language::Javascript).unwrap();
-        let refused = quota.admit(1000, Language::Javascript).unwrap_err();
+        let first = quota
+            .admit(&Principal::Uid(1000), Language::Javascript)
+            .unwrap();
+        let second = quota
+            .admit(&Principal::Uid(1000), Language::Javascript)
+            .unwrap();
+        let refused = quota
+            .admit(&Principal::Uid(1000), Language::Javascript)
+            .unwrap_err();
         assert_eq!(
             refused,
             OverQuota {
-                uid: 1000,
+                caller: Principal::Uid(1000),
                 language: Language::Javascript,
                 limit: 2
             }
         );
         assert!(refused.to_string().contains("uid 1000"), "{refused}");
         // Another caller, and a language without a quota, are not affected.
-        let other = quota.admit(1001, Language::Javascript).unwrap();
+        let other = quota
+            .admit(&Principal::Uid(1001), Language::Javascript)
+            .unwrap();
         let python: Vec<Slot> = (0..5)
-            .map(|_| quota.admit(1000, Language::Python).unwrap())
+            .map(|_| {
+                quota
+                    .admit(&Principal::Uid(1000), Language::Python)
+                    .unwrap()
+            })
             .collect();
         // The daemon's own user is held to none.
         let own: Vec<Slot> = (0..5)
-            .map(|_| quota.admit(999, Language::Javascript).unwrap())
+            .map(|_| {
+                quota
+                    .admit(&Principal::Uid(999), Language::Javascript)
+                    .unwrap()
+            })
             .collect();
-        assert_eq!(quota.in_flight(999, Language::Javascript), 5);
+        assert_eq!(
+            quota.in_flight(&Principal::Uid(999), Language::Javascript),
+            5
+        );
         drop(own);
         drop(first);
-        assert_eq!(quota.in_flight(1000, Language::Javascript), 1);
-        let again = quota.admit(1000, Language::Javascript).unwrap();
+        assert_eq!(
+            quota.in_flight(&Principal::Uid(1000), Language::Javascript),
+            1
+        );
+        let again = quota
+            .admit(&Principal::Uid(1000), Language::Javascript)
+            .unwrap();
         drop((second, again, other, python));
-        assert_eq!(quota.in_flight(1000, Language::Javascript), 0);
+        assert_eq!(
+            quota.in_flight(&Principal::Uid(1000), Language::Javascript),
+            0
+        );
         assert!(quota.in_flight.lock().unwrap().is_empty(), "no entry left");
+    }
+
+    #[test]
+    fn by_pod_the_quota_counts_a_pod_whatever_its_uids_and_two_pods_apart() {
+        let quota = ExecQuota::new(BTreeMap::from([(Language::Python, 1)]), Some(999));
+        let in_pod = |pod: &str, uid: u32| Caller {
+            pod: PodOf::Placed(crate::job::Placement {
+                pod: Some(pod.into()),
+                container: None,
+            }),
+            ..caller(uid, uid)
+        };
+        let held = quota
+            .admit(&in_pod("a", 1000).principal(), Language::Python)
+            .unwrap();
+        // Another uid in pod a: the same caller.
+        let refused = quota
+            .admit(&in_pod("a", 1001).principal(), Language::Python)
+            .unwrap_err();
+        assert!(
+            refused.to_string().contains("this caller (pod a)"),
+            "{refused}"
+        );
+        // Pod b, with the same uid as pod a's first process: another caller.
+        let other = quota
+            .admit(&in_pod("b", 1000).principal(), Language::Python)
+            .unwrap();
+        // A pod whose processes run as the daemon's own user is a tenant all the same.
+        let _own = quota
+            .admit(&in_pod("c", 999).principal(), Language::Python)
+            .unwrap();
+        assert!(
+            quota
+                .admit(&in_pod("c", 999).principal(), Language::Python)
+                .is_err()
+        );
+        drop((held, other));
+        assert_eq!(
+            quota.in_flight(&Principal::Pod("a".into()), Language::Python),
+            0
+        );
+    }
+
+    #[tokio::test]
+    async fn by_pod_a_connection_names_its_callers_place() {
+        let (ours, _theirs) = tokio::net::UnixStream::pair().unwrap();
+        let plain = Identify::BY_CREDENTIALS.caller(&ours).unwrap();
+        assert_eq!(plain.pod, PodOf::Unread);
+        assert_eq!(plain.uid, nix::unistd::geteuid().as_raw());
+        let options = CallerOptions {
+            pod_identity: true,
+            ..CallerOptions::default()
+        };
+        let identify = options.identify().unwrap();
+        assert!(identify.by_pod());
+        // This test runs in no pod: its place is read and is none (or, inside a container
+        // engine's test runner, its container); it is never left unknown.
+        let caller = identify.caller(&ours).unwrap();
+        match &caller.pod {
+            PodOf::Placed(placed) => assert_eq!(
+                caller.principal() == Principal::Uid(caller.uid),
+                placed.pod.is_none()
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -27,24 +27,7 @@
 
 use std::sync::Arc;
 
-/// Where a process runs, as far as its cgroup says.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Placement {
-    /// Its pod's UID (Kubernetes) or id (podman); None outside any pod.
-    pub pod: Option<Arc<str>>,
-    /// Its container's id, when it runs in one.
-    pub container: Option<Arc<str>>,
-}
-
-impl Placement {
-    /// A process outside any pod and container.
-    pub fn outside() -> Self {
-        Placement {
-            pod: None,
-            container: None,
-        }
-    }
-}
+use crate::job::Placement;
 
 /// Why a cgroup path was not placed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

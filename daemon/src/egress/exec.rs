@@ -324,7 +324,7 @@ impl ExecEgress {
         let host = hop.target.map(Target::host_text);
         self.egress.audit.egress(&EgressRecord {
             request_id: self.context.request_id,
-            caller: self.context.caller,
+            caller: self.context.caller.clone(),
             method: hop.method.as_str(),
             scheme: hop.target.map(|t| t.scheme.as_str()),
             host: host.as_deref(),

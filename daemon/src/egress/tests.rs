@@ -188,6 +188,7 @@ fn context() -> ExecContext {
             uid: 1000,
             gid: 1000,
             pid: None,
+            pod: crate::job::PodOf::Unread,
         },
     }
 }

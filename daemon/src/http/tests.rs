@@ -67,6 +67,7 @@ const CALLER: Caller = Caller {
     uid: 1000,
     gid: 1000,
     pid: Some(4242),
+    pod: crate::job::PodOf::Unread,
 };
 
 impl<E: Executor> Api<E> {
@@ -671,8 +672,12 @@ fn every_refusal_is_where_the_openapi_document_says() {
             retry_after: Duration::from_secs(1),
         }),
         ApiError::from(Refusal::CallerNotAllowed { uid: 1, gid: 1 }),
-        ApiError::from(Refusal::OverQuota(crate::caller::OverQuota {
+        ApiError::from(Refusal::CallerUnplaced {
             uid: 1,
+            why: "x".into(),
+        }),
+        ApiError::from(Refusal::OverQuota(crate::caller::OverQuota {
+            caller: crate::job::Principal::Uid(1),
             language: Language::Python,
             limit: 1,
         })),

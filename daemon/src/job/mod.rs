@@ -7,6 +7,7 @@
 //! one place each. The one exception is [`Language`], the `hyperlightd-api` enum of the
 //! languages served: a plain name, the same on the wire and in the core.
 
+mod caller;
 mod deadline;
 pub mod egress;
 mod error;
@@ -22,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+pub use self::caller::{Caller, Placement, PodOf, Principal};
 pub use self::deadline::{Deadline, Now, Paused};
 pub use self::error::ExecError;
 pub use self::files::{FileLimits, Files};
@@ -80,18 +82,6 @@ impl Job {
     pub fn watcher_gone(&self) -> bool {
         self.output.as_ref().is_some_and(|sink| sink.is_closed())
     }
-}
-
-/// Who asked: the peer credentials of the connection a request came on (see
-/// [`crate::caller`]), which no client can forge.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Caller {
-    /// The connecting process's effective uid.
-    pub uid: u32,
-    /// Its effective gid.
-    pub gid: u32,
-    /// Its pid, when the kernel knows it (not across pid namespaces).
-    pub pid: Option<i32>,
 }
 
 /// What a program may not name, checked by its runner before it runs (on the program's own

@@ -35,6 +35,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use self::connections::{Admission, Admitted, Connections, Phase};
+use crate::caller::Identify;
 use crate::executor::Executor;
 use crate::http::Api;
 use crate::job::Caller;
@@ -53,6 +54,8 @@ pub struct ServerConfig {
     pub idle_timeout: Duration,
     /// How long a stop waits for open connections.
     pub drain: Duration,
+    /// How a connection's caller is named.
+    pub identify: Identify,
 }
 
 /// Why the daemon stops: the signal's name, for the log.
@@ -140,7 +143,7 @@ impl<E: Executor> Server<E> {
         };
         // Who connected, as the kernel saw it at connect(2): every request on the connection
         // is theirs.
-        let caller = match Caller::of(&stream) {
+        let caller = match self.config.identify.caller(&stream) {
             Ok(caller) => caller,
             Err(e) => {
                 warn!("cannot read a connection's peer credentials ({e}); closing it");
@@ -237,6 +240,7 @@ where
     let service = service_fn(move |request: Request<Incoming>| {
         let api = api.clone();
         let admitted = admitted.clone();
+        let caller = caller.clone();
         async move {
             admitted.set(if request.body().is_end_stream() {
                 Phase::Running

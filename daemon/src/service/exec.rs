@@ -111,7 +111,7 @@ impl<E: Executor> Service<E> {
             timeout,
             deadline: call.received + timeout,
             span: call.span.clone(),
-            caller: call.caller,
+            caller: call.caller.clone(),
             tools,
             egress,
         })
@@ -138,7 +138,7 @@ impl<E: Executor> Service<E> {
         let rules = egress.narrow(network).map_err(Refusal::InvalidRequest)?;
         let context = ExecContext {
             request_id: call.id,
-            caller: call.caller,
+            caller: call.caller.clone(),
             watcher,
         };
         Ok(Some(egress.for_exec(rules, context)))
@@ -205,7 +205,7 @@ impl<E: Executor> Service<E> {
         let language = job.language;
         let (id, session) = session.unzip();
         let exchange = job.tools.clone();
-        let ran = match self.callers.quota.admit(call.caller.uid, language) {
+        let ran = match self.callers.quota.admit(&call.caller.principal(), language) {
             Ok(_slot) => {
                 let _in_flight = self.metrics.in_flight();
                 // Registered while it runs: the caller's answers to its calls find it.
@@ -295,7 +295,7 @@ fn record<'a>(
         .and_then(|outcome| Some(outcome.session.as_ref()?.checkpoint));
     ExecRecord {
         request_id: call.id,
-        caller: call.caller,
+        caller: call.caller.clone(),
         language,
         session,
         checkpoint,

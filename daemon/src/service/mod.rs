@@ -41,7 +41,7 @@ use crate::caller::{Access, ExecQuota, OverQuota};
 use crate::egress::Egress;
 use crate::executor::Executor;
 use crate::job::tools::AnswerError;
-use crate::job::{Caller, ExecError, ExecutorHealth};
+use crate::job::{Caller, ExecError, ExecutorHealth, PodOf};
 use crate::metrics::Metrics;
 
 /// One request as the service sees it, whatever carried it.
@@ -107,6 +107,17 @@ pub enum Refusal {
         /// Its gid.
         gid: u32,
     },
+    /// With `--pod-identity`, the caller's pod cannot be told.
+    #[error(
+        "this caller (uid {uid}) may not use this daemon: it tells callers apart by pod and \
+         cannot tell this one's ({why}); call from a process that stays connected"
+    )]
+    CallerUnplaced {
+        /// The caller's uid.
+        uid: u32,
+        /// Why its pod cannot be told.
+        why: String,
+    },
     /// The caller has as many executions in flight as one caller may.
     #[error(transparent)]
     OverQuota(#[from] OverQuota),
@@ -128,7 +139,9 @@ impl Refusal {
         match self {
             Refusal::InvalidRequest(_) => ErrorKind::InvalidRequest,
             Refusal::CodeTooLarge { .. } | Refusal::FilesOverCap(_) => ErrorKind::PayloadTooLarge,
-            Refusal::CallerNotAllowed { .. } => ErrorKind::CallerNotAllowed,
+            Refusal::CallerNotAllowed { .. } | Refusal::CallerUnplaced { .. } => {
+                ErrorKind::CallerNotAllowed
+            }
             Refusal::OverQuota(_) => ErrorKind::QuotaExceeded,
             Refusal::ShuttingDown => ErrorKind::ShuttingDown,
             Refusal::Exec(error) => exec_error_kind(error),
@@ -251,19 +264,24 @@ impl<E: Executor> Service<E> {
     /// Lets `call`'s caller in if the allow lists do; a refusal is audited, with what the
     /// caller asked for (`method` and `path`, in the front end's words).
     pub fn admit(&self, call: &Call, method: &str, path: &str) -> Result<(), Refusal> {
-        if self.callers.access.allows(&call.caller) {
-            return Ok(());
-        }
+        let refusal = match &call.caller.pod {
+            _ if !self.callers.access.allows(&call.caller) => Refusal::CallerNotAllowed {
+                uid: call.caller.uid,
+                gid: call.caller.gid,
+            },
+            PodOf::Unknown(why) => Refusal::CallerUnplaced {
+                uid: call.caller.uid,
+                why: why.to_string(),
+            },
+            _ => return Ok(()),
+        };
         self.callers.audit.denied(&DeniedRecord {
             request_id: call.id,
-            caller: call.caller,
+            caller: call.caller.clone(),
             method,
             path,
         });
-        Err(Refusal::CallerNotAllowed {
-            uid: call.caller.uid,
-            gid: call.caller.gid,
-        })
+        Err(refusal)
     }
 
     /// Counts a request answered with an error of `kind`, whoever refused it.

@@ -138,7 +138,7 @@ impl<E: Executor> Service<E> {
             event,
             &SessionRecord {
                 request_id: Some(call.id),
-                caller: Some(call.caller),
+                caller: Some(call.caller.clone()),
                 owner_uid: call.caller.uid,
                 session,
                 language,

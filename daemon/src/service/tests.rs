@@ -17,6 +17,7 @@ const CALLER: Caller = Caller {
     uid: 1000,
     gid: 1000,
     pid: Some(42),
+    pod: crate::job::PodOf::Unread,
 };
 
 fn limits() -> Limits {
@@ -122,7 +123,9 @@ async fn an_exec_runs_with_the_limits_granted_and_is_audited() {
 async fn past_the_caller_s_cap_an_exec_is_refused_and_nothing_runs() {
     let dir = tempfile::tempdir().unwrap();
     let (service, executor, quota, audit) = service(echo(), &dir, 1);
-    let _held = quota.admit(CALLER.uid, Language::Javascript).unwrap();
+    let _held = quota
+        .admit(&CALLER.principal(), Language::Javascript)
+        .unwrap();
     let refused = service
         .exec(&call(), Language::Javascript, program("1"))
         .await

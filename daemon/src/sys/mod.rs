@@ -3,6 +3,7 @@
 //! guests), the process's memory policy, its open-file limit, the user database, and the
 //! service manager's notifications.
 
+pub mod cgroup;
 pub mod durable;
 pub mod files;
 pub mod hypervisor;

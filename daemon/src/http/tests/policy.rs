@@ -6,12 +6,14 @@ use serde_json::json;
 use super::*;
 use crate::audit::testing::{lines as audit_lines, log_in};
 use crate::caller::{Access, ExecQuota};
+use crate::job::{Placement, PodOf};
 use crate::service::Callers;
 
 const OTHER: Caller = Caller {
     uid: 2000,
     gid: 2000,
     pid: Some(5151),
+    pod: crate::job::PodOf::Unread,
 };
 
 /// An API whose audit log is a file in `dir`, with `access` and an exec quota of `quota`.
@@ -109,8 +111,12 @@ async fn past_its_quota_a_caller_gets_429_with_retry_after_and_others_are_served
     let (api, executor, audit, quota) = api_and_quota(&dir, Access::default(), 2);
     // Two executions of CALLER in flight.
     let held = [
-        quota.admit(CALLER.uid, Language::Javascript).unwrap(),
-        quota.admit(CALLER.uid, Language::Javascript).unwrap(),
+        quota
+            .admit(&CALLER.principal(), Language::Javascript)
+            .unwrap(),
+        quota
+            .admit(&CALLER.principal(), Language::Javascript)
+            .unwrap(),
     ];
     let response = call_as(&api, CALLER, request(Method::POST, paths::EXEC, EXEC)).await;
     assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
@@ -128,11 +134,82 @@ async fn past_its_quota_a_caller_gets_429_with_retry_after_and_others_are_served
     drop(held);
     let response = call_as(&api, CALLER, request(Method::POST, paths::EXEC, EXEC)).await;
     assert_eq!(response.status(), StatusCode::OK);
-    assert_eq!(quota.in_flight(CALLER.uid, Language::Javascript), 0);
+    assert_eq!(
+        quota.in_flight(&CALLER.principal(), Language::Javascript),
+        0
+    );
     let lines = audit_lines(&audit);
     assert_eq!(lines[0]["status"], "rejected");
     assert_eq!(lines[0]["error_kind"], "quota_exceeded");
     assert_eq!(lines[1]["status"], "ok");
+}
+
+/// CALLER's credentials, from a process in pod `pod`.
+fn in_pod(pod: &str) -> Caller {
+    Caller {
+        pod: PodOf::Placed(Placement {
+            pod: Some(pod.into()),
+            container: Some("c0ffee".into()),
+        }),
+        ..CALLER
+    }
+}
+
+#[tokio::test]
+async fn by_pod_two_pods_of_one_uid_are_held_to_their_own_quotas_and_audited_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (api, executor, audit, quota) = api_and_quota(&dir, Access::default(), 1);
+    let (a, b) = (in_pod("pod-a"), in_pod("pod-b"));
+    let _held = quota.admit(&a.principal(), Language::Javascript).unwrap();
+    // Pod a is at its quota; pod b, with the same uid, is not; nor is the uid outside pods.
+    let response = call_as(&api, a.clone(), request(Method::POST, paths::EXEC, EXEC)).await;
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    let message = body_of(response).await["error"]["message"].to_string();
+    assert!(message.contains("this caller (pod pod-a)"), "{message}");
+    for caller in [b, CALLER] {
+        let response = call_as(&api, caller, request(Method::POST, paths::EXEC, EXEC)).await;
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    assert_eq!(executor.seen.lock().unwrap().len(), 2);
+    let lines = audit_lines(&audit);
+    let callers: Vec<_> = lines.iter().map(|l| l["caller"].clone()).collect();
+    assert_eq!(
+        callers,
+        [
+            json!({"uid": 1000, "gid": 1000, "pid": 4242, "pod": "pod-a", "container": "c0ffee"}),
+            json!({"uid": 1000, "gid": 1000, "pid": 4242, "pod": "pod-b", "container": "c0ffee"}),
+            json!({"uid": 1000, "gid": 1000, "pid": 4242}),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn by_pod_a_caller_whose_pod_cannot_be_told_is_refused_403_and_audited() {
+    let dir = tempfile::tempdir().unwrap();
+    let (api, executor, audit) = api_with(&dir, Access::default(), 8);
+    let unknown = Caller {
+        pod: PodOf::Unknown("the connecting process exited before its cgroup was read".into()),
+        ..CALLER
+    };
+    let response = call_as(&api, unknown, request(Method::POST, paths::EXEC, EXEC)).await;
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    let body = body_of(response).await;
+    assert_eq!(body["error"]["kind"], "caller_not_allowed");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("tells callers apart by pod") && message.contains("exited"),
+        "{message}"
+    );
+    assert!(executor.seen.lock().unwrap().is_empty(), "nothing ran");
+    let [line] = audit_lines(&audit).try_into().unwrap();
+    assert_eq!(line["audit"], "denied");
+    assert_eq!(line["caller"]["pod"], "unknown");
+    assert!(
+        line["caller"]["pod_error"]
+            .as_str()
+            .unwrap()
+            .contains("exited")
+    );
 }
 
 #[tokio::test]

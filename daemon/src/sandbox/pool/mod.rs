@@ -347,10 +347,10 @@ impl Pool {
             claim: claim.clone(),
             reply,
         };
-        let uid = task.job.caller.uid;
+        let caller = task.job.caller.principal();
         let key = task.resumes().map(SavedState::key);
         self.queue
-            .push(uid, task, key)
+            .push(caller, task, key)
             .map_err(|refused| match refused {
                 Refused::Full => ExecError::Overloaded {
                     language: self.language,

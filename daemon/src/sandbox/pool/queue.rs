@@ -3,7 +3,7 @@
 //! to the one with the fewest jobs running (the one served longest ago among equals). A caller
 //! at its share waits behind the others instead of being refused while sandboxes sit idle.
 //!
-//! Each caller (uid) may have at most `depth` jobs waiting; past it, its next job is refused
+//! Each caller (a uid, or a pod: see `Principal`) may have at most `depth` jobs waiting; past it, its next job is refused
 //! ([`Full`]), so one caller's flood fills its own line, never another's. Hard caps on what one
 //! caller may have in flight are the service layer's (`--max-execs-per-caller`).
 //!
@@ -16,25 +16,27 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use crate::job::Principal;
+
 /// What a job resumes and a hot worker holds: the same number for the same state.
 pub type Key = u64;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 /// The queue, its callers' lines and what each has running.
-pub struct FairQueue<T> {
-    state: Mutex<State<T>>,
+pub struct FairQueue<T, C = Principal> {
+    state: Mutex<State<T, C>>,
     /// Told when a job is queued or the queue closes.
     changed: Condvar,
     depth: usize,
 }
 
-struct State<T> {
+struct State<T, C> {
     /// Jobs waiting, per caller, in arrival order, with what each resumes.
-    waiting: BTreeMap<u32, VecDeque<(T, Option<Key>)>>,
+    waiting: BTreeMap<C, VecDeque<(T, Option<Key>)>>,
     /// What each worker waiting for a job holds (None: it is not hot).
     idle: Vec<Option<Key>>,
     /// Per caller: jobs taken and not yet done, and when it was last served.
-    callers: BTreeMap<u32, Served>,
+    callers: BTreeMap<C, Served>,
     /// Counts every take, to tell who was served longest ago.
     takes: u64,
     closed: bool,
@@ -56,21 +58,21 @@ pub enum Refused {
 }
 
 /// Counts a job taken from the queue as its caller's, running, until dropped.
-pub struct Running<T> {
-    queue: Arc<FairQueue<T>>,
-    uid: u32,
+pub struct Running<T, C: Ord = Principal> {
+    queue: Arc<FairQueue<T, C>>,
+    caller: C,
 }
 
-impl<T> Drop for Running<T> {
+impl<T, C: Ord> Drop for Running<T, C> {
     fn drop(&mut self) {
         let mut state = self.queue.state();
-        if let Some(served) = state.callers.get_mut(&self.uid) {
+        if let Some(served) = state.callers.get_mut(&self.caller) {
             served.running = served.running.saturating_sub(1);
         }
     }
 }
 
-impl<T> std::fmt::Debug for FairQueue<T> {
+impl<T, C> std::fmt::Debug for FairQueue<T, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = self.state();
         let waiting: usize = state.waiting.values().map(VecDeque::len).sum();
@@ -82,13 +84,21 @@ impl<T> std::fmt::Debug for FairQueue<T> {
     }
 }
 
-impl<T> std::fmt::Debug for Running<T> {
+impl<T, C: Ord + std::fmt::Debug> std::fmt::Debug for Running<T, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Running").field("uid", &self.uid).finish()
+        f.debug_struct("Running")
+            .field("caller", &self.caller)
+            .finish()
     }
 }
 
-impl<T> FairQueue<T> {
+impl<T, C> FairQueue<T, C> {
+    fn state(&self) -> MutexGuard<'_, State<T, C>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl<T, C: Ord + Clone> FairQueue<T, C> {
     /// A queue where each caller may have `depth` jobs waiting.
     pub fn new(depth: usize) -> Arc<Self> {
         Arc::new(FairQueue {
@@ -104,17 +114,13 @@ impl<T> FairQueue<T> {
         })
     }
 
-    fn state(&self) -> MutexGuard<'_, State<T>> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Queues `job` of caller `uid`, which resumes the state `key` (None: none).
-    pub fn push(&self, uid: u32, job: T, key: Option<Key>) -> Result<(), Refused> {
+    /// Queues `job` of `caller`, which resumes the state `key` (None: none).
+    pub fn push(&self, caller: C, job: T, key: Option<Key>) -> Result<(), Refused> {
         let mut state = self.state();
         if state.closed {
             return Err(Refused::Closed);
         }
-        let line = state.waiting.entry(uid).or_default();
+        let line = state.waiting.entry(caller).or_default();
         if line.len() >= self.depth {
             return Err(Refused::Full);
         }
@@ -130,12 +136,12 @@ impl<T> FairQueue<T> {
     /// fewest jobs running (served longest ago among equals) that no other idle worker is better
     /// placed to run. Returns what counts it as running until the taker drops it; None once
     /// the queue is closed and empty.
-    pub fn take(self: &Arc<Self>, hot: Option<Key>) -> Option<(T, Running<T>)> {
+    pub fn take(self: &Arc<Self>, hot: Option<Key>) -> Option<(T, Running<T, C>)> {
         let mut state = self.state();
         state.idle.push(hot);
         let taken = loop {
-            if let Some((uid, at)) = state.choose(hot) {
-                break state.pop(uid, at).map(|job| (job, uid));
+            if let Some((caller, at)) = state.choose(hot) {
+                break state.pop(&caller, at).map(|job| (job, caller));
             }
             if state.closed && state.waiting.is_empty() {
                 break None;
@@ -151,10 +157,10 @@ impl<T> FairQueue<T> {
         drop(state);
         // One idle worker fewer: the others may now take what they left to it.
         self.changed.notify_all();
-        let (job, uid) = taken?;
+        let (job, caller) = taken?;
         let running = Running {
             queue: self.clone(),
-            uid,
+            caller,
         };
         Some((job, running))
     }
@@ -171,27 +177,30 @@ impl<T> FairQueue<T> {
     }
 }
 
-impl<T> State<T> {
+impl<T, C: Ord + Clone> State<T, C> {
     /// The callers with jobs waiting, the next by fairness first.
-    fn callers_in_turn(&self) -> Vec<u32> {
-        let mut callers: Vec<(u32, Served)> = self
+    fn callers_in_turn(&self) -> Vec<&C> {
+        let mut callers: Vec<(&C, Served)> = self
             .waiting
             .keys()
-            .map(|&uid| (uid, self.callers.get(&uid).copied().unwrap_or_default()))
+            .map(|c| (c, self.callers.get(c).copied().unwrap_or_default()))
             .collect();
         callers.sort_by_key(|(_, served)| (served.running, served.last));
-        callers.into_iter().map(|(uid, _)| uid).collect()
+        callers.into_iter().map(|(c, _)| c).collect()
     }
 
     /// The job (its caller, and its place in the caller's line) a worker holding `hot` takes
     /// now, if any: one resuming `hot`; else, in fairness order, the first that no other idle
     /// worker holds, unless this worker is hot and one that is not is idle.
-    fn choose(&self, hot: Option<Key>) -> Option<(u32, usize)> {
+    fn choose(&self, hot: Option<Key>) -> Option<(C, usize)> {
         let callers = self.callers_in_turn();
         if let Some(hot) = hot {
-            for &uid in &callers {
-                if let Some(at) = self.waiting[&uid].iter().position(|(_, k)| *k == Some(hot)) {
-                    return Some((uid, at));
+            for &caller in &callers {
+                if let Some(at) = self.waiting[caller]
+                    .iter()
+                    .position(|(_, k)| *k == Some(hot))
+                {
+                    return Some((caller.clone(), at));
                 }
             }
         }
@@ -203,32 +212,32 @@ impl<T> State<T> {
         if hot.is_some() && others.contains(&None) {
             return None;
         }
-        for &uid in &callers {
-            let line = &self.waiting[&uid];
+        for &caller in &callers {
+            let line = &self.waiting[caller];
             let held_elsewhere = |key: &Option<Key>| key.is_some() && others.contains(key);
             if let Some(at) = line.iter().position(|(_, key)| !held_elsewhere(key)) {
-                return Some((uid, at));
+                return Some((caller.clone(), at));
             }
         }
         None
     }
 
-    /// Takes the job at `at` in `uid`'s line, counting it as running.
-    fn pop(&mut self, uid: u32, at: usize) -> Option<T> {
-        let line = self.waiting.get_mut(&uid)?;
+    /// Takes the job at `at` in `caller`'s line, counting it as running.
+    fn pop(&mut self, caller: &C, at: usize) -> Option<T> {
+        let line = self.waiting.get_mut(caller)?;
         let (job, _) = line.remove(at)?;
         if line.is_empty() {
-            self.waiting.remove(&uid);
+            self.waiting.remove(caller);
         }
         self.takes += 1;
-        let served = self.callers.entry(uid).or_default();
+        let served = self.callers.entry(caller.clone()).or_default();
         served.running += 1;
         served.last = self.takes;
         // Callers with nothing running or waiting are forgotten: the map stays as small as
         // the callers that are busy.
         let takes = self.takes;
         self.callers
-            .retain(|uid, s| s.running > 0 || s.last == takes || self.waiting.contains_key(uid));
+            .retain(|c, s| s.running > 0 || s.last == takes || self.waiting.contains_key(c));
         Some(job)
     }
 }
@@ -297,7 +306,7 @@ mod tests {
 
     #[test]
     fn a_taker_waits_for_a_job_and_wakes_when_one_comes() {
-        let queue = FairQueue::<u8>::new(1);
+        let queue = FairQueue::<u8, u32>::new(1);
         let taker = {
             let queue = queue.clone();
             std::thread::spawn(move || queue.take(None).map(|(job, _)| job))
@@ -309,7 +318,7 @@ mod tests {
 
     /// Takes a job on another thread for a worker holding `hot`, and gives it back.
     fn taker(
-        queue: &Arc<FairQueue<&'static str>>,
+        queue: &Arc<FairQueue<&'static str, u32>>,
         hot: Option<Key>,
     ) -> std::thread::JoinHandle<Option<&'static str>> {
         let queue = queue.clone();
@@ -317,7 +326,7 @@ mod tests {
     }
 
     /// Waits until `n` workers wait in `queue`.
-    fn idle(queue: &FairQueue<&'static str>, n: usize) {
+    fn idle(queue: &FairQueue<&'static str, u32>, n: usize) {
         while queue.state().idle.len() < n {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }

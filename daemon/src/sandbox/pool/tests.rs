@@ -323,6 +323,7 @@ fn job_of(uid: u32, code: &str, timeout_ms: u64) -> Job {
             uid,
             gid: 1000,
             pid: None,
+            pod: crate::job::PodOf::Unread,
         },
     }
 }
