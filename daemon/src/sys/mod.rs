@@ -1,7 +1,7 @@
 //! Platform- and privilege-specific code, kept in one place: the socket file (ownership, mode,
 //! stale files), hypervisor detection, files read through a mapping, signals (stop requests, and the mask of threads that run
-//! guests), the process's memory policy, its open-file limit, the user database, and the
-//! service manager's notifications.
+//! guests), the process's memory policy, its open-file limit, the user database, the service
+//! manager's notifications, and a connected peer's cgroup.
 
 pub mod cgroup;
 pub mod durable;
