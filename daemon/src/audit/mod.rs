@@ -23,7 +23,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use tracing::warn;
 
-use crate::job::Caller;
+use crate::job::{Caller, Principal};
 
 /// Mode of an audit log file the daemon creates: its owner writes, its group reads.
 const FILE_MODE: u32 = 0o640;
@@ -118,6 +118,22 @@ pub struct Code {
     pub code: Option<String>,
 }
 
+/// A session's owner in its audit lines: `"owner_uid": 1000`, or `"owner_pod": "…"`.
+#[derive(Debug, Clone, Copy)]
+pub struct Owner<'a>(pub &'a Principal);
+
+impl serde::Serialize for Owner<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(1))?;
+        match self.0 {
+            Principal::Uid(uid) => map.serialize_entry("owner_uid", uid)?,
+            Principal::Pod(pod) => map.serialize_entry("owner_pod", pod.as_ref())?,
+        }
+        map.end()
+    }
+}
+
 /// A session created, forked, rolled back, deleted or expired.
 #[derive(Debug, Serialize)]
 pub struct SessionRecord<'a> {
@@ -127,8 +143,10 @@ pub struct SessionRecord<'a> {
     /// Who asked; absent for an expiry.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub caller: Option<Caller>,
-    /// The uid the session belongs to.
-    pub owner_uid: u32,
+    /// Who the session belongs to: `"owner_uid"` (a number), or with `--pod-identity`
+    /// `"owner_pod"` (a pod).
+    #[serde(flatten)]
+    pub owner: Owner<'a>,
     /// The session.
     pub session: &'a str,
     /// Its language.

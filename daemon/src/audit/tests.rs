@@ -94,7 +94,7 @@ fn session_events_and_refusals_have_lines_of_their_own() {
         &SessionRecord {
             request_id: Some(3),
             caller: Some(caller()),
-            owner_uid: 1000,
+            owner: Owner(&Principal::Uid(1000)),
             session: "new",
             language: Language::Javascript,
             from: Some("old"),
@@ -107,7 +107,7 @@ fn session_events_and_refusals_have_lines_of_their_own() {
         &SessionRecord {
             request_id: None,
             caller: None,
-            owner_uid: 1000,
+            owner: Owner(&Principal::Pod("pod-a".into())),
             session: "new",
             language: Language::Javascript,
             from: None,
@@ -124,7 +124,10 @@ fn session_events_and_refusals_have_lines_of_their_own() {
     let lines = lines(&path);
     assert_eq!(lines[0]["audit"], "session_forked");
     assert_eq!(lines[0]["from"], "old");
+    assert_eq!(lines[0]["owner_uid"], 1000);
     assert_eq!(lines[1]["audit"], "session_expired");
+    assert_eq!(lines[1]["owner_pod"], "pod-a");
+    assert!(lines[1].get("owner_uid").is_none(), "{}", lines[1]);
     assert_eq!(lines[1]["reason"], "idle");
     assert!(lines[1].get("caller").is_none(), "{}", lines[1]);
     assert_eq!(lines[2]["audit"], "denied");

@@ -34,14 +34,14 @@ pub struct CallerOptions {
     #[arg(long = "allow-gid", value_name = "GID")]
     pub allow_gids: Vec<String>,
 
-    /// Executions one caller (uid) may have in flight (running or waiting for a sandbox) per
+    /// Executions one caller (uid, or pod with --pod-identity) may have in flight (running or waiting for a sandbox) per
     /// language, a hard cap; past it, 429 quota_exceeded. Default: none. Without it a caller
     /// alone may use a whole pool, and callers waiting together share it fairly: the next free
     /// sandbox goes to the one with the fewest running.
     #[arg(long, value_name = "N")]
     pub max_execs_per_caller: Option<usize>,
 
-    /// Live sessions one caller (uid) may hold; past it, 429 quota_exceeded. Default: half of
+    /// Live sessions one caller (uid, or pod with --pod-identity) may hold; past it, 429 quota_exceeded. Default: half of
     /// --max-sessions, at least 1.
     #[arg(long, value_name = "N")]
     pub max_sessions_per_caller: Option<usize>,

@@ -16,7 +16,7 @@ use tracing::Instrument;
 use super::Executor;
 use crate::audit::AuditLog;
 use crate::job::files;
-use crate::job::{ExecError, ExecutorHealth, Job, Language, Outcome, SessionSettings};
+use crate::job::{ExecError, ExecutorHealth, Job, Language, Outcome, Principal, SessionSettings};
 use crate::metrics::Metrics;
 use crate::sandbox::pool::{Pool, Scope};
 use crate::sandbox::{self, SandboxSettings, StartError};
@@ -134,7 +134,11 @@ impl Executor for HyperlightExecutor {
         Some(&self.sessions)
     }
 
-    fn find_session(&self, owner: u32, id: &str) -> Result<(Arc<Session>, Language), ExecError> {
+    fn find_session(
+        &self,
+        owner: &Principal,
+        id: &str,
+    ) -> Result<(Arc<Session>, Language), ExecError> {
         let session = self.sessions.find(owner, id)?;
         let language = session.language();
         Ok((session, language))

@@ -16,7 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::job::{
-    CheckpointInfo, ExecError, ExecutorHealth, Files, Job, Language, Outcome, SessionInfo,
+    CheckpointInfo, ExecError, ExecutorHealth, Files, Job, Language, Outcome, Principal,
+    SessionInfo,
 };
 
 pub use self::hyperlight::{ExecutorStartError, HyperlightExecutor};
@@ -52,7 +53,7 @@ pub trait Executor: Send + Sync + 'static {
     /// default when None).
     fn create_session(
         &self,
-        owner: u32,
+        owner: &Principal,
         language: Language,
         idle_timeout: Option<Duration>,
     ) -> Result<SessionInfo, ExecError> {
@@ -62,7 +63,11 @@ pub trait Executor: Send + Sync + 'static {
     }
 
     /// `owner`'s session `id`, and its language, to run an exec in.
-    fn find_session(&self, _owner: u32, id: &str) -> Result<(Self::Session, Language), ExecError> {
+    fn find_session(
+        &self,
+        _owner: &Principal,
+        id: &str,
+    ) -> Result<(Self::Session, Language), ExecError> {
         Err(ExecError::SessionNotFound(id.to_owned()))
     }
 
@@ -85,7 +90,7 @@ pub trait Executor: Send + Sync + 'static {
     /// at most `wait` for them).
     fn fork_session(
         &self,
-        owner: u32,
+        owner: &Principal,
         id: &str,
         checkpoint: Option<u64>,
         wait: Duration,
@@ -97,7 +102,7 @@ pub trait Executor: Send + Sync + 'static {
     /// before left them (waiting at most `wait` for them).
     fn session_checkpoints(
         &self,
-        owner: u32,
+        owner: &Principal,
         id: &str,
         wait: Duration,
     ) -> impl Future<Output = Result<Vec<CheckpointInfo>, ExecError>> + Send {
@@ -108,7 +113,7 @@ pub trait Executor: Send + Sync + 'static {
     /// after the execs that arrived before (waiting at most `wait` for them).
     fn rollback_session(
         &self,
-        owner: u32,
+        owner: &Principal,
         id: &str,
         checkpoint: u64,
         wait: Duration,
@@ -117,19 +122,19 @@ pub trait Executor: Send + Sync + 'static {
     }
 
     /// `owner`'s session `id`.
-    fn session(&self, owner: u32, id: &str) -> Result<SessionInfo, ExecError> {
+    fn session(&self, owner: &Principal, id: &str) -> Result<SessionInfo, ExecError> {
         table(self, id)?.get(owner, id)
     }
 
     /// Every live session of `owner`, oldest first.
-    fn sessions(&self, owner: u32) -> Vec<SessionInfo> {
+    fn sessions(&self, owner: &Principal) -> Vec<SessionInfo> {
         self.session_table()
             .map(|table| table.list(owner))
             .unwrap_or_default()
     }
 
     /// Deletes `owner`'s session `id`; an exec already running finishes. Returns its language.
-    fn delete_session(&self, owner: u32, id: &str) -> Result<Language, ExecError> {
+    fn delete_session(&self, owner: &Principal, id: &str) -> Result<Language, ExecError> {
         table(self, id)?.delete(owner, id)
     }
 
@@ -137,7 +142,7 @@ pub trait Executor: Send + Sync + 'static {
     /// it (waiting at most `wait` for them).
     fn session_files(
         &self,
-        owner: u32,
+        owner: &Principal,
         id: &str,
         wait: Duration,
     ) -> impl Future<Output = Result<Arc<Files>, ExecError>> + Send {

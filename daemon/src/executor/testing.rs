@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use super::Executor;
 use crate::job::{
-    After, ExecError, ExecutorHealth, Job, Language, Outcome, Ran, Runtime, SessionSettings,
+    After, ExecError, ExecutorHealth, Job, Language, Outcome, Principal, Ran, Runtime,
+    SessionSettings,
 };
 use crate::metrics::Metrics;
 use crate::session::{Session, Sessions};
@@ -89,7 +90,11 @@ impl Executor for StubExecutor {
         Some(&self.sessions)
     }
 
-    fn find_session(&self, owner: u32, id: &str) -> Result<(Arc<Session>, Language), ExecError> {
+    fn find_session(
+        &self,
+        owner: &Principal,
+        id: &str,
+    ) -> Result<(Arc<Session>, Language), ExecError> {
         let session = self.sessions.find(owner, id)?;
         let language = session.language();
         Ok((session, language))

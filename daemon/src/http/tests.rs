@@ -667,7 +667,7 @@ fn every_refusal_is_where_the_openapi_document_says() {
         }),
         ApiError::from(ExecError::Internal("x".into())),
         ApiError::from(ExecError::SessionQuota {
-            uid: 1,
+            caller: crate::job::Principal::Uid(1),
             limit: 1,
             retry_after: Duration::from_secs(1),
         }),

@@ -85,13 +85,42 @@ impl Serialize for PodOf {
     }
 }
 
-/// Whom a quota counts: a uid, or with `--pod-identity` a pod whatever its processes' uids.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// Whom a quota counts and a session belongs to: a uid, or with `--pod-identity` a pod
+/// whatever its processes' uids. On disk (a session's record) a uid is a number and a pod a
+/// string.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Deserialize)]
+#[serde(from = "RawPrincipal")]
 pub enum Principal {
     /// A user.
     Uid(u32),
     /// A pod, by its UID.
     Pod(Arc<str>),
+}
+
+impl Serialize for Principal {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Principal::Uid(uid) => serializer.serialize_u32(*uid),
+            Principal::Pod(pod) => serializer.serialize_str(pod),
+        }
+    }
+}
+
+/// [`Principal`] as serde reads it (`Arc<str>` aside).
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum RawPrincipal {
+    Uid(u32),
+    Pod(String),
+}
+
+impl From<RawPrincipal> for Principal {
+    fn from(raw: RawPrincipal) -> Self {
+        match raw {
+            RawPrincipal::Uid(uid) => Principal::Uid(uid),
+            RawPrincipal::Pod(pod) => Principal::Pod(pod.into()),
+        }
+    }
 }
 
 impl fmt::Display for Principal {

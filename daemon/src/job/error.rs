@@ -73,13 +73,13 @@ pub enum ExecError {
     },
     /// The caller holds as many sessions as one caller may.
     #[error(
-        "this caller (uid {uid}) holds {limit} sessions, as many as one caller may \
+        "this caller ({caller}) holds {limit} sessions, as many as one caller may \
          (--max-sessions-per-caller); delete sessions it no longer needs, or wait for idle ones \
          to expire"
     )]
     SessionQuota {
-        /// The caller's uid.
-        uid: u32,
+        /// Whom the quota counts: the caller's uid, or its pod.
+        caller: crate::job::Principal,
         /// The quota.
         limit: usize,
         /// When the caller's first session expires unless used.

@@ -75,7 +75,7 @@ impl<E: Executor> Service<E> {
     ) -> Result<Executed, Refusal> {
         self.taking_work()?;
         self.check_files(&program.files)?;
-        let (session, language) = self.executor.find_session(call.caller.uid, id)?;
+        let (session, language) = self.executor.find_session(&call.caller.principal(), id)?;
         let job = self.job(call, language, program)?;
         self.run(call, job, Some((id, session))).await
     }
@@ -210,7 +210,9 @@ impl<E: Executor> Service<E> {
                 let _in_flight = self.metrics.in_flight();
                 // Registered while it runs: the caller's answers to its calls find it.
                 let _registered = exchange.as_ref().map(|exchange| {
-                    let registered = self.executions.register(call.caller.uid, exchange.clone());
+                    let registered = self
+                        .executions
+                        .register(call.caller.principal(), exchange.clone());
                     if let Some(sink) = &job.output {
                         let _ = sink.send(OutputChunk::Started(registered.id().to_owned()));
                     }
@@ -320,7 +322,7 @@ impl<E: Executor> Service<E> {
         result: ToolResult,
     ) -> Result<(), Refusal> {
         self.executions
-            .answer(call.caller.uid, execution, id, result)
+            .answer(&call.caller.principal(), execution, id, result)
             .map_err(Refusal::from)
     }
 }

@@ -6,6 +6,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::job::Principal;
 use crate::job::tools::{AnswerError, ToolExchange, ToolResult};
 
 /// How many ended executions are remembered.
@@ -19,8 +20,8 @@ pub struct Executions {
 
 #[derive(Debug, Default)]
 struct State {
-    live: HashMap<String, (u32, Arc<ToolExchange>)>,
-    ended: VecDeque<(String, u32)>,
+    live: HashMap<String, (Principal, Arc<ToolExchange>)>,
+    ended: VecDeque<(String, Principal)>,
 }
 
 /// Why an answer was not taken. Nothing changed.
@@ -38,7 +39,7 @@ pub enum AnswerRefused {
 #[derive(Debug)]
 pub struct Registered {
     id: String,
-    owner: u32,
+    owner: Principal,
     executions: Arc<Executions>,
 }
 
@@ -58,7 +59,7 @@ impl Drop for Registered {
         if state.ended.len() == REMEMBERED {
             state.ended.pop_front();
         }
-        state.ended.push_back((self.id.clone(), self.owner));
+        state.ended.push_back((self.id.clone(), self.owner.clone()));
     }
 }
 
@@ -68,9 +69,11 @@ impl Executions {
     }
 
     /// Registers `owner`'s execution whose calls go through `exchange`, under a new id.
-    pub fn register(self: &Arc<Self>, owner: u32, exchange: Arc<ToolExchange>) -> Registered {
+    pub fn register(self: &Arc<Self>, owner: Principal, exchange: Arc<ToolExchange>) -> Registered {
         let id = new_id();
-        self.state().live.insert(id.clone(), (owner, exchange));
+        self.state()
+            .live
+            .insert(id.clone(), (owner.clone(), exchange));
         Registered {
             id,
             owner,
@@ -81,7 +84,7 @@ impl Executions {
     /// `caller`'s answer to call `call` of execution `id`.
     pub fn answer(
         &self,
-        caller: u32,
+        caller: &Principal,
         id: &str,
         call: &str,
         result: ToolResult,
@@ -89,9 +92,9 @@ impl Executions {
         let exchange = {
             let state = self.state();
             match state.live.get(id) {
-                Some((owner, exchange)) if *owner == caller => exchange.clone(),
+                Some((owner, exchange)) if owner == caller => exchange.clone(),
                 Some(_) => return Err(AnswerRefused::NotFound(id.to_owned())),
-                None if state.ended.contains(&(id.to_owned(), caller)) => {
+                None if state.ended.contains(&(id.to_owned(), caller.clone())) => {
                     return Err(AnswerRefused::Ended(id.to_owned()));
                 }
                 None => return Err(AnswerRefused::NotFound(id.to_owned())),
@@ -152,37 +155,42 @@ mod tests {
     fn only_the_owner_answers_and_an_ended_execution_is_told_apart_from_an_unknown_one() {
         let executions = Arc::new(Executions::default());
         let (exchange, _calls) = exchange();
-        let registered = executions.register(1000, exchange.clone());
+        let registered = executions.register(Principal::Uid(1000), exchange.clone());
         let id = registered.id().to_owned();
         assert!(id.starts_with("exec_") && id.len() == 37, "{id}");
         let call = exchange.call("now", "{}").unwrap();
         assert_eq!(
-            executions.answer(1001, &id, &call, Ok("1".into())),
+            executions.answer(&Principal::Uid(1001), &id, &call, Ok("1".into())),
             Err(AnswerRefused::NotFound(id.clone())),
             "another uid does not see it"
         );
         assert_eq!(
-            executions.answer(1000, "exec_0", &call, Ok("1".into())),
+            executions.answer(&Principal::Uid(1000), "exec_0", &call, Ok("1".into())),
             Err(AnswerRefused::NotFound("exec_0".into()))
         );
         assert_eq!(
-            executions.answer(1000, &id, "call_7", Ok("1".into())),
+            executions.answer(&Principal::Uid(1000), &id, "call_7", Ok("1".into())),
             Err(AnswerRefused::Call(AnswerError::UnknownCall(
                 "call_7".into()
             )))
         );
-        executions.answer(1000, &id, &call, Ok("1".into())).unwrap();
+        executions
+            .answer(&Principal::Uid(1000), &id, &call, Ok("1".into()))
+            .unwrap();
         drop(registered);
         assert_eq!(
-            executions.answer(1000, &id, &call, Ok("1".into())),
+            executions.answer(&Principal::Uid(1000), &id, &call, Ok("1".into())),
             Err(AnswerRefused::Ended(id.clone()))
         );
         assert_eq!(
-            executions.answer(1001, &id, &call, Ok("1".into())),
+            executions.answer(&Principal::Uid(1001), &id, &call, Ok("1".into())),
             Err(AnswerRefused::NotFound(id)),
             "nor, once ended, to another uid"
         );
-        let other = executions.register(1000, exchange).id().to_owned();
+        let other = executions
+            .register(Principal::Uid(1000), exchange)
+            .id()
+            .to_owned();
         assert_ne!(other, executions.state().ended[0].0, "ids differ");
     }
 }

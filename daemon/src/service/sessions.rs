@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Call, Refusal, Service};
-use crate::audit::SessionRecord;
+use crate::audit::{Owner, SessionRecord};
 use crate::executor::Executor;
 use crate::job::{CheckpointInfo, Files, Language, SessionInfo};
 
@@ -29,7 +29,7 @@ impl<E: Executor> Service<E> {
         let idle = idle_timeout_s.map(Duration::from_secs);
         let info = self
             .executor
-            .create_session(call.caller.uid, language, idle)?;
+            .create_session(&call.caller.principal(), language, idle)?;
         self.audit_session(
             "session_created",
             call,
@@ -53,7 +53,7 @@ impl<E: Executor> Service<E> {
         let wait = self.limits.max_timeout;
         let info = self
             .executor
-            .fork_session(call.caller.uid, id, checkpoint, wait)
+            .fork_session(&call.caller.principal(), id, checkpoint, wait)
             .await?;
         let record = Audited {
             from: Some(id),
@@ -73,7 +73,7 @@ impl<E: Executor> Service<E> {
         let wait = self.limits.max_timeout;
         Ok(self
             .executor
-            .session_checkpoints(call.caller.uid, id, wait)
+            .session_checkpoints(&call.caller.principal(), id, wait)
             .await?)
     }
 
@@ -89,7 +89,7 @@ impl<E: Executor> Service<E> {
         let wait = self.limits.max_timeout;
         let info = self
             .executor
-            .rollback_session(call.caller.uid, id, checkpoint, wait)
+            .rollback_session(&call.caller.principal(), id, checkpoint, wait)
             .await?;
         let record = Audited {
             from: None,
@@ -101,17 +101,17 @@ impl<E: Executor> Service<E> {
 
     /// The caller's session `id`.
     pub fn session(&self, call: &Call, id: &str) -> Result<SessionInfo, Refusal> {
-        Ok(self.executor.session(call.caller.uid, id)?)
+        Ok(self.executor.session(&call.caller.principal(), id)?)
     }
 
     /// The caller's sessions, oldest first.
     pub fn sessions(&self, call: &Call) -> Vec<SessionInfo> {
-        self.executor.sessions(call.caller.uid)
+        self.executor.sessions(&call.caller.principal())
     }
 
     /// Deletes the caller's session `id`.
     pub fn delete_session(&self, call: &Call, id: &str) -> Result<(), Refusal> {
-        let language = self.executor.delete_session(call.caller.uid, id)?;
+        let language = self.executor.delete_session(&call.caller.principal(), id)?;
         self.audit_session("session_deleted", call, id, language, Audited::default());
         Ok(())
     }
@@ -122,7 +122,7 @@ impl<E: Executor> Service<E> {
         let wait = self.limits.max_timeout;
         Ok(self
             .executor
-            .session_files(call.caller.uid, id, wait)
+            .session_files(&call.caller.principal(), id, wait)
             .await?)
     }
 
@@ -134,12 +134,13 @@ impl<E: Executor> Service<E> {
         language: Language,
         audited: Audited<'_>,
     ) {
+        let owner = call.caller.principal();
         self.callers.audit.session(
             event,
             &SessionRecord {
                 request_id: Some(call.id),
                 caller: Some(call.caller.clone()),
-                owner_uid: call.caller.uid,
+                owner: Owner(&owner),
                 session,
                 language,
                 from: audited.from,

@@ -11,15 +11,15 @@ use super::durable::SessionDisk;
 use super::durable::journal::{Progress, at_millis, millis};
 use super::history::History;
 use super::saving::SaveClock;
-use crate::job::{ExecError, Language, Loss, SessionInfo};
+use crate::job::{ExecError, Language, Loss, Principal, SessionInfo};
 
 /// One session: found by [`super::Sessions::find`], and handed back to
 /// [`super::Sessions::turn`] for an exec.
 #[derive(Debug)]
 pub struct Session {
     pub(super) id: String,
-    /// The uid it belongs to.
-    pub(super) owner: u32,
+    /// Who it belongs to: the uid, or the pod, that created it.
+    pub(super) owner: Principal,
     pub(super) language: Language,
     pub(super) created_at: SystemTime,
     /// When its maximum lifetime ends, by the monotonic clock and by the wall clock.

@@ -63,8 +63,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tracing::info;
 
-use crate::audit::{AuditLog, SessionRecord};
-use crate::job::{ExecError, Language, SessionCounts, SessionInfo, SessionSettings};
+use crate::audit::{AuditLog, Owner, SessionRecord};
+use crate::job::{ExecError, Language, Principal, SessionCounts, SessionInfo, SessionSettings};
 use crate::metrics::SessionMetrics;
 
 /// The live sessions, their limits and their memory.
@@ -165,7 +165,7 @@ impl Sessions {
     /// changes then.
     pub fn create(
         &self,
-        owner: u32,
+        owner: &Principal,
         language: Language,
         idle_timeout: Option<Duration>,
     ) -> Result<SessionInfo, ExecError> {
@@ -185,7 +185,7 @@ impl Sessions {
     /// kept on disk.
     fn insert(
         &self,
-        owner: u32,
+        owner: &Principal,
         language: Language,
         idle_timeout: Duration,
         start: Start,
@@ -204,7 +204,7 @@ impl Sessions {
             let file = SessionFile {
                 format: FORMAT,
                 id: id.clone(),
-                owner,
+                owner: owner.clone(),
                 language,
                 created_at_ms: millis(now),
                 idle_timeout_ms: u64::try_from(idle_timeout.as_millis()).unwrap_or(u64::MAX),
@@ -230,7 +230,7 @@ impl Sessions {
         meta.record(&history);
         let session = Arc::new(Session {
             id,
-            owner,
+            owner: owner.clone(),
             language,
             created_at: now,
             lifetime_end: Instant::now() + self.settings.max_lifetime,
@@ -255,7 +255,7 @@ impl Sessions {
     fn check_limits(
         &self,
         table: &BTreeMap<String, Arc<Session>>,
-        owner: u32,
+        owner: &Principal,
     ) -> Result<(), ExecError> {
         if table.len() >= self.settings.max_sessions {
             self.metrics.refused("count");
@@ -263,15 +263,17 @@ impl Sessions {
                 limit: self.settings.max_sessions,
             });
         }
-        let owned = table.values().filter(|s| s.owner == owner);
-        if self.settings.exempt_uid != Some(owner)
-            && owned.clone().count() >= self.settings.max_per_caller
-        {
+        let owned = table.values().filter(|s| s.owner == *owner);
+        let exempt = self
+            .settings
+            .exempt_uid
+            .is_some_and(|uid| *owner == Principal::Uid(uid));
+        if !exempt && owned.clone().count() >= self.settings.max_per_caller {
             self.metrics.refused("caller");
             let now = Instant::now();
             let next_expiry = owned.map(|s| s.expires()).min();
             return Err(ExecError::SessionQuota {
-                uid: owner,
+                caller: owner.clone(),
                 limit: self.settings.max_per_caller,
                 retry_after: next_expiry
                     .map_or(Duration::ZERO, |at| at.saturating_duration_since(now)),
@@ -329,10 +331,10 @@ impl Sessions {
     }
 
     /// Session `id` of `owner`, unless it is unknown, another caller's, deleted or expired.
-    pub fn find(&self, owner: u32, id: &str) -> Result<Arc<Session>, ExecError> {
+    pub fn find(&self, owner: &Principal, id: &str) -> Result<Arc<Session>, ExecError> {
         let not_found = || ExecError::SessionNotFound(id.to_owned());
         let session = self.table().get(id).cloned().ok_or_else(not_found)?;
-        if session.owner != owner {
+        if session.owner != *owner {
             return Err(not_found());
         }
         let busy = session.meta().busy;
@@ -344,16 +346,16 @@ impl Sessions {
     }
 
     /// Session `id` of `owner`.
-    pub fn get(&self, owner: u32, id: &str) -> Result<SessionInfo, ExecError> {
+    pub fn get(&self, owner: &Principal, id: &str) -> Result<SessionInfo, ExecError> {
         Ok(self.find(owner, id)?.info())
     }
 
     /// Every live session of `owner`, oldest first.
-    pub fn list(&self, owner: u32) -> Vec<SessionInfo> {
+    pub fn list(&self, owner: &Principal) -> Vec<SessionInfo> {
         let mut sessions: Vec<Arc<Session>> = self
             .table()
             .values()
-            .filter(|s| s.owner == owner)
+            .filter(|s| s.owner == *owner)
             .cloned()
             .collect();
         sessions.sort_by_key(|s| s.created_at);
@@ -367,10 +369,10 @@ impl Sessions {
 
     /// Deletes `owner`'s session `id` and drops its state. An exec already running finishes and
     /// is answered; what it leaves is dropped. Returns its language.
-    pub fn delete(&self, owner: u32, id: &str) -> Result<Language, ExecError> {
+    pub fn delete(&self, owner: &Principal, id: &str) -> Result<Language, ExecError> {
         let not_found = || ExecError::SessionNotFound(id.to_owned());
         let mut table = self.table();
-        if table.get(id).is_none_or(|s| s.owner != owner) {
+        if table.get(id).is_none_or(|s| s.owner != *owner) {
             return Err(not_found());
         }
         let session = table.remove(id).ok_or_else(not_found)?;
@@ -410,7 +412,7 @@ impl Sessions {
                 &SessionRecord {
                     request_id: None,
                     caller: None,
-                    owner_uid: session.owner,
+                    owner: Owner(&session.owner),
                     session: &session.id,
                     language: session.language,
                     from: None,

@@ -10,7 +10,7 @@ use tracing::info;
 
 use super::history::History;
 use super::{Session, Sessions, Start};
-use crate::job::{CheckpointInfo, ExecError, Files, SessionInfo};
+use crate::job::{CheckpointInfo, ExecError, Files, Principal, SessionInfo};
 
 impl Sessions {
     /// A new session of `owner` whose checkpoint 0 is its session `id`'s checkpoint
@@ -18,7 +18,7 @@ impl Sessions {
     /// most `wait` for them). The origin is not changed.
     pub async fn fork(
         &self,
-        owner: u32,
+        owner: &Principal,
         id: &str,
         checkpoint: Option<u64>,
         wait: Duration,
@@ -56,7 +56,7 @@ impl Sessions {
     /// execs that arrived before (waiting at most `wait` for them).
     pub async fn files(
         &self,
-        owner: u32,
+        owner: &Principal,
         id: &str,
         wait: Duration,
     ) -> Result<Arc<Files>, ExecError> {
@@ -77,7 +77,7 @@ impl Sessions {
     /// arrived before (waiting at most `wait` for them).
     pub async fn checkpoints(
         &self,
-        owner: u32,
+        owner: &Principal,
         id: &str,
         wait: Duration,
     ) -> Result<Vec<CheckpointInfo>, ExecError> {
@@ -90,7 +90,7 @@ impl Sessions {
     /// starts from that state.
     pub async fn rollback(
         &self,
-        owner: u32,
+        owner: &Principal,
         id: &str,
         checkpoint: u64,
         wait: Duration,
@@ -113,7 +113,7 @@ impl Sessions {
     /// lost its state.
     async fn settled(
         &self,
-        owner: u32,
+        owner: &Principal,
         id: &str,
         wait: Duration,
     ) -> Result<(Arc<Session>, OwnedMutexGuard<History>), ExecError> {

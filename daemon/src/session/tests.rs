@@ -5,14 +5,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::oneshot;
 
 use super::*;
-use crate::job::{After, Files, Outcome, Ran, Resume, Saved, SavedState, Status};
+use crate::job::{After, Files, Outcome, Principal, Ran, Resume, Saved, SavedState, Status};
 use crate::metrics::Metrics;
 
 mod checkpoints;
 mod durable;
 
 /// The uid the tests' sessions belong to.
-const OWNER: u32 = 1000;
+const OWNER: &Principal = &Principal::Uid(1000);
 
 fn audit_off() -> Arc<AuditLog> {
     Arc::new(AuditLog::off())
@@ -63,7 +63,7 @@ fn outcome() -> Outcome {
 /// from where the turn starts (and with the deadline it moved), and gives the turn the answer.
 async fn exec_with<F, Fut>(
     sessions: &Arc<Sessions>,
-    owner: u32,
+    owner: &Principal,
     id: &str,
     deadline: Instant,
     timeout: Duration,
@@ -439,7 +439,18 @@ async fn a_language_without_a_pool_has_no_sessions() {
 async fn a_session_is_its_creators_alone_and_others_are_told_it_does_not_exist() {
     let sessions = sessions(settings());
     let id = sessions.create(OWNER, Language::Python, None).unwrap().id;
-    let other = OWNER + 1;
+    // Another uid; with --pod-identity, another pod (whatever its uids), or the same uid
+    // outside the pod that created it.
+    let pod = Principal::Pod("pod-a".into());
+    let id_of_pod = sessions.create(&pod, Language::Python, None).unwrap().id;
+    for other in [&Principal::Uid(1001), &Principal::Pod("pod-b".into())] {
+        assert!(sessions.get(other, &id_of_pod).is_err());
+    }
+    assert!(sessions.get(OWNER, &id_of_pod).is_err());
+    assert!(sessions.get(&pod, &id).is_err());
+    assert_eq!(sessions.list(&pod).len(), 1);
+    sessions.delete(&pod, &id_of_pod).unwrap();
+    let other = &Principal::Uid(1001);
     let not_found = |result: Result<SessionInfo, ExecError>| matches!(result, Err(ExecError::SessionNotFound(ref x)) if *x == id);
     assert!(not_found(sessions.get(other, &id)));
     assert!(not_found(
@@ -476,6 +487,7 @@ async fn a_session_is_its_creators_alone_and_others_are_told_it_does_not_exist()
 async fn each_caller_holds_at_most_its_quota_of_sessions_forks_included() {
     let sessions = sessions(SessionSettings {
         max_per_caller: 2,
+        max_sessions: 8,
         default_idle: Duration::from_secs(30),
         ..settings()
     });
@@ -488,14 +500,14 @@ async fn each_caller_holds_at_most_its_quota_of_sessions_forks_included() {
         .create(OWNER, Language::Javascript, None)
         .unwrap_err();
     let ExecError::SessionQuota {
-        uid,
+        caller,
         limit,
         retry_after,
     } = over.clone()
     else {
         panic!("{over:?}");
     };
-    assert_eq!((uid, limit), (OWNER, 2));
+    assert_eq!((&caller, limit), (OWNER, 2));
     assert!(retry_after <= Duration::from_secs(30) && retry_after > Duration::from_secs(25));
     assert!(
         over.to_string().contains("--max-sessions-per-caller"),
@@ -507,8 +519,21 @@ async fn each_caller_holds_at_most_its_quota_of_sessions_forks_included() {
             .await,
         Err(ExecError::SessionQuota { .. })
     ));
-    // Another caller is not affected, and a deletion makes room.
-    sessions.create(OWNER + 1, Language::Python, None).unwrap();
+    // Another caller is not affected (another uid, a pod), and a deletion makes room.
+    sessions
+        .create(&Principal::Uid(1001), Language::Python, None)
+        .unwrap();
+    let pod = Principal::Pod("pod-a".into());
+    for _ in 0..2 {
+        sessions.create(&pod, Language::Python, None).unwrap();
+    }
+    let pods_over = sessions.create(&pod, Language::Python, None).unwrap_err();
+    assert!(
+        pods_over
+            .to_string()
+            .contains("this caller (pod pod-a) holds 2 sessions"),
+        "{pods_over}"
+    );
     sessions.delete(OWNER, &first).unwrap();
     sessions.create(OWNER, Language::Javascript, None).unwrap();
 }
@@ -517,15 +542,17 @@ async fn each_caller_holds_at_most_its_quota_of_sessions_forks_included() {
 async fn the_daemons_own_user_is_held_to_no_session_quota() {
     let sessions = sessions(SessionSettings {
         max_per_caller: 1,
-        exempt_uid: Some(OWNER),
+        exempt_uid: Some(1000),
         ..settings()
     });
     for _ in 0..3 {
         sessions.create(OWNER, Language::Python, None).unwrap();
     }
-    sessions.create(OWNER + 1, Language::Python, None).unwrap();
+    sessions
+        .create(&Principal::Uid(1001), Language::Python, None)
+        .unwrap();
     assert!(matches!(
-        sessions.create(OWNER + 1, Language::Python, None),
+        sessions.create(&Principal::Uid(1001), Language::Python, None),
         Err(ExecError::SessionQuota { .. } | ExecError::TooManySessions { .. })
     ));
 }
@@ -550,7 +577,7 @@ async fn an_expiry_is_written_to_the_audit_log() {
     let [line] = crate::audit::testing::lines(&path).try_into().unwrap();
     assert_eq!(line["audit"], "session_expired");
     assert_eq!(line["session"], id.as_str());
-    assert_eq!(line["owner_uid"], OWNER);
+    assert_eq!(line["owner_uid"], 1000);
     assert_eq!(line["reason"], "idle");
 }
 
@@ -571,7 +598,7 @@ async fn files_follow_the_state_through_rollback_and_fork() {
     );
     assert_eq!(sessions.files(OWNER, &id, wait).await.unwrap(), files_of(8));
     assert!(matches!(
-        sessions.files(OWNER + 1, &id, wait).await,
+        sessions.files(&Principal::Uid(1001), &id, wait).await,
         Err(ExecError::SessionNotFound(_))
     ));
 }

@@ -40,7 +40,7 @@ impl Sessions {
     ) -> Result<Turn, ExecError> {
         session.usable()?;
         let (history, deadline) = session.wait_turn(deadline, timeout).await?;
-        let session = self.find(session.owner, &session.id)?;
+        let session = self.find(&session.owner, &session.id)?;
         session.meta().busy = true;
         Ok(Turn {
             sessions: self.clone(),

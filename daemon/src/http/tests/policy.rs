@@ -184,6 +184,38 @@ async fn by_pod_two_pods_of_one_uid_are_held_to_their_own_quotas_and_audited_apa
 }
 
 #[tokio::test]
+async fn by_pod_a_session_is_its_pods_whatever_the_uids() {
+    let dir = tempfile::tempdir().unwrap();
+    let (api, _, audit) = api_with(&dir, Access::default(), 8);
+    let create = || request(Method::POST, paths::SESSIONS, r#"{"language":"python"}"#);
+    let response = call_as(&api, in_pod("pod-a"), create()).await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let id = body_of(response).await["id"].as_str().unwrap().to_owned();
+    let exec = || request(Method::POST, &paths::session_exec(&id), r#"{"code":"1"}"#);
+    // Pod b and the same uid outside any pod: no such session.
+    for other in [in_pod("pod-b"), CALLER] {
+        assert_eq!(
+            call_as(&api, other, exec()).await.status(),
+            StatusCode::NOT_FOUND
+        );
+    }
+    // Another process of pod a, with another uid: its pod's session.
+    let sidecar = Caller {
+        uid: 1001,
+        ..in_pod("pod-a")
+    };
+    assert_eq!(
+        call_as(&api, sidecar, exec()).await.status(),
+        StatusCode::OK
+    );
+    let [created, ..] = &audit_lines(&audit)[..] else {
+        panic!("no audit line");
+    };
+    assert_eq!(created["owner_pod"], "pod-a");
+    assert!(created.get("owner_uid").is_none(), "{created}");
+}
+
+#[tokio::test]
 async fn by_pod_a_caller_whose_pod_cannot_be_told_is_refused_403_and_audited() {
     let dir = tempfile::tempdir().unwrap();
     let (api, executor, audit) = api_with(&dir, Access::default(), 8);

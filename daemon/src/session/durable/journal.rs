@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::job::{Language, Loss};
+use crate::job::{Language, Loss, Principal};
 use crate::sys::durable;
 
 /// Bumped when the shape of `session.json` or of a journal line changes.
@@ -25,8 +25,8 @@ const COMPACT_AFTER: usize = 512;
 pub struct SessionFile {
     pub format: u32,
     pub id: String,
-    /// The uid it belongs to.
-    pub owner: u32,
+    /// Who it belongs to: a uid (a number), or a pod (a string).
+    pub owner: Principal,
     pub language: Language,
     pub created_at_ms: u64,
     pub idle_timeout_ms: u64,
@@ -192,7 +192,7 @@ mod tests {
         SessionFile {
             format: FORMAT,
             id: "ab".to_owned(),
-            owner: 1000,
+            owner: Principal::Uid(1000),
             language: Language::Javascript,
             created_at_ms: 1,
             idle_timeout_ms: 600_000,
@@ -213,6 +213,24 @@ mod tests {
             }],
             lost: None,
         }
+    }
+
+    #[test]
+    fn an_owner_is_a_uid_or_a_pod_and_earlier_records_read_as_uids() {
+        let pod = SessionFile {
+            owner: Principal::Pod("pod-a".into()),
+            ..session()
+        };
+        let text = serde_json::to_string(&pod).unwrap();
+        assert!(text.contains(r#""owner":"pod-a""#), "{text}");
+        assert_eq!(serde_json::from_str::<SessionFile>(&text).unwrap(), pod);
+        // As the daemon wrote it before pods owned sessions.
+        let earlier = r#"{"format":1,"id":"ab","owner":1000,"language":"javascript","created_at_ms":1,"idle_timeout_ms":600000}"#
+            .replace(r#""format":1"#, &format!(r#""format":{FORMAT}"#));
+        assert_eq!(
+            serde_json::from_str::<SessionFile>(&earlier).unwrap(),
+            session()
+        );
     }
 
     #[test]

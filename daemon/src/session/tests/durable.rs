@@ -160,7 +160,7 @@ async fn a_restarted_daemon_serves_the_same_sessions_at_the_same_checkpoints() {
     let numbers: Vec<(u64, bool)> = list.iter().map(|c| (c.number, c.durable)).collect();
     assert_eq!(numbers, [(0, false), (1, true), (2, true)]);
     assert!(matches!(
-        sessions.get(OWNER + 1, &id),
+        sessions.get(&Principal::Uid(1001), &id),
         Err(ExecError::SessionNotFound(_))
     ));
     assert_eq!(state_of(&sessions, &id).await, Some(8));
