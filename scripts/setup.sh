@@ -8,7 +8,10 @@
 #  - node and npm, for the JavaScript guest's web APIs (npm packages bundled by esbuild);
 #  - qemu-system-x86, linux-image-amd64, busybox-static, cpio: the nested-KVM VM that
 #    `cargo xtask vm` boots where the host's own KVM cannot run Hyperlight guests;
-#  - systemd-analyze and kubectl, which check the systemd unit and the Kubernetes manifests.
+#  - systemd-analyze and kubectl, which check the systemd unit and the Kubernetes manifests;
+#  - podman (and catatonit, its pods' pause process), which builds the container image
+#    (`cargo xtask image`) and, in the VM, plays the DaemonSet's pod; python3-yaml, which turns
+#    the DaemonSet into that pod.
 # Idempotent and quick when everything is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +19,7 @@ cd "$(dirname "$0")/.."
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 
-packages=(clang qemu-system-x86 linux-image-amd64 busybox-static cpio)
+packages=(clang qemu-system-x86 linux-image-amd64 busybox-static cpio podman catatonit python3-yaml)
 missing=()
 for pkg in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -176,7 +176,7 @@ fn install(from: &Path, to: &Path, mode: u32) -> Result<()> {
     set_mode(to, mode)
 }
 
-fn write(to: &Path, text: &str, mode: u32) -> Result<()> {
+pub(crate) fn write(to: &Path, text: &str, mode: u32) -> Result<()> {
     if let Some(parent) = to.parent() {
         std::fs::create_dir_all(parent)
             .with_context(|| format!("creating {}", parent.display()))?;
@@ -185,7 +185,7 @@ fn write(to: &Path, text: &str, mode: u32) -> Result<()> {
     set_mode(to, mode)
 }
 
-fn set_mode(path: &Path, mode: u32) -> Result<()> {
+pub(crate) fn set_mode(path: &Path, mode: u32) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
         .with_context(|| format!("chmod {}", path.display()))

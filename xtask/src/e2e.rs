@@ -2,9 +2,11 @@
 //! there, one after the other. Otherwise each binary's tests run in the nested-KVM VM, a few per
 //! boot (a frozen VM then costs only its group's limit and retries), and the boots run on as
 //! many lanes as the machine holds VMs at once: each VM's emulator is one host thread (see
-//! `vm::Tcg`), so on two cores two VMs take the time of one. Each VM's output is kept and
-//! printed whole when its boot ends; the first failure stops new boots, lets the running ones
-//! end, and is the error.
+//! `vm::Tcg`), so on two cores two VMs take the time of one. Boots that run in the VM
+//! whatever the host (the package under systemd) share the lanes. The boots allowed longest
+//! start first, so that the last to end is a short one. Each VM's output is kept and printed
+//! whole when its boot ends; the first failure stops new boots, lets the running ones end, and
+//! is the error.
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -44,19 +46,34 @@ impl Suite {
     }
 }
 
-/// One VM boot: some tests of one binary.
+/// One VM boot: some tests of one binary, or a command run in the VM booted with systemd.
 #[derive(Debug)]
-struct Boot {
+pub struct Boot {
     name: String,
     command: Vec<String>,
     limit: Duration,
+    systemd: bool,
 }
 
-/// Runs every suite, in the VM if need be.
-pub fn run(suites: &[Suite]) -> Result<()> {
+impl Boot {
+    /// `command`, as root in the VM booted with systemd, within `limit`.
+    pub fn under_systemd(name: String, command: Vec<String>, limit: Duration) -> Boot {
+        Boot {
+            name,
+            command,
+            limit,
+            systemd: true,
+        }
+    }
+}
+
+/// Runs every suite, in the VM if need be, and the boots of `in_vm_anyway`, in the VM.
+pub fn run(suites: &[Suite], in_vm_anyway: Vec<Boot>) -> Result<()> {
     let why = match guest_host() {
         GuestHost::Vm(why) => why,
         GuestHost::Here(_) => {
+            let why = "these boots run in the VM whatever the host";
+            on_lanes(&in_vm_anyway, 1, why)?;
             for suite in suites {
                 let path = suite.binary.to_string_lossy().into_owned();
                 on_kvm(
@@ -70,13 +87,15 @@ pub fn run(suites: &[Suite]) -> Result<()> {
             return Ok(());
         }
     };
-    let mut boots = Vec::new();
+    let mut boots = in_vm_anyway;
     let mut counts = Vec::new();
     for suite in suites {
         let tests = list_tests(&suite.binary)?;
         boots.extend(boots_of(suite, &tests));
         counts.push((suite.name.as_str(), tests.len()));
     }
+    // Longest first (a stable sort: declaration order among equals).
+    boots.sort_by_key(|boot| std::cmp::Reverse(boot.limit));
     let lanes = lanes();
     eprintln!(
         "==> end-to-end: {} VM boots on {lanes} lane(s), each VM {VM_MIB} MiB",
@@ -103,6 +122,7 @@ fn boots_of(suite: &Suite, tests: &[String]) -> Vec<Boot> {
                 name: format!("{} ({}/{})", suite.name, i + 1, groups.len()),
                 command,
                 limit: suite.group_limit,
+                systemd: false,
             }
         })
         .collect()
@@ -165,7 +185,12 @@ fn on_lanes(boots: &[Boot], lanes: usize, why: &str) -> Result<()> {
 
 /// One boot, its output kept and printed whole when other boots run beside it.
 fn run_boot(boot: &Boot, beside_others: bool, why: &str) -> Result<()> {
-    eprintln!("==> {} (in the nested-KVM VM: {why})", boot.name);
+    let booted = if boot.systemd {
+        ", booted with systemd"
+    } else {
+        ""
+    };
+    eprintln!("==> {} (in the nested-KVM VM{booted}: {why})", boot.name);
     let options = vm::VmOptions {
         memory_mib: u32::try_from(VM_MIB).unwrap_or(u32::MAX),
         cpus: 2,
@@ -173,7 +198,7 @@ fn run_boot(boot: &Boot, beside_others: bool, why: &str) -> Result<()> {
         step: boot.name.clone(),
         writable: Vec::new(),
         tcg: vm::Tcg::Single,
-        systemd: false,
+        systemd: boot.systemd,
         stall: None,
         output: if beside_others {
             vm::Output::kept()

@@ -16,6 +16,7 @@
 //! - `js-vendor`: rebuild the JavaScript guest's web APIs (`guest/javascript/web-apis.js`)
 //!   from npm with esbuild;
 //! - `dist`: the Debian package (see [`dist`]);
+//! - `image`: the container image, with no base image (see [`image`]);
 //! - `kvm`: say whether this host's KVM can run Hyperlight guests directly.
 //!
 //! Every step runs under a time limit and a timeout names the step.
@@ -25,6 +26,7 @@ mod bench_baseline;
 mod deploy;
 mod dist;
 mod e2e;
+mod image;
 mod js_vendor;
 mod native_python;
 mod python_guest;
@@ -82,6 +84,13 @@ enum Cmd {
     /// Build the Debian package: target/dist/hyperlightd_VERSION_amd64.deb.
     Dist {
         /// Package the debug build (quicker; for tests) instead of a release build.
+        #[arg(long)]
+        debug: bool,
+    },
+    /// Build the container image the DaemonSet runs, with no base image (see xtask/src/image.rs):
+    /// podman's localhost/hyperlightd:latest and target/image/hyperlightd.oci.tar.
+    Image {
+        /// The debug build (quicker; for tests) instead of a release build.
         #[arg(long)]
         debug: bool,
     },
@@ -155,6 +164,10 @@ fn main() -> ExitCode {
         .map(exit_code),
         Cmd::Test => test().map(|()| ExitCode::SUCCESS),
         Cmd::CheckDeploy => check_deploy().map(|()| ExitCode::SUCCESS),
+        Cmd::Image { debug } => image::image(debug, None).map(|archive| {
+            println!("{} ({})", image::IMAGE, archive.display());
+            ExitCode::SUCCESS
+        }),
         Cmd::Dist { debug } => dist::dist(debug, None).map(|deb| {
             println!("{}", deb.display());
             ExitCode::SUCCESS
@@ -582,36 +595,36 @@ fn test() -> Result<()> {
             limit,
         ));
     }
-    e2e::run(&suites)?;
-    package_under_systemd(python)
+    e2e::run(&suites, vec![package_under_systemd(python)?])
 }
 
-/// Installs the Debian package (debug build) in the VM booted with systemd, and runs
-/// `tests/systemd/package.sh` there: the unit started, a program run through its socket as a
-/// member of its group, the unit stopped. Always in the VM, even on a host with KVM: it
-/// installs a package and starts a service.
-fn package_under_systemd(python: PathBuf) -> Result<()> {
+/// The boot that installs the Debian package (debug build) in the VM booted with systemd and
+/// runs `tests/systemd/package.sh` there (the unit started, a program run through its socket
+/// as a member of its group, the unit stopped), then `tests/systemd/kube.sh` with the
+/// container image made from the same package (two podman pods told apart by the service with
+/// `--pod-identity`; the DaemonSet's pod played by `podman kube play`, with a client pod).
+/// Always in the VM, even on a host with KVM: it installs a package and starts a service and
+/// pods.
+fn package_under_systemd(python: PathBuf) -> Result<e2e::Boot> {
     let deb = dist::dist(true, Some(python))?;
-    let script = workspace_root()?.join("tests/systemd/package.sh");
-    let name = "end-to-end: the Debian package under systemd";
-    eprintln!("==> {name} (in the VM, booted with systemd)");
-    let options = vm::VmOptions {
-        memory_mib: 6144,
-        cpus: 2,
-        timeout: Duration::from_secs(900),
-        step: name.into(),
-        writable: Vec::new(),
-        tcg: vm::Tcg::Single,
-        systemd: true,
-        stall: None,
-        output: vm::Output::Live,
-    };
-    let command = [
+    let archive = image::from_package(&deb)?;
+    let repo = workspace_root()?;
+    let path = |p: &Path| p.to_string_lossy().into_owned();
+    let command = vec![
         "sh".to_owned(),
-        script.to_string_lossy().into_owned(),
-        deb.to_string_lossy().into_owned(),
+        "-c".to_owned(),
+        r#"sh "$0" "$1" && sh "$2" "$3" "$4""#.to_owned(),
+        path(&repo.join("tests/systemd/package.sh")),
+        path(&deb),
+        path(&repo.join("tests/systemd/kube.sh")),
+        path(&archive),
+        path(&repo),
     ];
-    in_vm(name, &command, &options)
+    Ok(e2e::Boot::under_systemd(
+        "end-to-end: the Debian package under systemd, the image under podman".into(),
+        command,
+        Duration::from_secs(1800),
+    ))
 }
 
 /// Inputs per property in the fuzz test (daemon/tests/http_fuzz.rs) that `test` runs: a few

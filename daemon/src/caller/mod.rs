@@ -67,7 +67,10 @@ pub enum CallerOptionError {
     #[error("{0} must be at least 1")]
     Zero(&'static str),
     /// The node's init's cgroup, which places the daemon's cgroup namespace, is unreadable.
-    #[error("--pod-identity: cannot read /proc/1/cgroup: {0}")]
+    #[error(
+        "--pod-identity needs to see the node's processes, and cannot read /proc/1/cgroup ({0}): \
+         in a pod, give it the node's pid namespace (hostPID); under systemd, ProtectProc=default"
+    )]
     InitCgroup(String),
 }
 
