@@ -94,6 +94,12 @@ pub fn from_package(deb: &Path) -> Result<PathBuf> {
             .arg("."),
         Duration::from_secs(600),
     )?;
+    // The previous build's image goes, rather than stay in podman's store untagged.
+    step(
+        &format!("image: podman rmi {IMAGE} (the previous build's)"),
+        Command::new("podman").args(["rmi", "--ignore", "--force", IMAGE]),
+        Duration::from_secs(300),
+    )?;
     step(
         &format!("image: podman import {IMAGE}"),
         Command::new("podman")
