@@ -47,7 +47,14 @@ pub fn from_package(deb: &Path) -> Result<PathBuf> {
         std::fs::remove_dir_all(&root).with_context(|| format!("emptying {}", root.display()))?;
     }
     std::fs::create_dir_all(&root)?;
-    copy_tree(&package, &root)?;
+    step(
+        "image: the package's files",
+        Command::new("cp")
+            .arg("-a")
+            .arg(format!("{}/.", package.display()))
+            .arg(&root),
+        Duration::from_secs(600),
+    )?;
     // The package's own metadata and systemd files are not the image's.
     for skip in ["DEBIAN", "lib/systemd", "usr/lib/sysusers.d", "etc/default"] {
         let path = root.join(skip);
@@ -153,19 +160,6 @@ fn libraries_of(program: &Path) -> Result<Vec<PathBuf>> {
         bail!("ldd {} names no libc:\n{text}", program.display());
     }
     Ok(libraries)
-}
-
-fn copy_tree(from: &Path, to: &Path) -> Result<()> {
-    let status = Command::new("cp")
-        .arg("-a")
-        .arg(format!("{}/.", from.display()))
-        .arg(to)
-        .status()
-        .context("running cp")?;
-    if !status.success() {
-        bail!("copying {} to {} failed", from.display(), to.display());
-    }
-    Ok(())
 }
 
 /// Copies a file's contents (following links) to `to`, with its mode.

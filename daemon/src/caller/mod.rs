@@ -34,15 +34,15 @@ pub struct CallerOptions {
     #[arg(long = "allow-gid", value_name = "GID")]
     pub allow_gids: Vec<String>,
 
-    /// Executions one caller (uid, or pod with --pod-identity) may have in flight (running or waiting for a sandbox) per
-    /// language, a hard cap; past it, 429 quota_exceeded. Default: none. Without it a caller
-    /// alone may use a whole pool, and callers waiting together share it fairly: the next free
-    /// sandbox goes to the one with the fewest running.
+    /// Executions one caller (uid, or pod with --pod-identity) may have in flight (running or
+    /// waiting for a sandbox) per language, a hard cap; past it, 429 quota_exceeded. Default:
+    /// none. Without it a caller alone may use a whole pool, and callers waiting together share
+    /// it fairly: the next free sandbox goes to the one with the fewest running.
     #[arg(long, value_name = "N")]
     pub max_execs_per_caller: Option<usize>,
 
-    /// Live sessions one caller (uid, or pod with --pod-identity) may hold; past it, 429 quota_exceeded. Default: half of
-    /// --max-sessions, at least 1.
+    /// Live sessions one caller (uid, or pod with --pod-identity) may hold; past it, 429
+    /// quota_exceeded. Default: half of --max-sessions, at least 1.
     #[arg(long, value_name = "N")]
     pub max_sessions_per_caller: Option<usize>,
 
@@ -115,7 +115,7 @@ impl CallerOptions {
     /// How callers are named: by pod too with `--pod-identity`.
     pub fn identify(&self) -> Result<Identify, CallerOptionError> {
         if !self.pod_identity {
-            return Ok(Identify::default());
+            return Ok(Identify::BY_CREDENTIALS);
         }
         let init =
             sys::cgroup::of_init().map_err(|e| CallerOptionError::InitCgroup(e.to_string()))?;

@@ -47,10 +47,7 @@ pub enum Unplaced {
 /// daemon's cgroup namespace root lies below the real root (0 in the node's namespace; see
 /// [`namespace_depth`]).
 pub fn place(file: &str, own_depth: usize) -> Result<Placement, Unplaced> {
-    let path = file
-        .lines()
-        .find_map(|line| line.strip_prefix("0::"))
-        .ok_or(Unplaced::NoUnifiedLine)?;
+    let path = unified_path(file).ok_or(Unplaced::NoUnifiedLine)?;
     let names: Vec<&str> = path.split('/').filter(|n| !n.is_empty()).collect();
     let climbed = names.iter().take_while(|&&n| n == "..").count();
     let below = &names[climbed..];
@@ -82,10 +79,12 @@ pub fn place(file: &str, own_depth: usize) -> Result<Placement, Unplaced> {
 /// the node's pid namespace that is the node's init, whose cgroup is the root or a child of
 /// it, so the levels it climbs are the namespace root's depth.
 pub fn namespace_depth(init_file: &str) -> usize {
-    init_file
-        .lines()
-        .find_map(|line| line.strip_prefix("0::"))
-        .map_or(0, |path| path.split('/').filter(|n| *n == "..").count())
+    unified_path(init_file).map_or(0, |path| path.split('/').filter(|n| *n == "..").count())
+}
+
+/// The cgroup v2 path of a `/proc/<pid>/cgroup` file: its `0::` line's.
+fn unified_path(file: &str) -> Option<&str> {
+    file.lines().find_map(|line| line.strip_prefix("0::"))
 }
 
 /// The ancestors a systemd unit name spells (`a-b-c.slice` lies in `a.slice/a-b.slice`); a
