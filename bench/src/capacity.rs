@@ -1,7 +1,7 @@
 //! Capacity: what a sandbox's worker spends per warm execution, phase by phase (the guest call,
 //! the restore after it, the priming call after that), with the page faults of each, beside
 //! what a first touch of a page costs this process on the same machine; then the daemon under
-//! load (`load`): many clients, mixed languages, a pool of two against a pool of four.
+//! load (`load`): many clients, mixed languages, on pools of one, two and four.
 
 use std::time::{Duration, Instant};
 
@@ -11,7 +11,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::common::{
-    Latency, back_to_back, concurrent, daemon_args, exec_checked, start_daemon,
+    CpuUse, Latency, back_to_back, concurrent, daemon_args, exec_checked, start_daemon,
     wait_until_idle_every, warm,
 };
 use crate::targets::{PartReport, Target};
@@ -59,7 +59,7 @@ impl WorkerCost {
         self.busy_ms / self.phase("call").ms
     }
 
-    fn print(&self) {
+    pub fn print(&self) {
         let parts: Vec<String> = self
             .phases
             .iter()
@@ -89,7 +89,7 @@ fn counter(metrics: &str, name: &str, labels: &[&str]) -> f64 {
 }
 
 /// The worker's cost per execution of `language` between two scrapes.
-fn worker_cost(
+pub fn worker_cost(
     language: Language,
     mode: &'static str,
     before: &str,
@@ -270,11 +270,16 @@ pub struct LoadRow {
     clients: usize,
     executions: usize,
     per_s: f64,
+    cpu: CpuUse,
     latency: Latency,
     p999_ms: f64,
 }
 
-/// The `load` part: the same load on a pool of two and of four, per language.
+/// The pools (of each language) the `load` part puts the same load on: one, then as many as the
+/// VM has vCPUs, then twice that.
+const LOAD_POOLS: [usize; 3] = [1, 2, 4];
+
+/// The `load` part: the same load on a pool of one, two and four, per language.
 pub async fn run_load(args: &Args) -> Result<PartReport> {
     const CLIENTS: usize = 16;
     let total = args.load_executions;
@@ -283,17 +288,17 @@ pub async fn run_load(args: &Args) -> Result<PartReport> {
         requests.push(ExecRequest::new(Language::Python, PYTHON_BODY));
     }
     let (mut rows, mut repeated) = (Vec::new(), Vec::new());
-    for pool in [2, 4] {
+    for pool in LOAD_POOLS {
         let python = if args.python_guest.is_some() { pool } else { 0 };
         let (daemon, _) = start_daemon(&args.daemon, pool, &daemon_args(args, python)).await?;
         for request in &requests {
             warm(&daemon.client, request, 5).await?;
         }
         let mut attempt = 1;
-        let (per_s, mut samples) = loop {
+        let run = loop {
             eprintln!("(load) pool of {pool}: {total} executions from {CLIENTS} clients ...");
             match concurrent(&daemon.client, &requests, CLIENTS, total).await {
-                Ok(figures) => break figures,
+                Ok(run) => break run,
                 // With a host thread per vCPU the emulator now and then leaves a guest looping
                 // on a trivial program until its time limit (see xtask/src/vm/mod.rs): the
                 // row's figures are spoilt, not an answer wrong. Run it again, and say so.
@@ -305,13 +310,15 @@ pub async fn run_load(args: &Args) -> Result<PartReport> {
                 Err(e) => return Err(e.context(format!("pool of {pool}, 3 attempts"))),
             }
         };
+        let mut samples = run.samples;
         samples.sort();
         let p999 = samples[((samples.len() - 1) as f64 * 0.999).round() as usize];
         rows.push(LoadRow {
             pool,
             clients: CLIENTS,
             executions: samples.len(),
-            per_s,
+            per_s: run.per_s,
+            cpu: run.cpu,
             p999_ms: p999.as_secs_f64() * 1e3,
             latency: Latency::of(samples),
         });
@@ -323,27 +330,36 @@ pub async fn run_load(args: &Args) -> Result<PartReport> {
     };
     println!("\n== Load: {total} executions from {CLIENTS} clients, {languages} ==");
     println!(
-        "{:<10} {:>12} {:>10} {:>10} {:>10}",
-        "pool", "executions/s", "p50 ms", "p99 ms", "p999 ms"
+        "{:<10} {:>12} {:>10} {:>10} {:>10} {:>10} {:>12}",
+        "pool", "executions/s", "p50 ms", "p99 ms", "p999 ms", "CPUs busy", "CPU ms/exec"
     );
     for row in &rows {
         println!(
-            "{:<10} {:>12.1} {:>10.1} {:>10.1} {:>10.1}",
+            "{:<10} {:>12.1} {:>10.1} {:>10.1} {:>10.1} {:>10} {:>12.1}",
             format!("{} each", row.pool),
             row.per_s,
             row.latency.p50_ms,
             row.latency.p99_ms,
-            row.p999_ms
+            row.p999_ms,
+            format!("{:.2}/{}", row.cpu.cpus_busy, row.cpu.cpus),
+            row.cpu.ms_per_execution
         );
     }
     for why in &repeated {
         println!("repeated: {why}");
     }
-    let scaling = rows[1].per_s / rows[0].per_s;
-    println!("pool of 4 / pool of 2: {scaling:.2} x the executions per second");
+    let (two_over_one, four_over_two) =
+        (rows[1].per_s / rows[0].per_s, rows[2].per_s / rows[1].per_s);
+    println!("pool of 2 / pool of 1: {two_over_one:.2} x the executions per second");
+    println!("pool of 4 / pool of 2: {four_over_two:.2} x the executions per second");
     Ok(PartReport {
         part: "load".into(),
-        figures: json!({ "rows": rows, "four_over_two": scaling, "repeated": repeated }),
+        figures: json!({
+            "rows": rows,
+            "two_over_one": two_over_one,
+            "four_over_two": four_over_two,
+            "repeated": repeated,
+        }),
         targets: Vec::new(),
     })
 }

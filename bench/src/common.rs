@@ -222,17 +222,28 @@ pub async fn wait_until_idle_every(client: &Client, poll: Duration) -> Result<()
     }
 }
 
+/// What [`concurrent`] measured.
+pub struct Concurrent {
+    /// Executions per second at the clients.
+    pub per_s: f64,
+    /// Each execution's time at its client.
+    pub samples: Vec<Duration>,
+    /// The machine's CPUs over the run.
+    pub cpu: CpuUse,
+}
+
 /// `total` executions from `clients` clients at once, each sending its next as soon as its
 /// last is answered, client `c`'s `i`-th being `requests[(c + i) % requests.len()]`, once the
-/// sandboxes are idle: executions per second, and each execution's time at its client.
+/// sandboxes are idle.
 pub async fn concurrent(
     client: &Client,
     requests: &[ExecRequest],
     clients: usize,
     total: usize,
-) -> Result<(f64, Vec<Duration>)> {
+) -> Result<Concurrent> {
     wait_until_idle(client).await?;
     let per_client = total / clients;
+    let cpu = CpuClock::now()?;
     let started = Instant::now();
     let tasks: Vec<_> = (0..clients)
         .map(|c| {
@@ -254,10 +265,83 @@ pub async fn concurrent(
     for task in tasks {
         samples.extend(task.await.context("a client task panicked")??);
     }
-    Ok((
-        samples.len() as f64 / started.elapsed().as_secs_f64(),
+    let elapsed = started.elapsed();
+    Ok(Concurrent {
+        per_s: samples.len() as f64 / elapsed.as_secs_f64(),
+        cpu: cpu.since(elapsed, samples.len())?,
         samples,
-    ))
+    })
+}
+
+/// The machine's CPU time so far, from the first line of `/proc/stat` (in the VM, its vCPUs as
+/// its kernel saw them: busy includes the daemon, the guests, this benchmark and the kernel).
+#[derive(Debug, Clone, Copy)]
+pub struct CpuClock {
+    busy: u64,
+    total: u64,
+    cpus: usize,
+}
+
+/// The CPUs between two [`CpuClock`] readings.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct CpuUse {
+    /// How many CPUs were busy, on average (at most the machine's CPUs).
+    pub cpus_busy: f64,
+    /// The machine's CPUs.
+    pub cpus: usize,
+    /// Busy CPU milliseconds per execution, everything on the machine counted.
+    pub ms_per_execution: f64,
+}
+
+impl CpuClock {
+    pub fn now() -> Result<CpuClock> {
+        let stat = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
+        let ticks: Vec<u64> = stat
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("cpu "))
+            .context("/proc/stat has no \"cpu\" line")?
+            .split_whitespace()
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .context("/proc/stat's \"cpu\" line")?;
+        if ticks.len() < 5 {
+            bail!("/proc/stat's \"cpu\" line has {} fields", ticks.len());
+        }
+        // user nice system idle iowait irq softirq steal (guest time is inside user's).
+        let total: u64 = ticks.iter().take(8).sum();
+        let cpus = stat
+            .lines()
+            .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
+            .count();
+        Ok(CpuClock {
+            busy: total - ticks[3] - ticks[4],
+            total,
+            cpus,
+        })
+    }
+
+    /// The CPUs from this reading to now, over `elapsed` and `executions`.
+    pub fn since(self, elapsed: Duration, executions: usize) -> Result<CpuUse> {
+        let now = CpuClock::now()?;
+        let total = (now.total - self.total).max(1) as f64;
+        let cpus_busy = (now.busy - self.busy) as f64 / total * self.cpus as f64;
+        Ok(CpuUse {
+            cpus_busy,
+            cpus: self.cpus,
+            ms_per_execution: cpus_busy * elapsed.as_secs_f64() * 1e3 / executions.max(1) as f64,
+        })
+    }
+}
+
+impl std::fmt::Display for CpuUse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.2} of {} CPUs busy, {:.1} CPU ms per execution",
+            self.cpus_busy, self.cpus, self.ms_per_execution
+        )
+    }
 }
 
 /// One latency row of the table.

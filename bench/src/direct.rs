@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 use hyperlight_js::{LoadedJSSandbox, SandboxBuilder, Script, Snapshot};
 
-use crate::common::Latency;
+use crate::common::{CpuClock, CpuUse, Latency};
 use crate::{BODY, EXPECTED};
 
 /// A sandbox with hyperlight-js's defaults and the program registered as the handler `bench`,
@@ -46,8 +46,9 @@ pub fn direct(iterations: usize) -> Result<(Latency, Latency, Latency)> {
 }
 
 /// (c'): `threads` threads, each with its own sandbox, calling and restoring as fast as they
-/// can: how far Hyperlight itself scales on this machine, without the daemon.
-pub fn direct_threads(threads: usize, requests: usize) -> Result<f64> {
+/// can: how far Hyperlight itself scales on this machine, without the daemon; and the CPUs it
+/// kept busy.
+pub fn direct_threads(threads: usize, requests: usize) -> Result<(f64, CpuUse)> {
     let per_thread = requests / threads;
     let barrier = std::sync::Arc::new(std::sync::Barrier::new(threads + 1));
     let workers: Vec<_> = (0..threads)
@@ -65,13 +66,18 @@ pub fn direct_threads(threads: usize, requests: usize) -> Result<f64> {
         })
         .collect();
     barrier.wait();
+    let cpu = CpuClock::now()?;
     let start = Instant::now();
     for worker in workers {
         worker
             .join()
             .map_err(|_| anyhow::anyhow!("a benchmark thread panicked"))??;
     }
-    Ok((per_thread * threads) as f64 / start.elapsed().as_secs_f64())
+    let elapsed = start.elapsed();
+    Ok((
+        (per_thread * threads) as f64 / elapsed.as_secs_f64(),
+        cpu.since(elapsed, per_thread * threads)?,
+    ))
 }
 
 /// (a'): hyperlightd's runner in a sandbox with the daemon's default sizes, called directly
