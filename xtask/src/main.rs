@@ -694,7 +694,7 @@ const BENCH_PARTS: &[BenchPart] = &[
     ("tools", vm::Tcg::Single),
     ("egress", vm::Tcg::Single),
     ("capacity", vm::Tcg::Single),
-    // Sixteen clients on pools of one, two and four: both vCPUs at work.
+    // Sixteen clients on pools of two and four: both vCPUs at work.
     ("load", vm::Tcg::Multi),
 ];
 
