@@ -6,6 +6,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use sha2::{Digest, Sha256};
 
 use crate::{cargo, step, virtualenv, vm, workspace_root};
 
@@ -37,6 +38,21 @@ fn python_guest_in(name: &str, extra_requirements: Option<&Path>) -> Result<Path
     let root = workspace_root()?;
     let out = vm::target_dir()?.join(name);
     std::fs::create_dir_all(&out)?;
+    let compiled = out.join("python.aot");
+    let guest_dir = root.join("guest/python");
+    let stamp = out.join(INPUTS_STAMP);
+    let inputs = inputs_digest(&guest_dir, extra_requirements)?;
+    let built = [&compiled, &out.join("python-lib.tar")]
+        .iter()
+        .all(|p| p.is_file());
+    if built && std::fs::read_to_string(&stamp).ok().as_deref() == Some(inputs.as_str()) {
+        eprintln!("==> python guest in target/{name}: up to date");
+        return Ok(compiled);
+    }
+    // Half a build is no build: the stamp is written once every step has succeeded.
+    if stamp.exists() {
+        std::fs::remove_file(&stamp)?;
+    }
 
     let venv = vm::target_dir()?.join("python-guest/venv");
     let componentize = venv.join("bin/componentize-py");
@@ -69,7 +85,6 @@ fn python_guest_in(name: &str, extra_requirements: Option<&Path>) -> Result<Path
         std::fs::remove_dir_all(&app)?;
     }
     std::fs::create_dir_all(&app)?;
-    let guest_dir = root.join("guest/python");
     for module in ["runner.py", "hyperlightd_program.py"] {
         std::fs::copy(guest_dir.join(module), app.join(module))?;
     }
@@ -92,7 +107,6 @@ fn python_guest_in(name: &str, extra_requirements: Option<&Path>) -> Result<Path
         &mut componentize_py(&componentize, &guest_dir, "runner", &[&app], &component),
         Duration::from_secs(600),
     )?;
-    let compiled = out.join("python.aot");
     step(
         "python guest: hyperlight-wasm-aot compile",
         Command::new(&aot)
@@ -102,7 +116,58 @@ fn python_guest_in(name: &str, extra_requirements: Option<&Path>) -> Result<Path
         Duration::from_secs(900),
     )?;
     library(&componentize, &guest_dir, &app, &out.join("python-lib.tar"))?;
+    std::fs::write(&stamp, &inputs)?;
     Ok(compiled)
+}
+
+/// Where a built guest records the digest of what it was built from.
+const INPUTS_STAMP: &str = "inputs.sha256";
+
+/// The digest of everything a guest is built from that lives here: every file under
+/// guest/python (the runner, its modules, stubs, WIT, requirements), the extra requirements,
+/// and the pinned tools' versions. The packages PyPI resolves for unpinned dependencies of the
+/// pinned ones are not in it: `rm -r target/python-guest*` builds afresh.
+fn inputs_digest(guest_dir: &Path, extra_requirements: Option<&Path>) -> Result<String> {
+    let mut files = Vec::new();
+    collect_files(guest_dir, &mut files)?;
+    files.sort();
+    let mut hasher = Sha256::new();
+    for part in [
+        COMPONENTIZE_PY,
+        HYPERLIGHT_WASM_AOT_VERSION,
+        GUEST_PYTHON_VERSION,
+    ] {
+        hasher.update(part.as_bytes());
+        hasher.update([0]);
+    }
+    for file in files.iter().map(PathBuf::as_path).chain(extra_requirements) {
+        let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+        hasher.update(
+            file.strip_prefix(guest_dir)
+                .unwrap_or(file)
+                .as_os_str()
+                .as_encoded_bytes(),
+        );
+        hasher.update([0]);
+        hasher.update((bytes.len() as u64).to_le_bytes());
+        hasher.update(&bytes);
+    }
+    Ok(format!("{:x}", hasher.finalize()))
+}
+
+/// The files under `dir`, bytecode caches left out.
+fn collect_files(dir: &Path, files: &mut Vec<PathBuf>) -> Result<()> {
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let path = entry?.path();
+        if path.is_dir() {
+            if path.file_name().is_some_and(|n| n != "__pycache__") {
+                collect_files(&path, files)?;
+            }
+        } else {
+            files.push(path);
+        }
+    }
+    Ok(())
 }
 
 /// componentize-py building a component of the guest's WIT world whose app is `module`, found
