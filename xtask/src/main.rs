@@ -21,8 +21,7 @@
 //!
 //! Every step runs under a time limit and a timeout names the step.
 
-mod bench_anchor;
-mod bench_baseline;
+mod bench;
 mod deploy;
 mod dist;
 mod e2e;
@@ -173,7 +172,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }),
         Cmd::Demo => demo().map(|()| ExitCode::SUCCESS),
-        Cmd::Bench { args } => bench(&args).map(|()| ExitCode::SUCCESS),
+        Cmd::Bench { args } => bench::bench(&args).map(|()| ExitCode::SUCCESS),
         Cmd::PythonGuest { requirements } => python_guest(requirements.as_deref()).map(|path| {
             println!("{}", path.display());
             ExitCode::SUCCESS
@@ -671,152 +670,4 @@ fn demo() -> Result<()> {
         &[],
         vm::Tcg::Single,
     )
-}
-
-/// A part of the benchmark, and how QEMU runs the VM it runs in.
-type BenchPart = (&'static str, vm::Tcg);
-
-/// The benchmark's parts (see bench/src/main.rs), each in a VM boot of its own, in the
-/// emulation mode its figures need.
-const BENCH_PARTS: &[BenchPart] = &[
-    ("latency", vm::Tcg::Single),
-    ("process", vm::Tcg::Single),
-    // Two requests at once need two host threads running the two vCPUs.
-    ("concurrency", vm::Tcg::Multi),
-    ("refill", vm::Tcg::Single),
-    ("start", vm::Tcg::Single),
-    ("sustained", vm::Tcg::Single),
-    ("library", vm::Tcg::Single),
-    ("sessions", vm::Tcg::Single),
-    ("durable", vm::Tcg::Single),
-    ("baseline", vm::Tcg::Single),
-    ("native", vm::Tcg::Single),
-    ("tools", vm::Tcg::Single),
-    ("egress", vm::Tcg::Single),
-    ("capacity", vm::Tcg::Single),
-    // Sixteen clients on pools of two and four: both vCPUs at work.
-    ("load", vm::Tcg::Multi),
-];
-
-/// How long a part of the benchmark may print nothing before its VM counts as stalled: every
-/// part reports each step as it starts, and no step takes four minutes (the longest: `native`
-/// booting the scientific stack and saving its snapshot for the anchor, about two).
-const BENCH_STALL: Duration = Duration::from_secs(240);
-
-/// Release build, then each part of the benchmark (`--part NAME`, repeatable, picks some) in
-/// its own VM boot, run again should the VM stall; then every target, from the parts' files.
-fn bench(args: &[String]) -> Result<()> {
-    let (chosen, args) = bench_parts(args)?;
-    let python = python_guest(None)?;
-    let packages = python_guest_for_package_tests()?;
-    step(
-        "release build of the daemon and the benchmark",
-        cargo().args([
-            "build",
-            "--release",
-            "-p",
-            "hyperlightd",
-            "-p",
-            "hyperlightd-bench",
-        ]),
-        Duration::from_secs(3600),
-    )?;
-    let bin = vm::target_dir()?.join("release");
-    let out = vm::target_dir()?.join("bench");
-    std::fs::create_dir_all(&out)?;
-    let bench = bin.join("hyperlightd-bench").to_string_lossy().into_owned();
-    let mut command = vec![
-        bench.clone(),
-        "--daemon".into(),
-        bin.join("hyperlightd").to_string_lossy().into_owned(),
-        "--out".into(),
-        out.to_string_lossy().into_owned(),
-        "--python-guest".into(),
-        python.to_string_lossy().into_owned(),
-        "--python-packages-guest".into(),
-        packages.to_string_lossy().into_owned(),
-    ];
-    if chosen.iter().any(|(part, _)| *part == "native") {
-        let rootfs = native_python::native_python(None)?;
-        command.extend([
-            "--python-rootfs".to_owned(),
-            rootfs.to_string_lossy().into_owned(),
-            "--hluk".to_owned(),
-            bench_anchor::hluk()?.to_string_lossy().into_owned(),
-        ]);
-    }
-    if chosen.iter().any(|(part, _)| *part == "baseline") {
-        let baseline = bench_baseline::baseline_daemon()?;
-        command.extend([
-            "--baseline-daemon".to_owned(),
-            baseline.to_string_lossy().into_owned(),
-        ]);
-    }
-    command.extend(args);
-    let mut failed = Vec::new();
-    for &(part, tcg) in &chosen {
-        let _ = std::fs::remove_file(out.join(format!("{part}.json")));
-        let mut command = command.clone();
-        command.extend(["--part".to_owned(), part.to_owned()]);
-        let name = format!("benchmark: {part}");
-        if let Err(e) = on_kvm_watched(
-            &name,
-            &command,
-            Duration::from_secs(1800),
-            std::slice::from_ref(&out),
-            tcg,
-            Some(BENCH_STALL),
-        ) {
-            eprintln!("{e:#}");
-            failed.push(part);
-        }
-    }
-    let mut summary = Command::new(&bench);
-    summary
-        .args(["--daemon", "-", "--summary", "--out"])
-        .arg(&out);
-    for &(part, _) in &chosen {
-        summary.args(["--part", part]);
-    }
-    step(
-        "benchmark: the targets",
-        &mut summary,
-        Duration::from_secs(60),
-    )?;
-    if !failed.is_empty() {
-        bail!("benchmark parts failed: {}", failed.join(", "));
-    }
-    Ok(())
-}
-
-/// Splits the `--part NAME` pairs from the benchmark's other arguments: the parts to run (all
-/// when none is named), in the order of [`BENCH_PARTS`], and the rest.
-fn bench_parts(args: &[String]) -> Result<(Vec<BenchPart>, Vec<String>)> {
-    let (mut parts, mut rest) = (Vec::new(), Vec::new());
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        if let Some(part) = arg.strip_prefix("--part=") {
-            parts.push(part.to_owned());
-        } else if arg == "--part" {
-            parts.push(args.next().context("--part needs a part's name")?.clone());
-        } else {
-            rest.push(arg.clone());
-        }
-    }
-    if let Some(unknown) = parts
-        .iter()
-        .find(|p| !BENCH_PARTS.iter().any(|(name, _)| name == p))
-    {
-        let known: Vec<&str> = BENCH_PARTS.iter().map(|(name, _)| *name).collect();
-        bail!(
-            "no benchmark part {unknown:?}; the parts: {}",
-            known.join(", ")
-        );
-    }
-    let chosen = BENCH_PARTS
-        .iter()
-        .copied()
-        .filter(|(name, _)| parts.is_empty() || parts.iter().any(|p| p == name))
-        .collect();
-    Ok((chosen, rest))
 }
