@@ -1,6 +1,7 @@
 //! Capacity: what a sandbox's worker spends per warm execution, phase by phase (the guest call,
-//! the restore after it, the priming call after that), with the page faults of each, beside
-//! what a first touch of a page costs this process on the same machine; then the daemon under
+//! the restore after it, the priming call after that), with the page faults of each and KVM's
+//! nested page faults and exits per execution, beside what a first touch of a page costs this
+//! process on the same machine; then the daemon under
 //! load (`load`): many clients, mixed languages, a pool of two against a pool of four.
 
 use std::time::{Duration, Instant};
@@ -42,6 +43,8 @@ pub struct WorkerCost {
     busy_ms: f64,
     /// Executions per second at the client (back to back only).
     per_s: Option<f64>,
+    /// KVM's counters per execution, when the machine shows them.
+    kvm: Option<KvmCounts>,
 }
 
 impl WorkerCost {
@@ -76,6 +79,12 @@ impl WorkerCost {
                 .map(|r| format!("; {r:.1} executions/s"))
                 .unwrap_or_default()
         );
+        if let Some(kvm) = self.kvm {
+            println!(
+                "{:<23} KVM per execution: {:.0} nested page faults, {:.0} exits ({:.0} port I/O: host calls)",
+                "", kvm.npt_faults, kvm.exits, kvm.io_exits
+            );
+        }
     }
 }
 
@@ -123,7 +132,49 @@ pub fn worker_cost(
         busy_ms: phases.iter().map(|p| p.ms).sum(),
         phases,
         per_s,
+        kvm: None,
     })
+}
+
+/// KVM's own counters, summed over every VM on the machine (debugfs, `/sys/kernel/debug/kvm`;
+/// the VM harness mounts it): what the guests cost the hypervisor.
+#[derive(Debug, Default, Clone, Copy, Serialize)]
+pub struct KvmCounts {
+    /// Nested page faults KVM handled (`pf_taken`): a guest touching memory not mapped for it
+    /// since the restore released it.
+    npt_faults: f64,
+    /// Every exit from a guest to KVM.
+    exits: f64,
+    /// Exits for port I/O: Hyperlight's calls to the host.
+    io_exits: f64,
+}
+
+impl KvmCounts {
+    /// The counters now, or None when the machine does not show them.
+    fn read() -> Option<KvmCounts> {
+        let counter = |name: &str| -> Option<f64> {
+            std::fs::read_to_string(format!("/sys/kernel/debug/kvm/{name}"))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        };
+        Some(KvmCounts {
+            npt_faults: counter("pf_taken")?,
+            exits: counter("exits")?,
+            io_exits: counter("io_exits")?,
+        })
+    }
+
+    /// The counts from `before` to now, per one of `executions`.
+    fn since(before: Option<KvmCounts>, executions: f64) -> Option<KvmCounts> {
+        let (before, now) = (before?, KvmCounts::read()?);
+        Some(KvmCounts {
+            npt_faults: (now.npt_faults - before.npt_faults) / executions,
+            exits: (now.exits - before.exits) / executions,
+            io_exits: (now.io_exits - before.io_exits) / executions,
+        })
+    }
 }
 
 /// Waits until every sandbox is idle, asking every 50 ms: a worker's phases are timed by the
@@ -163,6 +214,7 @@ async fn language_costs(
     eprintln!("(capacity) {} paced ...", language.as_str());
     warm(client, request, 10).await?;
     let before = client.metrics().await?;
+    let kvm = KvmCounts::read();
     let mut samples = Vec::with_capacity(n);
     for _ in 0..n {
         idle_quietly(client).await?;
@@ -174,13 +226,16 @@ async fn language_costs(
     // The last execution's restore and priming are counted once the sandbox is idle again.
     idle_quietly(client).await?;
     let after = client.metrics().await?;
-    let paced_cost = worker_cost(language, "paced", &before, &after, None)?;
+    let mut paced_cost = worker_cost(language, "paced", &before, &after, None)?;
+    paced_cost.kvm = KvmCounts::since(kvm, paced_cost.executions);
     eprintln!("(capacity) {} back to back ...", language.as_str());
     let before = client.metrics().await?;
+    let kvm = KvmCounts::read();
     let per_s = back_to_back(client, request, n).await?;
     idle_quietly(client).await?;
     let after = client.metrics().await?;
-    let b2b_cost = worker_cost(language, "back_to_back", &before, &after, Some(per_s))?;
+    let mut b2b_cost = worker_cost(language, "back_to_back", &before, &after, Some(per_s))?;
+    b2b_cost.kvm = KvmCounts::since(kvm, b2b_cost.executions);
     Ok((paced_cost, b2b_cost, paced))
 }
 
@@ -202,6 +257,9 @@ pub async fn run(args: &Args) -> Result<PartReport> {
     }
     println!("\n== Capacity: a worker's time per warm execution, pool of one ==");
     println!("a first touch of a fresh page in this process: {touch_us:.2} us");
+    if KvmCounts::read().is_none() {
+        println!("KVM's counters: not shown on this machine (no /sys/kernel/debug/kvm)");
+    }
     for cost in &costs {
         cost.print();
     }
