@@ -3,7 +3,8 @@
 //! with the daemon built from the revision before them (`--baseline-daemon`; `cargo xtask
 //! bench` builds it), both with the same pools and guest; the two take turns in rounds, so
 //! that the emulator's drift hits both alike. Then, on this daemon, what each feature costs a
-//! request that uses it.
+//! request that uses it. With `--baseline-revision`, the same turns against a daemon built from
+//! another revision, and nothing else.
 
 use std::time::{Duration, Instant};
 
@@ -28,21 +29,39 @@ pub async fn run(args: &Args) -> Result<PartReport> {
     let extra = daemon_args(args, 1);
     let (now, _) = start_daemon(&args.daemon, args.pool, &extra).await?;
     let (before, _) = start_daemon(baseline, args.pool, &extra).await?;
-    check_builds(&now.client, &before.client).await?;
+    let label = match &args.baseline_revision {
+        None => {
+            check_builds(&now.client, &before.client).await?;
+            "before issue 16".to_owned()
+        }
+        Some(revision) => format!("at {revision}"),
+    };
 
     let mut languages = vec![(Language::Javascript, BODY)];
     if args.python_guest.is_some() {
         languages.push((Language::Python, PYTHON_BODY));
     }
-    println!("\n== 5: a plain exec, this daemon against the one before issue 16 ==");
+    println!("\n== 5: a plain exec, this daemon against the one {label} ==");
     let mut targets = Vec::new();
     let mut figures = serde_json::Map::new();
     for (language, body) in languages {
         let request = ExecRequest::new(language, body);
         let (this, previous) =
             turns(&now.client, &before.client, &request, args.iterations).await?;
-        print_row(&format!("{language}: before issue 16"), &previous);
+        print_row(&format!("{language}: {label}"), &previous);
         print_row(&format!("{language}: this daemon"), &this);
+        if args.baseline_revision.is_some() {
+            println!(
+                "{language}: this daemon / {label}: p50 {:.3} x, p99 {:.3} x",
+                this.p50_ms / previous.p50_ms,
+                this.p99_ms / previous.p99_ms
+            );
+            figures.insert(
+                language.to_string(),
+                json!({ "before": previous, "now": this }),
+            );
+            continue;
+        }
         targets.push(Target::at_most(
             &format!("5 {language}"),
             &format!("{language} plain exec p50, this daemon / before issue 16"),

@@ -135,6 +135,10 @@ struct Args {
     /// The daemon from before issue 16, for `baseline` (`cargo xtask bench` builds it).
     #[arg(long)]
     baseline_daemon: Option<PathBuf>,
+    /// The revision `--baseline-daemon` was built from, when it is not issue 16's baseline: the
+    /// part then compares plain execs with it, prints the ratios and sets no target.
+    #[arg(long)]
+    baseline_revision: Option<String>,
     /// Extra arguments for the daemon (repeat), e.g. `--daemon-arg=--guest-heap-mib=16`.
     #[arg(long = "daemon-arg", allow_hyphen_values = true)]
     daemon_args: Vec<String>,
