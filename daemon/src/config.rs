@@ -43,6 +43,13 @@ pub struct Config {
     #[arg(long, default_value_t = 64)]
     pub queue_depth: usize,
 
+    /// When a sandbox runs its language's priming program after the restore that follows each
+    /// execution: `when-idle` (if no request is waiting: the next request's first writes are
+    /// already paid for) or `never` (each execution costs its worker less CPU, and the request
+    /// pays for the pages it writes; see docs/BENCHMARKS.md, issue 32).
+    #[arg(long, value_enum, env = "HYPERLIGHTD_PRIME", default_value_t = Prime::WhenIdle)]
+    pub prime: Prime,
+
     /// Time limit of a request that names none, in milliseconds.
     #[arg(long, default_value_t = 5_000)]
     pub default_timeout_ms: u64,
@@ -302,6 +309,24 @@ impl FromStr for PoolSpec {
             return Err(format!("{language}: a pool needs at least one sandbox"));
         }
         Ok(PoolSpec { language, size })
+    }
+}
+
+/// When a sandbox is primed after a restore.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Prime {
+    /// After each restore that finds no request waiting.
+    WhenIdle,
+    /// Never.
+    Never,
+}
+
+impl From<Prime> for crate::sandbox::pool::Priming {
+    fn from(prime: Prime) -> Self {
+        match prime {
+            Prime::WhenIdle => Self::WhenIdle,
+            Prime::Never => Self::Never,
+        }
     }
 }
 

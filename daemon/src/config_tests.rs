@@ -352,3 +352,18 @@ fn egress_options_are_checked_at_startup() {
         assert!(refused.contains(expected), "{args:?}: {refused}");
     }
 }
+
+#[test]
+fn priming_is_when_idle_by_default_never_on_request_and_refuses_other_values() {
+    assert_eq!(parse(&[]).unwrap().prime, Prime::WhenIdle);
+    let never = parse(&["--prime", "never"]).unwrap();
+    assert_eq!(
+        crate::sandbox::pool::Priming::from(never.prime),
+        crate::sandbox::pool::Priming::Never
+    );
+    let refused = parse(&["--prime", "sometimes"]).unwrap_err().to_string();
+    assert!(
+        refused.contains("when-idle") && refused.contains("never"),
+        "{refused}"
+    );
+}

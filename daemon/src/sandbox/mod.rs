@@ -28,7 +28,7 @@ use std::time::Duration;
 use self::guest::{GuestFactory, GuestSizes};
 use self::javascript::JavascriptFactory;
 use self::native_python::NativePythonFactory;
-use self::pool::{Pool, PoolConfig, PoolError};
+use self::pool::{Pool, PoolConfig, PoolError, Priming};
 use self::python::PythonFactory;
 use self::stored::SnapshotStore;
 use self::watchdog::Watchdog;
@@ -61,6 +61,8 @@ pub struct SandboxSettings {
     pub queue_depth: usize,
     /// How long building one sandbox may take before its worker counts as stuck.
     pub build_limit: Duration,
+    /// When workers prime their sandboxes after a restore.
+    pub priming: Priming,
 }
 
 impl SandboxSettings {
@@ -135,6 +137,7 @@ pub fn start_pools(
             heap_bytes: settings.sizes(language).heap_bytes,
             build_limit: settings.build_limit,
             factory: settings.factory(language, &watchdog),
+            priming: settings.priming,
         };
         let pool = Pool::start(config, watchdog.clone(), metrics.pool(language))
             .map_err(|error| StartError { language, error })?;

@@ -59,6 +59,21 @@ pub struct PoolConfig {
     pub build_limit: Duration,
     /// Builds the sandboxes.
     pub factory: Arc<dyn GuestFactory>,
+    /// When a worker primes its sandbox after a restore.
+    pub priming: Priming,
+}
+
+/// When a worker primes its sandbox after a restore ([`Guest::prime`]): the priming program
+/// writes the pages a request writes, so that the next request finds them copied already.
+/// Under load no job waits for it: a worker primes only when no job is waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Priming {
+    /// After every restore that finds no job waiting: the next request is faster, and the
+    /// sandbox is busy for a program's run more per execution.
+    WhenIdle,
+    /// Never: the next request writes its pages itself (slower by their faults), and an
+    /// execution costs its worker only the call and the restore.
+    Never,
 }
 
 impl std::fmt::Debug for PoolConfig {
@@ -308,6 +323,7 @@ impl Pool {
                 heap_bytes: config.heap_bytes,
                 build_limit: config.build_limit,
                 factory: config.factory.clone(),
+                priming: config.priming,
                 jobs: queue.clone(),
                 shared: shared.clone(),
                 watchdog: watchdog.clone(),

@@ -20,6 +20,7 @@ use crate::sandbox::watchdog::Interrupt;
 struct Control {
     builds: AtomicUsize,
     resets: AtomicUsize,
+    primes: AtomicUsize,
     /// Upcoming resets that fail.
     failing_resets: AtomicUsize,
     /// Upcoming `is_poisoned` calls that panic: a bug in the worker outside any guest call.
@@ -247,6 +248,11 @@ impl Guest for FakeGuest {
         Ok(())
     }
 
+    fn prime(&mut self) -> Result<bool, GuestError> {
+        self.control.primes.fetch_add(1, Ordering::SeqCst);
+        Ok(true)
+    }
+
     fn is_poisoned(&self) -> bool {
         if take_one(&self.control.panicking_checks) {
             panic!("a bug in the worker");
@@ -280,6 +286,11 @@ impl GuestFactory for FakeFactory {
 
 /// A pool of `size` fake sandboxes, with its control and metrics.
 fn pool(size: usize) -> (Pool, Arc<Control>, Metrics) {
+    pool_priming(size, Priming::WhenIdle)
+}
+
+/// [`pool`], its workers priming as `priming` says.
+fn pool_priming(size: usize, priming: Priming) -> (Pool, Arc<Control>, Metrics) {
     let control = Arc::new(Control::default());
     let metrics = Metrics::new().unwrap();
     let config = PoolConfig {
@@ -289,6 +300,7 @@ fn pool(size: usize) -> (Pool, Arc<Control>, Metrics) {
         heap_bytes: 1 << 20,
         build_limit: Duration::from_secs(10),
         factory: Arc::new(FakeFactory(control.clone())),
+        priming,
     };
     let watchdog = Watchdog::new(tokio::runtime::Handle::current());
     let pool = Pool::start(config, watchdog, metrics.pool(Language::Javascript)).unwrap();
@@ -403,6 +415,20 @@ async fn a_job_still_queued_at_its_deadline_is_answered_then_and_costs_no_restor
     // The sandbox was left as it was: the next program sees nothing before it.
     let next = submit(&pool, job("seen", 5_000)).await.unwrap();
     assert_eq!(next.result, serde_json::json!(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idle_sandbox_is_primed_after_each_restore_and_never_with_priming_off() {
+    for (priming, primes) in [(Priming::WhenIdle, 3), (Priming::Never, 0)] {
+        let (pool, control, _) = pool_priming(1, priming);
+        for _ in 0..3 {
+            let answered = submit(&pool, job("ok:1", 5_000)).await.unwrap();
+            assert_eq!(answered.status, Status::Ok);
+            settle(&pool, 1).await;
+        }
+        assert_eq!(control.resets.load(Ordering::SeqCst), 3, "{priming:?}");
+        assert_eq!(control.primes.load(Ordering::SeqCst), primes, "{priming:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

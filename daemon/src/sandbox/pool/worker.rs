@@ -20,7 +20,7 @@ use crate::job::{
 use tracing::{debug, error, info, warn};
 
 use super::queue::FairQueue;
-use super::{Sandbox, Shared, SlotState, Task};
+use super::{Priming, Sandbox, Shared, SlotState, Task};
 use crate::job::files::{FileError, cap_in_words};
 use crate::metrics::{Phase, PhaseStart, PoolMetrics};
 use crate::sandbox::guest::{
@@ -96,6 +96,7 @@ pub(super) struct Worker {
     pub(super) heap_bytes: u64,
     pub(super) build_limit: Duration,
     pub(super) factory: Arc<dyn GuestFactory>,
+    pub(super) priming: Priming,
     pub(super) jobs: Arc<FairQueue<Task>>,
     pub(super) shared: Arc<Shared>,
     pub(super) watchdog: Watchdog,
@@ -224,7 +225,8 @@ impl Worker {
             // Priming moves the cost of the first writes after the restore off the next
             // request's path, but a job already waiting would wait for all of it: that job
             // gets the sandbox as it is.
-            if self.jobs.is_empty()
+            if self.priming == Priming::WhenIdle
+                && self.jobs.is_empty()
                 && let Err(reason) = self.prime(guest)
             {
                 return Some(reason);
