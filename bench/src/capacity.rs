@@ -1,7 +1,8 @@
 //! Capacity: what a sandbox's worker spends per warm execution, phase by phase (the guest call,
 //! the restore after it, the priming call after that), with the page faults of each and KVM's
 //! nested page faults and exits per execution, beside what a first touch of a page costs this
-//! process on the same machine; then the daemon under
+//! process on the same machine; all of it with priming (the default) and without (`--prime
+//! never`), and what a paced request takes at the client in each; then the daemon under
 //! load (`load`): many clients, mixed languages, a pool of two against a pool of four.
 
 use std::time::{Duration, Instant};
@@ -204,14 +205,23 @@ fn first_touch_us(pages: usize) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
-/// Paced and back-to-back executions of `request` on a pool of one: the worker's costs.
+/// The daemon's priming modes (`--prime`) the part measures, with the names of its two modes of
+/// sending under each: the default first.
+const PRIMINGS: [(&str, [&str; 2]); 2] = [
+    ("when-idle", ["paced", "back_to_back"]),
+    ("never", ["paced_unprimed", "back_to_back_unprimed"]),
+];
+
+/// Paced and back-to-back executions of `request` on a pool of one, named `modes`: the
+/// worker's costs, and the paced requests' times at the client.
 async fn language_costs(
     client: &Client,
     request: &ExecRequest,
     n: usize,
+    modes: [&'static str; 2],
 ) -> Result<(WorkerCost, WorkerCost, Latency)> {
     let language = request.language;
-    eprintln!("(capacity) {} paced ...", language.as_str());
+    eprintln!("(capacity) {} {} ...", language.as_str(), modes[0]);
     warm(client, request, 10).await?;
     let before = client.metrics().await?;
     let kvm = KvmCounts::read();
@@ -226,34 +236,36 @@ async fn language_costs(
     // The last execution's restore and priming are counted once the sandbox is idle again.
     idle_quietly(client).await?;
     let after = client.metrics().await?;
-    let mut paced_cost = worker_cost(language, "paced", &before, &after, None)?;
+    let mut paced_cost = worker_cost(language, modes[0], &before, &after, None)?;
     paced_cost.kvm = KvmCounts::since(kvm, paced_cost.executions);
-    eprintln!("(capacity) {} back to back ...", language.as_str());
+    eprintln!("(capacity) {} {} ...", language.as_str(), modes[1]);
     let before = client.metrics().await?;
     let kvm = KvmCounts::read();
     let per_s = back_to_back(client, request, n).await?;
     idle_quietly(client).await?;
     let after = client.metrics().await?;
-    let mut b2b_cost = worker_cost(language, "back_to_back", &before, &after, Some(per_s))?;
+    let mut b2b_cost = worker_cost(language, modes[1], &before, &after, Some(per_s))?;
     b2b_cost.kvm = KvmCounts::since(kvm, b2b_cost.executions);
     Ok((paced_cost, b2b_cost, paced))
 }
 
 pub async fn run(args: &Args) -> Result<PartReport> {
     let touch_us = first_touch_us(8192);
-    let (daemon, _) = start_daemon(&args.daemon, 1, &daemon_args(args, 1)).await?;
-    let client = &daemon.client;
     let n = args.iterations.div_ceil(2);
-    let mut costs = Vec::new();
-    let js = ExecRequest::new(Language::Javascript, BODY);
-    let (paced, b2b, js_latency) = language_costs(client, &js, n).await?;
-    costs.extend([paced, b2b]);
-    let mut latencies = vec![("javascript", js_latency)];
+    let mut requests = vec![ExecRequest::new(Language::Javascript, BODY)];
     if args.python_guest.is_some() {
-        let py = ExecRequest::new(Language::Python, PYTHON_BODY);
-        let (paced, b2b, py_latency) = language_costs(client, &py, n).await?;
-        costs.extend([paced, b2b]);
-        latencies.push(("python", py_latency));
+        requests.push(ExecRequest::new(Language::Python, PYTHON_BODY));
+    }
+    let (mut costs, mut latencies) = (Vec::new(), Vec::new());
+    for (priming, modes) in PRIMINGS {
+        let mut daemon_args = daemon_args(args, 1);
+        daemon_args.push(format!("--prime={priming}"));
+        let (daemon, _) = start_daemon(&args.daemon, 1, &daemon_args).await?;
+        for request in &requests {
+            let (paced, b2b, latency) = language_costs(&daemon.client, request, n, modes).await?;
+            costs.extend([paced, b2b]);
+            latencies.push((request.language.as_str(), priming, latency));
+        }
     }
     println!("\n== Capacity: a worker's time per warm execution, pool of one ==");
     println!("a first touch of a fresh page in this process: {touch_us:.2} us");
@@ -276,6 +288,26 @@ pub async fn run(args: &Args) -> Result<PartReport> {
                 cost.phase("call").faults
             );
         }
+    }
+    for cost in costs.iter().filter(|c| c.mode == "paced_unprimed") {
+        let primed = costs
+            .iter()
+            .find(|c| c.language == cost.language && c.mode == "paced");
+        let p50 = |priming: &str| {
+            latencies
+                .iter()
+                .find(|(language, p, _)| *language == cost.language && *p == priming)
+                .map_or(f64::NAN, |(_, _, latency)| latency.p50_ms)
+        };
+        println!(
+            "{} with --prime never: busy {:.2} x the call (primed: {:.2} x); a paced request's p50 at \
+             the client {:.2} ms (primed: {:.2} ms)",
+            cost.language,
+            cost.over_call(),
+            primed.map_or(f64::NAN, WorkerCost::over_call),
+            p50("never"),
+            p50("when-idle"),
+        );
     }
     let targets = targets(&costs);
     Ok(PartReport {
