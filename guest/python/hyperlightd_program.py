@@ -243,18 +243,24 @@ def install_tools(declared, scope: dict) -> None:
     scope["tools"] = module
 
 
+# The encoders, built once in the template: json.dumps with any option builds a new encoder on
+# every call, and every object it allocates writes a page the restore has to give back.
+_RESULT_JSON = json.JSONEncoder(allow_nan=False, ensure_ascii=False)
+_TEXT_JSON = json.JSONEncoder(ensure_ascii=False)
+
+
 def _json_or_repr(value) -> str:
     """The value as JSON text, or its repr as a JSON string when JSON cannot carry it."""
     try:
-        return json.dumps(value, allow_nan=False, ensure_ascii=False)
+        return _RESULT_JSON.encode(value)
     except (TypeError, ValueError, RecursionError):
-        return json.dumps(repr(value), ensure_ascii=False)
+        return _TEXT_JSON.encode(repr(value))
 
 
 # Replies are JSON text: a result is encoded once, and spliced into its reply.
 def failure_reply(kind: str, message: str) -> str:
     reply = {"ok": False, "error": {"kind": kind, "message": message}}
-    return json.dumps(reply, ensure_ascii=False)
+    return _TEXT_JSON.encode(reply)
 
 
 def completed_reply(value, max_bytes: int) -> str:
@@ -400,7 +406,7 @@ def _refused(tree, policy: dict):
     message = f"the program was not run: it names what its policy refuses: {listed}{more}"
     error = {"kind": "policy_violation", "message": message, "violations": shown}
     reply = {"ok": False, "error": error}
-    return json.dumps(reply, ensure_ascii=False)
+    return _TEXT_JSON.encode(reply)
 
 
 def _compile(code: str, tree=None):
