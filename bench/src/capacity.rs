@@ -153,7 +153,7 @@ pub struct KvmCounts {
 impl KvmCounts {
     /// The counters now, or None when the machine does not show them.
     fn read() -> Option<KvmCounts> {
-        let counter = |name: &str| -> Option<f64> {
+        let stat = |name: &str| -> Option<f64> {
             std::fs::read_to_string(format!("/sys/kernel/debug/kvm/{name}"))
                 .ok()?
                 .trim()
@@ -161,9 +161,9 @@ impl KvmCounts {
                 .ok()
         };
         Some(KvmCounts {
-            npt_faults: counter("pf_taken")?,
-            exits: counter("exits")?,
-            io_exits: counter("io_exits")?,
+            npt_faults: stat("pf_taken")?,
+            exits: stat("exits")?,
+            io_exits: stat("io_exits")?,
         })
     }
 
