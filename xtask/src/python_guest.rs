@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use sha2::{Digest, Sha256};
 
-use crate::{cargo, step, virtualenv, vm, workspace_root};
+use crate::{built_from, cargo, step, virtualenv, vm, workspace_root};
 
 /// componentize-py, pinned: the Python guest's CPython and standard library come from it.
 const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
@@ -42,10 +42,7 @@ fn python_guest_in(name: &str, extra_requirements: Option<&Path>) -> Result<Path
     let guest_dir = root.join("guest/python");
     let stamp = out.join(INPUTS_STAMP);
     let inputs = inputs_digest(&guest_dir, extra_requirements)?;
-    let built = [&compiled, &out.join("python-lib.tar")]
-        .iter()
-        .all(|p| p.is_file());
-    if built && std::fs::read_to_string(&stamp).ok().as_deref() == Some(inputs.as_str()) {
+    if built_from(&stamp, &inputs, &[&compiled, &out.join("python-lib.tar")]) {
         eprintln!("==> python guest in target/{name}: up to date");
         return Ok(compiled);
     }

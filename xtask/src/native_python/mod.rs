@@ -21,7 +21,7 @@ use anyhow::{Context, Result, bail};
 use sha2::{Digest, Sha256};
 
 use self::lock::{Deb, WHEEL_PLATFORM};
-use crate::{cargo, step, virtualenv, vm, workspace_root};
+use crate::{built_from, cargo, step, virtualenv, vm, workspace_root};
 
 /// The guest's inputs in the source tree.
 const GUEST_DIR: &str = "guest/python-native";
@@ -52,7 +52,7 @@ pub fn native_python(extra_requirements: Option<&Path>) -> Result<PathBuf> {
     let key = inputs_key(&guest, &driver, extra_lock.as_deref())?;
     let archive = out.join("python.cpio");
     let stamp = out.join("python.cpio.key");
-    if archive.exists() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(&key) {
+    if built_from(&stamp, &key, &[&archive]) {
         eprintln!("==> native python: {} is up to date", archive.display());
         return Ok(archive);
     }
