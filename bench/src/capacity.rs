@@ -2,7 +2,8 @@
 //! the restore after it, the priming call after that), with the page faults of each and KVM's
 //! nested page faults and exits per execution, beside what a first touch of a page costs this
 //! process on the same machine; all of it with priming (the default) and without (`--prime
-//! never`), and what a paced request takes at the client in each; then the daemon under
+//! never`), and what a paced request takes at the client in each; for JavaScript, WebAssembly
+//! Python and, given its rootfs, native Python; then the daemon under
 //! load (`load`): many clients, mixed languages, a pool of two against a pool of four.
 
 use std::time::{Duration, Instant};
@@ -16,6 +17,7 @@ use crate::common::{
     CpuUse, Latency, back_to_back, concurrent, daemon_args, exec_checked, start_daemon,
     wait_until_idle_every, warm,
 };
+use crate::native::native_args;
 use crate::targets::{PartReport, Target};
 use crate::{Args, BODY, PYTHON_BODY};
 
@@ -213,15 +215,17 @@ const PRIMINGS: [(&str, [&str; 2]); 2] = [
 ];
 
 /// Paced and back-to-back executions of `request` on a pool of one, named `modes`: the
-/// worker's costs, and the paced requests' times at the client.
+/// worker's costs, and the paced requests' times at the client, all labelled `label` (the
+/// language, or its runtime where a language has two).
 async fn language_costs(
     client: &Client,
     request: &ExecRequest,
+    label: &'static str,
     n: usize,
     modes: [&'static str; 2],
 ) -> Result<(WorkerCost, WorkerCost, Latency)> {
     let language = request.language;
-    eprintln!("(capacity) {} {} ...", language.as_str(), modes[0]);
+    eprintln!("(capacity) {label} {} ...", modes[0]);
     warm(client, request, 10).await?;
     let before = client.metrics().await?;
     let kvm = KvmCounts::read();
@@ -237,34 +241,56 @@ async fn language_costs(
     idle_quietly(client).await?;
     let after = client.metrics().await?;
     let mut paced_cost = worker_cost(language, modes[0], &before, &after, None)?;
+    paced_cost.language = label;
     paced_cost.kvm = KvmCounts::since(kvm, paced_cost.executions);
-    eprintln!("(capacity) {} {} ...", language.as_str(), modes[1]);
+    eprintln!("(capacity) {label} {} ...", modes[1]);
     let before = client.metrics().await?;
     let kvm = KvmCounts::read();
     let per_s = back_to_back(client, request, n).await?;
     idle_quietly(client).await?;
     let after = client.metrics().await?;
     let mut b2b_cost = worker_cost(language, modes[1], &before, &after, Some(per_s))?;
+    b2b_cost.language = label;
     b2b_cost.kvm = KvmCounts::since(kvm, b2b_cost.executions);
     Ok((paced_cost, b2b_cost, paced))
+}
+
+/// Requests, each with the label its costs are shown under.
+type Labelled = Vec<(ExecRequest, &'static str)>;
+
+/// The label of the native Python runtime's costs (the metrics call it `python`, as the API).
+const NATIVE: &str = "python-native";
+
+/// The daemons the part measures in each priming mode, each with a pool of one per language,
+/// and the requests measured in each: JavaScript and WebAssembly Python in one; native Python
+/// (`--python-runtime native`) in another, when the benchmark has its rootfs.
+fn daemons(args: &Args) -> Vec<(Vec<String>, Labelled)> {
+    let mut first = vec![(ExecRequest::new(Language::Javascript, BODY), "javascript")];
+    if args.python_guest.is_some() {
+        first.push((ExecRequest::new(Language::Python, PYTHON_BODY), "python"));
+    }
+    let mut daemons = vec![(daemon_args(args, 1), first)];
+    if let Some(rootfs) = &args.python_rootfs {
+        let native = vec![(ExecRequest::new(Language::Python, PYTHON_BODY), NATIVE)];
+        daemons.push((native_args(args, rootfs, 1), native));
+    }
+    daemons
 }
 
 pub async fn run(args: &Args) -> Result<PartReport> {
     let touch_us = first_touch_us(8192);
     let n = args.iterations.div_ceil(2);
-    let mut requests = vec![ExecRequest::new(Language::Javascript, BODY)];
-    if args.python_guest.is_some() {
-        requests.push(ExecRequest::new(Language::Python, PYTHON_BODY));
-    }
     let (mut costs, mut latencies) = (Vec::new(), Vec::new());
     for (priming, modes) in PRIMINGS {
-        let mut daemon_args = daemon_args(args, 1);
-        daemon_args.push(format!("--prime={priming}"));
-        let (daemon, _) = start_daemon(&args.daemon, 1, &daemon_args).await?;
-        for request in &requests {
-            let (paced, b2b, latency) = language_costs(&daemon.client, request, n, modes).await?;
-            costs.extend([paced, b2b]);
-            latencies.push((request.language.as_str(), priming, latency));
+        for (mut daemon_args, requests) in daemons(args) {
+            daemon_args.push(format!("--prime={priming}"));
+            let (daemon, _) = start_daemon(&args.daemon, 1, &daemon_args).await?;
+            for (request, label) in &requests {
+                let (paced, b2b, latency) =
+                    language_costs(&daemon.client, request, label, n, modes).await?;
+                costs.extend([paced, b2b]);
+                latencies.push((*label, priming, latency));
+            }
         }
     }
     println!("\n== Capacity: a worker's time per warm execution, pool of one ==");
@@ -342,13 +368,15 @@ fn targets(costs: &[WorkerCost]) -> Vec<Target> {
             .find(|c| c.language == language && c.mode == "back_to_back")
             .and_then(|c| c.per_s)
     };
-    if let (Some(js), Some(py)) = (rate("javascript"), rate("python")) {
-        targets.push(Target::at_least(
-            "C32 rate",
-            "Python executions/s / JavaScript executions/s, back to back",
-            py / js,
-            0.5,
-        ));
+    for (name, python) in [("C32 rate", "python"), ("C32 rate native", NATIVE)] {
+        if let (Some(js), Some(py)) = (rate("javascript"), rate(python)) {
+            targets.push(Target::at_least(
+                name,
+                &format!("{python} executions/s / javascript executions/s, back to back"),
+                py / js,
+                0.5,
+            ));
+        }
     }
     targets
 }

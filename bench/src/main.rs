@@ -126,7 +126,8 @@ struct Args {
     /// The Python guest built with sympy, networkx and python-dateutil, for `library`.
     #[arg(long)]
     python_packages_guest: Option<PathBuf>,
-    /// The native Python guest's rootfs (`cargo xtask native-python`), for `native`.
+    /// The native Python guest's rootfs (`cargo xtask native-python`), for `native` and
+    /// `capacity`.
     #[arg(long)]
     python_rootfs: Option<PathBuf>,
     /// Upstream's `hluk` (hyperlight-unikraft's CLI), the anchor of `native`.

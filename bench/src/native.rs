@@ -99,6 +99,25 @@ async fn start_from_saved(
     Ok((built.as_secs_f64() * 1e3, saved, saved_bytes))
 }
 
+/// A daemon's arguments for `size` native Python sandboxes from `rootfs`, beside the
+/// benchmark's own daemon arguments.
+pub fn native_args(args: &Args, rootfs: &Path, size: usize) -> Vec<String> {
+    let mut extra = vec![
+        "--pool".to_owned(),
+        format!("python={size}"),
+        "--python-runtime".to_owned(),
+        "native".to_owned(),
+        "--python-rootfs".to_owned(),
+        rootfs.to_string_lossy().into_owned(),
+        "--python-native-memory-mib".to_owned(),
+        MEMORY_MIB.to_owned(),
+        "--startup-timeout-ms".to_owned(),
+        "600000".to_owned(),
+    ];
+    extra.extend(args.daemon_args.iter().cloned());
+    extra
+}
+
 pub async fn run(args: &Args) -> Result<PartReport> {
     let Some(rootfs) = &args.python_rootfs else {
         println!("\n(n) native Python: NOT RUN (needs --python-rootfs)");
@@ -108,22 +127,7 @@ pub async fn run(args: &Args) -> Result<PartReport> {
             targets: Vec::new(),
         });
     };
-    let native = |size: usize| {
-        let mut extra = vec![
-            "--pool".to_owned(),
-            format!("python={size}"),
-            "--python-runtime".to_owned(),
-            "native".to_owned(),
-            "--python-rootfs".to_owned(),
-            rootfs.to_string_lossy().into_owned(),
-            "--python-native-memory-mib".to_owned(),
-            MEMORY_MIB.to_owned(),
-            "--startup-timeout-ms".to_owned(),
-            "600000".to_owned(),
-        ];
-        extra.extend(args.daemon_args.iter().cloned());
-        extra
-    };
+    let native = |size: usize| native_args(args, rootfs, size);
     let n = args.iterations.min(50);
     eprintln!("(n) a daemon without Python, for its memory ...");
     let (bare, _) = start_daemon(&args.daemon, 1, &args.daemon_args).await?;

@@ -75,16 +75,21 @@ pub fn bench(args: &[String]) -> Result<()> {
         "--python-packages-guest".into(),
         packages.to_string_lossy().into_owned(),
     ];
-    if chosen.iter().any(|(part, _)| *part == "native") {
+    let runs = |name: &str| chosen.iter().any(|(part, _)| *part == name);
+    if runs("native") || runs("capacity") {
         let rootfs = native_python::native_python(None)?;
         command.extend([
             "--python-rootfs".to_owned(),
             rootfs.to_string_lossy().into_owned(),
+        ]);
+    }
+    if runs("native") {
+        command.extend([
             "--hluk".to_owned(),
             anchor::hluk()?.to_string_lossy().into_owned(),
         ]);
     }
-    if chosen.iter().any(|(part, _)| *part == "baseline") {
+    if runs("baseline") {
         let baseline = baseline::baseline_daemon()?;
         command.extend([
             "--baseline-daemon".to_owned(),
