@@ -290,6 +290,10 @@ def _program_traceback(error: BaseException) -> str:
     return "".join(traceback.format_exception(type(error), error, tb))
 
 
+# The statements of a program that is one expression: compiled once, in the template.
+_NOTHING = compile("", PROGRAM, "exec")
+
+
 def _split(code: str):
     """The usual program, one whose last statement is an expression starting at column 0,
     compiled straight from its source: the statements before that line, and the expression.
@@ -310,7 +314,7 @@ def _split(code: str):
         return None
     try:
         last = compile("\n" * index + "\n".join(lines[index:]), PROGRAM, "eval")
-        body = compile("\n".join(lines[:index]), PROGRAM, "exec")
+        body = compile("\n".join(lines[:index]), PROGRAM, "exec") if index else _NOTHING
     except Exception:  # noqa: BLE001 - whatever it is, the syntax tree path reports it
         return None
     return body, last
