@@ -37,6 +37,11 @@ async fn the_result_convention_output_and_errors_are_the_webassembly_guest_s() {
     );
     assert_eq!(hello.result, json!(42));
 
+    // The template's objects (the packages') are out of the collector's reach (gc.freeze), so
+    // that a collection a request sets off does not copy every page of the template.
+    let frozen = run(&daemon, py("import gc\ngc.get_freeze_count() > 10000")).await;
+    assert_eq!(frozen.result, json!(true), "{frozen:?}");
+
     let version = run(&daemon, py("import sys, numpy, pandas\n[sys.version_info[:2], numpy.__version__, pandas.__version__]")).await;
     assert_eq!(version.status, ExecStatus::Ok, "{version:?}");
     assert_eq!(version.result[0], json!([3, 11]), "{version:?}");
