@@ -137,7 +137,7 @@ def _freeze() -> None:
     before it forks: a collection a request sets off then walks the request's own objects only.
     Otherwise it writes the header of every object it walks, and each of those pages is copied
     into the sandbox (the packages' objects fill hundreds of megabytes). Collected first, so
-    that every request starts with no allocations counted towards the next collection."""
+    that no garbage is frozen with it."""
     gc.collect()
     gc.freeze()
 

@@ -168,7 +168,7 @@ _keep_import_caches()
 # before it forks: a collection a request sets off (gc.collect() in a program or a library)
 # then walks the request's own objects only, instead of writing the header of every object
 # in the template, each of whose pages would then be copied into the sandbox. Collected first,
-# so that every request starts with no allocations counted towards the next collection.
+# so that no garbage is frozen with it.
 gc.collect()
 gc.freeze()
 
