@@ -263,7 +263,6 @@ fn guest_host() -> GuestHost {
     GuestHost::Here("/dev/kvm with hardware virtualisation".into())
 }
 
-/// Runs `command` as the step `name`, failing if it fails or outlives `limit`.
 /// Whether the build products `products` exist and `stamp` records `key`, the digest of the
 /// inputs they were built from: then their build may be skipped. The build writes the stamp
 /// last, once every step has succeeded.
@@ -272,6 +271,7 @@ fn built_from(stamp: &Path, key: &str, products: &[&Path]) -> bool {
         && std::fs::read_to_string(stamp).ok().as_deref() == Some(key)
 }
 
+/// Runs `command` as the step `name`, failing if it fails or outlives `limit`.
 fn step(name: &str, command: &mut Command, limit: Duration) -> Result<()> {
     eprintln!("==> {name}");
     let started = Instant::now();
