@@ -286,16 +286,19 @@ impl Daemon {
     /// How many times `language`'s template was made ready from `source` ("built", "loaded"),
     /// as the daemon's metrics count it.
     pub async fn templates(&self, language: &str, source: &str) -> u64 {
-        let metrics = within("metrics", STEP_LIMIT, self.client().metrics())
-            .await
-            .expect("metrics");
         let series = format!(
             r#"hyperlightd_sandbox_template_seconds_count{{language="{language}",source="{source}"}}"#
         );
-        metrics
-            .lines()
-            .find_map(|line| line.strip_prefix(series.as_str()))
-            .map_or(0, |count| count.trim().parse().expect("a count"))
+        self.metric(&series).await as u64
+    }
+
+    /// One series of the daemon's metrics now (its name and labels as the daemon writes
+    /// them); 0 when the daemon has not written it.
+    pub async fn metric(&self, series: &str) -> f64 {
+        let metrics = within("metrics", STEP_LIMIT, self.client().metrics())
+            .await
+            .expect("metrics");
+        metric(&metrics, series)
     }
 
     /// Waits, at most `limit`, until the snapshot directory `dir` holds one saved template of
@@ -649,4 +652,13 @@ pub fn saved_templates(dir: &Path, language: &str) -> Vec<PathBuf> {
         .collect();
     found.sort();
     found
+}
+
+/// One series of `metrics` (the Prometheus text format; its name and labels as written); 0
+/// when absent.
+pub fn metric(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
 }

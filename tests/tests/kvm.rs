@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use hyperlightd_client::{Error, ErrorKind, ExecStatus, Language};
 use hyperlightd_e2e::{
     Daemon, STEP_LIMIT, assert_capped_and_finished, audit_lines, exec_request, get_request, js,
-    js_with_timeout, raw_request, run, within,
+    js_with_timeout, metric, raw_request, run, within,
 };
 use nix::sys::signal::Signal;
 use serde_json::json;
@@ -646,14 +646,8 @@ async fn received(daemon: &Daemon, count: u32) {
 /// knows the queue holds only what came after them.
 async fn taken(daemon: &Daemon, count: u32) {
     within("the jobs leave the queue", STEP_LIMIT, async {
-        loop {
-            let metrics = within("metrics", STEP_LIMIT, daemon.client().metrics())
-                .await
-                .unwrap();
-            let series = r#"hyperlightd_queue_wait_seconds_count{language="javascript"}"#;
-            if metric(&metrics, series) >= f64::from(count) {
-                return;
-            }
+        let series = r#"hyperlightd_queue_wait_seconds_count{language="javascript"}"#;
+        while daemon.metric(series).await < f64::from(count) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
@@ -672,13 +666,6 @@ async fn executions_received(daemon: &Daemon) -> f64 {
         .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
     answered + metric(&metrics, "hyperlightd_executions_in_flight")
-}
-
-fn metric(metrics: &str, series: &str) -> f64 {
-    metrics
-        .lines()
-        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or(0.0)
 }
 
 #[tokio::test]

@@ -103,10 +103,7 @@ async fn metric(client: &Client, series: &str) -> f64 {
     let metrics = within("metrics", STEP_LIMIT, client.metrics())
         .await
         .unwrap();
-    metrics
-        .lines()
-        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or(0.0)
+    hyperlightd_e2e::metric(&metrics, series)
 }
 
 #[tokio::test]

@@ -104,7 +104,9 @@ async fn output_arrives_while_the_program_runs_in_order_and_capped_in_both_langu
 async fn a_client_that_goes_away_stops_the_program_and_frees_the_sandbox() {
     let daemon = Daemon::start(&["--pool", "javascript=1"]).await;
     let client = daemon.client();
+    let taken = r#"hyperlightd_queue_wait_seconds_count{language="javascript"}"#;
     for code in ["console.log('looping'); for (;;) {}", "for (;;) {}"] {
+        let before = daemon.metric(taken).await;
         let looping = ExecRequest {
             timeout_ms: Some(60_000),
             ..ExecRequest::new(Language::Javascript, code)
@@ -123,8 +125,13 @@ async fn a_client_that_goes_away_stops_the_program_and_frees_the_sandbox() {
                 "{first:?}"
             );
         } else {
-            // Nothing will arrive: give the program time to start, then go away.
-            tokio::time::sleep(Duration::from_secs(2)).await;
+            // Nothing will arrive: go away once the sandbox has taken the program.
+            within("the program reaches its sandbox", STEP_LIMIT, async {
+                while daemon.metric(taken).await <= before {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+            .await;
             handle.abort();
         }
         // The one sandbox is free again well before the loop's minute is up.

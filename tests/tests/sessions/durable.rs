@@ -151,23 +151,33 @@ async fn sessions_outlive_a_clean_restart_and_a_kill_during_an_exec_and_say_what
         assert!(!refused.status.success(), "{refused:?}");
     }
 
-    // An exec answered, the next one on its way, and the daemon killed: the answered exec's
-    // state is back if its checkpoint reached the disk first, and reported lost otherwise.
+    // An exec answered, the next one in the daemon (it runs until its limit, a minute), and
+    // the daemon killed: the answered exec's state is back if its checkpoint reached the disk
+    // first, and reported lost otherwise.
     for (language, id) in &ids {
         value(&client, id, &set_x(*language, 10)).await;
     }
     let pending: Vec<_> = ids
         .iter()
         .map(|(language, id)| {
-            let (client, id, code) = (client.clone(), id.clone(), set_x(*language, 11));
-            tokio::spawn(async move {
-                client
-                    .session_exec(&id, &SessionExecRequest::new(code))
-                    .await
-            })
+            let forever = match language {
+                Language::Python => "\nwhile True: pass",
+                _ => "; for (;;) {}",
+            };
+            let request = SessionExecRequest {
+                timeout_ms: Some(60_000),
+                ..SessionExecRequest::new(set_x(*language, 11) + forever)
+            };
+            let (client, id) = (client.clone(), id.clone());
+            tokio::spawn(async move { client.session_exec(&id, &request).await })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    within("both execs reach the daemon", STEP_LIMIT, async {
+        while metric(&client, "hyperlightd_executions_in_flight").await < 2.0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
     let mut daemon = daemon;
     daemon.signal(Signal::SIGKILL);
     daemon.wait_exit(STEP_LIMIT).await;
