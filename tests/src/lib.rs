@@ -295,10 +295,26 @@ impl Daemon {
     /// One series of the daemon's metrics now (its name and labels as the daemon writes
     /// them); 0 when the daemon has not written it.
     pub async fn metric(&self, series: &str) -> f64 {
-        let metrics = within("metrics", STEP_LIMIT, self.client().metrics())
+        metric(&self.metrics().await, series)
+    }
+
+    /// Waits, at most [`STEP_LIMIT`], until the daemon's metrics satisfy `reached` (read with
+    /// [`metric`]), so that a test acts on what the daemon holds rather than on requests still
+    /// on their way to it; fails naming `what` otherwise.
+    pub async fn wait_for_metrics(&self, what: &str, reached: impl Fn(&str) -> bool) {
+        within(what, STEP_LIMIT, async {
+            while !reached(&self.metrics().await) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+    }
+
+    /// The daemon's metrics now, in the Prometheus text format.
+    async fn metrics(&self) -> String {
+        within("metrics", STEP_LIMIT, self.client().metrics())
             .await
-            .expect("metrics");
-        metric(&metrics, series)
+            .expect("metrics")
     }
 
     /// Waits, at most `limit`, until the snapshot directory `dir` holds one saved template of

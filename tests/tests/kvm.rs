@@ -631,41 +631,37 @@ async fn wait_until_ready(daemon: &Daemon) -> hyperlightd_client::HealthResponse
     .await
 }
 
-/// Waits until the daemon has taken in `count` executions (by its metrics), so that a test
-/// acts on requests the daemon holds, not on requests still on their way to it.
+/// Waits until the daemon has taken in `count` executions.
 async fn received(daemon: &Daemon, count: u32) {
-    within("the requests reach the daemon", STEP_LIMIT, async {
-        while executions_received(daemon).await < f64::from(count) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    daemon
+        .wait_for_metrics("the requests reach the daemon", |metrics| {
+            executions_received(metrics) >= f64::from(count)
+        })
+        .await;
 }
 
 /// Waits until the JavaScript workers have taken `count` jobs off the queue, so that a test
 /// knows the queue holds only what came after them.
 async fn taken(daemon: &Daemon, count: u32) {
-    within("the jobs leave the queue", STEP_LIMIT, async {
-        let series = r#"hyperlightd_queue_wait_seconds_count{language="javascript"}"#;
-        while daemon.metric(series).await < f64::from(count) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    daemon
+        .wait_for_metrics("the jobs leave the queue", |metrics| {
+            metric(metrics, JOBS_TAKEN) >= f64::from(count)
+        })
+        .await;
 }
 
-/// Executions the daemon has taken in: those in flight (running or queued) and those
-/// answered, whatever their status (refusals are not counted).
-async fn executions_received(daemon: &Daemon) -> f64 {
-    let metrics = within("metrics", STEP_LIMIT, daemon.client().metrics())
-        .await
-        .unwrap();
+/// Jobs the JavaScript workers have taken off the queue.
+const JOBS_TAKEN: &str = r#"hyperlightd_queue_wait_seconds_count{language="javascript"}"#;
+
+/// Executions the daemon has taken in, by `metrics`: those in flight (running or queued) and
+/// those answered, whatever their status (refusals are not counted).
+fn executions_received(metrics: &str) -> f64 {
     let answered: f64 = metrics
         .lines()
         .filter(|line| line.starts_with("hyperlightd_executions_total{"))
         .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
-    answered + metric(&metrics, "hyperlightd_executions_in_flight")
+    answered + metric(metrics, "hyperlightd_executions_in_flight")
 }
 
 #[tokio::test]

@@ -516,12 +516,11 @@ async fn an_exec_sent_the_moment_the_last_answer_arrives_has_all_of_its_time_lim
         })
     };
     // The next exec goes once the daemon holds the slow one.
-    within("the slow exec reaches the daemon", STEP_LIMIT, async {
-        while metric(&client, "hyperlightd_executions_in_flight").await < 1.0 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    daemon
+        .wait_for_metrics("the slow exec reaches the daemon", |metrics| {
+            hyperlightd_e2e::metric(metrics, "hyperlightd_executions_in_flight") >= 1.0
+        })
+        .await;
     let request = SessionExecRequest {
         timeout_ms: Some(500),
         ..SessionExecRequest::new("++n")

@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use hyperlightd_client::{ExecEvent, ExecStream};
+use hyperlightd_e2e::metric;
 
 use super::*;
 
@@ -126,12 +127,11 @@ async fn a_client_that_goes_away_stops_the_program_and_frees_the_sandbox() {
             );
         } else {
             // Nothing will arrive: go away once the sandbox has taken the program.
-            within("the program reaches its sandbox", STEP_LIMIT, async {
-                while daemon.metric(taken).await <= before {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            })
-            .await;
+            daemon
+                .wait_for_metrics("the program reaches its sandbox", |metrics| {
+                    metric(metrics, taken) > before
+                })
+                .await;
             handle.abort();
         }
         // The one sandbox is free again well before the loop's minute is up.

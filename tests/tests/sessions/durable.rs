@@ -172,12 +172,11 @@ async fn sessions_outlive_a_clean_restart_and_a_kill_during_an_exec_and_say_what
             tokio::spawn(async move { client.session_exec(&id, &request).await })
         })
         .collect();
-    within("both execs reach the daemon", STEP_LIMIT, async {
-        while metric(&client, "hyperlightd_executions_in_flight").await < 2.0 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    daemon
+        .wait_for_metrics("both execs reach the daemon", |metrics| {
+            hyperlightd_e2e::metric(metrics, "hyperlightd_executions_in_flight") >= 2.0
+        })
+        .await;
     let mut daemon = daemon;
     daemon.signal(Signal::SIGKILL);
     daemon.wait_exit(STEP_LIMIT).await;
