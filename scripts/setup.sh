@@ -9,6 +9,8 @@
 #  - qemu-system-x86, linux-image-amd64, busybox-static, cpio: the nested-KVM VM that
 #    `cargo xtask vm` boots where the host's own KVM cannot run Hyperlight guests;
 #  - systemd-analyze and kubectl, which check the systemd unit and the Kubernetes manifests;
+#  - patch and curl, which make the dependencies built with this project's patches
+#    (scripts/patch-crates.sh, run last);
 #  - podman (and catatonit, its pods' pause process), which builds the container image
 #    (`cargo xtask image`) and, in the VM, plays the DaemonSet's pod; python3-yaml, which turns
 #    the DaemonSet into that pod.
@@ -19,7 +21,7 @@ cd "$(dirname "$0")/.."
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 
-packages=(clang qemu-system-x86 linux-image-amd64 busybox-static cpio podman catatonit python3-yaml)
+packages=(clang qemu-system-x86 linux-image-amd64 busybox-static cpio podman catatonit python3-yaml patch curl)
 missing=()
 for pkg in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -53,3 +55,5 @@ if ! grep -q '^rust-src' <<<"$installed" || ! grep -q '^clippy' <<<"$installed" 
     echo "setup: installing Rust $toolchain with rust-src, clippy, rustfmt"
     rustup toolchain install "$toolchain" --profile minimal -c rust-src -c clippy -c rustfmt
 fi
+
+scripts/patch-crates.sh
