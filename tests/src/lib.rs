@@ -278,6 +278,20 @@ impl Daemon {
         &self.socket
     }
 
+    /// The daemon's resident memory now (`VmRSS`), every sandbox's pages included.
+    pub fn resident_bytes(&self) -> u64 {
+        let pid = self.child.as_ref().expect("the daemon runs").id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .expect("the daemon's /proc status");
+        let kib = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|value| value.trim().strip_suffix("kB"))
+            .and_then(|value| value.trim().parse::<u64>().ok())
+            .expect("VmRSS in kB");
+        kib * 1024
+    }
+
     /// Everything the daemon has logged so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("daemon.log")).unwrap_or_default()

@@ -326,6 +326,39 @@ async fn a_poisoned_sandbox_is_restored_in_place_and_leaks_nothing() {
     assert_eq!(sandboxes_built(&daemon).await, 1.0, "nothing rebuilt");
 }
 
+/// A restore zeroes in place only the pages the next run takes again, at most 16 MiB of them,
+/// and gives back the rest (patches/hyperlight-host): the pages a large program wrote are gone
+/// from the daemon once a small program has run after it.
+#[tokio::test]
+async fn memory_a_large_program_wrote_is_given_back() {
+    let daemon = python_daemon(&[]).await;
+    let small = py("x = 1\nx");
+    // With one sandbox, each answer comes after the restore that followed the request before.
+    for _ in 0..2 {
+        assert_eq!(run(&daemon, small.clone()).await.result, json!(1));
+    }
+    let before = daemon.resident_bytes();
+    let large = run(
+        &daemon,
+        py_with_timeout(
+            "block = bytearray(48 * 2**20)\nfor i in range(0, len(block), 4096):\n    block[i] = 1\nlen(block)",
+            60_000,
+        ),
+    )
+    .await;
+    assert_eq!(large.result, json!(48 << 20), "{large:?}");
+    for _ in 0..2 {
+        assert_eq!(run(&daemon, small.clone()).await.result, json!(1));
+    }
+    let after = daemon.resident_bytes();
+    // The large program's 48 MiB, or the 16 MiB a restore may keep, would show; the daemon's
+    // own allocations move by far less.
+    assert!(
+        after < before + (8 << 20),
+        "resident {before} bytes before the large program, {after} after"
+    );
+}
+
 #[tokio::test]
 async fn output_is_capped_however_it_is_written() {
     let daemon = python_daemon(&[]).await;
