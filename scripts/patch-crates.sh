@@ -18,7 +18,8 @@ mkdir -p "$out"
 fetch() { # crate version sha256 file: the .crate from cargo's own cache, else from crates.io
     local crate=$1 version=$2 sum=$3 file=$4 cached
     echo "$sum  $file" | sha256sum --check --status 2>/dev/null && return
-    cached=$(find "${CARGO_HOME:-$HOME/.cargo}/registry/cache" -name "$crate-$version.crate" 2>/dev/null | head -1)
+    # On a fresh machine cargo's cache does not exist yet: find fails, and that is no error.
+    cached=$(find "${CARGO_HOME:-$HOME/.cargo}/registry/cache" -name "$crate-$version.crate" 2>/dev/null | head -1 || true)
     if [ -n "$cached" ]; then
         cp "$cached" "$file"
     else
