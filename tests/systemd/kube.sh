@@ -35,10 +35,12 @@ in_pod() {
     timeout 300 podman exec "$pod-client" hlctl --socket "$socket" "$@"
 }
 
-check "podman $(podman version --format '{{.Client.Version}}'), its store on a tmpfs"
-# The VM's root is an overlay, on which podman's overlay store cannot sit.
+# The VM's root is an overlay, on which podman's overlay store cannot sit: the store goes on a
+# tmpfs before podman first runs. (Run earlier, podman would find the host's store through the
+# VM's root, fail to set up its driver there and remember that failure for the whole boot.)
 mkdir -p /var/lib/containers && mount -t tmpfs -o size=4g containers /var/lib/containers \
     || fail "mounting the store"
+check "podman $(podman version --format '{{.Client.Version}}'), its store on a tmpfs"
 podman load -i "$archive" || fail "podman load"
 podman image inspect localhost/hyperlightd:latest --format '{{.Config.User}} {{.Config.Entrypoint}}'
 [ "$(podman image inspect localhost/hyperlightd:latest --format '{{.Config.User}}')" = 10001:10001 ] \
