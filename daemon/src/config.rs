@@ -45,9 +45,10 @@ pub struct Config {
 
     /// When a sandbox runs its language's priming program after the restore that follows each
     /// execution: `when-idle` (if no request is waiting: the next request's first writes are
-    /// already paid for) or `never` (each execution costs its worker less CPU, and the request
-    /// pays for the pages it writes; see docs/BENCHMARKS.md, issue 32).
-    #[arg(long, value_enum, env = "HYPERLIGHTD_PRIME", default_value_t = Prime::WhenIdle)]
+    /// already paid for), `never` (each execution costs its worker less CPU, and the request
+    /// pays for the pages it writes), or `auto`, each runtime as measured to pay: native Python
+    /// when idle, JavaScript and WebAssembly Python never (docs/BENCHMARKS.md, issue 32).
+    #[arg(long, value_enum, env = "HYPERLIGHTD_PRIME", default_value_t = Prime::Auto)]
     pub prime: Prime,
 
     /// Time limit of a request that names none, in milliseconds.
@@ -315,17 +316,22 @@ impl FromStr for PoolSpec {
 /// When a sandbox is primed after a restore.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Prime {
+    /// As each runtime does by default: where priming pays for its CPU.
+    Auto,
     /// After each restore that finds no request waiting.
     WhenIdle,
     /// Never.
     Never,
 }
 
-impl From<Prime> for crate::sandbox::pool::Priming {
-    fn from(prime: Prime) -> Self {
-        match prime {
-            Prime::WhenIdle => Self::WhenIdle,
-            Prime::Never => Self::Never,
+impl Prime {
+    /// The operator's choice for every pool; None: each runtime's own.
+    pub fn priming(self) -> Option<crate::sandbox::pool::Priming> {
+        use crate::sandbox::pool::Priming;
+        match self {
+            Prime::Auto => None,
+            Prime::WhenIdle => Some(Priming::WhenIdle),
+            Prime::Never => Some(Priming::Never),
         }
     }
 }

@@ -354,16 +354,18 @@ fn egress_options_are_checked_at_startup() {
 }
 
 #[test]
-fn priming_is_when_idle_by_default_never_on_request_and_refuses_other_values() {
-    assert_eq!(parse(&[]).unwrap().prime, Prime::WhenIdle);
-    let never = parse(&["--prime", "never"]).unwrap();
-    assert_eq!(
-        crate::sandbox::pool::Priming::from(never.prime),
-        crate::sandbox::pool::Priming::Never
-    );
+fn priming_is_each_runtimes_own_by_default_the_operators_on_request_and_refuses_other_values() {
+    use crate::sandbox::pool::Priming;
+    assert_eq!(parse(&[]).unwrap().prime.priming(), None);
+    for (value, priming) in [
+        ("auto", None),
+        ("when-idle", Some(Priming::WhenIdle)),
+        ("never", Some(Priming::Never)),
+    ] {
+        assert_eq!(parse(&["--prime", value]).unwrap().prime.priming(), priming);
+    }
     let refused = parse(&["--prime", "sometimes"]).unwrap_err().to_string();
-    assert!(
-        refused.contains("when-idle") && refused.contains("never"),
-        "{refused}"
-    );
+    for value in ["auto", "when-idle", "never"] {
+        assert!(refused.contains(value), "{refused}");
+    }
 }

@@ -347,7 +347,7 @@ async fn start_executor(
         snapshots: stores.snapshots,
         queue_depth: config.queue_depth,
         build_limit: limit,
-        priming: config.prime.into(),
+        priming: config.prime.priming(),
     };
     let (runtime, sizes, metrics) = (Handle::current(), sizes.clone(), metrics.clone());
     let name = hypervisor.to_string();

@@ -61,8 +61,9 @@ pub struct SandboxSettings {
     pub queue_depth: usize,
     /// How long building one sandbox may take before its worker counts as stuck.
     pub build_limit: Duration,
-    /// When workers prime their sandboxes after a restore.
-    pub priming: Priming,
+    /// When workers prime their sandboxes after a restore; None: as each runtime does by
+    /// default ([`GuestFactory::primes_when_idle`]).
+    pub priming: Option<Priming>,
 }
 
 impl SandboxSettings {
@@ -130,14 +131,15 @@ pub fn start_pools(
     let watchdog = Watchdog::new(runtime);
     let mut pools = BTreeMap::new();
     for (&language, &size) in sizes {
+        let factory = settings.factory(language, &watchdog);
         let config = PoolConfig {
             language,
             size,
             queue_depth: settings.queue_depth,
             heap_bytes: settings.sizes(language).heap_bytes,
             build_limit: settings.build_limit,
-            factory: settings.factory(language, &watchdog),
-            priming: settings.priming,
+            priming: priming(settings.priming, factory.as_ref()),
+            factory,
         };
         let pool = Pool::start(config, watchdog.clone(), metrics.pool(language))
             .map_err(|error| StartError { language, error })?;
@@ -146,9 +148,61 @@ pub fn start_pools(
     Ok(pools)
 }
 
+/// When a pool's workers prime: as the operator said, else as its runtime does by default.
+fn priming(setting: Option<Priming>, factory: &dyn GuestFactory) -> Priming {
+    setting.unwrap_or(if factory.primes_when_idle() {
+        Priming::WhenIdle
+    } else {
+        Priming::Never
+    })
+}
+
 impl SandboxSettings {
     /// Memory a program can allocate in a `language` sandbox, in MiB.
     pub fn memory_mib(&self, language: Language) -> u64 {
         self.sizes(language).heap_bytes >> 20
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::guest::{BuildError, Guest, GuestFactory, OutputCapture};
+    use super::pool::Priming;
+    use crate::job::Runtime;
+
+    /// A runtime that primes by default, or not.
+    struct Primes(bool);
+
+    impl GuestFactory for Primes {
+        fn create(&self, _: Arc<OutputCapture>) -> Result<Box<dyn Guest>, BuildError> {
+            Err(BuildError("never built".into()))
+        }
+
+        fn runtime(&self) -> Runtime {
+            Runtime::default()
+        }
+
+        fn primes_when_idle(&self) -> bool {
+            self.0
+        }
+    }
+
+    #[test]
+    fn a_pool_primes_as_its_runtime_does_unless_the_operator_says_otherwise() {
+        use Priming::{Never, WhenIdle};
+        for (setting, runtime_primes, expected) in [
+            (None, true, WhenIdle),
+            (None, false, Never),
+            (Some(Never), true, Never),
+            (Some(WhenIdle), false, WhenIdle),
+        ] {
+            let got = super::priming(setting, &Primes(runtime_primes));
+            assert_eq!(
+                got, expected,
+                "{setting:?}, runtime primes: {runtime_primes}"
+            );
+        }
     }
 }

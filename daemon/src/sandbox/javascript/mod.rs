@@ -5,8 +5,9 @@
 //! registered, snapshotted. Every sandbox of the pool is built from that snapshot
 //! (hyperlight-host's `SandboxBuilder::from_snapshot`) with the host functions of [`host`], so a
 //! sandbox costs a new micro-VM over the template's memory, not a runtime load; a request pays
-//! for neither. After each restore the sandbox is primed with a fixed program, so that the pages
-//! a request writes are already copied from the snapshot.
+//! for neither. With `--prime when-idle` the sandbox is primed after each restore with a fixed
+//! program, so that the pages a request writes are already copied from the snapshot; by default
+//! it is not (`GuestFactory::primes_when_idle`).
 
 mod files;
 mod host;
