@@ -369,3 +369,12 @@ fn priming_is_each_runtimes_own_by_default_the_operators_on_request_and_refuses_
         assert!(refused.contains(value), "{refused}");
     }
 }
+
+#[test]
+fn the_log_names_a_pools_priming_as_the_option_does() {
+    use clap::ValueEnum;
+    for prime in [Prime::WhenIdle, Prime::Never] {
+        let name = prime.to_possible_value().unwrap();
+        assert_eq!(prime.priming().unwrap().as_str(), name.get_name());
+    }
+}

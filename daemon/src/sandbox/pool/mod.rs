@@ -76,6 +76,16 @@ pub enum Priming {
     Never,
 }
 
+impl Priming {
+    /// Its name as `--prime` spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Priming::WhenIdle => "when-idle",
+            Priming::Never => "never",
+        }
+    }
+}
+
 impl std::fmt::Debug for PoolConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PoolConfig")
@@ -311,6 +321,7 @@ impl Pool {
         info!(
             language = %config.language,
             elapsed_ms = started.elapsed().as_millis() as u64,
+            priming = config.priming.as_str(),
             "first sandbox built from the template"
         );
         let queue = FairQueue::new(config.queue_depth);
