@@ -59,6 +59,20 @@ async fn hello_world_and_the_last_expression_as_result() {
         ("s = '''\nx\n'''\ns", json!("\nx\n")),
         ("x = 5\n# done\n", serde_json::Value::Null),
         ("'only'", json!("only")),
+        ("x = 1\nx, 2", json!([1, 2])),
+        // The last line at column 0 does not start the last statement: it goes on one begun
+        // earlier (a call's arguments, a backslash, a string).
+        (
+            "f = lambda *a, **k: len(a) + 10 * len(k)\nf(\nx=1)",
+            json!(10),
+        ),
+        ("x = \\\n5", serde_json::Value::Null),
+        ("s = '''\nx'''", serde_json::Value::Null),
+        // Nothing of the runner's is left in the program's globals.
+        (
+            "x = 1\nsorted(globals())",
+            json!(["__builtins__", "__name__", "x"]),
+        ),
     ] {
         let response = run(&daemon, py(program)).await;
         assert_eq!(response.status, ExecStatus::Ok, "{program:?}: {response:?}");
