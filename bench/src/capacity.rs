@@ -109,9 +109,23 @@ pub fn worker_cost(
     after: &str,
     per_s: Option<f64>,
 ) -> Result<WorkerCost> {
+    worker_cost_over(language, mode, &[(before, after)], per_s)
+}
+
+/// The worker's cost per execution of `language` over `spans`, each between two scrapes.
+pub fn worker_cost_over(
+    language: Language,
+    mode: &'static str,
+    spans: &[(&str, &str)],
+    per_s: Option<f64>,
+) -> Result<WorkerCost> {
     let lang = format!("language=\"{}\"", language.as_str());
-    let delta =
-        |name: &str, labels: &[&str]| counter(after, name, labels) - counter(before, name, labels);
+    let delta = |name: &str, labels: &[&str]| -> f64 {
+        spans
+            .iter()
+            .map(|(before, after)| counter(after, name, labels) - counter(before, name, labels))
+            .sum()
+    };
     let executions = delta("hyperlightd_executions_total", &[&lang]);
     if executions < 1.0 {
         bail!("no {} execution was counted", language.as_str());

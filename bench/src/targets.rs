@@ -46,13 +46,16 @@ impl Target {
     }
 
     pub fn print(&self) {
+        // 1.8 as 1.8, a bound computed from a measure (R3's 95 % of a ceiling) to 3 places.
+        let bound = format!("{:.3}", self.bound);
+        let bound = bound.trim_end_matches('0').trim_end_matches('.');
         println!(
             "{:<12} {:<66} {:>9.3}  {} {:<7} {}",
             self.name,
             self.what,
             self.value,
             if self.at_most { "<=" } else { ">=" },
-            self.bound,
+            bound,
             if self.met() { "met" } else { "NOT met" }
         );
     }
