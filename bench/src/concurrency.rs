@@ -18,13 +18,6 @@ use crate::{Args, BODY};
 const RUNS: usize = 3;
 
 pub async fn run(args: &Args) -> Result<PartReport> {
-    eprintln!("(c') hyperlight-js in-process, 1 and 2 threads ...");
-    let direct: Vec<(usize, f64, CpuUse)> = [1, 2]
-        .into_iter()
-        .map(|threads| {
-            direct_threads(threads, args.throughput_requests).map(|(r, cpu)| (threads, r, cpu))
-        })
-        .collect::<Result<_>>()?;
     let (daemon, _) = start_daemon(&args.daemon, 2, &args.daemon_args).await?;
     let request = ExecRequest::new(Language::Javascript, BODY);
     for _ in 0..20 {
@@ -61,6 +54,9 @@ pub async fn run(args: &Args) -> Result<PartReport> {
         };
         runs.push(pair);
     }
+    // The ceiling after the daemon's runs, the machine as warm, in slices taking turns as theirs.
+    eprintln!("(c') hyperlight-js in-process, 1 and 2 threads ...");
+    let direct = direct_levels(args.throughput_requests)?;
     println!("\n== R3: concurrency (pool of 2, two vCPUs) ==");
     for (threads, per_s, cpu) in &direct {
         println!(
@@ -166,7 +162,7 @@ async fn pair(client: &Client, request: &ExecRequest, requests: usize) -> Result
 struct Slice {
     concurrency: usize,
     executions: usize,
-    seconds: f64,
+    per_s: f64,
     cpu: CpuUse,
     before: String,
     after: String,
@@ -188,32 +184,65 @@ async fn slice(
     Ok(Slice {
         concurrency,
         executions,
-        seconds: executions as f64 / run.per_s,
+        per_s: run.per_s,
         cpu: run.cpu,
         before,
         after,
     })
 }
 
-/// One level over its slices: executions per second over their time together, the CPUs kept
-/// busy (weighted by time) and per execution, and the workers' time per execution.
-fn level(slices: &[&Slice], language: Language, mode: &'static str) -> Result<Level> {
-    let executions: usize = slices.iter().map(|s| s.executions).sum();
-    let seconds: f64 = slices.iter().map(|s| s.seconds).sum();
-    let per_s = executions as f64 / seconds;
+/// hyperlight-js in this process on one and two threads, `requests` calls each, in the slices
+/// of [`ORDER`]: (threads, calls+restores per second, CPUs).
+fn direct_levels(requests: usize) -> Result<Vec<(usize, f64, CpuUse)>> {
+    let mut slices = Vec::with_capacity(ORDER.len());
+    for threads in ORDER {
+        let (per_s, cpu) = direct_threads(threads, requests / 2)?;
+        slices.push((threads, (requests / 2, per_s, cpu)));
+    }
+    Ok([1, 2]
+        .into_iter()
+        .map(|threads| {
+            let of: Vec<(usize, f64, CpuUse)> = slices
+                .iter()
+                .filter(|s| s.0 == threads)
+                .map(|s| s.1)
+                .collect();
+            let (per_s, cpu) = combined(&of);
+            (threads, per_s, cpu)
+        })
+        .collect())
+}
+
+/// Slices of one level, each (executions, per second, CPUs), as one: executions per second over
+/// their time together, the CPUs kept busy weighted by time, CPU time per execution.
+fn combined(slices: &[(usize, f64, CpuUse)]) -> (f64, CpuUse) {
+    let executions: usize = slices.iter().map(|s| s.0).sum();
+    let seconds = |s: &(usize, f64, CpuUse)| s.0 as f64 / s.1;
+    let total: f64 = slices.iter().map(seconds).sum();
     let cpu = CpuUse {
         cpus_busy: slices
             .iter()
-            .map(|s| s.cpu.cpus_busy * s.seconds)
+            .map(|s| s.2.cpus_busy * seconds(s))
             .sum::<f64>()
-            / seconds,
-        cpus: slices.first().map_or(0, |s| s.cpu.cpus),
+            / total,
+        cpus: slices.first().map_or(0, |s| s.2.cpus),
         ms_per_execution: slices
             .iter()
-            .map(|s| s.cpu.ms_per_execution * s.executions as f64)
+            .map(|s| s.2.ms_per_execution * s.0 as f64)
             .sum::<f64>()
             / executions.max(1) as f64,
     };
+    (executions as f64 / total, cpu)
+}
+
+/// One level over its slices: executions per second over their time together, the CPUs, and
+/// the workers' time per execution.
+fn level(slices: &[&Slice], language: Language, mode: &'static str) -> Result<Level> {
+    let parts: Vec<(usize, f64, CpuUse)> = slices
+        .iter()
+        .map(|s| (s.executions, s.per_s, s.cpu))
+        .collect();
+    let (per_s, cpu) = combined(&parts);
     let spans: Vec<(&str, &str)> = slices
         .iter()
         .map(|s| (s.before.as_str(), s.after.as_str()))
