@@ -68,10 +68,10 @@ async fn hello_world_and_the_last_expression_as_result() {
         ),
         ("x = \\\n5", serde_json::Value::Null),
         ("s = '''\nx'''", serde_json::Value::Null),
-        // Nothing of the runner's is left in the program's globals.
+        // Nothing of the runner's is left in the program's globals but the tools module.
         (
             "x = 1\nsorted(globals())",
-            json!(["__builtins__", "__name__", "x"]),
+            json!(["__builtins__", "__name__", "tools", "x"]),
         ),
     ] {
         let response = run(&daemon, py(program)).await;
