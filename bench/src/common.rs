@@ -401,6 +401,17 @@ pub async fn back_to_back(client: &Client, request: &ExecRequest, n: usize) -> R
     Ok(n as f64 / start.elapsed().as_secs_f64())
 }
 
+/// The rate of runs measured apart, each (executions, executions per second), taken as one:
+/// their executions over the time they took together.
+pub fn rate_over(runs: impl IntoIterator<Item = (usize, f64)>) -> f64 {
+    let (executions, seconds) = runs
+        .into_iter()
+        .fold((0, 0.0), |(n, t), (executions, per_s)| {
+            (n + executions, t + executions as f64 / per_s)
+        });
+    executions as f64 / seconds
+}
+
 /// The mean of a histogram of the daemon's, in milliseconds (NaN when it has no samples).
 pub fn mean_ms(metrics: &str, name: &str, labels: &str) -> f64 {
     let (sum, count) = histogram_totals(metrics, name, labels);
@@ -414,4 +425,16 @@ pub fn mean_ms(metrics: &str, name: &str, labels: &str) -> f64 {
 /// The `{language="..."` label prefix of a language's series.
 pub fn language_label(language: hyperlightd_client::Language) -> String {
     format!("{{language=\"{}\"", language.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rate_over;
+
+    #[test]
+    fn a_rate_over_runs_weighs_each_by_its_time() {
+        // 100 executions in 2 s and 100 in 1 s: 200 in 3 s, not the mean of 50 and 100.
+        let rate = rate_over([(100, 50.0), (100, 100.0)]);
+        assert!((rate - 200.0 / 3.0).abs() < 1e-9, "{rate}");
+    }
 }

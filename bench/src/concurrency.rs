@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::capacity::{WorkerCost, worker_cost_over};
-use crate::common::{CpuUse, concurrent, exec_checked, start_daemon, wait_until_idle};
+use crate::common::{CpuUse, concurrent, exec_checked, rate_over, start_daemon, wait_until_idle};
 use crate::direct::direct_threads;
 use crate::targets::{PartReport, Target};
 use crate::{Args, BODY};
@@ -144,13 +144,11 @@ const ORDER: [usize; 4] = [1, 2, 2, 1];
 async fn pair(client: &Client, request: &ExecRequest, requests: usize) -> Result<[Level; 2]> {
     let mut slices = Vec::with_capacity(ORDER.len());
     for concurrency in ORDER {
-        slices.push(slice(client, request, concurrency, requests / 2).await?);
+        let run = slice(client, request, concurrency, requests / 2).await?;
+        slices.push((concurrency, run));
     }
     let level = |concurrency: usize, mode: &'static str| {
-        let of: Vec<&Slice> = slices
-            .iter()
-            .filter(|s| s.concurrency == concurrency)
-            .collect();
+        let of: Vec<&Slice> = at_level(&slices, concurrency).collect();
         level(&of, request.language, mode)
     };
     Ok([level(1, "concurrency_1")?, level(2, "concurrency_2")?])
@@ -160,7 +158,6 @@ async fn pair(client: &Client, request: &ExecRequest, requests: usize) -> Result
 /// metrics before and after them.
 #[derive(Debug)]
 struct Slice {
-    concurrency: usize,
     executions: usize,
     per_s: f64,
     cpu: CpuUse,
@@ -182,7 +179,6 @@ async fn slice(
     let after = client.metrics().await?;
     let executions = run.samples.len();
     Ok(Slice {
-        concurrency,
         executions,
         per_s: run.per_s,
         cpu: run.cpu,
@@ -202,15 +198,19 @@ fn direct_levels(requests: usize) -> Result<Vec<(usize, f64, CpuUse)>> {
     Ok([1, 2]
         .into_iter()
         .map(|threads| {
-            let of: Vec<(usize, f64, CpuUse)> = slices
-                .iter()
-                .filter(|s| s.0 == threads)
-                .map(|s| s.1)
-                .collect();
+            let of: Vec<(usize, f64, CpuUse)> = at_level(&slices, threads).copied().collect();
             let (per_s, cpu) = combined(&of);
             (threads, per_s, cpu)
         })
         .collect())
+}
+
+/// The slices of a run (each with its concurrency) at `concurrency`, in the order they ran.
+fn at_level<T>(slices: &[(usize, T)], concurrency: usize) -> impl Iterator<Item = &T> {
+    slices
+        .iter()
+        .filter(move |s| s.0 == concurrency)
+        .map(|s| &s.1)
 }
 
 /// Slices of one level, each (executions, per second, CPUs), as one: executions per second over
@@ -232,7 +232,7 @@ fn combined(slices: &[(usize, f64, CpuUse)]) -> (f64, CpuUse) {
             .sum::<f64>()
             / executions.max(1) as f64,
     };
-    (executions as f64 / total, cpu)
+    (rate_over(slices.iter().map(|s| (s.0, s.1))), cpu)
 }
 
 /// One level over its slices: executions per second over their time together, the CPUs, and

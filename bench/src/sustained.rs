@@ -6,7 +6,7 @@ use anyhow::Result;
 use hyperlightd_client::{ExecRequest, Language};
 use serde_json::json;
 
-use crate::common::{back_to_back, python_pool, start_daemon, warm};
+use crate::common::{back_to_back, python_pool, rate_over, start_daemon, warm};
 use crate::targets::{PartReport, Target};
 use crate::{Args, BODY, PYTHON_BODY};
 
@@ -40,10 +40,7 @@ pub async fn run(args: &Args) -> Result<PartReport> {
         ));
     }
     // Over all rounds: executions over the time they took.
-    let rate = |of: fn(&(f64, f64)) -> f64| {
-        let seconds: f64 = rounds.iter().map(|r| n as f64 / of(r)).sum();
-        (n * ROUNDS) as f64 / seconds
-    };
+    let rate = |of: fn(&(f64, f64)) -> f64| rate_over(rounds.iter().map(|r| (n, of(r))));
     let (js_per_s, py_per_s) = (rate(|r| r.0), rate(|r| r.1));
     println!("\n== Sustained: back to back, pool of one, {ROUNDS} rounds in turn ==");
     for (i, (js, py)) in rounds.iter().enumerate() {
