@@ -326,7 +326,10 @@ fn on_kvm_watched(
             step(name, Command::new(&command[0]).args(&command[1..]), limit)
         }
         GuestHost::Vm(why) => {
-            eprintln!("==> {name} (in the nested-KVM VM: {why})");
+            eprintln!(
+                "==> {name} (in the nested-KVM VM, CPU {}: {why})",
+                vm::cpu_model()
+            );
             let options = vm::VmOptions {
                 memory_mib: 10240,
                 cpus: 2,

@@ -48,6 +48,22 @@ const PASSED_ENV: &[&str] = &[
     "CI",
 ];
 
+/// The VM's CPU model, as QEMU's `-cpu` takes it ([`CPU_MODEL`] unless `HYPERLIGHTD_VM_CPU`
+/// says otherwise, for example `max` to compare a run with the fast-string features).
+pub fn cpu_model() -> String {
+    std::env::var("HYPERLIGHTD_VM_CPU")
+        .ok()
+        .filter(|model| !model.is_empty())
+        .unwrap_or_else(|| CPU_MODEL.into())
+}
+
+/// Everything TCG emulates (AMD SVM included, for nested KVM) but the fast-string features ERMS
+/// and FSRM. With them, glibc and the kernel zero and copy large ranges with `rep stosb` and
+/// `rep movsb`, which TCG runs a byte at a time (4.2 µs a page zeroed, against 0.32 µs with
+/// 8-byte stores): a sandbox's restore, mostly zeroing, took two to three times as long as
+/// without them, where on hardware `rep stosb` is the fast way (docs/BENCHMARKS.md).
+const CPU_MODEL: &str = "max,-erms,-fsrm";
+
 /// The VM itself broke, not the command inside it. Both kinds are seen now and then under
 /// QEMU TCG with nested KVM, whatever the command does:
 /// - it froze: it outlived its time limit, although the command's own time limits would have
@@ -384,7 +400,7 @@ pub fn run(command: &[String], options: &VmOptions) -> Result<i32> {
     let console_path = run_dir.path().join("console.log");
     let console = fs::File::create(&console_path)?;
     let mut qemu = Command::new("qemu-system-x86_64")
-        .args(["-accel", options.tcg.accel(), "-cpu", "max"])
+        .args(["-accel", options.tcg.accel(), "-cpu", &cpu_model()])
         .args(["-smp", &options.cpus.to_string()])
         .args(["-m", &options.memory_mib.to_string()])
         .args(["-display", "none", "-serial", "stdio", "-monitor", "none"])
