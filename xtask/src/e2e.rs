@@ -190,7 +190,11 @@ fn run_boot(boot: &Boot, beside_others: bool, why: &str) -> Result<()> {
     } else {
         ""
     };
-    eprintln!("==> {} (in the nested-KVM VM{booted}: {why})", boot.name);
+    eprintln!(
+        "==> {} (in the nested-KVM VM{booted}, CPU {}: {why})",
+        boot.name,
+        vm::cpu_model()
+    );
     let options = vm::VmOptions {
         memory_mib: u32::try_from(VM_MIB).unwrap_or(u32::MAX),
         cpus: 2,
