@@ -1,6 +1,7 @@
 //! The nested-KVM VM harness: runs a command inside a QEMU (TCG) VM whose `/dev/kvm` is a real
-//! KVM (AMD SVM emulated by QEMU's `-cpu max`, nested in the guest kernel), so that Hyperlight
-//! code paths can be exercised on hosts whose own `/dev/kvm` cannot run Hyperlight guests.
+//! KVM (AMD SVM emulated by QEMU's `-cpu max`, with ERMS and FSRM hidden: see [`CPU_MODEL`];
+//! nested in the guest kernel), so that Hyperlight code paths can be exercised on hosts whose
+//! own `/dev/kvm` cannot run Hyperlight guests.
 //!
 //! Built only from Debian packages: `qemu-system-x86`, `linux-image-amd64`, `busybox-static`,
 //! `cpio`. The VM mounts the host's root filesystem read-only over 9p and chroots into it, so the
@@ -60,7 +61,7 @@ pub fn cpu_model() -> String {
 /// Everything TCG emulates (AMD SVM included, for nested KVM) but the fast-string features ERMS
 /// and FSRM. With them, glibc and the kernel zero and copy large ranges with `rep stosb` and
 /// `rep movsb`, which TCG runs a byte at a time (4.2 µs a page zeroed, against 0.32 µs with
-/// 8-byte stores): a sandbox's restore, mostly zeroing, took two to three times as long as
+/// 8-byte stores): a sandbox's restore, mostly zeroing, took two to four times as long as
 /// without them, where on hardware `rep stosb` is the fast way (docs/BENCHMARKS.md).
 const CPU_MODEL: &str = "max,-erms,-fsrm";
 
