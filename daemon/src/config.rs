@@ -48,6 +48,8 @@ pub struct Config {
     /// already paid for), `never` (each execution costs its worker less CPU, and the request
     /// pays for the pages it writes), or `auto`, each runtime as measured to pay: native Python
     /// when idle, JavaScript and WebAssembly Python never (docs/BENCHMARKS.md, issue 32).
+    /// Whatever it says, a new sandbox runs the priming program once before its first request
+    /// (unless a request is already waiting): its first call maps every page it touches.
     #[arg(long, value_enum, env = "HYPERLIGHTD_PRIME", default_value_t = Prime::Auto)]
     pub prime: Prime,
 

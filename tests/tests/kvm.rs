@@ -17,6 +17,8 @@ use serde_json::json;
 
 #[path = "kvm/callers.rs"]
 mod callers;
+#[path = "kvm/pool.rs"]
+mod pool;
 #[path = "kvm/service.rs"]
 mod service;
 

@@ -417,10 +417,27 @@ async fn a_job_still_queued_at_its_deadline_is_answered_then_and_costs_no_restor
     assert_eq!(next.result, serde_json::json!(0));
 }
 
+/// Waits until the guests were primed `count` times.
+async fn primed(control: &Control, count: usize) {
+    for _ in 0..500 {
+        if control.primes.load(Ordering::SeqCst) >= count {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!(
+        "the sandboxes were primed {} times, not {count}",
+        control.primes.load(Ordering::SeqCst)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
-async fn an_idle_sandbox_is_primed_after_each_restore_and_never_with_priming_off() {
-    for (priming, primes) in [(Priming::WhenIdle, 3), (Priming::Never, 0)] {
+async fn a_new_sandbox_is_primed_once_then_after_each_restore_only_when_idle_priming_says_so() {
+    for (priming, primes) in [(Priming::WhenIdle, 4), (Priming::Never, 1)] {
         let (pool, control, _) = pool_priming(1, priming);
+        // The new sandbox, before its first job: whatever the priming after restores.
+        primed(&control, 1).await;
+        assert_eq!(control.resets.load(Ordering::SeqCst), 0, "{priming:?}");
         for _ in 0..3 {
             let answered = submit(&pool, job("ok:1", 5_000)).await.unwrap();
             assert_eq!(answered.status, Status::Ok);

@@ -183,6 +183,15 @@ impl Worker {
     /// other task restores the sandbox first (a job resuming another state loads it anyway).
     fn serve(&self, guest: &mut dyn Guest, output: &OutputCapture) -> Option<Recycle> {
         self.shared.set_state(self.index, SlotState::Idle);
+        // A new sandbox's first call maps into the VM every page it touches, which costs many
+        // times a warm call: its priming program pays for most of that here, off a request's
+        // path (whatever `--prime` says of the calls after each restore), unless a job is
+        // already waiting.
+        if self.jobs.is_empty()
+            && let Err(reason) = self.prime(guest)
+        {
+            return Some(reason);
+        }
         let mut hot: Option<StateRef> = None;
         while let Some((task, running)) = self.jobs.take(hot.as_ref().map(StateRef::key)) {
             if !task.claim.take() || task.reply.is_closed() || task.job.watcher_gone() {
