@@ -184,12 +184,9 @@ impl Worker {
     fn serve(&self, guest: &mut dyn Guest, output: &OutputCapture) -> Option<Recycle> {
         self.shared.set_state(self.index, SlotState::Idle);
         // A new sandbox's first call maps into the VM every page it touches, which costs many
-        // times a warm call: its priming program pays for most of that here, off a request's
-        // path (whatever `--prime` says of the calls after each restore), unless a job is
-        // already waiting.
-        if self.jobs.is_empty()
-            && let Err(reason) = self.prime(guest)
-        {
+        // times a warm call: its priming program pays for most of that here, whatever
+        // `--prime` says of the calls after each restore.
+        if let Err(reason) = self.prime_unless_a_job_waits(guest) {
             return Some(reason);
         }
         let mut hot: Option<StateRef> = None;
@@ -231,12 +228,8 @@ impl Worker {
             if let Err(reason) = self.recover(guest, fate) {
                 return Some(reason);
             }
-            // Priming moves the cost of the first writes after the restore off the next
-            // request's path, but a job already waiting would wait for all of it: that job
-            // gets the sandbox as it is.
             if self.priming == Priming::WhenIdle
-                && self.jobs.is_empty()
-                && let Err(reason) = self.prime(guest)
+                && let Err(reason) = self.prime_unless_a_job_waits(guest)
             {
                 return Some(reason);
             }
@@ -282,7 +275,18 @@ impl Worker {
         }
     }
 
-    /// Primes a freshly restored sandbox. A priming call that fails is undone by another
+    /// Priming moves the cost of a sandbox's first writes (and, on a new sandbox, first
+    /// touches) off the next request's path, but a job already waiting would wait for all of
+    /// it: that job gets the sandbox as it is.
+    fn prime_unless_a_job_waits(&self, guest: &mut dyn Guest) -> Result<(), Recycle> {
+        if self.jobs.is_empty() {
+            self.prime(guest)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Primes a new or freshly restored sandbox. A priming call that fails is undone by another
     /// restore; an error says the sandbox must be rebuilt.
     fn prime(&self, guest: &mut dyn Guest) -> Result<(), Recycle> {
         let started = PhaseStart::now();
