@@ -372,13 +372,22 @@ fn metric(pool: &Pool, metrics: &Metrics, series: &str) -> f64 {
 /// Waits (bounded) until the pool has `idle` idle sandboxes: the worker has restored (and
 /// counted) after the last answer.
 async fn settle(pool: &Pool, idle: usize) {
+    eventually(
+        || pool.counts().ready == idle,
+        || format!("the pool never settled: {:?}", pool.counts()),
+    )
+    .await;
+}
+
+/// Waits (bounded: 5 s) until `reached`; fails with `why_not` otherwise.
+async fn eventually(reached: impl Fn() -> bool, why_not: impl Fn() -> String) {
     for _ in 0..500 {
-        if pool.counts().ready == idle {
+        if reached() {
             return;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    panic!("the pool never settled: {:?}", pool.counts());
+    panic!("{}", why_not());
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -419,16 +428,12 @@ async fn a_job_still_queued_at_its_deadline_is_answered_then_and_costs_no_restor
 
 /// Waits until the guests were primed `count` times.
 async fn primed(control: &Control, count: usize) {
-    for _ in 0..500 {
-        if control.primes.load(Ordering::SeqCst) >= count {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!(
-        "the sandboxes were primed {} times, not {count}",
-        control.primes.load(Ordering::SeqCst)
-    );
+    let primes = || control.primes.load(Ordering::SeqCst);
+    eventually(
+        || primes() >= count,
+        || format!("the sandboxes were primed {} times, not {count}", primes()),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
