@@ -101,8 +101,12 @@ class Output:
 
     @staticmethod
     def start() -> None:
-        Output.open = True
-        Output.lines_left = LINE_BY_LINE
+        # Setting a class's attribute changes the class, and every specialised read of it then
+        # starts over, writing its code's page: only what a run before changed is set.
+        if not Output.open:
+            Output.open = True
+        if Output.lines_left != LINE_BY_LINE:
+            Output.lines_left = LINE_BY_LINE
 
     @staticmethod
     def flush() -> None:
@@ -477,7 +481,8 @@ def run(code: str, max_result_bytes: int, scope: dict, stderr, policy=None, rich
     the reply; a failure's traceback goes to `stderr`. `rich(value)`, when given, may show the
     last expression's value as display data instead (a figure, a table): then the result is
     None."""
-    Http.max_request = max_result_bytes
+    if Http.max_request != max_result_bytes:  # see Output.start
+        Http.max_request = max_result_bytes
     try:
         tree = None
         if policy:

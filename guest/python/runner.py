@@ -31,6 +31,7 @@ program stopped at its time limit loses what is still pending: an unfinished las
 the first LINE_BY_LINE lines, at most the last block.
 """
 
+import _random
 import gc
 import json
 import sys
@@ -177,7 +178,7 @@ def _fill_allocator_holes() -> list:
     interpreter's free lists, free chunks between the malloc'd ones. A request's objects would
     land in those holes, one here and one there, and each page written is a copy-on-write
     fault and a page the restore gives back. Filled, a request's objects come from fresh
-    memory, one after another: the benchmark's program wrote 202 pages instead of 384.
+    memory, one after another: about half as many pages written (docs/BENCHMARKS.md).
 
     For each kind and size of object, this makes objects until half a pool of them in a row
     (4 of the large ones) lie at equal steps going up, which holes seldom do (their order is
@@ -200,7 +201,12 @@ def _fill_allocator_holes() -> list:
                 break
         kept.append(made)
 
-    fill(object)
+    # The kinds with a free list: made here until it is empty.
+    for make in (object, functools.partial(iter, ()), functools.partial(iter, []),
+                 functools.partial(iter, range(0)), functools.partial(range, 0),
+                 functools.partial(slice, None), functools.partial(getattr, kept, "append"),
+                 functools.partial(_keep_import_caches.__get__, 0)):
+        fill(make)
     ints, floats = itertools.count(1 << 20), itertools.count(0.5)
     fill(lambda: next(ints))
     fill(lambda: next(floats))
@@ -246,15 +252,28 @@ def _enter_workdir() -> None:
         _in_workdir = True
 
 
+# The event's decoder, reached directly: json.loads wraps it in Python code (and two regular
+# expression matches) whose every run writes pages of the template.
+_decode_event = json.scanner.make_scanner(json.JSONDecoder())
+
+
+def _seed_random(seed: int) -> None:
+    """random.seed(seed) for an int, without the Python wrapper's pages: the C seeding it
+    calls, and the one attribute it resets, written only when a run before set it."""
+    _random.Random.seed(random._inst, seed)
+    if random._inst.gauss_next is not None:
+        random._inst.gauss_next = None
+
+
 class WitWorld(wit_world.WitWorld):
     def run(self, event: str) -> str:
         _enter_workdir()
-        request = json.loads(event)
+        request = _decode_event(event, 0)[0]
         # The interpreter's state, random's included, was frozen at build time and every
         # request starts from the same snapshot: seed from the host's entropy so that requests
         # do not share a sequence. (random.seed() would read 2.5 KB through os.urandom, in
         # several host calls: about 6 ms a request in the nested-KVM VM.)
-        random.seed(int(request["seed"], 16))
+        _seed_random(int(request["seed"], 16))
         program.Output.start()
         sys.stdout, sys.stderr = _stdout, _stderr
         prime = bool(request.get("prime"))

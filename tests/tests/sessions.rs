@@ -269,6 +269,17 @@ async fn a_fork_copies_the_state_then_the_two_diverge_and_draw_different_random_
             "{language}: the halves of a fork share a random sequence"
         );
     }
+    // Each exec draws from its own seed, even after an exec that left a draw half used:
+    // random.gauss makes its numbers in pairs and keeps the second for its next call.
+    let id = create(&client, Language::Python).await;
+    let kept = value(
+        &client,
+        &id,
+        "import random\nrandom.gauss(0, 1)\nrandom._inst.gauss_next",
+    )
+    .await;
+    let next = value(&client, &id, "random.gauss(0, 1)").await;
+    assert!(kept.is_f64() && kept != next, "kept {kept}, drawn {next}");
 }
 
 /// Rollback after a timeout, a memory bomb and a guest crash, in `language`'s session on
