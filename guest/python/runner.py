@@ -201,7 +201,8 @@ def _fill_allocator_holes() -> list:
                 break
         kept.append(made)
 
-    # The kinds with a free list: made here until it is empty.
+    # The smallest block (a bare object), then the kinds with a free list of their own, made
+    # until the list is empty and fresh memory is carved.
     for make in (object, functools.partial(iter, ()), functools.partial(iter, []),
                  functools.partial(iter, range(0)), functools.partial(range, 0),
                  functools.partial(slice, None), functools.partial(getattr, kept, "append"),
