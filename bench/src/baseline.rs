@@ -12,7 +12,9 @@ use anyhow::{Context, Result, bail};
 use hyperlightd_client::{Client, ExecRequest, FileData, Language, Policy};
 use serde_json::json;
 
-use crate::common::{Latency, daemon_args, print_row, start_daemon, warm, warm_once};
+use crate::common::{
+    Latency, daemon_args, print_row, start_daemon, wait_until_idle, warm, warm_once,
+};
 use crate::targets::{PartReport, Target};
 use crate::{Args, BODY, PYTHON_BODY};
 
@@ -98,7 +100,9 @@ async fn check_builds(now: &Client, before: &Client) -> Result<()> {
 }
 
 /// `iterations` warm requests on each daemon, in turns: a round on one, a round on the other,
-/// the order swapped every round.
+/// the order swapped every round. Each round starts with both daemons idle: a daemon restores
+/// (and, if it primes, primes) after its last answer, and that work must not fall on the other
+/// daemon's first request of the round (it did: the one that primes less showed a fatter p99).
 async fn turns(
     now: &Client,
     before: &Client,
@@ -115,6 +119,8 @@ async fn turns(
                 true => (now, &mut this),
                 false => (before, &mut previous),
             };
+            wait_until_idle(now).await?;
+            wait_until_idle(before).await?;
             for _ in 0..per_round {
                 samples.push(warm_once(client, request).await?);
             }
