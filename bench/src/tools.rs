@@ -10,6 +10,7 @@ use hyperlightd_client::{Client, ExecRequest, Language, ToolSpec, Tools};
 use serde::Serialize;
 use serde_json::json;
 
+use crate::capacity::{WorkerCost, worker_cost_over};
 use crate::common::{check_answer, daemon_args, print_row, warm_once};
 use crate::targets::PartReport;
 use crate::{Args, BODY, Latency, PYTHON_BODY, start_daemon, wait_until_idle};
@@ -28,6 +29,20 @@ pub struct ToolFigures {
     first_call_cost_p50_ms: f64,
     /// ten_tool_calls' p50 less one_tool_call's, over nine: each call after the first.
     next_call_cost_p50_ms: f64,
+    /// The one-call program right after the plain program, and right after itself.
+    order: AfterAnother,
+}
+
+/// The same request (the one-call program) right after the plain program and right after
+/// itself, with the worker's time and page faults in each: a run pays for every scratch page it
+/// writes beyond those the run before it left resident (the restore keeps only those;
+/// docs/BENCHMARKS.md, issue 32), which a part that repeats one program never shows.
+#[derive(Debug, Serialize)]
+pub struct AfterAnother {
+    after_plain: Latency,
+    after_plain_worker: WorkerCost,
+    after_itself: Latency,
+    after_itself_worker: WorkerCost,
 }
 
 /// The same work, then one call whose answer the program checks.
@@ -119,6 +134,7 @@ pub async fn run(args: &Args) -> Result<PartReport> {
             }
             Language::Python => None,
         };
+        let order = after_another(client, &plain, &one, &tools, n).await?;
         figures.push(ToolFigures {
             language,
             plain_warm,
@@ -127,6 +143,7 @@ pub async fn run(args: &Args) -> Result<PartReport> {
             plain_with_await,
             first_call_cost_p50_ms,
             next_call_cost_p50_ms,
+            order,
         });
     }
     Ok(PartReport {
@@ -147,4 +164,55 @@ async fn timed(client: &Client, request: &ExecRequest, tools: Option<&Tools>) ->
     let elapsed = started.elapsed();
     check_answer(&response)?;
     Ok(elapsed)
+}
+
+/// [`AfterAnother`]: `n` times the plain program, then `one` twice, each with the daemon's
+/// metrics read once the sandbox is idle again (its restore counted).
+async fn after_another(
+    client: &Client,
+    plain: &ExecRequest,
+    one: &ExecRequest,
+    tools: &Tools,
+    n: usize,
+) -> Result<AfterAnother> {
+    let mut latencies = [Vec::with_capacity(n), Vec::with_capacity(n)];
+    let mut spans = [Vec::with_capacity(n), Vec::with_capacity(n)];
+    for _ in 0..n {
+        timed(client, plain, None).await?;
+        wait_until_idle(client).await?;
+        let mut before = client.metrics().await?;
+        for (latency, span) in latencies.iter_mut().zip(&mut spans) {
+            latency.push(timed(client, one, Some(tools)).await?);
+            wait_until_idle(client).await?;
+            let after = client.metrics().await?;
+            span.push((before, after.clone()));
+            before = after;
+        }
+    }
+    let worker = |spans: &[(String, String)], mode| {
+        let spans: Vec<(&str, &str)> = spans
+            .iter()
+            .map(|(b, a)| (b.as_str(), a.as_str()))
+            .collect();
+        worker_cost_over(one.language, mode, &spans, None)
+    };
+    let [after_plain, after_itself] = latencies.map(Latency::of);
+    let order = AfterAnother {
+        after_plain_worker: worker(&spans[0], "after_plain")?,
+        after_itself_worker: worker(&spans[1], "after_itself")?,
+        after_plain,
+        after_itself,
+    };
+    let language = one.language;
+    print_row(
+        &format!("{language}: one call, after the plain program"),
+        &order.after_plain,
+    );
+    order.after_plain_worker.print();
+    print_row(
+        &format!("{language}: one call, after itself"),
+        &order.after_itself,
+    );
+    order.after_itself_worker.print();
+    Ok(order)
 }
