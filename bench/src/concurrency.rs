@@ -36,27 +36,16 @@ pub async fn run(args: &Args) -> Result<PartReport> {
     let mut runs = Vec::with_capacity(RUNS);
     let mut repeated = Vec::new();
     for run in 1..=RUNS {
-        let mut attempt = 1;
-        let pair = loop {
+        let pair = with_attempts(&format!("run {run}"), &mut repeated, || {
             eprintln!("(c) through the daemon, run {run} of {RUNS} ...");
-            match pair(&daemon.client, &request, args.throughput_requests).await {
-                Ok(pair) => break pair,
-                // With a host thread per vCPU, the emulator now and then leaves a guest looping
-                // on a trivial program until its time limit (see xtask/src/vm/mod.rs): the run's
-                // figures are spoilt, not the daemon's answer wrong. Run it again, and say so.
-                Err(e) if attempt < ATTEMPTS => {
-                    eprintln!("(c) run {run} failed ({e:#}); running it again");
-                    repeated.push(format!("run {run}, attempt {attempt}: {e:#}"));
-                    attempt += 1;
-                }
-                Err(e) => return Err(e.context(format!("run {run}, {ATTEMPTS} attempts"))),
-            }
-        };
+            pair(&daemon.client, &request, args.throughput_requests)
+        })
+        .await?;
         runs.push(pair);
     }
     // The ceiling after the daemon's runs, the machine as warm, in slices taking turns as theirs.
     eprintln!("(c') hyperlight-js in-process, 1 and 2 threads ...");
-    let direct = direct_levels(args.throughput_requests, &mut repeated)?;
+    let direct = direct_levels(args.throughput_requests, &mut repeated).await?;
     println!("\n== R3: concurrency (pool of 2, two vCPUs) ==");
     for (threads, per_s, cpu) in &direct {
         println!(
@@ -124,8 +113,34 @@ fn r3_bound(ceiling: f64) -> f64 {
     if ceiling < R3 { 0.95 * ceiling } else { R3 }
 }
 
-/// Attempts per run before the part fails.
+/// Attempts per run, or per slice of the ceiling, before the part fails.
 const ATTEMPTS: usize = 3;
+
+/// `run` until it succeeds, at most [`ATTEMPTS`] times. With a host thread per vCPU the
+/// emulator now and then leaves a guest looping on a trivial program until its time limit, or
+/// shuts one down with a triple fault (see xtask/src/vm/mod.rs): the figures of `what` are
+/// spoilt, not an answer wrong. Each repetition is said, and kept in `repeated`.
+async fn with_attempts<T, F>(
+    what: &str,
+    repeated: &mut Vec<String>,
+    mut run: impl FnMut() -> F,
+) -> Result<T>
+where
+    F: std::future::Future<Output = Result<T>>,
+{
+    let mut attempt = 1;
+    loop {
+        match run().await {
+            Ok(done) => return Ok(done),
+            Err(e) if attempt < ATTEMPTS => {
+                eprintln!("(c) {what} failed ({e:#}); running it again");
+                repeated.push(format!("{what}, attempt {attempt}: {e:#}"));
+                attempt += 1;
+            }
+            Err(e) => return Err(e.context(format!("{what}, {ATTEMPTS} attempts"))),
+        }
+    }
+}
 
 /// One concurrency level of a run.
 #[derive(Debug, Serialize)]
@@ -188,31 +203,19 @@ async fn slice(
 }
 
 /// hyperlight-js in this process on one and two threads, `requests` calls each, in the slices
-/// of [`ORDER`]: (threads, calls+restores per second, CPUs). A slice whose guest the emulator
-/// shut down (a thread per vCPU now and then triple-faults one, as the daemon's runs above
-/// meet it) is run again, and `repeated` says so.
-fn direct_levels(requests: usize, repeated: &mut Vec<String>) -> Result<Vec<(usize, f64, CpuUse)>> {
+/// of [`ORDER`]: (threads, calls+restores per second, CPUs), each slice with
+/// [`with_attempts`].
+async fn direct_levels(
+    requests: usize,
+    repeated: &mut Vec<String>,
+) -> Result<Vec<(usize, f64, CpuUse)>> {
     let mut slices = Vec::with_capacity(ORDER.len());
     for (i, threads) in ORDER.into_iter().enumerate() {
-        let mut attempt = 1;
-        let (per_s, cpu) = loop {
-            match direct_threads(threads, requests / 2) {
-                Ok(level) => break level,
-                Err(e) if attempt < ATTEMPTS => {
-                    eprintln!("(c') slice {} failed ({e:#}); running it again", i + 1);
-                    repeated.push(format!(
-                        "in-process slice {} ({threads} thread(s)), attempt {attempt}: {e:#}",
-                        i + 1
-                    ));
-                    attempt += 1;
-                }
-                Err(e) => {
-                    return Err(
-                        e.context(format!("in-process slice {}, {ATTEMPTS} attempts", i + 1))
-                    );
-                }
-            }
-        };
+        let what = format!("in-process slice {} ({threads} thread(s))", i + 1);
+        let (per_s, cpu) = with_attempts(&what, repeated, || async {
+            direct_threads(threads, requests / 2)
+        })
+        .await?;
         slices.push((threads, (requests / 2, per_s, cpu)));
     }
     Ok([1, 2]
