@@ -11,6 +11,9 @@ cd "$(dirname "$0")/.."
 crates=(
     "hyperlight-host 0.17.0 d85dcf5ae7a578e1b09bdeb76cc3b3ca8e6e57d6395d2f57204aec45c1bbbde9"
     "hyperlight-host 0.18.0 40f8b85ddd688890477158b9921b228973d1b70c84b866698838df0f32d2aa44"
+    "rquickjs-sys 0.12.1 eef73520804cf5aa4876097ac5733058d628c769eba9678e0f4dba5a4ef79703"
+    "hyperlight-js-runtime 0.4.0 d3c397d0163456d3099a71d15994a4490abc48ce4c95fe5b805a5fa6489330ba"
+    "hyperlight-js 0.4.0 2326a72050cc15010c9ef63586ef73be7c2c710e070fc08aea26dd44d63c233a"
 )
 out=target/patched
 mkdir -p "$out"
