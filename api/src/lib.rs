@@ -612,7 +612,9 @@ pub struct ExecResponse {
     #[serde(default)]
     pub truncated: bool,
     /// The value of the program's last expression statement as JSON, or null (null too when
-    /// that value is shown as display data instead: a figure, a table).
+    /// that value is shown as display data instead: a figure, a table). In JavaScript, the
+    /// program's completion value as `eval` gives it, with or without top-level `await` (a
+    /// program ending in `if` or `try` answers the value of the branch that ran).
     pub result: serde_json::Value,
     /// Rich output, in the order the program showed it: a matplotlib figure (`plt.show()`, or
     /// a figure left as the last expression) as `image/png`; a pandas DataFrame or Series left

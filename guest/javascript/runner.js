@@ -22,11 +22,11 @@
 //           time limit loses what is still pending: past the first LINE_BY_LINE lines, at most
 //           the last block.
 //
-// The program's result is the value of its last expression statement, as with `eval` (and as in a
-// notebook cell); a promise is awaited. A program may use `await` at its top level: it then runs
-// as the body of an async function whose result is its last statement, if that is an
-// expression. After the program, its promise reactions and timers run (web.js) until its
-// value has settled and no timer is left. Values JSON
+// The program's result is its completion value, as with `eval` (and as in a notebook cell): the
+// value of the last statement that produced one; a promise is awaited. A program may use
+// `await` at its top level: it then runs as the body of an async function rewritten to answer
+// the same value (program.js). After the program, its promise reactions and timers run (web.js)
+// until its value has settled and no timer is left. Values JSON
 // cannot carry (undefined, functions, symbols, BigInt, cycles) are rendered as strings;
 // undefined becomes null.
 
@@ -317,82 +317,6 @@ const random = (() => {
 Math.random = function random_() { return random.next(); };
 Object.defineProperty(Math.random, "name", { value: "random" });
 
-function parse(code) {
-  try {
-    return vendor.parse(code, { ecmaVersion: "latest", sourceType: "script", allowAwaitOutsideFunction: true });
-  } catch (_) {
-    return null;
-  }
-}
-
-// `code` with `edits` ([start, end, replacement], in order, not overlapping) applied.
-function edited(code, edits) {
-  let text = "", at = 0;
-  for (const [start, end, replacement] of edits) {
-    text += code.slice(at, start) + replacement;
-    at = end;
-  }
-  return text + code.slice(at);
-}
-
-// The names a declaration's pattern binds.
-function boundNames(pattern, names) {
-  switch (pattern.type) {
-    case "Identifier": names.push(pattern.name); break;
-    case "ObjectPattern":
-      for (const p of pattern.properties) boundNames(p.type === "RestElement" ? p.argument : p.value, names);
-      break;
-    case "ArrayPattern": for (const e of pattern.elements) if (e !== null) boundNames(e, names); break;
-    case "RestElement": boundNames(pattern.argument, names); break;
-    case "AssignmentPattern": boundNames(pattern.left, names); break;
-  }
-  return names;
-}
-
-// Where a statement's text ends before its semicolon, if it has one.
-function beforeSemicolon(code, node) {
-  return code[node.end - 1] === ";" ? node.end - 1 : node.end;
-}
-
-// Edits that turn the top-level declarations of a program run as the body of an async function
-// (see asyncProgram) into assignments to the names, which the session's scope declares: the
-// declarations outlive the function. Returns the names too.
-function hoistedDeclarations(code, ast) {
-  const edits = [], names = [];
-  for (const node of ast.body) {
-    if (node.type === "VariableDeclaration") {
-      edits.push([node.start, node.start + node.kind.length, "void ("]);
-      for (const d of node.declarations) {
-        boundNames(d.id, names);
-        if (d.init === null && node.kind !== "var") edits.push([d.id.end, d.id.end, " = undefined"]);
-      }
-      edits.push([beforeSemicolon(code, node), beforeSemicolon(code, node), ")"]);
-    } else if ((node.type === "FunctionDeclaration" || node.type === "ClassDeclaration") && node.id) {
-      names.push(node.id.name);
-      edits.push([node.start, node.start, node.id.name + " = "], [node.end, node.end, ";"]);
-    }
-  }
-  return { edits, names };
-}
-
-// `code`, which has `await` at its top level, as the body of an async arrow function whose
-// result is the last statement, if that is an expression: the text to evaluate, or null if
-// the program does not parse even so. The arrow function starts on the program's first line,
-// so that line numbers stay the program's. In a session (`persistent`), the program's top-level
-// declarations are hoisted out of the function, into the session's scope.
-function asyncProgram(code, persistent) {
-  const ast = parse(code);
-  if (ast === null) return null;
-  const { edits, names } = persistent ? hoistedDeclarations(code, ast) : { edits: [], names: [] };
-  const last = ast.body[ast.body.length - 1];
-  if (last !== undefined && last.type === "ExpressionStatement") {
-    const expression = code.slice(last.expression.start, last.expression.end);
-    edits.push([last.start, last.end, "return (" + expression + ");"]);
-  }
-  const declared = names.length > 0 ? "var " + names.join(", ") + "; " : "";
-  return declared + "(async () => {" + edited(code, edits) + "\n})()";
-}
-
 // Sessions. A session's programs run in one scope that lives on from one exec to the next: the
 // body of a generator, suspended between execs in the session's saved state. A direct eval
 // there declares the program's `var`s and functions in that scope, where the next program's
@@ -409,24 +333,6 @@ const sessionScope = new GeneratorFunction("console", "print",
   "}");
 // The session's scope; created by its first exec, kept in its saved state.
 let session = null;
-
-// The program with its top-level `let`, `const` and `class` declarations made `var`s, which
-// outlive its eval (a `let` or `const` would be local to it); unchanged when it does not parse,
-// so that the eval reports why. A session's `const` can be assigned again in a later program,
-// as in a notebook's later cell.
-function sessionDeclarations(code) {
-  const ast = parse(code);
-  if (ast === null) return code;
-  const edits = [];
-  for (const node of ast.body) {
-    if (node.type === "VariableDeclaration" && node.kind !== "var") {
-      edits.push([node.start, node.start + node.kind.length, node.kind === "const" ? "var  " : "var"]);
-    } else if (node.type === "ClassDeclaration") {
-      edits.push([node.start, node.start, "var " + node.id.name + " = "], [node.end, node.end, ";"]);
-    }
-  }
-  return edits.length === 0 ? code : edited(code, edits);
-}
 
 // Evaluates `text` in the session's scope: its value, or throws what it throws.
 function evaluateInSession(text) {

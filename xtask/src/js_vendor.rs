@@ -40,6 +40,18 @@ pub fn check_js_vendor() -> Result<()> {
     Ok(())
 }
 
+/// Runs the host-side tests of the JavaScript guest's runner (guest/javascript/tests/) with
+/// Node: its program rewrite against V8's own `eval`.
+pub fn test_js_runner() -> Result<()> {
+    step(
+        "javascript guest: the runner's program rewrite against V8's eval (node --test)",
+        Command::new("node")
+            .arg("--test")
+            .arg(workspace_root()?.join("guest/javascript/tests/")),
+        Duration::from_secs(300),
+    )
+}
+
 /// Installs the pinned packages under target/js-vendor and bundles them.
 fn build() -> Result<Vec<u8>> {
     let source = workspace_root()?.join("guest/javascript/vendor");

@@ -34,7 +34,7 @@ mod vm;
 mod wit_world;
 
 use self::deploy::check_deploy;
-use self::js_vendor::{check_js_vendor, js_vendor, npm_ci};
+use self::js_vendor::{check_js_vendor, js_vendor, npm_ci, test_js_runner};
 use self::python_guest::{python_guest, python_guest_for_package_tests};
 use self::python_sdk::{python_sdk, python_sdk_checks};
 
@@ -524,6 +524,7 @@ pub fn virtualenv(what: &str, venv: &Path, pip_args: &[&str]) -> Result<()> {
 
 fn test() -> Result<()> {
     check_js_vendor()?;
+    test_js_runner()?;
     build_daemon_and_hlctl()?;
     let python = python_guest(None)?;
     python_guest_for_package_tests()?;

@@ -32,14 +32,16 @@ use crate::job::{Deadline, Files, Runtime, StateCodec};
 
 /// The runner, compiled into the daemon so that the daemon and its guest protocol always match:
 /// the web APIs bundled from npm (`cargo xtask js-vendor`), those built on the host functions
-/// below (timers and the event loop, `crypto`, `performance`, `fetch`), then the runner
-/// itself, as one module.
+/// below (timers and the event loop, `crypto`, `performance`, `fetch`), how a program's text
+/// becomes what the runner evaluates (`program.js`), then the runner itself, as one module.
 pub const RUNNER: &str = concat!(
     include_str!("../../../../guest/javascript/web-apis.js"),
     "\n",
     include_str!("../../../../guest/javascript/web.js"),
     "\n",
     include_str!("../../../../guest/javascript/fetch.js"),
+    "\n",
+    include_str!("../../../../guest/javascript/program.js"),
     "\n",
     include_str!("../../../../guest/javascript/runner.js"),
 );
