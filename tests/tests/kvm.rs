@@ -683,6 +683,21 @@ async fn memory_bomb_is_out_of_memory_and_the_daemon_stays_healthy() {
     assert_eq!(error.kind, ErrorKind::OutOfMemory, "{}", error.message);
     // Other requests are served, and the pool recovers its size.
     assert_eq!(run(&daemon, js("'fine'")).await.result, json!("fine"));
+    // An allocation larger than the whole heap, and allocations that grow until one does not
+    // fit: each is out of memory, and the next request is served.
+    for hostile in [
+        "new ArrayBuffer(2 ** 30).byteLength",
+        "const xs = []; for (let n = 1 << 16; ; n *= 2) xs.push(new Uint8Array(n)); xs.length",
+    ] {
+        let response = run(&daemon, js_with_timeout(hostile, 60_000)).await;
+        let kind = response.error.as_ref().map(|e| e.kind);
+        assert_eq!(
+            kind,
+            Some(ErrorKind::OutOfMemory),
+            "{hostile}: {response:?}"
+        );
+        assert_eq!(run(&daemon, js("'fine'")).await.result, json!("fine"));
+    }
     let health = wait_until_ready(&daemon).await;
     assert_eq!(health.sandboxes[&Language::Javascript].total, 2);
 }

@@ -299,11 +299,22 @@ async fn a_poisoned_sandbox_is_restored_in_place_and_leaks_nothing() {
     let check = py(
         "import builtins, json\n[getattr(builtins, 'planted', None), getattr(json, 'planted', None)]",
     );
-    // A memory bomb and unbounded recursion exhaust the guest's memory (it aborts); os._exit()
-    // ends the program from inside. Each leaves the sandbox poisoned.
+    // A memory bomb, an allocation larger than the guest, allocations that grow until one does
+    // not fit and unbounded recursion exhaust the guest's memory (it aborts); os._exit() ends
+    // the program from inside. Each leaves the sandbox poisoned.
     for (hostile, status, kind) in [
         (
             "hoard = []\nwhile True:\n    hoard.append(' ' * 10**6)",
+            ExecStatus::Error,
+            Some(ErrorKind::OutOfMemory),
+        ),
+        (
+            "len(bytearray(2**31 - 1))",
+            ExecStatus::Error,
+            Some(ErrorKind::OutOfMemory),
+        ),
+        (
+            "xs = []\nn = 1 << 16\nwhile True:\n    xs.append(bytearray(n))\n    n *= 2",
             ExecStatus::Error,
             Some(ErrorKind::OutOfMemory),
         ),

@@ -197,6 +197,7 @@ fn inputs_key(guest: &Path, driver: &Path, extra_lock: Option<&Path>) -> Result<
         "debs.lock",
         "requirements.lock",
         "python311-shim.h",
+        "hl_memory.c",
         "check_imports.py",
     ]
     .iter()
@@ -249,13 +250,29 @@ fn unpack(debs: &[Deb], files: &[PathBuf], work: &Path) -> Result<()> {
 
 /// Compiles hyperlight-unikraft's CPython driver against Debian's CPython 3.11 into the rootfs
 /// (`/usr/local/bin/hl_pydriver`, where hyperlight-unikraft looks for a driver). The driver is
-/// written for 3.12; `python311-shim.h` supplies the two 3.12 calls it makes.
+/// written for 3.12; `python311-shim.h` supplies the two 3.12 calls it makes. `hl_memory.c`
+/// goes into it too, its allocation functions exported (`-rdynamic`) so that they take the
+/// place of the C library's in every library the interpreter loads: an allocation that cannot
+/// fit in the guest fails at once.
 fn compile_driver(guest: &Path, drivers: &Path, work: &Path, root: &Path) -> Result<()> {
     let dev = work.join("dev");
     let bin = root.join("usr/local/bin");
     std::fs::create_dir_all(&bin)?;
+    let memory = work.join("hl_memory.o");
+    step(
+        "native python: compile the driver's allocation check",
+        Command::new("gcc")
+            .args(["-O2", "-Wall", "-Wextra", "-c"])
+            .arg(format!("-ffile-prefix-map={}=.", guest.display()))
+            .arg("-o")
+            .arg(&memory)
+            .arg(guest.join("hl_memory.c")),
+        Duration::from_secs(300),
+    )?;
     let mut gcc = Command::new("gcc");
-    gcc.args(["-O2", "-Wall", "-Wno-unused-parameter", "-include"])
+    gcc.args(["-O2", "-Wall", "-Wno-unused-parameter", "-rdynamic"])
+        .arg(&memory)
+        .arg("-include")
         .arg(guest.join("python311-shim.h"))
         .arg(format!("-ffile-prefix-map={}=.", drivers.display()))
         .arg(format!("-ffile-prefix-map={}=.", guest.display()))

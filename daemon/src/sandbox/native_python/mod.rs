@@ -447,3 +447,20 @@ impl Guest for NativePythonGuest {
 
 /// A native Python guest's state saved for a session.
 struct NativeState(Arc<Snapshot>);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_guest_its_kernel_killed_for_memory_is_out_of_memory_and_other_exits_are_raised() {
+        assert!(matches!(
+            exited(OUT_OF_MEMORY_EXIT),
+            GuestError::OutOfMemory(_)
+        ));
+        let GuestError::Raised(message) = exited(3) else {
+            panic!("exit status 3 is not raised");
+        };
+        assert!(message.contains("status 3"), "{message}");
+    }
+}
