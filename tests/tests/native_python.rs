@@ -186,6 +186,9 @@ async fn draws_differ(daemon: &Daemon) {
 #[tokio::test]
 async fn an_infinite_loop_is_stopped_in_time_and_the_next_request_succeeds() {
     let daemon = native_daemon(&[]).await;
+    // A new sandbox is primed before its first request, which waits for it (seconds under
+    // emulation, all of a short time limit): the limits below are for the programs.
+    assert_eq!(run(&daemon, py("0")).await.result, json!(0));
     let request = ExecRequest {
         timeout_ms: Some(2000),
         ..py("print('spinning', flush=True)\nwhile True:\n    pass")
