@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# Makes the dependencies hyperlightd builds with its own patches (patches/README.md says which
-# and why): each crate below as crates.io publishes it, checked against crates.io's SHA-256, with
-# patches/<crate>/*.patch applied in order, in target/patched/<crate>-<version>, where
-# Cargo.toml's [patch.crates-io] finds it. Run by scripts/setup.sh (and so by ./x and CI);
-# quick when the directories are already made from the same patches.
+# The dependencies hyperlightd builds with changes of its own (patches/README.md says which and
+# why) are kept in the repository, in third_party/<crate>-<version>: each crate as crates.io
+# publishes it (checked against crates.io's SHA-256) with its patches applied in order, first
+# patches/<crate>/*.patch, then patches/<crate>/<version>/*.patch. The tree is what the build
+# uses ([patch.crates-io] in Cargo.toml), so a plain `cargo build` of a fresh clone works; the
+# .patch files are its readable diff against crates.io, each with its description.
+#
+#   scripts/patch-crates.sh check          the tree is exactly the crates and their patches (CI)
+#   scripts/patch-crates.sh update         rewrite the tree from the crates and the patches
+#   scripts/patch-crates.sh diff CRATE-VER what the tree has beyond the crate and its patches, as
+#                                          a patch (to keep an edit made in the tree)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,8 +21,9 @@ crates=(
     "hyperlight-js-runtime 0.4.0 d3c397d0163456d3099a71d15994a4490abc48ce4c95fe5b805a5fa6489330ba"
     "hyperlight-js 0.4.0 2326a72050cc15010c9ef63586ef73be7c2c710e070fc08aea26dd44d63c233a"
 )
-out=target/patched
-mkdir -p "$out"
+tree=third_party
+cache=target/crates
+mode=${1:-}
 
 fetch() { # crate version sha256 file: the .crate from cargo's own cache, else from crates.io
     local crate=$1 version=$2 sum=$3 file=$4 cached
@@ -34,24 +41,63 @@ fetch() { # crate version sha256 file: the .crate from cargo's own cache, else f
     fi
 }
 
-for entry in "${crates[@]}"; do
-    read -r crate version sum <<<"$entry"
-    dest=$out/$crate-$version
-    stamp=$({ echo "$sum"; cat "patches/$crate"/*.patch; } | sha256sum | cut -d' ' -f1)
-    [ "$(cat "$dest/.hyperlightd-patches" 2>/dev/null)" = "$stamp" ] && continue
-    fetch "$crate" "$version" "$sum" "$out/$crate-$version.crate"
-    work=$(mktemp -d "$out/.work.XXXXXX")
-    tar -xzf "$out/$crate-$version.crate" -C "$work"
-    for patch in "patches/$crate"/*.patch; do
-        if ! patch -d "$work/$crate-$version" -p1 --forward --quiet <"$patch"; then
+patches_of() { # crate version: its patches, in the order they apply
+    local crate=$1 version=$2
+    find "patches/$crate" -maxdepth 1 -name '*.patch' 2>/dev/null | sort
+    find "patches/$crate/$version" -maxdepth 1 -name '*.patch' 2>/dev/null | sort
+}
+
+# crate version sha256 dir: the crate with its patches applied, in dir/<crate>-<version>.
+derive() {
+    local crate=$1 version=$2 sum=$3 dir=$4 patch
+    mkdir -p "$cache"
+    fetch "$crate" "$version" "$sum" "$cache/$crate-$version.crate"
+    tar -xzf "$cache/$crate-$version.crate" -C "$dir"
+    for patch in $(patches_of "$crate" "$version"); do
+        if ! patch -d "$dir/$crate-$version" -p1 --forward --quiet --no-backup-if-mismatch <"$patch"; then
             echo "patch-crates: $patch does not apply to $crate $version" >&2
-            rm -rf "$work"
             exit 1
         fi
     done
-    echo "$stamp" >"$work/$crate-$version/.hyperlightd-patches"
-    rm -rf "$dest"
-    mv "$work/$crate-$version" "$dest"
-    rmdir "$work"
-    echo "patch-crates: $crate $version with patches/$crate applied, in $dest"
-done
+}
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+case "$mode" in
+    check | update)
+        status=0
+        for entry in "${crates[@]}"; do
+            read -r crate version sum <<<"$entry"
+            derive "$crate" "$version" "$sum" "$work"
+            if [ "$mode" = update ]; then
+                rm -rf "${tree:?}/$crate-$version"
+                mkdir -p "$tree"
+                mv "$work/$crate-$version" "$tree/$crate-$version"
+                echo "patch-crates: $tree/$crate-$version is $crate $version with its patches"
+            elif ! diff -r -q "$work/$crate-$version" "$tree/$crate-$version" >&2; then
+                echo "patch-crates: $tree/$crate-$version is not $crate $version with its patches: \
+run \`scripts/patch-crates.sh diff $crate-$version\` to see how, \`update\` to rewrite it" >&2
+                status=1
+            fi
+        done
+        [ "$mode" = update ] || [ "$status" != 0 ] || echo "patch-crates: $tree matches crates.io and patches/"
+        exit "$status"
+        ;;
+    diff)
+        name=${2:?usage: scripts/patch-crates.sh diff CRATE-VERSION}
+        for entry in "${crates[@]}"; do
+            read -r crate version sum <<<"$entry"
+            [ "$crate-$version" = "$name" ] || continue
+            derive "$crate" "$version" "$sum" "$work"
+            (cd "$work" && mv "$crate-$version" a && cp -r "$OLDPWD/$tree/$crate-$version" b \
+                && diff -ruN a b) || true
+            exit 0
+        done
+        echo "patch-crates: no crate $name in this script's list" >&2
+        exit 1
+        ;;
+    *)
+        echo "usage: scripts/patch-crates.sh check | update | diff CRATE-VERSION" >&2
+        exit 2
+        ;;
+esac

@@ -9,8 +9,8 @@
 #  - qemu-system-x86, linux-image-amd64, busybox-static, cpio: the nested-KVM VM that
 #    `cargo xtask vm` boots where the host's own KVM cannot run Hyperlight guests;
 #  - systemd-analyze and kubectl, which check the systemd unit and the Kubernetes manifests;
-#  - patch and curl, which make the dependencies built with this project's patches
-#    (scripts/patch-crates.sh, run last);
+#  - patch and curl, with which scripts/patch-crates.sh checks the dependencies kept with this
+#    project's patches in third_party/ against crates.io (.ci/run runs it);
 #  - podman (and catatonit, its pods' pause process), which builds the container image
 #    (`cargo xtask image`) and, in the VM, plays the DaemonSet's pod; python3-yaml, which turns
 #    the DaemonSet into that pod.
@@ -56,4 +56,3 @@ if ! grep -q '^rust-src' <<<"$installed" || ! grep -q '^clippy' <<<"$installed" 
     rustup toolchain install "$toolchain" --profile minimal -c rust-src -c clippy -c rustfmt
 fi
 
-scripts/patch-crates.sh

@@ -1,0 +1,5 @@
+function handler(event) {
+    return event;
+}
+
+export { handler };

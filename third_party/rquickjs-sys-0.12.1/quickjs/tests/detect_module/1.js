@@ -1,0 +1,2 @@
+const p = Promise.resolve(42)
+await p
