@@ -422,14 +422,20 @@ impl Daemon {
 
     /// Runs `hlctl` as the user `uid` in the group `gid` (None: as this process), with `args`
     /// and `stdin`. Needs root, and [`open_socket_to_everyone`](Self::open_socket_to_everyone).
+    /// Bounded as [`run`] bounds a request: by the `--timeout-ms` in `args`, if any.
     pub async fn hlctl_as(&self, user: Option<(u32, u32)>, args: &[&str], stdin: &str) -> Output {
+        let asked = args
+            .windows(2)
+            .find(|pair| pair[0] == "--timeout-ms")
+            .and_then(|pair| pair[1].parse::<u64>().ok());
+        let limit = asked
+            .map_or(STEP_LIMIT, |ms| Duration::from_millis(ms) + STEP_LIMIT / 2)
+            .max(STEP_LIMIT);
         let socket = self.socket.clone();
         let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
         let stdin = stdin.to_owned();
         let run = tokio::task::spawn_blocking(move || run_hlctl_as(user, &socket, &args, &stdin));
-        within("hlctl", STEP_LIMIT, run)
-            .await
-            .expect("the hlctl thread")
+        within("hlctl", limit, run).await.expect("the hlctl thread")
     }
 
     /// Lets every user reach the socket (its directory and the socket itself), so that a test
