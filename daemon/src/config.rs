@@ -251,8 +251,9 @@ pub struct Config {
     pub session_memory_mib: u64,
 
     /// Most checkpoints a session keeps (its state after each exec, to roll back to or fork
-    /// from), its newest included; the oldest beyond are dropped. Each holds a copy of the
-    /// guest's memory (tens to hundreds of MiB), counted in --session-memory-mib. 1 keeps only
+    /// from), its newest included; the oldest beyond are dropped. Each holds the pages its exec
+    /// changed and the guest's page tables (a few MiB for a small exec), counted in
+    /// --session-memory-mib; the rest it shares with the state it started from. 1 keeps only
     /// the session's state.
     #[arg(long, default_value_t = 4)]
     pub session_checkpoints: usize,

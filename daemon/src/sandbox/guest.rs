@@ -81,8 +81,10 @@ pub trait Guest: Send {
     fn take_files(&mut self) -> (Files, Option<FileError>);
 
     /// The guest's state now, for a session: memory, vCPU and what the host keeps beside them.
-    /// Any sandbox of the same factory can [`load`](Self::load) it.
-    fn save(&mut self) -> Result<SavedState, GuestError>;
+    /// Any sandbox of the same factory can [`load`](Self::load) it. With it, the host memory it
+    /// holds of its own, in bytes: what it does not share with the state the guest was loaded
+    /// from (the warm snapshot, or a session's earlier state).
+    fn save(&mut self) -> Result<(SavedState, u64), GuestError>;
 
     /// Puts the guest in `state` (saved by a sandbox of the same factory) instead of its warm
     /// snapshot, for a session's exec. [`reset`](Self::reset) afterwards returns it to warm.

@@ -181,7 +181,6 @@ pub fn punch_zero_pages(path: &Path) -> io::Result<u64> {
     use nix::fcntl::{FallocateFlags, fallocate};
     const PAGE: usize = 4096;
     let file = fs::OpenOptions::new().read(true).write(true).open(path)?;
-    let _measures_wait = super::memory::measuring();
     let runs = super::mapped::with_mapped(&file, |bytes| {
         let mut runs: Vec<(usize, usize)> = Vec::new();
         // A slice comparison is a memcmp, quick even in a debug build.
@@ -236,7 +235,6 @@ pub fn allocated(dir: &Path) -> u64 {
 /// A file's digest: the XXH64 (seed 0) of its bytes, read through a mapping, and its size.
 pub fn digest_of_file(path: &Path) -> io::Result<Digest> {
     let file = fs::File::open(path)?;
-    let _measures_wait = super::memory::measuring();
     super::mapped::with_mapped(&file, digest)
 }
 

@@ -19,36 +19,6 @@ pub fn transparent_huge_pages_disabled() -> nix::Result<bool> {
     nix::sys::prctl::get_thp_disable()
 }
 
-/// Held while the growth of the process's resident memory is measured (a session's save, whose
-/// size hyperlight-host does not tell), and by whatever maps big files for a moment (a
-/// checkpoint's bytes checked on disk), so that the two never overlap.
-static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// Takes [`MEASURING`]: no other measure or mapping of the process's memory runs until the
-/// guard is dropped.
-pub fn measuring() -> std::sync::MutexGuard<'static, ()> {
-    MEASURING
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// The process's own resident memory, in bytes: anonymous and shared-memory pages, not pages of
-/// files it maps (the page cache's, which the kernel may drop: a session's state brought back
-/// from disk is read through its file). 0 if it cannot be read.
-pub fn resident_bytes() -> u64 {
-    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
-        return 0;
-    };
-    let kib = |field: &str| -> u64 {
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix(field))
-            .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0)
-    };
-    (kib("RssAnon:") + kib("RssShmem:")) * 1024
-}
-
 /// The calling thread's minor page faults so far (first touches of memory; on a vCPU thread,
 /// those KVM takes to back the guest's pages too). 0 if they cannot be read.
 pub fn thread_minor_faults() -> u64 {
@@ -61,16 +31,6 @@ pub fn thread_minor_faults() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn resident_memory_grows_with_touched_pages() {
-        let before = resident_bytes();
-        assert!(before > 0);
-        let touched = vec![1u8; 64 << 20];
-        let after = resident_bytes();
-        assert!(after >= before + (32 << 20), "{before} -> {after}");
-        drop(touched);
-    }
 
     #[test]
     fn disabling_transparent_huge_pages_sticks() {

@@ -302,8 +302,10 @@ impl Guest for JavascriptGuest {
         Arc::new(watchdog::Hyperlight(self.sandbox.interrupt_handle()))
     }
 
-    fn save(&mut self) -> Result<SavedState, GuestError> {
-        Ok(SavedState::new(self.sandbox.snapshot()?))
+    fn save(&mut self) -> Result<(SavedState, u64), GuestError> {
+        let snapshot = self.sandbox.snapshot()?;
+        let bytes = snapshot.memory_bytes() as u64;
+        Ok((SavedState::new(snapshot), bytes))
     }
 
     /// Every JavaScript sandbox registers the same host functions, which is all a restore of

@@ -405,9 +405,10 @@ impl Guest for NativePythonGuest {
     }
 
     /// The guest's memory, its working directory included.
-    fn save(&mut self) -> Result<SavedState, GuestError> {
+    fn save(&mut self) -> Result<(SavedState, u64), GuestError> {
         let snapshot = self.sandbox.snapshot().map_err(|e| self.failed(e))?;
-        Ok(SavedState::new(NativeState(snapshot)))
+        let bytes = snapshot.memory_bytes() as u64;
+        Ok((SavedState::new(NativeState(snapshot)), bytes))
     }
 
     fn load(&mut self, state: &SavedState) -> Result<(), GuestError> {

@@ -15,7 +15,6 @@ use super::worker::{Fate, RESET_LIMIT, Worker};
 use crate::job::{After, ExecError, FailureKind, Files, Outcome, Ran, Saved, SavedState, StateRef};
 use crate::metrics::{Phase, PhaseStart};
 use crate::sandbox::guest::{Guest, GuestError, OutputCapture};
-use crate::sys::memory::{measuring, resident_bytes};
 
 impl Worker {
     /// Runs `task` from its scope and answers it; for a session, saves the state it leaves
@@ -115,17 +114,12 @@ impl Worker {
     /// Saves the state the session's exec left, and its working directory's `files`; None if
     /// that failed (the session keeps its state from before the exec).
     fn save(&self, guest: &mut dyn Guest, files: Files) -> Option<Saved> {
-        // The memory a save adds is measured as the growth of the process's resident memory
-        // across it: saves are taken one at a time, and nothing maps big files meanwhile.
-        let _one_at_a_time = measuring();
-        let before = resident_bytes();
         let started = PhaseStart::now();
         let state = self.guarded(guest, RESET_LIMIT, |guest| guest.save());
-        let bytes = resident_bytes().saturating_sub(before);
         let took = self.metrics.workers.ended(Phase::SessionSave, started);
         self.metrics.session_save.observe(took.as_secs_f64());
         match state {
-            Ok(state) => {
+            Ok((state, bytes)) => {
                 let bytes = bytes + files.values().map(|f| f.len() as u64).sum::<u64>();
                 debug!(bytes, "session state saved");
                 Some(Saved {

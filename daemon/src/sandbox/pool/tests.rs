@@ -229,8 +229,8 @@ impl Guest for FakeGuest {
     }
 
     /// The state is the count of programs run since the last reset.
-    fn save(&mut self) -> Result<SavedState, GuestError> {
-        Ok(SavedState::new(self.runs_since_reset))
+    fn save(&mut self) -> Result<(SavedState, u64), GuestError> {
+        Ok((SavedState::new(self.runs_since_reset), 100))
     }
 
     fn load(&mut self, state: &SavedState) -> Result<(), GuestError> {

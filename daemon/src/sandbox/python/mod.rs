@@ -555,10 +555,11 @@ impl Guest for PythonGuest {
 
     /// The guest's memory, and a copy of the host's resource tables, whose entries the guest's
     /// handles name (a session may keep a file of the library open from one exec to the next).
-    fn save(&mut self) -> Result<SavedState, GuestError> {
+    fn save(&mut self) -> Result<(SavedState, u64), GuestError> {
         let snapshot = self.sandbox.sb.snapshot()?;
+        let bytes = snapshot.memory_bytes() as u64;
         let tables = std::sync::Mutex::new(lock(&self.sandbox.rt).copy());
-        Ok(SavedState::new(PythonState { snapshot, tables }))
+        Ok((SavedState::new(PythonState { snapshot, tables }), bytes))
     }
 
     /// Every Python sandbox registers the same host functions, which is all a restore of

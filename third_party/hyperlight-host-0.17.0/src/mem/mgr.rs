@@ -141,6 +141,10 @@ pub(crate) struct SandboxMemoryManager<S: SharedMemory> {
     /// restored snapshot's own generation number so the guest-visible
     /// counter tracks which snapshot the sandbox is a clone of.
     pub(crate) snapshot_count: u64,
+    /// The snapshot last taken since the sandbox was restored (a
+    /// session's sandbox may run on after one): the next snapshot
+    /// shares the pages it copied that did not change since.
+    pub(crate) since_restore: Option<crate::sandbox::snapshot::Taken>,
 }
 
 /// Buffer for building guest page tables during snapshot creation.
@@ -276,6 +280,7 @@ where
             original_entrypoint: 0,
             abort_buffer: Vec::new(),
             snapshot_count: 0,
+            since_restore: None,
         }
     }
 
@@ -300,6 +305,7 @@ where
         Snapshot::new(
             &mut self.shared_mem,
             &mut self.scratch_mem,
+            &mut self.since_restore,
             self.layout,
             crate::mem::exe::LoadInfo::dummy(),
             mapped_regions,
@@ -358,6 +364,7 @@ impl SandboxMemoryManager<ExclusiveSharedMemory> {
             original_entrypoint: self.original_entrypoint,
             abort_buffer: self.abort_buffer,
             snapshot_count: self.snapshot_count,
+            since_restore: None,
         };
         let guest_mgr = SandboxMemoryManager {
             shared_mem: gshm,
@@ -367,6 +374,7 @@ impl SandboxMemoryManager<ExclusiveSharedMemory> {
             original_entrypoint: self.original_entrypoint,
             abort_buffer: Vec::new(), // Guest doesn't need abort buffer
             snapshot_count: self.snapshot_count,
+            since_restore: None,
         };
         host_mgr.update_scratch_bookkeeping()?;
         Ok((host_mgr, guest_mgr))
@@ -473,6 +481,7 @@ impl SandboxMemoryManager<HostSharedMemory> {
         Option<SnapshotSharedMemory<GuestSharedMemory>>,
         Option<GuestSharedMemory>,
     )> {
+        self.since_restore = None;
         let gsnapshot = if *snapshot.memory() == self.shared_mem {
             // If the snapshot memory is already the correct memory,
             // which is readonly, don't bother with restoring it,

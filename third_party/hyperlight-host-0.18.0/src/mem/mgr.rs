@@ -174,6 +174,10 @@ pub(crate) struct SandboxMemoryManager<S: SharedMemory> {
     pub(crate) h2g_consumer: Option<H2gConsumer>,
     /// Correlation ID sequence survives consumer replacement and manager cloning.
     next_guest_cid: u32,
+    /// The snapshot last taken since the sandbox was restored (a
+    /// session's sandbox may run on after one): the next snapshot
+    /// shares the pages it copied that did not change since.
+    pub(crate) since_restore: Option<crate::sandbox::snapshot::Taken>,
 }
 
 impl<S: Clone + SharedMemory> Clone for SandboxMemoryManager<S> {
@@ -190,6 +194,7 @@ impl<S: Clone + SharedMemory> Clone for SandboxMemoryManager<S> {
             g2h_consumer: None,
             h2g_consumer: None,
             next_guest_cid: self.next_guest_cid,
+            since_restore: None,
         }
     }
 }
@@ -331,6 +336,7 @@ where
             g2h_consumer: None,
             h2g_consumer: None,
             next_guest_cid: 1,
+            since_restore: None,
         }
     }
 
@@ -386,6 +392,7 @@ impl SandboxMemoryManager<ExclusiveSharedMemory> {
             g2h_consumer: None,
             h2g_consumer: None,
             next_guest_cid: self.next_guest_cid,
+            since_restore: None,
         };
         let guest_mgr = SandboxMemoryManager {
             shared_mem: gshm,
@@ -399,6 +406,7 @@ impl SandboxMemoryManager<ExclusiveSharedMemory> {
             g2h_consumer: None,
             h2g_consumer: None,
             next_guest_cid: self.next_guest_cid,
+            since_restore: None,
         };
         host_mgr.update_scratch_bookkeeping()?;
 
@@ -436,6 +444,7 @@ impl SandboxMemoryManager<HostSharedMemory> {
         let snapshot = Snapshot::new(
             &mut self.shared_mem,
             &mut self.scratch_mem,
+            &mut self.since_restore,
             self.layout,
             crate::mem::exe::LoadInfo::dummy(),
             mapped_regions,
@@ -711,6 +720,7 @@ impl SandboxMemoryManager<HostSharedMemory> {
         // A panic during restricted dispatch can skip the mode reset.
         self.execution_mode = ExecutionMode::Unrestricted;
 
+        self.since_restore = None;
         let gsnapshot = if *snapshot.memory() == self.shared_mem {
             // If the snapshot memory is already the correct memory,
             // which is readonly, don't bother with restoring it,

@@ -97,6 +97,11 @@ pub enum SharedMemoryError {
     #[error("mprotect failed with os error {0:?}")]
     MprotectFailed(Option<i32>),
 
+    /// A snapshot's memory could not be kept in a file (a memfd) of
+    /// its own, which the snapshots taken from it share
+    #[error("Could not keep snapshot memory in a file: {0}")]
+    SnapshotFile(std::io::Error),
+
     /// A Windows virtual memory API call failed
     #[cfg(target_os = "windows")]
     #[error("Windows API Error Result {0:?}")]
@@ -1497,6 +1502,12 @@ impl SharedMemory for HostSharedMemory {
 /// separate from the exclusive/host/guest lifecycle, used to
 /// represent read-only mappings of snapshot pages into the guest
 /// efficiently.
+///
+/// On Linux the memory is kept in files, as [`SnapshotRun`]s mapped
+/// one after the other: a snapshot taken from a sandbox shares the
+/// runs of the snapshot the sandbox was restored from that still hold
+/// its pages, and adds one of its own, so that the pages snapshots
+/// have in common are in host memory once.
 #[derive(Clone, Debug)]
 pub struct ReadonlySharedMemory {
     region: Arc<HostMapping>,
@@ -1506,6 +1517,86 @@ pub struct ReadonlySharedMemory {
     /// the blob is the page-table tail that lives only host-side.
     #[cfg_attr(unshared_snapshot_mem, allow(dead_code))]
     guest_mapped_size: usize,
+    /// The files the memory is mapped from, in order, covering all of
+    /// it.
+    #[cfg(unix)]
+    runs: Arc<[SnapshotRun]>,
+    /// Bytes of the memory that no memory it was made from holds: the
+    /// runs made for it.
+    own_size: usize,
+}
+
+/// A run of snapshot memory kept in a file: `len` bytes from `offset`
+/// of a sealed memfd (memory made in this process) or of a blob on
+/// disk (a snapshot loaded). Snapshot memories that share pages map
+/// the same run.
+#[cfg(unix)]
+#[derive(Clone, Debug)]
+pub(crate) struct SnapshotRun {
+    pub(crate) file: Arc<std::fs::File>,
+    pub(crate) offset: u64,
+    pub(crate) len: usize,
+}
+
+/// `file`'s `len` bytes as runs: the guest's first `guest_len`, then
+/// the rest, so that a memory made from another can share the guest's
+/// part alone. Empty runs are left out.
+#[cfg(unix)]
+fn split(file: Arc<std::fs::File>, len: usize, guest_len: usize) -> Vec<SnapshotRun> {
+    let guest_len = guest_len.min(len);
+    [(0, guest_len), (guest_len, len - guest_len)]
+        .into_iter()
+        .filter(|&(_, run_len)| run_len > 0)
+        .map(|(offset, run_len)| SnapshotRun {
+            file: file.clone(),
+            offset: offset as u64,
+            len: run_len,
+        })
+        .collect()
+}
+
+/// A sealed memfd holding `parts` one after the other, padded with
+/// zeroes to `len` bytes: nothing can write, shrink or grow it once
+/// it is made, so that every mapping of it sees the same bytes for as
+/// long as it exists.
+#[cfg(unix)]
+pub(crate) fn sealed_memfd(parts: &[&[u8]], len: usize) -> Result<std::fs::File> {
+    use std::os::fd::FromRawFd;
+    use std::os::unix::fs::FileExt;
+
+    let io = SharedMemoryError::SnapshotFile;
+    // SAFETY: the name is a NUL-terminated string; the flags are
+    // memfd_create's own.
+    let fd = unsafe {
+        libc::memfd_create(
+            c"hyperlight-snapshot".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        )
+    };
+    if fd < 0 {
+        return Err(io(Error::last_os_error()));
+    }
+    // SAFETY: `fd` was just returned by memfd_create and is owned by
+    // nothing else.
+    let file = unsafe { std::fs::File::from_raw_fd(fd) };
+    file.set_len(len as u64).map_err(io)?;
+    let mut at = 0u64;
+    for part in parts {
+        file.write_all_at(part, at).map_err(io)?;
+        at += part.len() as u64;
+    }
+    // SAFETY: F_ADD_SEALS on a file descriptor we own.
+    let sealed = unsafe {
+        libc::fcntl(
+            fd,
+            libc::F_ADD_SEALS,
+            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE | libc::F_SEAL_SEAL,
+        )
+    };
+    if sealed != 0 {
+        return Err(io(Error::last_os_error()));
+    }
+    Ok(file)
 }
 // Safety: HostMapping is only non-Send/Sync (causing
 // ReadonlySharedMemory to not be automatically Send/Sync) because raw
@@ -1533,13 +1624,90 @@ impl ReadonlySharedMemory {
                 page_size::get(),
             ));
         }
-        let mut anon =
-            ExclusiveSharedMemory::new(contents.len().next_multiple_of(page_size::get()))?;
-        anon.copy_from_slice(contents, 0)?;
+        let len = contents.len().next_multiple_of(page_size::get());
+        #[cfg(unix)]
+        {
+            let file = Arc::new(sealed_memfd(&[contents], len)?);
+            Self::from_runs(split(file, len, guest_mapped_size), guest_mapped_size, len)
+        }
+        #[cfg(not(unix))]
+        {
+            let mut anon = ExclusiveSharedMemory::new(len)?;
+            anon.copy_from_slice(contents, 0)?;
+            Ok(ReadonlySharedMemory {
+                region: anon.region,
+                guest_mapped_size,
+                own_size: len,
+            })
+        }
+    }
+
+    /// The memory of `runs`, mapped one after the other; `own_size`
+    /// of its bytes are in runs made for it.
+    #[cfg(unix)]
+    pub(crate) fn from_runs(
+        runs: Vec<SnapshotRun>,
+        guest_mapped_size: usize,
+        own_size: usize,
+    ) -> Result<Self> {
+        let len: usize = runs.iter().map(|r| r.len).sum();
+        if guest_mapped_size == 0
+            || guest_mapped_size > len
+            || !guest_mapped_size.is_multiple_of(page_size::get())
+            || runs.iter().any(|r| r.len == 0 || !r.len.is_multiple_of(page_size::get()))
+        {
+            return Err(SharedMemoryError::MemoryRequest(
+                guest_mapped_size,
+                0,
+                len,
+                page_size::get(),
+            ));
+        }
+        let region = Self::map_runs(&runs, len)?;
         Ok(ReadonlySharedMemory {
-            region: anon.region,
+            region,
             guest_mapped_size,
+            runs: runs.into(),
+            own_size,
         })
+    }
+
+    /// A memory that maps `kept` (runs of the memory of another
+    /// snapshot) first, then `contents`: `new_guest_bytes` of pages
+    /// the guest sees, then the host-side tail. Only `contents` is
+    /// this memory's own.
+    #[cfg(unix)]
+    pub(crate) fn extend(
+        kept: Vec<SnapshotRun>,
+        contents: &[u8],
+        new_guest_bytes: usize,
+    ) -> Result<Self> {
+        let kept_len: usize = kept.iter().map(|r| r.len).sum();
+        let len = contents.len().next_multiple_of(page_size::get());
+        let file = Arc::new(sealed_memfd(&[contents], len)?);
+        let mut runs = kept;
+        runs.extend(split(file, len, new_guest_bytes));
+        Self::from_runs(runs, kept_len + new_guest_bytes, len)
+    }
+
+    /// The runs that hold the first `len` bytes, if `len` ends a run.
+    #[cfg(unix)]
+    pub(crate) fn runs_within(&self, len: usize) -> Option<Vec<SnapshotRun>> {
+        let mut at = 0;
+        let mut runs = Vec::new();
+        for run in self.runs.iter() {
+            if at == len {
+                break;
+            }
+            runs.push(run.clone());
+            at += run.len;
+        }
+        (at == len).then_some(runs)
+    }
+
+    /// Bytes of this memory that no memory it was made from holds.
+    pub(crate) fn own_size(&self) -> usize {
+        self.own_size
     }
 
     /// The number of bytes that should be mapped into guest PA space.
@@ -1582,18 +1750,27 @@ impl ReadonlySharedMemory {
             ));
         }
 
-        let region = Self::map_file(file, len)?;
-        Ok(ReadonlySharedMemory {
-            region,
-            guest_mapped_size,
-        })
+        #[cfg(unix)]
+        {
+            let file = Arc::new(file.try_clone().map_err(SharedMemoryError::SnapshotFile)?);
+            Self::from_runs(split(file, len, guest_mapped_size), guest_mapped_size, len)
+        }
+        #[cfg(not(unix))]
+        {
+            let region = Self::map_file(file, len)?;
+            Ok(ReadonlySharedMemory {
+                region,
+                guest_mapped_size,
+                own_size: len,
+            })
+        }
     }
 
     /// Linux: reserve `[guard][blob][guard]` as one anonymous
-    /// `PROT_NONE` mapping, then `MAP_FIXED` the file over the
-    /// middle slot.
+    /// `PROT_NONE` mapping, then `MAP_FIXED` each run's file over its
+    /// part of the middle slot.
     #[cfg(unix)]
-    fn map_file(file: &std::fs::File, len: usize) -> Result<Arc<HostMapping>> {
+    fn map_runs(runs: &[SnapshotRun], len: usize) -> Result<Arc<HostMapping>> {
         use std::os::unix::io::AsRawFd;
 
         #[cfg(mshv3)]
@@ -1611,8 +1788,6 @@ impl ReadonlySharedMemory {
                     usize::MAX - 2 * page_size::get(),
                     1,
                 ))?;
-
-        let fd = file.as_raw_fd();
 
         // 1. Reserve the full `[guard][blob][guard]` address range as
         //    one anonymous `PROT_NONE` mapping. This pins the layout
@@ -1639,9 +1814,10 @@ impl ReadonlySharedMemory {
             len: total_size,
         };
 
-        // 2. Overlay the file content on the middle slot with
-        //    `MAP_FIXED`. `MAP_PRIVATE` keeps the mapping detached
-        //    from the underlying file.
+        // 2. Overlay each run's file content on its part of the middle
+        //    slot with `MAP_FIXED`. `MAP_PRIVATE` keeps the mapping
+        //    detached from the underlying file (which is sealed when
+        //    it is a memfd, and must not change when it is a blob).
         //
         //    MSHV's map_user_memory requires host-writable pages
         //    (the kernel module calls `pin_user_pages(FOLL_PIN|FOLL_WRITE)`
@@ -1651,28 +1827,35 @@ impl ReadonlySharedMemory {
         let file_prot = PROT_READ | PROT_WRITE;
         #[cfg(not(mshv3))]
         let file_prot = PROT_READ;
-        // SAFETY: `total_size = len + 2 * PAGE_SIZE_USIZE`, so
-        // `base + PAGE_SIZE_USIZE` is in-bounds of the reservation.
-        let usable_ptr = unsafe { (base as *mut u8).add(page_size::get()) };
-        // SAFETY: `usable_ptr..usable_ptr + len` lies entirely within
-        // the reservation owned by `reservation`. `MAP_FIXED`
-        // replaces that sub-range in place; on failure the
-        // surrounding anonymous mapping is unaffected and
-        // `reservation` releases it on drop.
-        let mapped = unsafe {
-            mmap(
-                usable_ptr as *mut c_void,
-                len as size_t,
-                file_prot,
-                MAP_PRIVATE | MAP_FIXED | MAP_NORESERVE,
-                fd,
-                0 as off_t,
-            )
-        };
-        if mapped == MAP_FAILED {
-            return Err(SharedMemoryError::MmapFailed(
-                std::io::Error::last_os_error().raw_os_error(),
-            ));
+        let mut at = page_size::get();
+        for run in runs {
+            // SAFETY: the runs' lengths add up to `len`, and
+            // `total_size = len + 2 * PAGE_SIZE_USIZE`, so
+            // `base + at .. base + at + run.len` is in-bounds of the
+            // reservation.
+            let run_ptr = unsafe { (base as *mut u8).add(at) };
+            let offset = off_t::try_from(run.offset).map_err(SharedMemoryError::TryFromInt)?;
+            // SAFETY: `run_ptr..run_ptr + run.len` lies entirely
+            // within the reservation owned by `reservation`.
+            // `MAP_FIXED` replaces that sub-range in place; on failure
+            // the surrounding anonymous mapping is unaffected and
+            // `reservation` releases it on drop.
+            let mapped = unsafe {
+                mmap(
+                    run_ptr as *mut c_void,
+                    run.len as size_t,
+                    file_prot,
+                    MAP_PRIVATE | MAP_FIXED | MAP_NORESERVE,
+                    run.file.as_raw_fd(),
+                    offset,
+                )
+            };
+            if mapped == MAP_FAILED {
+                return Err(SharedMemoryError::MmapFailed(
+                    std::io::Error::last_os_error().raw_os_error(),
+                ));
+            }
+            at += run.len;
         }
 
         // 3. The first and last pages keep their `PROT_NONE` from the

@@ -3,6 +3,8 @@
 
 mod file;
 mod file_tests;
+#[cfg(target_arch = "x86_64")]
+mod incremental;
 mod tripwires;
 
 use std::collections::{BTreeMap, HashMap};
@@ -298,6 +300,79 @@ fn map_specials(pt_buf: &GuestPageTableBuffer, scratch_size: usize) {
     unsafe { vmem::map(pt_buf, mapping) };
 }
 
+/// Most runs the guest-visible part of a snapshot's memory is made of
+/// before a snapshot taken from it folds them: each snapshot taken
+/// from a sandbox adds a run of its own (the pages it copied), so that
+/// a session of many snapshots would otherwise be mapped from as many
+/// pieces, and keep every page it overwrote. A snapshot past the limit
+/// keeps only the first run (the snapshot the chain started from,
+/// shared by every chain that starts there) and copies the live pages
+/// of the others.
+const MAX_RUNS: usize = 8;
+
+/// A snapshot a sandbox took since it was restored, and where the
+/// pages it copied went: the sandbox's next snapshot, if it runs on
+/// without a restore, shares those that did not change since.
+#[derive(Clone)]
+pub(crate) struct Taken {
+    memory: ReadonlySharedMemory,
+    /// For each page it copied, by the guest physical address the
+    /// sandbox has it at, its address in the snapshot.
+    copies: Arc<HashMap<u64, u64>>,
+    /// Whether it kept every page of the memory the sandbox was
+    /// restored to where it was (it folded none away).
+    shares_restored: bool,
+}
+
+/// What a new snapshot shares with the snapshot memory its sandbox
+/// runs on (the snapshot it was restored from): the first `len` bytes
+/// of it, made of `runs`, mapped at the same guest addresses.
+struct Kept {
+    len: usize,
+    #[cfg(all(unix, not(unshared_snapshot_mem)))]
+    runs: Vec<crate::mem::shared_mem::SnapshotRun>,
+}
+
+impl Kept {
+    #[cfg(all(unix, not(unshared_snapshot_mem)))]
+    fn of(parent: &ReadonlySharedMemory) -> Self {
+        let Some(mut runs) = parent.runs_within(parent.guest_mapped_size()) else {
+            return Kept {
+                len: 0,
+                runs: Vec::new(),
+            };
+        };
+        if runs.len() >= MAX_RUNS {
+            runs.truncate(1);
+        }
+        Kept {
+            len: runs.iter().map(|r| r.len).sum(),
+            runs,
+        }
+    }
+
+    /// Writable snapshot memory (gdb) cannot be shared, nor can memory
+    /// outside Linux: everything is copied.
+    #[cfg(not(all(unix, not(unshared_snapshot_mem))))]
+    fn of<M>(_parent: &M) -> Self {
+        Kept { len: 0 }
+    }
+
+    /// The new snapshot's memory: the kept runs, then `contents`, of
+    /// which the guest sees `new_guest_bytes` (the rest is the page
+    /// tables' host-side tail).
+    fn extend(self, contents: &[u8], new_guest_bytes: usize) -> Result<ReadonlySharedMemory> {
+        #[cfg(all(unix, not(unshared_snapshot_mem)))]
+        {
+            Ok(ReadonlySharedMemory::extend(self.runs, contents, new_guest_bytes)?)
+        }
+        #[cfg(not(all(unix, not(unshared_snapshot_mem))))]
+        {
+            Ok(ReadonlySharedMemory::from_bytes(contents, new_guest_bytes)?)
+        }
+    }
+}
+
 impl Snapshot {
     /// Create a new snapshot from the guest binary identified by `env`. With the configuration
     /// specified in `cfg`.
@@ -444,6 +519,7 @@ impl Snapshot {
     pub(crate) fn new<S: SharedMemory>(
         shared_mem: &mut SnapshotSharedMemory<S>,
         scratch_mem: &mut S,
+        since_restore: &mut Option<Taken>,
         mut layout: SandboxMemoryLayout,
         load_info: LoadInfo,
         regions: Vec<MemoryRegion>,
@@ -459,7 +535,36 @@ impl Snapshot {
     ) -> Result<Self> {
         let mut phys_seen = HashMap::<u64, usize>::new();
         let scratch_gva = scratch_base_gva(layout.get_scratch_size());
-        let memory = shared_mem.with_contents(|snap_c| {
+        // The pages of the sandbox's snapshot memory that the new
+        // snapshot shares: they keep their addresses, and only the
+        // other pages are copied, after them. A sandbox that ran on
+        // after a snapshot shares that snapshot's pages too.
+        let previous = since_restore.take().filter(|taken| taken.shares_restored);
+        let restored_len = layout.snapshot_size();
+        let kept = match &previous {
+            Some(taken) => Kept::of(&taken.memory),
+            None => Kept::of(shared_mem),
+        };
+        let mut copies = HashMap::new();
+
+        let started = std::time::Instant::now();
+        let kept_gpas =
+            SandboxMemoryLayout::BASE_ADDRESS..SandboxMemoryLayout::BASE_ADDRESS + kept.len;
+        let incremental = Self::incremental(
+            shared_mem,
+            scratch_mem,
+            &regions,
+            &mut layout,
+            root_pt_gpas,
+            &kept,
+            previous.as_ref(),
+            &mut copies,
+        )?;
+
+        let is_incremental = incremental.is_some();
+        let memory = match incremental {
+            Some(memory) => memory,
+            None => shared_mem.with_contents(|snap_c| {
             scratch_mem.with_contents(|scratch_c| {
                 // Phase 1: walk every PT root together. This detects
                 // aliased intermediate tables (e.g. Nanvix's kernel-
@@ -554,9 +659,13 @@ impl Snapshot {
                                         continue;
                                     };
                                     Some(*phys_seen.entry(mapping.phys_base).or_insert_with(|| {
+                                        let gpa = mapping.phys_base as usize;
+                                        if kept_gpas.contains(&gpa) {
+                                            return gpa;
+                                        }
                                         let new_offset = snapshot_memory.len();
                                         snapshot_memory.extend(contents);
-                                        new_offset + SandboxMemoryLayout::BASE_ADDRESS
+                                        new_offset + kept_gpas.end
                                     }))
                                 } else {
                                     None
@@ -602,21 +711,40 @@ impl Snapshot {
                 snapshot_memory.extend(&pt_data);
                 Ok::<_, crate::HyperlightError>(snapshot_memory)
             })
-        })???;
-        // Only the data prefix is exposed to the guest. The PT tail
-        // sits past it in the host mapping and is copied into the
-        // scratch region on restore. Keeping it out of the guest
-        // mapping of the snapshot region avoids overlap with
-        // `map_file_cow` regions installed immediately after the
-        // snapshot in guest PA space.
-        let guest_visible_size = memory.len() - layout.get_pt_size();
-        debug_assert!(guest_visible_size.is_multiple_of(page_size::get()));
-        layout.set_snapshot_size(guest_visible_size);
+        })???,
+        };
+        // Only the data prefix is exposed to the guest: the kept
+        // pages, then the copied ones. The PT tail sits past it in the
+        // host mapping and is copied into the scratch region on
+        // restore. Keeping it out of the guest mapping of the snapshot
+        // region avoids overlap with `map_file_cow` regions installed
+        // immediately after the snapshot in guest PA space.
+        if !is_incremental {
+            copies = phys_seen.into_iter().map(|(from, to)| (from, to as u64)).collect();
+        }
+        let new_guest_bytes = memory.len() - layout.get_pt_size();
+        debug_assert!(new_guest_bytes.is_multiple_of(page_size::get()));
+        tracing::debug!(
+            incremental = is_incremental,
+            kept_bytes = kept.len,
+            copied_bytes = new_guest_bytes,
+            pt_bytes = layout.get_pt_size(),
+            elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+            "snapshot taken"
+        );
+        layout.set_snapshot_size(kept.len + new_guest_bytes);
+        let shares_restored = kept.len >= restored_len;
+        let memory = kept.extend(&memory, new_guest_bytes)?;
+        *since_restore = Some(Taken {
+            memory: memory.clone(),
+            copies: Arc::new(copies),
+            shares_restored,
+        });
 
         Ok(Self {
             state: Arc::new(SnapshotState {
                 layout,
-                memory: ReadonlySharedMemory::from_bytes(&memory, guest_visible_size)?,
+                memory,
                 load_info,
                 stack_top_gva,
                 sregs: Some(sregs),
@@ -717,6 +845,69 @@ impl Snapshot {
             state: Arc::clone(&self.state),
             metadata: metadata_by_namespace,
         }))
+    }
+
+    /// The memory of the new snapshot (its copied pages, then its page
+    /// tables) built by [`incremental::build`], with the layout's page
+    /// table size set: when the sandbox shares pages with the snapshot it
+    /// was restored from and its page tables are of a shape that handles.
+    /// `None`: the full rebuild is to make it.
+    #[allow(unused_variables)]
+    fn incremental<S: SharedMemory>(
+        shared_mem: &mut SnapshotSharedMemory<S>,
+        scratch_mem: &mut S,
+        regions: &[MemoryRegion],
+        layout: &mut SandboxMemoryLayout,
+        root_pt_gpas: &[u64],
+        kept: &Kept,
+        previous: Option<&Taken>,
+        copies: &mut HashMap<u64, u64>,
+    ) -> Result<Option<Vec<u8>>> {
+        #[cfg(all(target_arch = "x86_64", unix, not(unshared_snapshot_mem)))]
+        {
+            let [root] = root_pt_gpas else {
+                return Ok(None);
+            };
+            if kept.len == 0 {
+                return Ok(None);
+            }
+            let restored_len = shared_mem.guest_mapped_size();
+            let current = *layout;
+            let built = shared_mem.with_contents(|snap| {
+                scratch_mem.with_contents(|scratch| {
+                    incremental::build(&incremental::Inputs {
+                        snap,
+                        scratch,
+                        regions,
+                        layout: current,
+                        root: *root,
+                        parent_tables: &snap[restored_len..],
+                        restored: SandboxMemoryLayout::BASE_ADDRESS
+                            ..SandboxMemoryLayout::BASE_ADDRESS + restored_len,
+                        kept: SandboxMemoryLayout::BASE_ADDRESS
+                            ..SandboxMemoryLayout::BASE_ADDRESS + kept.len,
+                        previous: previous.map(|taken| (&*taken.copies, taken.memory.as_slice())),
+                    })
+                })
+            })??;
+            let Some(built) = built else {
+                return Ok(None);
+            };
+            *copies = built.copies;
+            layout.set_pt_size(built.tables.len())?;
+            let mut memory = built.pages;
+            memory.extend_from_slice(&built.tables);
+            return Ok(Some(memory));
+        }
+        #[allow(unreachable_code)]
+        Ok(None)
+    }
+
+    /// Host memory this snapshot holds of its own, in bytes: what it
+    /// does not share with the snapshot it was taken from (the pages
+    /// the guest changed since, and its page tables).
+    pub fn memory_bytes(&self) -> usize {
+        self.state.memory.own_size()
     }
 
     /// Generation number assigned to this snapshot when it was taken.
@@ -907,6 +1098,7 @@ mod tests {
         let snapshot_a = super::Snapshot::new(
             &mut make_simple_pt_mem(&pattern_a).build().0,
             &mut mgr.scratch_mem,
+            &mut None,
             mgr.layout,
             LoadInfo::dummy(),
             Vec::new(),
@@ -928,6 +1120,7 @@ mod tests {
         let snapshot_b = super::Snapshot::new(
             &mut make_simple_pt_mem(&pattern_b).build().0,
             &mut mgr.scratch_mem,
+            &mut None,
             mgr.layout,
             LoadInfo::dummy(),
             Vec::new(),
