@@ -521,3 +521,20 @@ async fn the_template_is_saved_and_the_next_start_loads_it() {
 
 /// How long saving the template (about a GiB) may take once the daemon serves.
 const SAVE_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Thirty execs of a chain of checkpoints of the native guest (1 GiB), each the pages its exec
+/// changed over its parent, with rollbacks, forks and a deleted origin on the way: every answer
+/// is the model's (`hyperlightd_e2e::deltas`), and no checkpoint holds a copy of the guest
+/// (which was 883 MiB).
+#[tokio::test]
+async fn thirty_execs_of_deltas_rolled_back_and_forked_match_a_reference() {
+    let daemon = native_daemon(&[]).await;
+    let client = daemon.client();
+    hyperlightd_e2e::deltas::a_chain_of_deltas_matches_its_model(
+        &client,
+        Language::Python,
+        30,
+        64 << 20,
+    )
+    .await;
+}
