@@ -8,7 +8,8 @@
 use std::collections::BTreeMap;
 
 use hyperlightd_client::{
-    Client, CreateSessionRequest, ExecResponse, ExecStatus, Language, SessionExecRequest,
+    CheckpointInfo, Client, CreateSessionRequest, ExecResponse, ExecStatus, Language,
+    SessionExecRequest,
 };
 use serde_json::json;
 
@@ -161,13 +162,7 @@ pub async fn a_chain_of_deltas_matches_its_model(
         session.models.insert(session.at, model);
     }
     for session in &live {
-        let checkpoints = within(
-            "checkpoints",
-            STEP_LIMIT,
-            client.session_checkpoints(&session.id),
-        )
-        .await
-        .expect("its checkpoints");
+        let checkpoints = checkpoints(client, &session.id).await;
         for checkpoint in &checkpoints {
             assert!(
                 checkpoint.bytes <= most_checkpoint_bytes,
@@ -193,6 +188,12 @@ async fn run(client: &Client, id: &str, code: &str) -> ExecResponse {
     answer
 }
 
+async fn checkpoints(client: &Client, id: &str) -> Vec<CheckpointInfo> {
+    within("checkpoints", STEP_LIMIT, client.session_checkpoints(id))
+        .await
+        .expect("its checkpoints")
+}
+
 async fn rollback(client: &Client, session: &mut Tracked) {
     let Some(&to) = session
         .models
@@ -202,13 +203,7 @@ async fn rollback(client: &Client, session: &mut Tracked) {
     else {
         return;
     };
-    let kept = within(
-        "checkpoints",
-        STEP_LIMIT,
-        client.session_checkpoints(&session.id),
-    )
-    .await
-    .expect("its checkpoints");
+    let kept = checkpoints(client, &session.id).await;
     if !kept.iter().any(|c| c.checkpoint == to) {
         return;
     }

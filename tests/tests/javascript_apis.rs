@@ -113,13 +113,7 @@ async fn a_program_with_top_level_await_answers_what_eval_would() {
 
     // The same programs in one session, whose scope keeps their declarations.
     let client = daemon.client();
-    let session = within(
-        "create a session",
-        STEP_LIMIT,
-        client.create_session(&CreateSessionRequest::new(Language::Javascript)),
-    )
-    .await
-    .unwrap();
+    let session = new_session(&client).await;
     for case in cases {
         let program = case["program"].as_str().unwrap();
         let request = SessionExecRequest {
@@ -342,13 +336,7 @@ async fn a_microtask_spin_runs_until_its_time_limit() {
 async fn a_session_exec_awaits_a_long_chain() {
     let daemon = daemon().await;
     let client = daemon.client();
-    let session = within(
-        "create a session",
-        STEP_LIMIT,
-        client.create_session(&CreateSessionRequest::new(Language::Javascript)),
-    )
-    .await
-    .unwrap();
+    let session = new_session(&client).await;
     let exec = |code: &str| {
         let request = SessionExecRequest {
             timeout_ms: Some(20_000),
@@ -458,4 +446,14 @@ const names = ["console", "JSON", "Math", "Promise", "Map", "Set", "Date", "RegE
 names.filter((name) => typeof globalThis[name] === "undefined")
 "#;
     assert_eq!(value(&daemon, code).await, json!(["Intl"]));
+}
+
+async fn new_session(client: &hyperlightd_client::Client) -> hyperlightd_client::SessionInfo {
+    within(
+        "create a session",
+        STEP_LIMIT,
+        client.create_session(&CreateSessionRequest::new(Language::Javascript)),
+    )
+    .await
+    .unwrap()
 }
