@@ -139,15 +139,20 @@ pub fn js_with_timeout(code: &str, timeout_ms: u64) -> ExecRequest {
     }
 }
 
+/// How long to wait for the answer to a request with the time limit `timeout_ms`: that limit
+/// plus a margin, never less than [`STEP_LIMIT`].
+fn limit_for(timeout_ms: Option<u64>) -> Duration {
+    timeout_ms
+        .map_or(STEP_LIMIT, |ms| Duration::from_millis(ms) + STEP_LIMIT / 2)
+        .max(STEP_LIMIT)
+}
+
 /// Runs `request` on `daemon`, waiting for the answer at most the request's own time limit
 /// plus a margin (and never less than [`STEP_LIMIT`]): a program stopped at its limit is then
 /// answered `timeout`, not a harness time-out. A failed exchange fails the test with the
 /// daemon's log.
 pub async fn run(daemon: &Daemon, request: ExecRequest) -> ExecResponse {
-    let limit = request
-        .timeout_ms
-        .map_or(STEP_LIMIT, |ms| Duration::from_millis(ms) + STEP_LIMIT / 2)
-        .max(STEP_LIMIT);
+    let limit = limit_for(request.timeout_ms);
     within("exec", limit, daemon.client().exec(&request))
         .await
         .unwrap_or_else(|e| panic!("exec failed: {e}\ndaemon log:\n{}", daemon.log()))
@@ -429,9 +434,7 @@ impl Daemon {
             .windows(2)
             .find(|pair| pair[0] == "--timeout-ms")
             .and_then(|pair| pair[1].parse::<u64>().ok());
-        let limit = asked
-            .map_or(STEP_LIMIT, |ms| Duration::from_millis(ms) + STEP_LIMIT / 2)
-            .max(STEP_LIMIT);
+        let limit = limit_for(asked);
         let socket = self.socket.clone();
         let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
         let stdin = stdin.to_owned();

@@ -1555,12 +1555,12 @@ fn split(file: Arc<std::fs::File>, len: usize, guest_len: usize) -> Vec<Snapshot
         .collect()
 }
 
-/// A sealed memfd holding `parts` one after the other, padded with
+/// A sealed memfd holding `contents`, padded with
 /// zeroes to `len` bytes: nothing can write, shrink or grow it once
 /// it is made, so that every mapping of it sees the same bytes for as
 /// long as it exists.
 #[cfg(unix)]
-pub(crate) fn sealed_memfd(parts: &[&[u8]], len: usize) -> Result<std::fs::File> {
+pub(crate) fn sealed_memfd(contents: &[u8], len: usize) -> Result<std::fs::File> {
     use std::os::fd::FromRawFd;
     use std::os::unix::fs::FileExt;
 
@@ -1580,11 +1580,7 @@ pub(crate) fn sealed_memfd(parts: &[&[u8]], len: usize) -> Result<std::fs::File>
     // nothing else.
     let file = unsafe { std::fs::File::from_raw_fd(fd) };
     file.set_len(len as u64).map_err(io)?;
-    let mut at = 0u64;
-    for part in parts {
-        file.write_all_at(part, at).map_err(io)?;
-        at += part.len() as u64;
-    }
+    file.write_all_at(contents, 0).map_err(io)?;
     // SAFETY: F_ADD_SEALS on a file descriptor we own.
     let sealed = unsafe {
         libc::fcntl(
@@ -1627,7 +1623,7 @@ impl ReadonlySharedMemory {
         let len = contents.len().next_multiple_of(page_size::get());
         #[cfg(unix)]
         {
-            let file = Arc::new(sealed_memfd(&[contents], len)?);
+            let file = Arc::new(sealed_memfd(contents, len)?);
             Self::from_runs(split(file, len, guest_mapped_size), guest_mapped_size, len)
         }
         #[cfg(not(unix))]
@@ -1684,7 +1680,7 @@ impl ReadonlySharedMemory {
     ) -> Result<Self> {
         let kept_len: usize = kept.iter().map(|r| r.len).sum();
         let len = contents.len().next_multiple_of(page_size::get());
-        let file = Arc::new(sealed_memfd(&[contents], len)?);
+        let file = Arc::new(sealed_memfd(contents, len)?);
         let mut runs = kept;
         runs.extend(split(file, len, new_guest_bytes));
         Self::from_runs(runs, kept_len + new_guest_bytes, len)

@@ -513,6 +513,12 @@ impl Snapshot {
         let started = std::time::Instant::now();
         let kept_gpas =
             SandboxMemoryLayout::BASE_ADDRESS..SandboxMemoryLayout::BASE_ADDRESS + kept.len;
+        // The pages the full rebuild leaves where they are: kept ones
+        // the sandbox has at those very addresses, which are those of
+        // the restored snapshot. Past it the sandbox's addresses are
+        // another region's (a file mapped after the snapshot), not the
+        // previous snapshot's copies.
+        let in_place = kept_gpas.start..kept_gpas.end.min(kept_gpas.start + restored_len);
         let incremental = Self::incremental(
             shared_mem,
             scratch_mem,
@@ -617,7 +623,7 @@ impl Snapshot {
                                 let new_gpa =
                                     phys_seen.entry(mapping.phys_base).or_insert_with(|| {
                                         let gpa = mapping.phys_base as usize;
-                                        if kept_gpas.contains(&gpa) {
+                                        if in_place.contains(&gpa) {
                                             return gpa;
                                         }
                                         let new_offset = snapshot_memory.len();
