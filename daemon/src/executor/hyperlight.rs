@@ -20,7 +20,7 @@ use crate::job::{ExecError, ExecutorHealth, Job, Language, Outcome, Principal, S
 use crate::metrics::Metrics;
 use crate::sandbox::pool::{Pool, Scope};
 use crate::sandbox::{self, SandboxSettings, StartError};
-use crate::session::{Durable, Session, Sessions};
+use crate::session::{Durable, Session, Sessions, durable};
 
 /// How often expired sessions are looked for.
 const REAP_PERIOD: Duration = Duration::from_secs(1);
@@ -72,11 +72,22 @@ impl HyperlightExecutor {
                 .filter_map(|(&language, pool)| Some((language, pool.state_codec()?)))
                 .collect();
             let park_after = sessions.park_after.unwrap_or(Duration::MAX);
-            let durable = Durable::open(dir, codecs, metrics.sessions().durable, park_after)
-                .map_err(|error| ExecutorStartError::StateDir {
-                    dir: dir.to_owned(),
-                    error,
-                })?;
+            // A session's first checkpoint shares its template's memory: linked from the saved
+            // template, when there is one, rather than written again.
+            let templates = settings.snapshots.clone().map(|store| {
+                Box::new(move |sha256: &str| store.find_blob(sha256)) as durable::blobs::Elsewhere
+            });
+            let durable = Durable::open(
+                dir,
+                codecs,
+                metrics.sessions().durable,
+                park_after,
+                templates,
+            )
+            .map_err(|error| ExecutorStartError::StateDir {
+                dir: dir.to_owned(),
+                error,
+            })?;
             table = table.with_durable(durable);
         }
         let sessions = Arc::new(table);

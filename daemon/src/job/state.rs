@@ -213,6 +213,10 @@ impl StateKey {
     }
 }
 
+/// Where a file with this SHA-256 (lowercase hex) is on disk already, if the caller knows of
+/// one: a state written to disk shares the files of the states it was made from.
+pub type ExistingBlob<'a> = &'a dyn Fn(&str) -> Option<std::path::PathBuf>;
+
 /// How a language's saved states go to disk and come back, for sessions that outlive the
 /// daemon. Each guest kind implements it (its state is its own business); the session table
 /// only stores what it writes.
@@ -220,8 +224,15 @@ pub trait StateCodec: Send + Sync + std::fmt::Debug + 'static {
     /// What the states of this guest fit.
     fn key(&self) -> &StateKey;
 
-    /// Writes `state` into `dir`, a directory that does not exist yet (its parent does).
-    fn write(&self, state: &SavedState, dir: &std::path::Path) -> Result<(), String>;
+    /// Writes `state` into `dir`, a directory that does not exist yet (its parent does). A
+    /// file of it that `existing` finds on disk already (an earlier checkpoint's, by its
+    /// SHA-256) is hard-linked from there rather than written again.
+    fn write(
+        &self,
+        state: &SavedState,
+        dir: &std::path::Path,
+        existing: ExistingBlob<'_>,
+    ) -> Result<(), String>;
 
     /// Reads back a state [`write`](Self::write) wrote into `dir`, whose files have been
     /// checked; an error says why it cannot be used.

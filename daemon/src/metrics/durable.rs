@@ -72,7 +72,7 @@ impl DurableMetrics {
             )?,
             disk_bytes: IntGauge::new(
                 CHECKPOINT_DISK_BYTES,
-                "Bytes the checkpoints in the state directory hold.",
+                "Disk the checkpoints in the state directory take, each file once however many checkpoints share it.",
             )?,
             load_failures: counter(
                 CHECKPOINT_LOAD_FAILURES_TOTAL,

@@ -33,13 +33,13 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
-use hyperlight_host::sandbox::snapshot::{OciTag, Snapshot};
+use hyperlight_host::sandbox::snapshot::{OciDigest, OciTag, Snapshot};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tracing::{info, warn};
 
 use super::guest::Source;
-use crate::job::{SavedState, StateCodec, StateKey};
+use crate::job::{ExistingBlob, SavedState, StateCodec, StateKey};
 use crate::sys::durable::{self, discard};
 
 /// The tag of the template in each layout.
@@ -85,16 +85,21 @@ pub struct Stored<S> {
 /// snapshot type and its own way to name it in its layout; each refuses, when it reads, a
 /// snapshot of another format, hypervisor or CPU.
 pub trait Persist: Sized + Send + Sync + 'static {
-    fn write_to(&self, dir: &Path) -> Result<(), String>;
+    /// Writes the snapshot into the layout `dir`, hard-linking the files of its memory that
+    /// `existing` finds on disk already.
+    fn write_to(&self, dir: &Path, existing: ExistingBlob<'_>) -> Result<(), String>;
     fn read_from(dir: &Path) -> Result<Arc<Self>, String>;
 }
 
 /// hyperlight-host's snapshot (the JavaScript and WebAssembly guests), under the tag
 /// `template`.
 impl Persist for Snapshot {
-    fn write_to(&self, dir: &Path) -> Result<(), String> {
+    fn write_to(&self, dir: &Path, existing: ExistingBlob<'_>) -> Result<(), String> {
         let tag = OciTag::new(TAG).map_err(|e| e.to_string())?;
-        self.save(dir, &tag).map(drop).map_err(|e| e.to_string())
+        let existing = |digest: &OciDigest| existing(digest.as_str().strip_prefix("sha256:")?);
+        self.save_sharing(dir, &tag, &existing)
+            .map(drop)
+            .map_err(|e| e.to_string())
     }
 
     fn read_from(dir: &Path) -> Result<Arc<Self>, String> {
@@ -186,6 +191,31 @@ impl SnapshotStore {
         Ok(())
     }
 
+    /// A file of a saved template that is the blob `sha256` of its snapshot's layout, with the
+    /// checksum `key.json` records for it: a session's state made from the template links it
+    /// instead of writing it again (see `session::durable::blobs`).
+    pub fn find_blob(&self, sha256: &str) -> Option<(PathBuf, durable::Digest)> {
+        let name = format!("oci/blobs/sha256/{sha256}");
+        for entry in fs::read_dir(&self.dir).ok()?.flatten() {
+            if entry.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            let path = entry.path().join(&name);
+            let Ok(meta) = fs::symlink_metadata(&path) else {
+                continue;
+            };
+            let stamp = fs::read(entry.path().join("key.json")).ok();
+            let stamp: Option<Stamp> = stamp.and_then(|s| serde_json::from_slice(&s).ok());
+            if let Some(checksum) = stamp.and_then(|mut stamp| stamp.files.remove(&name))
+                && meta.is_file()
+            {
+                let bytes = meta.len();
+                return Some((path, durable::Digest { checksum, bytes }));
+            }
+        }
+        None
+    }
+
     /// Removes `language`'s templates other than `keep`.
     fn remove_others(&self, language: &str, keep: &str) {
         let Ok(entries) = fs::read_dir(&self.dir) else {
@@ -263,12 +293,17 @@ impl<S: Persist> StateCodec for StateFiles<S> {
         &self.key
     }
 
-    fn write(&self, state: &SavedState, dir: &Path) -> Result<(), String> {
+    fn write(
+        &self,
+        state: &SavedState,
+        dir: &Path,
+        existing: ExistingBlob<'_>,
+    ) -> Result<(), String> {
         let stored = (self.encode)(state)?;
         fs::create_dir(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
         stored
             .snapshot
-            .write_to(&dir.join("oci"))
+            .write_to(&dir.join("oci"), existing)
             .map_err(|e| format!("saving the snapshot: {e}"))?;
         durable::write_synced(&dir.join("extra"), &stored.extra)
             .map_err(|e| format!("writing extra: {e}"))
@@ -339,7 +374,7 @@ pub fn load_or_build<T, S: Persist, E>(
 fn write<S: Persist>(dir: &Path, key: &Key, snapshot: &S, extra: &[u8]) -> Result<(), String> {
     fs::create_dir(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     snapshot
-        .write_to(&dir.join("oci"))
+        .write_to(&dir.join("oci"), &|_| None)
         .map_err(|e| format!("saving the snapshot: {e}"))?;
     durable::write_synced(&dir.join("extra"), extra).map_err(|e| format!("writing extra: {e}"))?;
     let stamp = Stamp {

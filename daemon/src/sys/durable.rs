@@ -142,6 +142,17 @@ pub fn replace_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// to `dir`, and the bytes read. A symbolic link or anything else that is not a file or a
 /// directory is refused.
 pub fn digests(dir: &Path, except: &[&str]) -> io::Result<(BTreeMap<String, Digest>, u64)> {
+    digests_with(dir, except, |_, _| None)
+}
+
+/// [`digests`], with the digest of a file that `known` gives (by its name under `dir` and its
+/// metadata) taken as it is instead of read: a file linked from another directory, whose
+/// digest was worked out when it was written.
+pub fn digests_with(
+    dir: &Path,
+    except: &[&str],
+    known: impl Fn(&str, &fs::Metadata) -> Option<Digest>,
+) -> io::Result<(BTreeMap<String, Digest>, u64)> {
     let mut files = BTreeMap::new();
     let mut bytes = 0;
     let mut pending = vec![dir.to_owned()];
@@ -159,8 +170,14 @@ pub fn digests(dir: &Path, except: &[&str]) -> io::Result<(BTreeMap<String, Dige
                     .to_string_lossy()
                     .into_owned();
                 if !except.contains(&name.as_str()) {
-                    let digest = digest_of_file(&path)?;
-                    bytes += digest.bytes;
+                    let digest = match known(&name, &entry.metadata()?) {
+                        Some(digest) => digest,
+                        None => {
+                            let digest = digest_of_file(&path)?;
+                            bytes += digest.bytes;
+                            digest
+                        }
+                    };
                     files.insert(name, digest);
                 }
             } else {

@@ -74,21 +74,34 @@ async fn stop(mut daemon: Daemon) {
     assert_eq!(daemon.wait_exit(Duration::from_secs(180)).await, Some(0));
 }
 
-/// The largest file under `dir`: a state's snapshot.
-fn largest_file(dir: &Path) -> PathBuf {
-    let mut found = (0, PathBuf::new());
-    let mut pending = vec![dir.to_owned()];
-    while let Some(at) = pending.pop() {
-        for entry in std::fs::read_dir(&at).unwrap().flatten() {
-            let meta = entry.metadata().unwrap();
-            if meta.is_dir() {
-                pending.push(entry.path());
-            } else if meta.len() > found.0 {
-                found = (meta.len(), entry.path());
-            }
+/// The files of the memory of the checkpoint in `dir`, in the order its snapshot's layers map
+/// them (its OCI layout: `index.json` names the manifest, whose memory layers name their
+/// blobs by digest): the template's first, the checkpoint's own pages last.
+fn memory_blobs(dir: &Path) -> Vec<PathBuf> {
+    let oci = dir.join("state/oci");
+    let blob = |digest: &Value| {
+        let digest = digest.as_str().unwrap().strip_prefix("sha256:").unwrap();
+        oci.join("blobs/sha256").join(digest)
+    };
+    let read =
+        |path: &Path| -> Value { serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap() };
+    let index = read(&oci.join("index.json"));
+    let manifest = read(&blob(&index["manifests"][0]["digest"]));
+    let mut files = Vec::new();
+    for layer in manifest["layers"].as_array().unwrap() {
+        let path = blob(&layer["digest"]);
+        if layer["mediaType"] == "application/vnd.hyperlight.snapshot.memory.v1"
+            && !files.contains(&path)
+        {
+            files.push(path);
         }
     }
-    found.1
+    files
+}
+
+/// The file of the pages the checkpoint in `dir` holds of its own.
+fn own_blob(dir: &Path) -> PathBuf {
+    memory_blobs(dir).pop().unwrap()
 }
 
 /// `x = {n}` in `language`, and writes `n.txt`.
@@ -260,6 +273,39 @@ async fn damaged_checkpoints_and_another_builds_are_refused_each_with_its_reason
         durable(&client, &id, 2).await;
         ids.push(id);
     }
+    // On disk a checkpoint is its own pages, beside hard links to the files of the memory it
+    // shares: its parent's own pages, named by digest, and the template's.
+    for (id, language) in ids.iter().zip(languages) {
+        let (first, second) = (dirs.checkpoint(id, 1), dirs.checkpoint(id, 2));
+        let (parent, own) = (own_blob(&first), own_blob(&second));
+        let shared: Vec<_> = memory_blobs(&second)
+            .iter()
+            .map(|p| p.file_name().unwrap().to_owned())
+            .collect();
+        assert!(
+            shared.contains(&parent.file_name().unwrap().to_owned()),
+            "{language}: checkpoint 2 maps its parent's pages: {shared:?}"
+        );
+        let inode =
+            |path: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(path).unwrap());
+        let linked = second
+            .join("state/oci/blobs/sha256")
+            .join(parent.file_name().unwrap());
+        assert_eq!(
+            inode(&linked),
+            inode(&parent),
+            "{language}: linked, not copied"
+        );
+        let bytes = std::fs::metadata(&own).unwrap().len();
+        eprintln!("{language}: checkpoint 2 of {id} holds {bytes} bytes of its own on disk");
+        assert!(bytes < 16 << 20, "{language}: {bytes} bytes of its own");
+    }
+    // A JavaScript session whose parent's pages get a flipped byte: both checkpoints that have
+    // them are refused.
+    let parent_damaged = create(&client, Language::Javascript).await;
+    value(&client, &parent_damaged, &set_x(Language::Javascript, 1)).await;
+    value(&client, &parent_damaged, &set_x(Language::Javascript, 2)).await;
+    durable(&client, &parent_damaged, 2).await;
     stop(daemon).await;
     let flip = |path: &Path| {
         use std::io::{Read, Seek, SeekFrom, Write};
@@ -275,8 +321,8 @@ async fn damaged_checkpoints_and_another_builds_are_refused_each_with_its_reason
         file.seek(SeekFrom::Start(at)).unwrap();
         file.write_all(&[byte[0] ^ 0x20]).unwrap();
     };
-    flip(&largest_file(&dirs.checkpoint(&ids[0], 2)));
-    let cut = largest_file(&dirs.checkpoint(&ids[1], 2));
+    flip(&own_blob(&dirs.checkpoint(&ids[0], 2)));
+    let cut = own_blob(&dirs.checkpoint(&ids[1], 2));
     let cut_to = std::fs::metadata(&cut).unwrap().len() / 2;
     std::fs::OpenOptions::new()
         .write(true)
@@ -284,7 +330,8 @@ async fn damaged_checkpoints_and_another_builds_are_refused_each_with_its_reason
         .unwrap()
         .set_len(cut_to)
         .unwrap();
-    flip(&largest_file(&dirs.checkpoint(&ids[2], 2)));
+    flip(&own_blob(&dirs.checkpoint(&ids[2], 2)));
+    flip(&own_blob(&dirs.checkpoint(&parent_damaged, 1)));
 
     let daemon = both_languages(&dirs.args(&[])).await;
     let client = daemon.client();
@@ -311,10 +358,18 @@ async fn damaged_checkpoints_and_another_builds_are_refused_each_with_its_reason
     for id in &ids[3..] {
         assert_eq!(value(&client, id, "x").await, json!(2));
     }
+    // Checkpoint 2 is refused, then checkpoint 1: the session is back at its warm start.
+    let response = exec(&client, &parent_damaged, "typeof x").await;
+    assert_eq!(response.result, json!("undefined"), "{response:?}");
+    let session = response.session.unwrap();
+    assert_eq!(
+        (session.restored_from_checkpoint, session.lost_execs),
+        (Some(0), 2)
+    );
     let refused = |reason: &str| {
         format!("hyperlightd_session_checkpoint_load_failures_total{{reason=\"{reason}\"}}")
     };
-    assert_eq!(metric(&client, &refused("corrupt")).await, 2.0);
+    assert_eq!(metric(&client, &refused("corrupt")).await, 4.0);
     assert_eq!(metric(&client, &refused("truncated")).await, 1.0);
     stop(daemon).await;
 
@@ -345,8 +400,8 @@ async fn damaged_checkpoints_and_another_builds_are_refused_each_with_its_reason
         "the warm state: {response:?}"
     );
     // Checkpoints 1 to 3 of each of the three JavaScript sessions (the read above made 3 in
-    // the first two; the third is at 3 too).
-    assert_eq!(metric(&client, &refused("other_build")).await, 7.0);
+    // the first two; the third is at 3 too), and the 3 of the one whose parent was damaged.
+    assert_eq!(metric(&client, &refused("other_build")).await, 8.0);
     let python = dirs
         .state
         .path()

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hyperlight_unikraft::hyperlight_host::HyperlightError as Hyperlight18;
+use hyperlight_unikraft::hyperlight_host::sandbox::snapshot::{OciDigest, OciTag};
 use hyperlight_unikraft::{
     AppSandbox, Error as UnikraftError, Exec, SNAPSHOT_KEY, SandboxBuilder, Snapshot, Yield,
 };
@@ -31,7 +32,7 @@ use super::guest::{
 use super::python::Event;
 use super::stored::{self, Codec, Key, Persist, SnapshotStore, StateFiles, Stored};
 use super::watchdog::Interrupt;
-use crate::job::{Deadline, Files, Runtime, StateCodec, Stream, files::FileError};
+use crate::job::{Deadline, ExistingBlob, Files, Runtime, StateCodec, Stream, files::FileError};
 
 /// What the guest says it has: its Python and its packages, with versions.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -184,11 +185,18 @@ fn codec() -> Codec<Arc<NativeTemplate>, Snapshot> {
     }
 }
 
-/// hyperlight-unikraft's snapshot, named in its layout by the crate's release and
-/// [`SNAPSHOT_KEY`] (a load refuses another kernel or host contract).
+/// hyperlight-unikraft's snapshot, named in its layout by [`SNAPSHOT_KEY`] (a load refuses
+/// another kernel or host contract). Written as hyperlight-unikraft's `save_snapshot` writes
+/// it, through hyperlight-host's `save_sharing` so that a state shares the files of the one it
+/// was made from; the tag's first part, the release that saved it, is this daemon's instead.
 impl Persist for Snapshot {
-    fn write_to(&self, dir: &Path) -> Result<(), String> {
-        hyperlight_unikraft::save_snapshot(self, dir).map_err(|e| e.to_string())
+    fn write_to(&self, dir: &Path, existing: ExistingBlob<'_>) -> Result<(), String> {
+        let tag = format!("hyperlightd-{SNAPSHOT_KEY}");
+        let tag = OciTag::new(tag).map_err(|e| e.to_string())?;
+        let existing = |digest: &OciDigest| existing(digest.as_str().strip_prefix("sha256:")?);
+        self.save_sharing(dir, &tag, &existing)
+            .map(drop)
+            .map_err(|e| e.to_string())
     }
 
     fn read_from(dir: &Path) -> Result<Arc<Self>, String> {

@@ -10,15 +10,17 @@
 //! sizes, when a file is missing or of another size (`truncated`), when a byte differs
 //! (`corrupt`), or when the guest's own loader refuses it (`unloadable`).
 
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
-use std::path::Path;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Serialize};
 
-use crate::job::{Files, KeyMismatch, SavedState, StateCodec, StateKey};
+use crate::job::{ExistingBlob, Files, KeyMismatch, SavedState, StateCodec, StateKey};
 use crate::sys::durable::{self, Digest};
 
 /// Bumped when the shape of a checkpoint's directory changes.
@@ -104,13 +106,18 @@ pub enum Source<'a> {
     Written(&'a Path),
 }
 
+/// Where a blob of a state is on disk already, by its SHA-256, with its checksum.
+pub type Existing<'a> = &'a mut dyn FnMut(&str) -> Option<(PathBuf, Digest)>;
+
 /// Writes checkpoint `number` of `session` into `dir` (which must not exist) from `source`;
-/// `bytes` is the host memory its state holds. A crash leaves the directory whole or absent.
+/// `bytes` is the host memory its state holds. The blobs of its state that `existing` finds
+/// are hard-linked (see [`super::blobs`]). A crash leaves the directory whole or absent.
 pub fn write(
     dir: &Path,
     (session, number, bytes): (&str, u64, u64),
     key: &StateKey,
     source: Source<'_>,
+    existing: Existing<'_>,
 ) -> Result<(), String> {
     let parent = dir.parent().ok_or("a checkpoint directory has a parent")?;
     let name = dir.file_name().unwrap_or_default().to_string_lossy();
@@ -121,11 +128,26 @@ pub fn write(
         Source::Written(from) => Some(read_record(from).map_err(|e| e.to_string())?.files),
         Source::Memory { .. } => None,
     };
-    let written = fill(&partial, source).and_then(|()| {
+    // The blobs linked, with the checksums they were written with.
+    let shared = RefCell::new(HashMap::new());
+    let found = RefCell::new(existing);
+    let existing = |sha256: &str| {
+        let (path, digest) = (found.borrow_mut())(sha256)?;
+        shared.borrow_mut().insert(sha256.to_owned(), digest);
+        Some(path)
+    };
+    let written = fill(&partial, source, &existing).and_then(|()| {
         let files = match linked {
             Some(files) => files,
             None => {
-                let (files, _) = durable::digests(&partial, &["checkpoint.json"])
+                let shared = shared.borrow();
+                // A blob linked (a file with another name) keeps the checksum it was written
+                // with; the others are read.
+                let known = |name: &str, meta: &fs::Metadata| {
+                    let sha256 = super::blobs::blob_name(name)?;
+                    (meta.nlink() > 1).then(|| shared.get(sha256).cloned())?
+                };
+                let (files, _) = durable::digests_with(&partial, &["checkpoint.json"], known)
                     .map_err(|e| format!("digesting the checkpoint's files: {e}"))?;
                 // After the digests: on some filesystems (tmpfs) reading a hole through a
                 // mapping fills it again.
@@ -152,8 +174,9 @@ pub fn write(
     written
 }
 
-/// Fills the new directory `partial` with the state and files of `source`.
-fn fill(partial: &Path, source: Source<'_>) -> Result<(), String> {
+/// Fills the new directory `partial` with the state and files of `source`, linking the blobs
+/// `existing` finds.
+fn fill(partial: &Path, source: Source<'_>, existing: ExistingBlob<'_>) -> Result<(), String> {
     fs::create_dir(partial).map_err(|e| format!("creating {}: {e}", partial.display()))?;
     match source {
         Source::Memory {
@@ -161,7 +184,7 @@ fn fill(partial: &Path, source: Source<'_>) -> Result<(), String> {
             files,
             codec,
         } => {
-            codec.write(state, &partial.join("state"))?;
+            codec.write(state, &partial.join("state"), existing)?;
             let encoded: BTreeMap<&String, String> = files
                 .iter()
                 .map(|(path, bytes)| (path, STANDARD.encode(bytes)))
@@ -179,7 +202,8 @@ fn fill(partial: &Path, source: Source<'_>) -> Result<(), String> {
 const SPARSE_FROM: u64 = 1 << 20;
 
 /// Makes the pages of zeros of the big files under `dir` holes: most of a guest's memory is
-/// pages it never wrote (89 % of a JavaScript session's state after a typical cell).
+/// pages it never wrote (89 % of a JavaScript session's state after a typical cell). Files
+/// linked from elsewhere are left alone: they were made sparse when they were written.
 fn sparse(dir: &Path) {
     let mut pending = vec![dir.to_owned()];
     while let Some(at) = pending.pop() {
@@ -193,6 +217,7 @@ fn sparse(dir: &Path) {
             if meta.is_dir() {
                 pending.push(entry.path());
             } else if meta.len() >= SPARSE_FROM
+                && meta.nlink() == 1
                 && let Err(e) = durable::punch_zero_pages(&entry.path())
             {
                 tracing::debug!(file = %entry.path().display(), "cannot make the pages of zeros holes: {e}");

@@ -16,6 +16,7 @@
 //! A session whose state is on disk may leave memory (it is *parked*) and come back on its next
 //! use, read from disk and checked again, every byte.
 
+pub mod blobs;
 pub mod checkpoint;
 pub mod journal;
 pub mod recover;
@@ -30,6 +31,7 @@ use std::time::Duration;
 
 use tracing::error;
 
+use self::blobs::{Blobs, Elsewhere};
 use self::checkpoint::Record;
 use self::journal::{Journal, Progress, SessionFile};
 pub use self::writer::Write;
@@ -45,6 +47,8 @@ pub struct Durable {
     root: PathBuf,
     codecs: BTreeMap<Language, Arc<dyn StateCodec>>,
     writer: Writer,
+    /// The files checkpoints share on disk, and the disk they take.
+    blobs: Arc<Mutex<Blobs>>,
     metrics: DurableMetrics,
     /// How long a session stays idle before it is parked.
     park_after: Duration,
@@ -53,23 +57,32 @@ pub struct Durable {
 impl Durable {
     /// The sessions under `dir` (created, private to the daemon's user, if need be), written
     /// with the `codecs` of the languages whose states can go to disk; sessions idle for
-    /// `park_after` leave memory.
+    /// `park_after` leave memory. A state's files that `elsewhere` finds on disk (the saved
+    /// templates) are linked from there.
     pub fn open(
         dir: &Path,
         codecs: BTreeMap<Language, Arc<dyn StateCodec>>,
         metrics: DurableMetrics,
         park_after: Duration,
+        elsewhere: Option<Elsewhere>,
     ) -> io::Result<Durable> {
         let root = dir.join("sessions");
         durable::open_private_dir(dir)?;
         durable::open_private_dir(&root)?;
+        let blobs = Arc::new(Mutex::new(Blobs::new(elsewhere)));
         Ok(Durable {
             root,
             codecs,
-            writer: Writer::start(metrics.clone())?,
+            writer: Writer::start(metrics.clone(), blobs.clone())?,
+            blobs,
             metrics,
             park_after,
         })
+    }
+
+    /// The files checkpoints share on disk.
+    fn blobs(&self) -> MutexGuard<'_, Blobs> {
+        self.blobs.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// How `language`'s states are written; None: its sessions stay in memory.
@@ -116,13 +129,13 @@ impl Durable {
     /// Removes a session's directory, after the writes already handed over (which see it gone).
     pub fn remove(&self, session: &SessionDisk) {
         session.removed.store(true, Ordering::Relaxed);
-        self.writer.discard(session.dir.clone(), 0);
+        self.writer.discard(session.dir.clone());
     }
 
     /// Drops a checkpoint from disk: now if it is written, or its write when it comes.
     pub fn drop_checkpoint(&self, disk: &OnDisk) {
-        if let Some(bytes) = disk.drop_it() {
-            self.writer.discard(disk.dir.clone(), bytes);
+        if disk.drop_it() {
+            self.writer.discard(disk.dir.clone());
         }
     }
 
@@ -195,8 +208,6 @@ pub struct OnDisk {
 struct DiskState {
     /// Its record, once it is on disk.
     record: Option<Record>,
-    /// The disk space it takes.
-    bytes: u64,
     dropped: bool,
 }
 
@@ -209,13 +220,12 @@ impl OnDisk {
         })
     }
 
-    /// A checkpoint found on disk in `dir`, with `record`, taking `bytes` of disk.
-    pub fn written(dir: PathBuf, record: Record, bytes: u64) -> Arc<OnDisk> {
+    /// A checkpoint found on disk in `dir`, with `record`.
+    pub fn written(dir: PathBuf, record: Record) -> Arc<OnDisk> {
         Arc::new(OnDisk {
             dir,
             state: Mutex::new(DiskState {
                 record: Some(record),
-                bytes,
                 dropped: false,
             }),
         })
@@ -245,22 +255,21 @@ impl OnDisk {
         self.state().dropped
     }
 
-    /// Marks it written with `record`, taking `bytes` of disk; false if it was dropped
-    /// meanwhile (the caller removes it then).
-    fn mark_written(&self, record: Record, bytes: u64) -> bool {
+    /// Marks it written with `record`; false if it was dropped meanwhile (the caller removes
+    /// it then).
+    fn mark_written(&self, record: Record) -> bool {
         let mut state = self.state();
         if state.dropped {
             return false;
         }
         state.record = Some(record);
-        state.bytes = bytes;
         true
     }
 
-    /// Marks it dropped; the disk it takes if it is written (the caller removes it then).
-    fn drop_it(&self) -> Option<u64> {
+    /// Marks it dropped; true if it is written (the caller removes it then).
+    fn drop_it(&self) -> bool {
         let mut state = self.state();
         state.dropped = true;
-        state.record.take().map(|_| state.bytes)
+        state.record.take().is_some()
     }
 }

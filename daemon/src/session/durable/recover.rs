@@ -80,11 +80,11 @@ impl Durable {
             match checkpoint::check(&at, name, mark.number, codec.key()) {
                 Ok(record) => {
                     let bytes = record.bytes;
-                    let on_disk = durable::allocated(&at);
+                    let on_disk = self.blobs().hold(&at, &record);
                     self.metrics()
                         .disk_bytes
                         .add(i64::try_from(on_disk).unwrap_or(0));
-                    let disk = OnDisk::written(at, record, on_disk);
+                    let disk = OnDisk::written(at, record);
                     kept.push((mark.clone(), Some(disk), bytes));
                 }
                 Err(why) => {

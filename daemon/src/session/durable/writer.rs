@@ -1,6 +1,8 @@
 //! The thread that writes checkpoints to disk, one after another, in the order they were handed
 //! over, off every request's path; and removes the directories of checkpoints and sessions
-//! that are gone (in that same order, so that a removal never overtakes a write).
+//! that are gone (in that same order, so that a removal never overtakes a write). It alone
+//! adds files to the state directory and removes them, so that the files checkpoints share
+//! ([`Blobs`]) are found where they are when a checkpoint links them.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -9,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{debug, error, warn};
 
+use super::blobs::Blobs;
 use super::checkpoint::{self, Source};
 use super::{OnDisk, SessionDisk};
 use crate::job::{Language, StateCodec};
@@ -37,8 +40,8 @@ pub struct Write {
 #[derive(Debug)]
 enum Job {
     Write(Box<Write>),
-    /// A directory to remove, and the checkpoint bytes it held.
-    Discard(PathBuf, u64),
+    /// A checkpoint's or a session's directory to remove.
+    Discard(PathBuf),
 }
 
 /// The jobs handed over and not yet done.
@@ -71,13 +74,13 @@ pub struct Writer {
 }
 
 impl Writer {
-    /// Starts the thread.
-    pub fn start(metrics: DurableMetrics) -> std::io::Result<Writer> {
+    /// Starts the thread, which links the files of `blobs` and keeps it up to date.
+    pub fn start(metrics: DurableMetrics, blobs: Arc<Mutex<Blobs>>) -> std::io::Result<Writer> {
         let shared = Arc::new(Shared::default());
         let theirs = shared.clone();
         std::thread::Builder::new()
             .name("checkpoints".to_owned())
-            .spawn(move || run(&theirs, &metrics))?;
+            .spawn(move || run(&theirs, &metrics, &blobs))?;
         Ok(Writer { shared })
     }
 
@@ -91,9 +94,9 @@ impl Writer {
         self.push(Job::Write(Box::new(write)));
     }
 
-    /// Hands over the removal of `dir`, which held `bytes` of checkpoints.
-    pub fn discard(&self, dir: PathBuf, bytes: u64) {
-        self.push(Job::Discard(dir, bytes));
+    /// Hands over the removal of `dir`.
+    pub fn discard(&self, dir: PathBuf) {
+        self.push(Job::Discard(dir));
     }
 
     /// Waits until every job handed over is done, at most `limit`; false past it.
@@ -124,7 +127,8 @@ impl Drop for Writer {
 }
 
 /// The thread's body: does each job in turn until the writer is dropped and nothing is left.
-fn run(shared: &Shared, metrics: &DurableMetrics) {
+fn run(shared: &Shared, metrics: &DurableMetrics, blobs: &Mutex<Blobs>) {
+    let held = || blobs.lock().unwrap_or_else(PoisonError::into_inner);
     loop {
         let job = {
             let mut queue = shared.queue();
@@ -143,10 +147,18 @@ fn run(shared: &Shared, metrics: &DurableMetrics) {
             }
         };
         match job {
-            Job::Write(write) => write_one(&write, metrics),
-            Job::Discard(dir, bytes) => {
+            Job::Write(write) => {
+                let mut existing = |sha256: &str| held().find(sha256);
+                if let Some((dir, record)) = write_one(&write, metrics, &mut existing) {
+                    let added = held().hold(&dir, &record);
+                    metrics.disk_bytes.add(i64::try_from(added).unwrap_or(0));
+                    debug!(session = %write.id, checkpoint = write.number, added_bytes = added, "checkpoint on disk");
+                }
+            }
+            Job::Discard(dir) => {
+                let freed = held().release(&dir);
                 durable::discard(&dir);
-                metrics.disk_bytes.sub(i64::try_from(bytes).unwrap_or(0));
+                metrics.disk_bytes.sub(i64::try_from(freed).unwrap_or(0));
             }
         }
         shared.queue().busy = false;
@@ -154,11 +166,16 @@ fn run(shared: &Shared, metrics: &DurableMetrics) {
     }
 }
 
-/// Writes one checkpoint, unless its session or the checkpoint itself is gone by now.
-fn write_one(write: &Write, metrics: &DurableMetrics) {
+/// Writes one checkpoint, unless its session or the checkpoint itself is gone by now, linking
+/// the blobs `existing` finds; its directory and record once it is on disk.
+fn write_one(
+    write: &Write,
+    metrics: &DurableMetrics,
+    existing: checkpoint::Existing<'_>,
+) -> Option<(PathBuf, checkpoint::Record)> {
     if !write.session.live() || write.disk.is_dropped() {
         debug!(session = %write.id, checkpoint = write.number, "not writing a checkpoint that is gone");
-        return;
+        return None;
     }
     let dir = write.disk.dir().to_owned();
     let linked = write.link_from.as_ref().filter(|from| from.is_written());
@@ -172,10 +189,10 @@ fn write_one(write: &Write, metrics: &DurableMetrics) {
     };
     let header = (write.id.as_str(), write.number, write.image.bytes());
     let started = Instant::now();
-    if let Err(why) = checkpoint::write(&dir, header, write.codec.key(), source) {
+    if let Err(why) = checkpoint::write(&dir, header, write.codec.key(), source, existing) {
         metrics.write_failed(write.language);
         error!(session = %write.id, checkpoint = write.number, "writing the checkpoint failed ({why}): it is kept in memory only, and a restart loses it");
-        return;
+        return None;
     }
     let record = checkpoint::check(&dir, &write.id, write.number, write.codec.key());
     let record = match record {
@@ -184,16 +201,15 @@ fn write_one(write: &Write, metrics: &DurableMetrics) {
             metrics.write_failed(write.language);
             warn!(session = %write.id, checkpoint = write.number, "the checkpoint just written does not read back ({why}): it is kept in memory only");
             durable::discard(&dir);
-            return;
+            return None;
         }
     };
-    let bytes = durable::allocated(&dir);
-    if !write.disk.mark_written(record, bytes) || !write.session.live() {
+    if !write.disk.mark_written(record.clone()) || !write.session.live() {
         durable::discard(&dir);
-        return;
+        return None;
     }
-    metrics.disk_bytes.add(i64::try_from(bytes).unwrap_or(0));
     metrics.written(write.language, write.answered.elapsed().as_secs_f64());
     let write_ms = started.elapsed().as_millis() as u64;
-    debug!(session = %write.id, checkpoint = write.number, bytes, write_ms, "checkpoint on disk");
+    debug!(session = %write.id, checkpoint = write.number, write_ms, "checkpoint written");
+    Some((dir, record))
 }

@@ -8,24 +8,56 @@ use std::path::{Path, PathBuf};
 use super::*;
 use crate::job::{CheckpointInfo, FileIdentity, SessionRef, StateCodec, StateKey};
 
-/// A guest whose state is a `u32`, written as eight digits in `state/value`.
+/// A guest whose state is a `u32`, written as eight digits in `state/value`, beside a blob of
+/// its tens in `state/oci/blobs/sha256/<its SHA-256>`: states of the same tens share that blob
+/// as real states share the memory of the one they were made from, and a blob that `existing`
+/// finds is hard-linked, not written.
 #[derive(Debug)]
 struct Numbers(StateKey);
+
+/// The blob of a state's tens, and its SHA-256.
+fn tens_blob(value: u32) -> (String, Vec<u8>) {
+    use sha2::Digest as _;
+    let bytes = format!("tens {}", value / 10).into_bytes();
+    let sha256 = sha2::Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    (sha256, bytes)
+}
 
 impl StateCodec for Numbers {
     fn key(&self) -> &StateKey {
         &self.0
     }
 
-    fn write(&self, state: &SavedState, dir: &Path) -> Result<(), String> {
+    fn write(
+        &self,
+        state: &SavedState,
+        dir: &Path,
+        existing: crate::job::ExistingBlob<'_>,
+    ) -> Result<(), String> {
         let value = state.get::<u32>().ok_or("not a number")?;
-        fs::create_dir(dir).map_err(|e| e.to_string())?;
+        let blobs = dir.join("oci/blobs/sha256");
+        fs::create_dir_all(&blobs).map_err(|e| e.to_string())?;
+        let (sha256, bytes) = tens_blob(*value);
+        match existing(&sha256) {
+            Some(from) => fs::hard_link(from, blobs.join(&sha256)),
+            None => fs::write(blobs.join(&sha256), bytes),
+        }
+        .map_err(|e| e.to_string())?;
         fs::write(dir.join("value"), format!("{value:08}")).map_err(|e| e.to_string())
     }
 
     fn read(&self, dir: &Path) -> Result<SavedState, String> {
         let text = fs::read_to_string(dir.join("value")).map_err(|e| e.to_string())?;
         let value: u32 = text.parse().map_err(|e| format!("{e}"))?;
+        let (sha256, bytes) = tens_blob(value);
+        let blob =
+            fs::read(dir.join("oci/blobs/sha256").join(sha256)).map_err(|e| e.to_string())?;
+        if blob != bytes {
+            return Err("the blob of its tens is another's".to_owned());
+        }
         Ok(SavedState::new(value))
     }
 }
@@ -54,7 +86,7 @@ fn daemon(dir: &Path, build: &str, park_after: Duration) -> (Arc<Sessions>, Metr
     let metrics = Metrics::new().unwrap();
     let codec: Arc<dyn StateCodec> = Arc::new(Numbers(key(build)));
     let codecs = [(Language::Javascript, codec)].into();
-    let durable = Durable::open(dir, codecs, metrics.sessions().durable, park_after).unwrap();
+    let durable = Durable::open(dir, codecs, metrics.sessions().durable, park_after, None).unwrap();
     let settings = SessionSettings {
         max_sessions: 16,
         max_per_caller: 16,
@@ -355,4 +387,115 @@ async fn idle_sessions_leave_memory_and_come_back_on_use() {
         ),
         5.0
     );
+}
+
+/// The blob file of checkpoint `number` of session `id`.
+fn blob_of(dir: &Path, id: &str, number: u64) -> PathBuf {
+    let blobs = checkpoint_dir(dir, id, number).join("state/oci/blobs/sha256");
+    let mut found: Vec<PathBuf> = fs::read_dir(blobs)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    found.remove(0)
+}
+
+/// The disk the files of the checkpoint directories under `dir` take, each file once (their
+/// records aside, which the gauge leaves out).
+fn disk_of_checkpoints(dir: &Path) -> f64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut seen = std::collections::HashMap::new();
+    let mut pending = vec![dir.join("sessions")];
+    while let Some(at) = pending.pop() {
+        for entry in fs::read_dir(&at).unwrap().flatten() {
+            let meta = entry.metadata().unwrap();
+            let path = entry.path();
+            let in_checkpoint = path.components().any(|c| c.as_os_str() == "checkpoints");
+            if meta.is_dir() {
+                pending.push(path);
+            } else if in_checkpoint && entry.file_name() != "checkpoint.json" {
+                seen.insert((meta.dev(), meta.ino()), meta.blocks() * 512);
+            }
+        }
+    }
+    seen.values().sum::<u64>() as f64
+}
+
+#[tokio::test]
+async fn checkpoints_link_the_blobs_they_share_and_the_disk_counts_each_once() {
+    use std::os::unix::fs::MetadataExt;
+    const DISK: &str = "hyperlightd_session_checkpoint_disk_bytes";
+    let root = tempfile::tempdir().unwrap();
+    let (sessions, metrics) = daemon(root.path(), "1", Duration::MAX);
+    let id = sessions
+        .create(OWNER, Language::Javascript, None)
+        .unwrap()
+        .id;
+    exec(&sessions, &id, 71).await;
+    exec(&sessions, &id, 72).await;
+    assert!(sessions.flush(WAIT));
+    let inode = |n| fs::metadata(blob_of(root.path(), &id, n)).unwrap().ino();
+    assert_eq!(inode(1), inode(2), "72 links the blob of 71's tens");
+    exec(&sessions, &id, 81).await;
+    assert!(sessions.flush(WAIT));
+    assert_ne!(inode(3), inode(2), "81's tens are its own");
+    let fork = sessions.fork(OWNER, &id, Some(2), WAIT).await.unwrap().id;
+    exec(&sessions, &fork, 79).await;
+    assert!(sessions.flush(WAIT));
+    assert_eq!(
+        inode(2),
+        fs::metadata(blob_of(root.path(), &fork, 1)).unwrap().ino()
+    );
+    assert_eq!(counter(&metrics, DISK), disk_of_checkpoints(root.path()));
+    assert!(counter(&metrics, DISK) > 0.0);
+
+    // The origin's checkpoints that the fork shares go, and the fork stays whole: the disk is
+    // given back for the files no checkpoint has any more, and only those.
+    sessions.rollback(OWNER, &id, 1, WAIT).await.unwrap();
+    sessions.delete(OWNER, &id).unwrap();
+    assert!(sessions.flush(WAIT));
+    assert!(!root.path().join("sessions").join(&id).exists());
+    assert_eq!(counter(&metrics, DISK), disk_of_checkpoints(root.path()));
+    stop(sessions);
+
+    let (sessions, metrics) = daemon(root.path(), "1", Duration::MAX);
+    assert_eq!(counter(&metrics, DISK), disk_of_checkpoints(root.path()));
+    assert_eq!(state_of(&sessions, &fork).await, Some(79));
+    exec(&sessions, &fork, 75).await;
+    assert!(sessions.flush(WAIT));
+    let fork_inode = |n| fs::metadata(blob_of(root.path(), &fork, n)).unwrap().ino();
+    assert_eq!(fork_inode(2), fork_inode(1), "found again after a restart");
+    sessions.delete(OWNER, &fork).unwrap();
+    assert!(sessions.flush(WAIT));
+    assert_eq!(counter(&metrics, DISK), 0.0);
+}
+
+#[tokio::test]
+async fn a_damaged_blob_is_refused_in_every_checkpoint_that_shares_it() {
+    let root = tempfile::tempdir().unwrap();
+    let (sessions, _) = daemon(root.path(), "1", Duration::MAX);
+    let id = sessions
+        .create(OWNER, Language::Javascript, None)
+        .unwrap()
+        .id;
+    for value in [61, 71, 72] {
+        exec(&sessions, &id, value).await;
+    }
+    stop(sessions);
+    // A flipped byte in the blob checkpoint 2 wrote, which checkpoint 3 links.
+    let blob = blob_of(root.path(), &id, 2);
+    let mut bytes = fs::read(&blob).unwrap();
+    bytes[0] ^= 0x01;
+    fs::write(&blob, bytes).unwrap();
+
+    let (sessions, metrics) = daemon(root.path(), "1", Duration::MAX);
+    assert_eq!(
+        state_of(&sessions, &id).await,
+        Some(61),
+        "back before the damage"
+    );
+    let lost = sessions.get(OWNER, &id).unwrap().lost.unwrap();
+    assert_eq!((lost.restored_from_checkpoint, lost.lost_execs), (1, 2));
+    let series = "hyperlightd_session_checkpoint_load_failures_total{reason=\"corrupt\"}";
+    assert_eq!(counter(&metrics, series), 2.0, "each said");
 }

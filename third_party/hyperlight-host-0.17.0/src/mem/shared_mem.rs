@@ -1591,16 +1591,99 @@ pub struct ReadonlySharedMemory {
 #[cfg(unix)]
 #[derive(Clone, Debug)]
 pub(crate) struct SnapshotRun {
-    pub(crate) file: Arc<std::fs::File>,
+    pub(crate) file: Arc<MemoryFile>,
     pub(crate) offset: u64,
     pub(crate) len: usize,
+}
+
+/// A file snapshot memory is mapped from: a sealed memfd made in this
+/// process, or a blob of a snapshot loaded from disk. Its bytes never
+/// change while it is in use, so its SHA-256 (the name of its blob in
+/// an OCI layout) is worked out once, by the first save that needs
+/// it, or known from the layout it was loaded from: a save of a
+/// snapshot that shares the file with one saved before names the
+/// same blob without reading it again.
+#[cfg(unix)]
+#[derive(Debug)]
+pub(crate) struct MemoryFile {
+    file: std::fs::File,
+    len: u64,
+    sha256: std::sync::OnceLock<String>,
+}
+
+#[cfg(unix)]
+impl MemoryFile {
+    /// `file`, of `len` bytes, whose digest is not known yet.
+    pub(crate) fn new(file: std::fs::File, len: u64) -> Self {
+        Self {
+            file,
+            len,
+            sha256: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// `file`, of `len` bytes, loaded from the blob whose SHA-256 is
+    /// `sha256` (lowercase hex).
+    pub(crate) fn with_sha256(file: std::fs::File, len: u64, sha256: String) -> Self {
+        let known = std::sync::OnceLock::new();
+        let _ = known.set(sha256);
+        Self {
+            file,
+            len,
+            sha256: known,
+        }
+    }
+
+    pub(crate) fn file(&self) -> &std::fs::File {
+        &self.file
+    }
+
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// The lowercase hex SHA-256 of the whole file, read once.
+    pub(crate) fn sha256(&self) -> std::io::Result<&str> {
+        if let Some(known) = self.sha256.get() {
+            return Ok(known);
+        }
+        use sha2::Digest as _;
+        let mut hasher = sha2::Sha256::new();
+        self.for_each_chunk(|chunk| {
+            hasher.update(chunk);
+            Ok(())
+        })?;
+        let hex = hex::encode(hasher.finalize());
+        // Two threads may hash it at once: both find the same.
+        let _ = self.sha256.set(hex);
+        Ok(self.sha256.get().map(String::as_str).unwrap_or_default())
+    }
+
+    /// Calls `each` with the file's bytes, in order, a chunk at a time.
+    /// Reads at offsets, so that it never moves the file's position,
+    /// which every clone of the descriptor shares.
+    pub(crate) fn for_each_chunk(
+        &self,
+        mut each: impl FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = vec![0u8; 1 << 20];
+        let mut at = 0u64;
+        while at < self.len {
+            let want = buf.len().min((self.len - at) as usize);
+            self.file.read_exact_at(&mut buf[..want], at)?;
+            each(&buf[..want])?;
+            at += want as u64;
+        }
+        Ok(())
+    }
 }
 
 /// `file`'s `len` bytes as runs: the guest's first `guest_len`, then
 /// the rest, so that a memory made from another can share the guest's
 /// part alone. Empty runs are left out.
 #[cfg(unix)]
-fn split(file: Arc<std::fs::File>, len: usize, guest_len: usize) -> Vec<SnapshotRun> {
+fn split(file: Arc<MemoryFile>, len: usize, guest_len: usize) -> Vec<SnapshotRun> {
     let guest_len = guest_len.min(len);
     [(0, guest_len), (guest_len, len - guest_len)]
         .into_iter()
@@ -1681,7 +1764,7 @@ impl ReadonlySharedMemory {
         let len = contents.len().next_multiple_of(page_size::get());
         #[cfg(unix)]
         {
-            let file = Arc::new(sealed_memfd(contents, len)?);
+            let file = Arc::new(MemoryFile::new(sealed_memfd(contents, len)?, len as u64));
             Self::from_runs(split(file, len, guest_mapped_size), guest_mapped_size, len)
         }
         #[cfg(not(unix))]
@@ -1738,7 +1821,7 @@ impl ReadonlySharedMemory {
     ) -> Result<Self> {
         let kept_len: usize = kept.iter().map(|r| r.len).sum();
         let len = contents.len().next_multiple_of(page_size::get());
-        let file = Arc::new(sealed_memfd(contents, len)?);
+        let file = Arc::new(MemoryFile::new(sealed_memfd(contents, len)?, len as u64));
         let mut runs = kept;
         runs.extend(split(file, len, new_guest_bytes));
         Self::from_runs(runs, kept_len + new_guest_bytes, len)
@@ -1757,6 +1840,12 @@ impl ReadonlySharedMemory {
             at += run.len;
         }
         (at == len).then_some(runs)
+    }
+
+    /// The runs this memory is mapped from, in order.
+    #[cfg(unix)]
+    pub(crate) fn runs(&self) -> &[SnapshotRun] {
+        &self.runs
     }
 
     /// Bytes of this memory that no memory it was made from holds.
@@ -1806,7 +1895,8 @@ impl ReadonlySharedMemory {
 
         #[cfg(unix)]
         {
-            let file = Arc::new(file.try_clone().map_err(SharedMemoryError::SnapshotFile)?);
+            let file = file.try_clone().map_err(SharedMemoryError::SnapshotFile)?;
+            let file = Arc::new(MemoryFile::new(file, len as u64));
             Self::from_runs(split(file, len, guest_mapped_size), guest_mapped_size, len)
         }
         #[cfg(not(unix))]
@@ -1900,7 +1990,7 @@ impl ReadonlySharedMemory {
                     run.len as size_t,
                     file_prot,
                     MAP_PRIVATE | MAP_FIXED | MAP_NORESERVE,
-                    run.file.as_raw_fd(),
+                    run.file.file().as_raw_fd(),
                     offset,
                 )
             };

@@ -6,7 +6,9 @@ use std::path::Path;
 
 use tempfile::NamedTempFile;
 
-use super::digest::{Digest256, verify_blob_file};
+use super::digest::Digest256;
+#[cfg(not(unix))]
+use super::digest::verify_blob_file;
 
 /// Replace `target` atomically: a reader either sees the old
 /// contents or the full new contents, never a partial write. A
@@ -48,6 +50,7 @@ pub(super) fn put_blob(blobs_dir: &Path, digest: &Digest256, bytes: &[u8]) -> cr
 /// Intended for the large snapshot blob, where the cost of one full
 /// re-hash of the existing file is far less than the cost of an
 /// unconditional rewrite.
+#[cfg(not(unix))]
 pub(super) fn put_blob_if_absent(
     blobs_dir: &Path,
     digest: &Digest256,

@@ -7,6 +7,8 @@
 mod config;
 mod digest;
 mod fsutil;
+#[cfg(unix)]
+mod layers;
 mod media_types;
 pub(crate) mod reference;
 mod transport;
@@ -21,8 +23,12 @@ use oci_spec::image::{
 };
 
 use self::config::{Arch, CpuVendor, HostFunction, Hypervisor, MemoryLayout, OciSnapshotConfig};
-use self::digest::{Digest256, oci_digest, parse_oci_digest, verify_blob_bytes, verify_blob_file};
-use self::fsutil::{put_blob, put_blob_if_absent, read_bounded, replace_file_atomic};
+#[cfg(not(unix))]
+use self::digest::verify_blob_file;
+use self::digest::{Digest256, oci_digest, parse_oci_digest, verify_blob_bytes};
+#[cfg(not(unix))]
+use self::fsutil::put_blob_if_absent;
+use self::fsutil::{put_blob, read_bounded, replace_file_atomic};
 use self::media_types::{
     ANNOTATION_ARCH, ANNOTATION_CPU, ANNOTATION_HYPERVISOR, ANNOTATION_REF_NAME,
 };
@@ -37,6 +43,11 @@ use crate::mem::memory_region::MemoryRegionFlags;
 use crate::mem::shared_mem::{ReadonlySharedMemory, SharedMemory};
 
 pub(super) const OCI_LAYOUT_VERSION: &str = "1.0.0";
+
+/// Where a blob with the same digest may already be on disk, for
+/// [`Snapshot::save_sharing`] to hard-link instead of writing it again
+/// (`None`: write it).
+pub type ExistingBlob<'a> = &'a dyn Fn(&OciDigest) -> Option<PathBuf>;
 
 /// Short golden-tag token for the host CPU vendor, or `None` if the
 /// goldens do not cover it. Exposed for the snapshot golden tests so
@@ -227,6 +238,7 @@ fn load_config(
     Ok(cfg)
 }
 
+#[cfg(not(unix))]
 fn open_snapshot_blob(
     blobs_dir: &Path,
     snap_desc: &Descriptor,
@@ -350,6 +362,34 @@ impl Snapshot {
     /// # }
     /// ```
     pub fn save(&self, path: impl AsRef<Path>, tag: &OciTag) -> crate::Result<OciDigest> {
+        self.save_sharing(path, tag, &|_| None)
+    }
+
+    /// Save this snapshot like [`Snapshot::save`], hard-linking the
+    /// blobs of its memory from where `existing` says an identical one
+    /// already is on disk instead of writing them.
+    ///
+    /// A snapshot taken after a restore shares most of its memory with
+    /// the snapshot it was restored from (see `ReadonlySharedMemory`),
+    /// and its memory is saved as one blob per file it shares plus one
+    /// of its own: an embedder that keeps a chain of snapshots on disk
+    /// (a session's checkpoints, in a layout each) can name the blobs
+    /// of the earlier ones, and each save then writes only the pages
+    /// its snapshot holds of its own. `existing` is asked once per blob
+    /// not already in the layout at `path`, with the blob's digest; a
+    /// path it returns is linked when it is a regular file of the
+    /// blob's size (on the same file system), and the blob is written
+    /// otherwise. The blob is trusted to hold what its name says: pass
+    /// only blobs this process wrote or checked.
+    ///
+    /// Outside Linux the memory is one blob, and `existing` is not
+    /// asked.
+    pub fn save_sharing(
+        &self,
+        path: impl AsRef<Path>,
+        tag: &OciTag,
+        existing: ExistingBlob<'_>,
+    ) -> crate::Result<OciDigest> {
         let path = path.as_ref();
 
         // Building the config can reject the snapshot. Do it before
@@ -448,7 +488,8 @@ impl Snapshot {
             Vec::new()
         };
 
-        let new_desc = self.write_blobs_and_build_descriptor(path, tag, &cfg, &cfg_bytes)?;
+        let new_desc =
+            self.write_blobs_and_build_descriptor(path, tag, &cfg, &cfg_bytes, existing)?;
         let written_digest = OciDigest::from_oci_spec_digest(new_desc.digest());
 
         // Replacement is by tag, not by digest: a new snapshot may
@@ -496,6 +537,7 @@ impl Snapshot {
         tag: &OciTag,
         cfg: &OciSnapshotConfig,
         cfg_bytes: &[u8],
+        #[cfg_attr(not(unix), allow(unused_variables))] existing: ExistingBlob<'_>,
     ) -> crate::Result<Descriptor> {
         let memory_bytes = self.state.memory.as_slice();
         let memory_size = memory_bytes.len();
@@ -511,9 +553,24 @@ impl Snapshot {
             crate::new_error!("failed to create OCI blobs dir {:?}: {}", blobs_dir, e)
         })?;
 
-        // Snapshot blob: the raw memory bytes.
-        let snapshot_digest = Digest256::from_bytes(memory_bytes);
-        put_blob_if_absent(&blobs_dir, &snapshot_digest, memory_bytes)?;
+        // Snapshot blobs: on Linux one per file the memory is mapped
+        // from (see `layers`); elsewhere the raw memory bytes.
+        #[cfg(unix)]
+        let mut layer_descriptors =
+            layers::write(&blobs_dir, &layers::of(&self.state.memory), existing)?;
+        #[cfg(not(unix))]
+        let mut layer_descriptors = {
+            let snapshot_digest = Digest256::from_bytes(memory_bytes);
+            put_blob_if_absent(&blobs_dir, &snapshot_digest, memory_bytes)?;
+            vec![
+                DescriptorBuilder::default()
+                    .media_type(MediaType::Other(MT_SNAPSHOT_CURRENT.to_string()))
+                    .digest(oci_digest(&snapshot_digest)?)
+                    .size(memory_size as u64)
+                    .build()
+                    .map_err(|e| crate::new_error!("failed to build snapshot descriptor: {}", e))?,
+            ]
+        };
 
         // Transport blob: the canonical ring image omitted from memory.
         let transport = self.state.virtq.as_ref().ok_or_else(|| {
@@ -534,18 +591,14 @@ impl Snapshot {
             .size(cfg_bytes.len() as u64)
             .build()
             .map_err(|e| crate::new_error!("failed to build config descriptor: {}", e))?;
-        let snapshot_descriptor = DescriptorBuilder::default()
-            .media_type(MediaType::Other(MT_SNAPSHOT_CURRENT.to_string()))
-            .digest(oci_digest(&snapshot_digest)?)
-            .size(memory_size as u64)
-            .build()
-            .map_err(|e| crate::new_error!("failed to build snapshot descriptor: {}", e))?;
         let transport_descriptor = DescriptorBuilder::default()
             .media_type(MediaType::Other(MT_TRANSPORT_CURRENT.to_string()))
             .digest(oci_digest(&transport_digest)?)
             .size(transport_bytes.len() as u64)
             .build()
             .map_err(|e| crate::new_error!("failed to build transport descriptor: {}", e))?;
+        // The memory's layers, then the transport's.
+        layer_descriptors.push(transport_descriptor);
         // `artifactType` is set equal to `config.mediaType` per OCI
         // image-spec "Guidelines for Artifact Usage". Registries
         // surface this on the distribution-spec referrers API. Tools
@@ -555,7 +608,7 @@ impl Snapshot {
             .media_type(MediaType::ImageManifest)
             .artifact_type(MediaType::Other(MT_CONFIG_CURRENT.to_string()))
             .config(config_descriptor)
-            .layers(vec![snapshot_descriptor, transport_descriptor])
+            .layers(layer_descriptors)
             .build()
             .map_err(|e| crate::new_error!("failed to build OCI manifest: {}", e))?;
         let manifest_bytes = serde_json::to_vec_pretty(&manifest)
@@ -812,26 +865,41 @@ impl Snapshot {
                 ));
             }
         }
+        // The memory's layers (on Linux one or more, see `layers`),
+        // then the transport's.
         let layers = manifest.layers();
-        if layers.len() != 2 {
-            return Err(crate::new_error!(
-                "expected exactly two OCI layers (memory and transport), found {}",
-                layers.len()
-            ));
-        }
-        let snap_desc = &layers[0];
-        let snap_media = snap_desc.media_type().to_string();
-        match snap_media.as_str() {
-            MT_SNAPSHOT_V1 => {}
-            other => {
+        #[cfg(unix)]
+        let (memory_layers, transport_desc) = match layers.split_last() {
+            Some((transport, memory)) if !memory.is_empty() => (memory, transport),
+            _ => {
                 return Err(crate::new_error!(
-                    "unexpected snapshot layer media type {:?} (supported: {:?})",
-                    other,
-                    MT_SNAPSHOT_V1
+                    "expected OCI layers of memory then one of transport, found {}",
+                    layers.len()
                 ));
             }
-        }
-        let transport_desc = &layers[1];
+        };
+        #[cfg(not(unix))]
+        let (snap_desc, transport_desc) = {
+            if layers.len() != 2 {
+                return Err(crate::new_error!(
+                    "expected exactly two OCI layers (memory and transport), found {}",
+                    layers.len()
+                ));
+            }
+            let snap_desc = &layers[0];
+            let snap_media = snap_desc.media_type().to_string();
+            match snap_media.as_str() {
+                MT_SNAPSHOT_V1 => {}
+                other => {
+                    return Err(crate::new_error!(
+                        "unexpected snapshot layer media type {:?} (supported: {:?})",
+                        other,
+                        MT_SNAPSHOT_V1
+                    ));
+                }
+            }
+            (snap_desc, &layers[1])
+        };
         let transport_media = transport_desc.media_type().to_string();
         match transport_media.as_str() {
             MT_TRANSPORT_V1 => {}
@@ -847,9 +915,12 @@ impl Snapshot {
         // 4. config blob
         let cfg = load_config(&blobs_dir, cfg_desc, verify_blobs)?;
 
-        // 5. snapshot blob: open once, hash and mmap the same
-        //    handle so an attacker cannot swap the file between
-        //    verification and mapping.
+        // 5. snapshot blobs: each opened once, hashed and mmapped
+        //    through the same handle so an attacker cannot swap the
+        //    file between verification and mapping.
+        #[cfg(unix)]
+        let runs = layers::read(&blobs_dir, memory_layers, cfg.memory_size, verify_blobs)?;
+        #[cfg(not(unix))]
         let snap_file = open_snapshot_blob(&blobs_dir, snap_desc, cfg.memory_size, verify_blobs)?;
         let transport_bytes = load_blob(
             "transport",
@@ -924,6 +995,13 @@ impl Snapshot {
         //    of the snapshot region avoids overlap with
         //    `map_file_cow` regions installed immediately after the
         //    snapshot in guest PA space.
+        #[cfg(unix)]
+        let memory = ReadonlySharedMemory::from_runs(
+            runs,
+            layout.snapshot_size(),
+            usize::try_from(cfg.memory_size)?,
+        )?;
+        #[cfg(not(unix))]
         let memory = ReadonlySharedMemory::from_file(&snap_file, layout.snapshot_size())?;
 
         // The size validation in `open_snapshot_blob` stats the file
