@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use hyperlightd_client::{Client, ExecRequest, ExecResponse, Language};
 
 pub mod deltas;
+pub mod disk;
 pub mod web;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;

@@ -471,14 +471,32 @@ async fn a_figure_comes_back_as_png_and_a_data_frame_as_html_and_text() {
 async fn the_template_is_saved_and_the_next_start_loads_it() {
     let dir = tempfile::tempdir().unwrap();
     let snapshots = dir.path().join("snapshots");
+    let state = dir.path().join("state");
     let store = ["--snapshot-dir", snapshots.to_str().unwrap()];
+    let mut durable = store.to_vec();
+    durable.extend(["--state-dir", state.to_str().unwrap()]);
     let daemon = native_daemon(&store).await;
     assert_eq!(daemon.templates("python", "built").await, 1);
     let built = within("health", STEP_LIMIT, daemon.client().health())
         .await
         .unwrap();
     draws_differ(&daemon).await;
-    daemon.wait_saved(&snapshots, &["python"], SAVE_LIMIT).await;
+    let saved = daemon.wait_saved(&snapshots, &["python"], SAVE_LIMIT).await;
+    drop(daemon);
+
+    let daemon = native_daemon(&durable).await;
+    let id = a_durable_session_links_the_template(&daemon, &state, &saved[0]).await;
+    drop(daemon);
+    let daemon = native_daemon(&durable).await;
+    let client = daemon.client();
+    let again = within(
+        "exec",
+        STEP_LIMIT,
+        client.session_exec(&id, &SessionExecRequest::new("x")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(again.result, json!(2), "read back from disk: {again:?}");
     drop(daemon);
 
     let daemon = native_daemon(&store).await;
@@ -517,6 +535,59 @@ async fn the_template_is_saved_and_the_next_start_loads_it() {
         daemon.log()
     );
     assert_eq!(daemon.templates("python", "built").await, 1);
+}
+
+/// A session of two execs on `daemon` (with the state directory `state`, its template loaded
+/// from the one saved in `template`): on disk each checkpoint is the pages its exec changed,
+/// and hard links to its parent's and to the saved template's file, a GiB not written again.
+/// Returns the session's id.
+async fn a_durable_session_links_the_template(
+    daemon: &Daemon,
+    state: &std::path::Path,
+    template: &std::path::Path,
+) -> String {
+    use hyperlightd_e2e::disk::{
+        checkpoint_dir, inode, layout_memory_blobs, memory_blobs, own_blob, wait_durable,
+    };
+    let client = daemon.client();
+    let request = CreateSessionRequest::new(Language::Python);
+    let id = within("create", STEP_LIMIT, client.create_session(&request))
+        .await
+        .unwrap()
+        .id;
+    for code in ["x = 1", "x = 2"] {
+        let request = SessionExecRequest::new(code);
+        let response = within("exec", STEP_LIMIT, client.session_exec(&id, &request))
+            .await
+            .unwrap();
+        assert_eq!(response.status, ExecStatus::Ok, "{response:?}");
+    }
+    wait_durable(&client, &id, 2, SAVE_LIMIT).await;
+    let template = layout_memory_blobs(&template.join("oci"));
+    let (first, second) = (checkpoint_dir(state, &id, 1), checkpoint_dir(state, &id, 2));
+    assert_eq!(
+        inode(&memory_blobs(&first)[0]),
+        inode(&template[0]),
+        "the template's file is linked from the snapshot store"
+    );
+    assert_eq!(inode(&memory_blobs(&second)[0]), inode(&template[0]));
+    assert!(
+        memory_blobs(&second).contains(
+            &second
+                .join("state/oci/blobs/sha256")
+                .join(own_blob(&first).file_name().unwrap())
+        ),
+        "checkpoint 2 maps its parent's pages"
+    );
+    for dir in [&first, &second] {
+        let bytes = std::fs::metadata(own_blob(dir)).unwrap().len();
+        eprintln!(
+            "native: {} holds {bytes} bytes of its own on disk",
+            dir.display()
+        );
+        assert!(bytes < 16 << 20, "{bytes} bytes of its own");
+    }
+    id
 }
 
 /// How long saving the template (about a GiB) may take once the daemon serves.

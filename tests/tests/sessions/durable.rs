@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use hyperlightd_e2e::disk::{checkpoint_dir, inode, memory_blobs, own_blob, wait_durable};
 use nix::sys::signal::Signal;
 
 use super::*;
@@ -38,70 +39,19 @@ impl Dirs {
 
     /// The directory of checkpoint `number` of session `id`.
     fn checkpoint(&self, id: &str, number: u64) -> PathBuf {
-        self.state
-            .path()
-            .join("sessions")
-            .join(id)
-            .join("checkpoints")
-            .join(number.to_string())
+        checkpoint_dir(self.state.path(), id, number)
     }
 }
 
 /// Waits until checkpoint `number` of session `id` is on disk.
 async fn durable(client: &Client, id: &str, number: u64) {
-    let started = Instant::now();
-    loop {
-        let checkpoints = within("checkpoints", STEP_LIMIT, client.session_checkpoints(id))
-            .await
-            .unwrap();
-        if checkpoints
-            .iter()
-            .any(|c| c.checkpoint == number && c.durable)
-        {
-            return;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "checkpoint {number} of {id} did not reach the disk: {checkpoints:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_durable(client, id, number, Duration::from_secs(120)).await;
 }
 
 /// Stops `daemon` cleanly (SIGTERM: it saves and writes what it holds first).
 async fn stop(mut daemon: Daemon) {
     daemon.signal(Signal::SIGTERM);
     assert_eq!(daemon.wait_exit(Duration::from_secs(180)).await, Some(0));
-}
-
-/// The files of the memory of the checkpoint in `dir`, in the order its snapshot's layers map
-/// them (its OCI layout: `index.json` names the manifest, whose memory layers name their
-/// blobs by digest): the template's first, the checkpoint's own pages last.
-fn memory_blobs(dir: &Path) -> Vec<PathBuf> {
-    let oci = dir.join("state/oci");
-    let blob = |digest: &Value| {
-        let digest = digest.as_str().unwrap().strip_prefix("sha256:").unwrap();
-        oci.join("blobs/sha256").join(digest)
-    };
-    let read =
-        |path: &Path| -> Value { serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap() };
-    let index = read(&oci.join("index.json"));
-    let manifest = read(&blob(&index["manifests"][0]["digest"]));
-    let mut files = Vec::new();
-    for layer in manifest["layers"].as_array().unwrap() {
-        let path = blob(&layer["digest"]);
-        if layer["mediaType"] == "application/vnd.hyperlight.snapshot.memory.v1"
-            && !files.contains(&path)
-        {
-            files.push(path);
-        }
-    }
-    files
-}
-
-/// The file of the pages the checkpoint in `dir` holds of its own.
-fn own_blob(dir: &Path) -> PathBuf {
-    memory_blobs(dir).pop().unwrap()
 }
 
 /// `x = {n}` in `language`, and writes `n.txt`.
@@ -286,8 +236,6 @@ async fn damaged_checkpoints_and_another_builds_are_refused_each_with_its_reason
             shared.contains(&parent.file_name().unwrap().to_owned()),
             "{language}: checkpoint 2 maps its parent's pages: {shared:?}"
         );
-        let inode =
-            |path: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(path).unwrap());
         let linked = second
             .join("state/oci/blobs/sha256")
             .join(parent.file_name().unwrap());

@@ -1679,6 +1679,16 @@ impl MemoryFile {
     }
 }
 
+/// A piece of a snapshot memory being made (see
+/// [`ReadonlySharedMemory::compose`]).
+#[cfg(unix)]
+pub(crate) enum Piece {
+    /// A range of the memory's own file.
+    Own(std::ops::Range<usize>),
+    /// Runs shared with another memory.
+    Shared(Vec<SnapshotRun>),
+}
+
 /// `file`'s `len` bytes as runs: the guest's first `guest_len`, then
 /// the rest, so that a memory made from another can share the guest's
 /// part alone. Empty runs are left out.
@@ -1825,6 +1835,54 @@ impl ReadonlySharedMemory {
         let mut runs = kept;
         runs.extend(split(file, len, new_guest_bytes));
         Self::from_runs(runs, kept_len + new_guest_bytes, len)
+    }
+
+    /// A memory made of `pieces`, in order, of which the guest sees
+    /// the first `guest_mapped_size` bytes: runs shared with other
+    /// memories, and ranges of `own`, this memory's own file.
+    #[cfg(unix)]
+    pub(crate) fn compose(
+        pieces: Vec<Piece>,
+        own: &[u8],
+        guest_mapped_size: usize,
+    ) -> Result<Self> {
+        let len = own.len().next_multiple_of(page_size::get());
+        let file = Arc::new(MemoryFile::new(sealed_memfd(own, len)?, len as u64));
+        let runs = pieces
+            .into_iter()
+            .flat_map(|piece| match piece {
+                Piece::Own(range) => vec![SnapshotRun {
+                    file: file.clone(),
+                    offset: range.start as u64,
+                    len: range.len(),
+                }],
+                Piece::Shared(runs) => runs,
+            })
+            .filter(|run| run.len > 0)
+            .collect();
+        Self::from_runs(runs, guest_mapped_size, len)
+    }
+
+    /// The runs that hold `len` bytes of this memory from `offset`, cut
+    /// to them; None unless this memory has them all.
+    #[cfg(unix)]
+    pub(crate) fn runs_of(&self, offset: usize, len: usize) -> Option<Vec<SnapshotRun>> {
+        let end = offset.checked_add(len)?;
+        let mut at = 0;
+        let mut found = Vec::new();
+        for run in self.runs.iter() {
+            let (start, stop) = (at, at + run.len);
+            at = stop;
+            let (from, to) = (start.max(offset), stop.min(end));
+            if from < to {
+                found.push(SnapshotRun {
+                    file: run.file.clone(),
+                    offset: run.offset + (from - start) as u64,
+                    len: to - from,
+                });
+            }
+        }
+        (found.iter().map(|run| run.len).sum::<usize>() == len).then_some(found)
     }
 
     /// The runs that hold the first `len` bytes, if `len` ends a run.

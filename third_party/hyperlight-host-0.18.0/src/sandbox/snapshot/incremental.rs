@@ -60,6 +60,10 @@ pub(super) struct Built {
     /// Where each page it did not keep in place is in it, by the
     /// address the sandbox has the page at.
     pub(super) copies: HashMap<u64, u64>,
+    /// For each of its tables, whether it is the restored snapshot's
+    /// table at the same index, unchanged: the new snapshot shares
+    /// those rather than copying them.
+    pub(super) unchanged_tables: Vec<bool>,
 }
 
 /// What [`build`] works from.
@@ -110,10 +114,14 @@ pub(super) fn build(inputs: &Inputs<'_>) -> Option<Built> {
         zero_page: None,
     };
     builder.visit_tree()?;
+    let unchanged_tables = (0..builder.tables.len() / PAGE_SIZE)
+        .map(|i| i < builder.restored_tables && builder.table(i) == builder.parent_table(i))
+        .collect();
     Some(Built {
         pages: builder.pages,
         tables: builder.tables,
         copies: builder.copies,
+        unchanged_tables,
     })
 }
 

@@ -325,6 +325,21 @@ pub(crate) struct Taken {
     shares_restored: bool,
 }
 
+/// Most runs the page tables of a snapshot's memory are mapped from:
+/// past it a new snapshot copies all of its tables instead of sharing
+/// the unchanged ones with the snapshot it was restored from.
+#[cfg(all(unix, not(unshared_snapshot_mem)))]
+const MAX_TABLE_RUNS: usize = 64;
+
+/// The page tables a new snapshot may share with the snapshot its
+/// sandbox was restored from, `parent` (whose tables follow the pages
+/// its guest sees): `unchanged` says which of the new ones equal the
+/// parent's at the same index.
+struct SharedTables<'a, M> {
+    parent: &'a M,
+    unchanged: &'a [bool],
+}
+
 /// What a new snapshot shares with the snapshot memory its sandbox
 /// runs on (the snapshot it was restored from): the first `len` bytes
 /// of it, made of `runs`, mapped at the same guest addresses.
@@ -361,16 +376,61 @@ impl Kept {
 
     /// The new snapshot's memory: the kept runs, then `contents`, of
     /// which the guest sees `new_guest_bytes` (the rest is the page
-    /// tables' host-side tail).
-    fn extend(self, contents: &[u8], new_guest_bytes: usize) -> Result<ReadonlySharedMemory> {
-        #[cfg(all(unix, not(unshared_snapshot_mem)))]
-        {
-            Ok(ReadonlySharedMemory::extend(self.runs, contents, new_guest_bytes)?)
+    /// tables' host-side tail), the tables that `tables` says are
+    /// unchanged shared with the parent rather than copied.
+    #[cfg(all(unix, not(unshared_snapshot_mem)))]
+    fn extend(
+        self,
+        contents: &[u8],
+        new_guest_bytes: usize,
+        tables: SharedTables<'_, ReadonlySharedMemory>,
+    ) -> Result<ReadonlySharedMemory> {
+        use crate::mem::shared_mem::Piece;
+        let guest = self.len + new_guest_bytes;
+        let at = tables.parent.guest_mapped_size();
+        let (pages, tail) = contents.split_at(new_guest_bytes);
+        let mut own = pages.to_vec();
+        let mut pieces = vec![Piece::Shared(self.runs.clone()), Piece::Own(0..new_guest_bytes)];
+        let count = tail.len() / PAGE_SIZE;
+        let mut runs = 0;
+        let mut i = 0;
+        while i < count {
+            let shared = tables.unchanged.get(i) == Some(&true);
+            let mut j = i + 1;
+            while j < count && (tables.unchanged.get(j) == Some(&true)) == shared {
+                j += 1;
+            }
+            let range = i * PAGE_SIZE..j * PAGE_SIZE;
+            let parent = shared
+                .then(|| tables.parent.runs_of(at + range.start, range.len()))
+                .flatten();
+            match parent {
+                Some(parent) => {
+                    runs += parent.len();
+                    pieces.push(Piece::Shared(parent));
+                }
+                None => {
+                    runs += 1;
+                    pieces.push(Piece::Own(own.len()..own.len() + range.len()));
+                    own.extend_from_slice(&tail[range]);
+                }
+            }
+            i = j;
         }
-        #[cfg(not(all(unix, not(unshared_snapshot_mem))))]
-        {
-            Ok(ReadonlySharedMemory::from_bytes(contents, new_guest_bytes)?)
+        if runs > MAX_TABLE_RUNS {
+            return Ok(ReadonlySharedMemory::extend(self.runs, contents, new_guest_bytes)?);
         }
+        Ok(ReadonlySharedMemory::compose(pieces, &own, guest)?)
+    }
+
+    #[cfg(not(all(unix, not(unshared_snapshot_mem))))]
+    fn extend<M>(
+        self,
+        contents: &[u8],
+        new_guest_bytes: usize,
+        _tables: SharedTables<'_, M>,
+    ) -> Result<ReadonlySharedMemory> {
+        Ok(ReadonlySharedMemory::from_bytes(contents, new_guest_bytes)?)
     }
 }
 
@@ -569,8 +629,12 @@ impl Snapshot {
         )?;
 
         let is_incremental = incremental.is_some();
+        let mut unchanged_tables = Vec::new();
         let memory = match incremental {
-            Some(memory) => memory,
+            Some((memory, unchanged)) => {
+                unchanged_tables = unchanged;
+                memory
+            }
             None => shared_mem.with_contents(|snap_c| {
             scratch_mem.with_contents(|scratch_c| {
                 // Phase 1: walk every PT root together. This detects
@@ -741,7 +805,11 @@ impl Snapshot {
         );
         layout.set_snapshot_size(kept.len + new_guest_bytes);
         let shares_restored = kept.len >= restored_len;
-        let memory = kept.extend(&memory, new_guest_bytes)?;
+        let tables = SharedTables {
+            parent: &*shared_mem,
+            unchanged: &unchanged_tables,
+        };
+        let memory = kept.extend(&memory, new_guest_bytes, tables)?;
         *since_restore = Some(Taken {
             memory: memory.clone(),
             copies: Arc::new(copies),
@@ -869,7 +937,7 @@ impl Snapshot {
         kept: &Kept,
         previous: Option<&Taken>,
         copies: &mut HashMap<u64, u64>,
-    ) -> Result<Option<Vec<u8>>> {
+    ) -> Result<Option<(Vec<u8>, Vec<bool>)>> {
         #[cfg(all(target_arch = "x86_64", unix, not(unshared_snapshot_mem)))]
         {
             let [root] = root_pt_gpas else {
@@ -904,7 +972,7 @@ impl Snapshot {
             layout.set_pt_size(built.tables.len())?;
             let mut memory = built.pages;
             memory.extend_from_slice(&built.tables);
-            return Ok(Some(memory));
+            return Ok(Some((memory, built.unchanged_tables)));
         }
         #[allow(unreachable_code)]
         Ok(None)
