@@ -15,19 +15,51 @@ use nix::unistd::Pid;
 use serde::Serialize;
 
 use crate::common::{Daemon, Latency, print_row, python_pool, start_daemon};
-use crate::targets::PartReport;
+use crate::targets::{PartReport, Target};
 use crate::{Args, BODY, PYTHON_BODY, histogram_totals, wait_until_idle};
 
 /// Execs timed per row (each waits for the last one's checkpoint to reach the disk).
 const EXECS: usize = 20;
 
-/// Sessions on disk for the restart rows, per language.
-const SESSIONS: &[(Language, usize)] = &[(Language::Javascript, 20), (Language::Python, 5)];
+/// The runtimes measured, and the sessions on disk for their restart rows.
+const RUNTIMES: &[(Runtime, usize)] = &[
+    (Runtime::Javascript, 20),
+    (Runtime::Wasm, 5),
+    (Runtime::Native, 3),
+];
+
+/// A runtime of the part: JavaScript, or Python on WebAssembly or native.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Runtime {
+    Javascript,
+    Wasm,
+    Native,
+}
+
+impl Runtime {
+    fn language(self) -> Language {
+        match self {
+            Runtime::Javascript => Language::Javascript,
+            Runtime::Wasm | Runtime::Native => Language::Python,
+        }
+    }
+}
+
+impl std::fmt::Display for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Runtime::Javascript => "javascript",
+            Runtime::Wasm => "wasm",
+            Runtime::Native => "native",
+        })
+    }
+}
 
 /// The part's figures for one language.
 #[derive(Debug, Serialize)]
 pub struct DurableFigures {
-    language: Language,
+    runtime: Runtime,
     plain_warm: Latency,
     /// A session exec sent once the last one's checkpoint is on disk: its state is still in
     /// the sandbox, and its journal line is synced before the answer.
@@ -37,7 +69,8 @@ pub struct DurableFigures {
     /// The daemon's own histogram mean of the same, and of saving the state (which comes first).
     durable_mean_ms: f64,
     save_mean_ms: f64,
-    /// Disk one checkpoint takes.
+    /// Disk one more session's checkpoint takes (beside what the sessions share: the
+    /// template's file, linked once).
     disk_per_checkpoint_mib: f64,
     sessions: usize,
     /// Start to ready with no session on disk, and with `sessions` on disk.
@@ -51,20 +84,50 @@ pub struct DurableFigures {
 
 pub async fn run(args: &Args) -> Result<PartReport> {
     let mut figures = Vec::new();
-    for &(language, sessions) in SESSIONS {
-        if language == Language::Python && args.python_guest.is_none() {
-            println!("\n(durable) Python NOT RUN (needs --python-guest)");
+    for &(runtime, sessions) in RUNTIMES {
+        let missing = match runtime {
+            Runtime::Javascript => None,
+            Runtime::Wasm => args.python_guest.is_none().then_some("--python-guest"),
+            Runtime::Native => args.python_rootfs.is_none().then_some("--python-rootfs"),
+        };
+        if let Some(missing) = missing {
+            println!("\n(durable) {runtime} NOT RUN (needs {missing})");
             continue;
         }
-        eprintln!("(durable) {language} ...");
-        figures.push(measure(args, language, sessions).await?);
+        eprintln!("(durable) {runtime} ...");
+        figures.push(measure(args, runtime, sessions).await?);
     }
     print(&figures);
     Ok(PartReport {
         part: "durable".into(),
+        targets: targets(&figures),
         figures: serde_json::to_value(&figures)?,
-        targets: Vec::new(),
     })
+}
+
+/// Issue 54's targets: an answer's checkpoint on disk within 10 times a plain warm exec (p50),
+/// and at most 2 MiB of disk a trivial exec's checkpoint.
+fn targets(figures: &[DurableFigures]) -> Vec<Target> {
+    figures
+        .iter()
+        .flat_map(|f| {
+            let r = f.runtime;
+            [
+                Target::at_most(
+                    &format!("S54 {r} durable"),
+                    &format!("{r} answer to checkpoint on disk / plain warm exec, p50"),
+                    f.answer_to_disk.p50_ms / f.plain_warm.p50_ms,
+                    10.0,
+                ),
+                Target::at_most(
+                    &format!("S54 {r} disk"),
+                    &format!("{r} disk one more session's checkpoint takes, MiB"),
+                    f.disk_per_checkpoint_mib,
+                    2.0,
+                ),
+            ]
+        })
+        .collect()
 }
 
 /// The program of `language` the rows run, and its answer.
@@ -75,8 +138,8 @@ fn program(language: Language) -> &'static str {
     }
 }
 
-/// Daemon arguments for `language` with its state in `state` and templates in `snapshots`.
-fn daemon_args(args: &Args, language: Language, state: &Path, snapshots: &Path) -> Vec<String> {
+/// Daemon arguments for `runtime` with its state in `state` and templates in `snapshots`.
+fn daemon_args(args: &Args, runtime: Runtime, state: &Path, snapshots: &Path) -> Vec<String> {
     let mut extra = vec![
         "--state-dir".to_owned(),
         state.to_string_lossy().into_owned(),
@@ -85,10 +148,20 @@ fn daemon_args(args: &Args, language: Language, state: &Path, snapshots: &Path) 
         "--max-sessions".to_owned(),
         "1000".to_owned(),
     ];
-    extra.extend(args.daemon_args.iter().cloned());
-    match (language, &args.python_guest) {
-        (Language::Python, Some(guest)) => python_pool(guest, 1, &extra),
-        _ => extra,
+    match (runtime, &args.python_guest, &args.python_rootfs) {
+        (Runtime::Wasm, Some(guest), _) => {
+            extra.extend(args.daemon_args.iter().cloned());
+            python_pool(guest, 1, &extra)
+        }
+        (Runtime::Native, _, Some(rootfs)) => {
+            let mut native = crate::native::native_args(args, rootfs, 1);
+            native.extend(extra);
+            native
+        }
+        _ => {
+            extra.extend(args.daemon_args.iter().cloned());
+            extra
+        }
     }
 }
 
@@ -140,6 +213,16 @@ async fn session_exec(client: &Client, id: &str, code: &str) -> Result<u64> {
     Ok(response.session.map_or(0, |s| s.checkpoint))
 }
 
+/// The disk the checkpoints take, as the daemon's gauge says.
+async fn disk_bytes(client: &Client) -> Result<f64> {
+    let metrics = client.metrics().await?;
+    Ok(metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("hyperlightd_session_checkpoint_disk_bytes "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or(f64::NAN))
+}
+
 /// Waits until checkpoint `number` of session `id` is durable.
 async fn durable(client: &Client, id: &str, number: u64) -> Result<()> {
     let give_up = Instant::now() + Duration::from_secs(120);
@@ -155,14 +238,15 @@ async fn durable(client: &Client, id: &str, number: u64) -> Result<()> {
     }
 }
 
-async fn measure(args: &Args, language: Language, sessions: usize) -> Result<DurableFigures> {
+async fn measure(args: &Args, runtime: Runtime, sessions: usize) -> Result<DurableFigures> {
+    let language = runtime.language();
     let (state, snapshots) = (tempfile::tempdir()?, tempfile::tempdir()?);
-    let extra = daemon_args(args, language, state.path(), snapshots.path());
+    let extra = daemon_args(args, runtime, state.path(), snapshots.path());
     let (daemon, _) = start(args, &extra).await?;
     let client = daemon.client.clone();
     let code = program(language);
     // The templates are saved in the background once the daemon serves: not while timing.
-    let templates = if language == Language::Python { 2 } else { 1 };
+    let templates = if runtime == Runtime::Javascript { 1 } else { 2 };
     wait_saved(snapshots.path(), templates).await?;
     wait_until_idle(&client).await?;
     let plain = ExecRequest::new(language, code);
@@ -177,7 +261,7 @@ async fn measure(args: &Args, language: Language, sessions: usize) -> Result<Dur
         }
     }
     let plain_warm = Latency::of(samples);
-    eprintln!("(durable) {language}: session execs, each until its checkpoint is on disk ...");
+    eprintln!("(durable) {runtime}: session execs, each until its checkpoint is on disk ...");
 
     let id = client
         .create_session(&CreateSessionRequest::new(language))
@@ -202,12 +286,14 @@ async fn measure(args: &Args, language: Language, sessions: usize) -> Result<Dur
     let save_mean_ms = mean_ms("hyperlightd_session_save_seconds");
     client.delete_session(&id).await?;
 
-    // Sessions on disk, then a restart.
-    eprintln!("(durable) {language}: {sessions} sessions on disk ...");
+    // Sessions on disk, then a restart. What one more takes on disk is the growth after the
+    // first: the first links the template's file, which all share.
+    eprintln!("(durable) {runtime}: {sessions} sessions on disk ...");
     let mut ids = Vec::with_capacity(sessions);
+    let mut first_disk = f64::NAN;
     for n in 0..sessions {
         if n % 5 == 4 {
-            eprintln!("(durable) {language}: {} sessions on disk", n + 1);
+            eprintln!("(durable) {runtime}: {} sessions on disk", n + 1);
         }
         let id = client
             .create_session(&CreateSessionRequest::new(language))
@@ -216,17 +302,16 @@ async fn measure(args: &Args, language: Language, sessions: usize) -> Result<Dur
         let number = session_exec(&client, &id, code).await?;
         durable(&client, &id, number).await?;
         ids.push(id);
+        if n == 0 {
+            first_disk = disk_bytes(&client).await?;
+        }
     }
-    let disk = client.metrics().await?;
-    let disk_bytes = disk
-        .lines()
-        .find_map(|l| l.strip_prefix("hyperlightd_session_checkpoint_disk_bytes "))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .unwrap_or(f64::NAN);
+    let disk_per_checkpoint_mib =
+        (disk_bytes(&client).await? - first_disk) / (sessions - 1) as f64 / f64::from(1 << 20);
     stop(daemon).await?;
-    eprintln!("(durable) {language}: starts with and without the sessions ...");
+    eprintln!("(durable) {runtime}: starts with and without the sessions ...");
     let empty_state = tempfile::tempdir()?;
-    let empty = daemon_args(args, language, empty_state.path(), snapshots.path());
+    let empty = daemon_args(args, runtime, empty_state.path(), snapshots.path());
     let mut start_empty = Vec::new();
     let mut start_with_sessions = Vec::new();
     for _ in 0..args.starts.max(1) {
@@ -243,11 +328,11 @@ async fn measure(args: &Args, language: Language, sessions: usize) -> Result<Dur
     let (daemon, took) = start(args, &extra).await?;
     start_with_sessions.push(took);
     let client = daemon.client.clone();
-    eprintln!("(durable) {language}: each parked session's first exec, and its next ...");
+    eprintln!("(durable) {runtime}: each parked session's first exec, and its next ...");
     let (mut first, mut hot) = (Vec::new(), Vec::new());
     for (n, id) in ids.iter().enumerate() {
         if n % 5 == 4 {
-            eprintln!("(durable) {language}: {} parked sessions run", n + 1);
+            eprintln!("(durable) {runtime}: {} parked sessions run", n + 1);
         }
         wait_until_idle(&client).await?;
         let started = Instant::now();
@@ -260,13 +345,13 @@ async fn measure(args: &Args, language: Language, sessions: usize) -> Result<Dur
     }
     stop(daemon).await?;
     Ok(DurableFigures {
-        language,
+        runtime,
         plain_warm,
         session_exec: Latency::of(execs),
         answer_to_disk: Latency::of(to_disk),
         durable_mean_ms,
         save_mean_ms,
-        disk_per_checkpoint_mib: disk_bytes / sessions as f64 / f64::from(1 << 20),
+        disk_per_checkpoint_mib,
         sessions,
         start_empty: Latency::of(start_empty),
         start_with_sessions: Latency::of(start_with_sessions),
@@ -278,7 +363,7 @@ async fn measure(args: &Args, language: Language, sessions: usize) -> Result<Dur
 fn print(figures: &[DurableFigures]) {
     println!("\n(durable) sessions kept in --state-dir (one daemon per language, a pool of one)");
     for f in figures {
-        let l = f.language;
+        let l = f.runtime;
         print_row(&format!("  {l} plain warm exec"), &f.plain_warm);
         print_row(
             &format!("  {l} session exec (journal synced first)"),
@@ -290,7 +375,7 @@ fn print(figures: &[DurableFigures]) {
         );
         println!(
             "    daemon's means: saving the state {:.1} ms, answer to disk {:.1} ms; {:.1} MiB of \
-             disk a checkpoint",
+             disk one more session's checkpoint",
             f.save_mean_ms, f.durable_mean_ms, f.disk_per_checkpoint_mib
         );
         print_row(&format!("  {l} start, no session on disk"), &f.start_empty);

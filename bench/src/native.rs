@@ -102,7 +102,12 @@ async fn start_from_saved(
 /// A daemon's arguments for `size` native Python sandboxes from `rootfs`, beside the
 /// benchmark's own daemon arguments.
 pub fn native_args(args: &Args, rootfs: &Path, size: usize) -> Vec<String> {
-    let mut extra = vec![
+    native_pool(rootfs, size, &args.daemon_args)
+}
+
+/// A daemon's arguments for `size` native Python sandboxes from `rootfs`, then `extra`.
+pub fn native_pool(rootfs: &Path, size: usize, extra: &[String]) -> Vec<String> {
+    let mut args = vec![
         "--pool".to_owned(),
         format!("python={size}"),
         "--python-runtime".to_owned(),
@@ -114,8 +119,8 @@ pub fn native_args(args: &Args, rootfs: &Path, size: usize) -> Vec<String> {
         "--startup-timeout-ms".to_owned(),
         "600000".to_owned(),
     ];
-    extra.extend(args.daemon_args.iter().cloned());
-    extra
+    args.extend(extra.iter().cloned());
+    args
 }
 
 pub async fn run(args: &Args) -> Result<PartReport> {

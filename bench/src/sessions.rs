@@ -1,15 +1,17 @@
-//! (h) Sessions, side by side with plain warm execs in one daemon: a session exec's latency
-//! beside a plain one's, a fork's latency, the time to save and load a session's state, host
-//! memory per idle session after a typical cell, the most idle sessions the default budget holds,
-//! and, for the alternative of keeping each idle session in a parked sandbox, host memory per
-//! sandbox.
+//! (h) Sessions, side by side with plain warm execs in one daemon, in every runtime given
+//! (JavaScript, WebAssembly Python, native Python): a session exec's latency paced and sent the
+//! moment the last answer arrives beside a plain one's, a fork's latency, the time to save and
+//! load a session's state, what a checkpoint holds after a trivial exec and after one that
+//! writes 8 MiB, host memory per idle session after a typical cell (a 10,000-row DataFrame for
+//! native Python), the most idle sessions the default budget holds, and, for the alternative of
+//! keeping each idle session in a parked sandbox, host memory per sandbox. Issue 54's targets.
 
 use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Result, bail};
 use hyperlightd_client::{
-    CreateSessionRequest, ExecRequest, ExecStatus, Language, SessionExecRequest,
+    Client, CreateSessionRequest, ExecRequest, ExecStatus, Language, SessionExecRequest,
 };
 use serde::Serialize;
 
@@ -21,7 +23,16 @@ use crate::{Args, BODY, Latency, PYTHON_BODY, histogram_totals, start_daemon, wa
 const DEFAULT_BUDGET_MIB: f64 = 4096.0;
 
 /// Idle sessions created to measure memory per session.
-const IDLE_SESSIONS: usize = 8;
+const IDLE_SESSIONS: usize = 20;
+
+/// Sessions one daemon serves in the native runtime's row of issue 54 (the idle ones included).
+const SERVED_SESSIONS: usize = 100;
+
+/// Trivial execs whose checkpoints are measured.
+const TRIVIAL_EXECS: usize = 5;
+
+/// What the exec that writes N MiB writes.
+const WRITTEN_MIB: f64 = 8.0;
 
 /// Timed session execs and forks per language: each session exec waits for the state the last
 /// one left to be saved (seconds for Python under emulation), so fewer than plain execs.
@@ -31,6 +42,8 @@ const SESSION_ITERATIONS: usize = 30;
 #[derive(Debug, Serialize)]
 pub struct SessionFigures {
     language: Language,
+    /// The runtime: "javascript", "wasm" or "native".
+    runtime: &'static str,
     /// The typical cell each idle session ran.
     cell: &'static str,
     plain_warm: Latency,
@@ -55,11 +68,22 @@ pub struct SessionFigures {
     /// A parked sandbox per session instead: daemon resident memory with three sandboxes of the
     /// language less with one, halved.
     resident_per_pool_sandbox_mib: f64,
+    /// What a checkpoint holds of its own after a trivial exec (`n += 1`), median of
+    /// [`TRIVIAL_EXECS`], as the listing counts it.
+    trivial_checkpoint_mib: f64,
+    /// The same after an exec that writes [`WRITTEN_MIB`] of fresh bytes.
+    written_checkpoint_mib: f64,
+    /// What the memory the sessions hold grew by with a fork of each idle session (nothing
+    /// until a fork writes).
+    fork_added_mib: f64,
+    /// Sessions that ran the cell and answered, of [`SERVED_SESSIONS`] (native Python only).
+    sessions_served: Option<usize>,
 }
 
 /// What one language's run needs.
 struct Subject {
     language: Language,
+    runtime: &'static str,
     /// The warm-latency program and its result.
     program: &'static str,
     /// The typical cell for idle sessions.
@@ -74,6 +98,7 @@ pub async fn session_costs(args: &Args) -> Result<Vec<SessionFigures>> {
     let daemon_args = args.daemon_args.clone();
     let mut subjects = vec![Subject {
         language: Language::Javascript,
+        runtime: "javascript",
         program: BODY,
         cell: "const graph = Array.from({length: 10000}, (_, i) => ({id: i, name: 'node ' + i, \
                edges: [i + 1, i + 2]})); graph.length",
@@ -83,6 +108,7 @@ pub async fn session_costs(args: &Args) -> Result<Vec<SessionFigures>> {
         let daemon_args = args.daemon_args.clone();
         subjects.push(Subject {
             language: Language::Python,
+            runtime: "wasm",
             program: PYTHON_BODY,
             cell: "rows = [i * i for i in range(10000)]\nlen(rows)",
             pool: Box::new(move |n| {
@@ -97,9 +123,20 @@ pub async fn session_costs(args: &Args) -> Result<Vec<SessionFigures>> {
             }),
         });
     }
+    if let Some(rootfs) = args.python_rootfs.clone() {
+        let daemon_args = args.daemon_args.clone();
+        subjects.push(Subject {
+            language: Language::Python,
+            runtime: "native",
+            program: PYTHON_BODY,
+            cell: "import pandas as pd\nframe = pd.DataFrame({'k': [i % 7 for i in \
+                   range(10000)], 'v': range(10000)})\nlen(frame)",
+            pool: Box::new(move |n| (1, crate::native::native_pool(&rootfs, n, &daemon_args))),
+        });
+    }
     let mut figures = Vec::new();
     for subject in &subjects {
-        eprintln!("(h) sessions: {} ...", subject.language);
+        eprintln!("(h) sessions: {} ...", subject.runtime);
         figures.push(measure(args, subject).await?);
     }
     Ok(figures)
@@ -171,23 +208,46 @@ async fn measure(args: &Args, subject: &Subject) -> Result<SessionFigures> {
         mean_ms("hyperlightd_session_load_seconds"),
     );
 
+    let (trivial_checkpoint_mib, written_checkpoint_mib) =
+        checkpoint_sizes(client, subject).await?;
+
     let before = resident_mib(daemon.child.id())?;
     let cell = SessionExecRequest::new(subject.cell);
+    let mut idle = Vec::with_capacity(IDLE_SESSIONS);
     for _ in 0..IDLE_SESSIONS {
         let id = client
             .create_session(&CreateSessionRequest::new(subject.language))
             .await?
             .id;
         check(client.session_exec(&id, &cell).await?.status, subject.cell)?;
+        idle.push(id);
     }
     wait_until_idle(client).await?;
     let after = resident_mib(daemon.child.id())?;
+    let held = |health: &hyperlightd_client::HealthResponse| {
+        health.sessions[&subject.language].memory_bytes as f64 / f64::from(1 << 20)
+    };
     let health = client.health().await?;
-    let accounted = health.sessions[&subject.language].memory_bytes as f64
-        / f64::from(1 << 20)
-        / IDLE_SESSIONS as f64;
+    let accounted = held(&health) / IDLE_SESSIONS as f64;
+    for id in &idle {
+        client.fork_session(id).await?;
+    }
+    let fork_added_mib = held(&client.health().await?) - held(&health);
+    let sessions_served = if subject.runtime == "native" {
+        Some(
+            serve_many(client, subject, SERVED_SESSIONS - 2 * IDLE_SESSIONS).await?
+                + 2 * IDLE_SESSIONS,
+        )
+    } else {
+        None
+    };
     Ok(SessionFigures {
         language: subject.language,
+        runtime: subject.runtime,
+        trivial_checkpoint_mib,
+        written_checkpoint_mib,
+        fork_added_mib,
+        sessions_served,
         cell: subject.cell,
         plain_warm,
         session_exec,
@@ -201,6 +261,75 @@ async fn measure(args: &Args, subject: &Subject) -> Result<SessionFigures> {
         idle_sessions_in_default_budget: DEFAULT_BUDGET_MIB / accounted,
         resident_per_pool_sandbox_mib: pool_memory,
     })
+}
+
+/// What a checkpoint holds of its own, in MiB: after a trivial exec (the median of
+/// [`TRIVIAL_EXECS`]) and after an exec that writes [`WRITTEN_MIB`] of fresh bytes.
+async fn checkpoint_sizes(client: &Client, subject: &Subject) -> Result<(f64, f64)> {
+    let (start, step, write) = match subject.language {
+        Language::Python => (
+            "n = 0",
+            "n += 1",
+            "blob = bytes(range(1, 256)) * (8 * 1024 * 1024 // 255)\nlen(blob)",
+        ),
+        _ => (
+            "globalThis.n = 0",
+            "n += 1",
+            "globalThis.blob = new Uint8Array(8 * 1024 * 1024).map((_, i) => i % 255 + 1); \
+             blob.length",
+        ),
+    };
+    let id = client
+        .create_session(&CreateSessionRequest::new(subject.language))
+        .await?
+        .id;
+    let own = |checkpoints: &[hyperlightd_client::CheckpointInfo], number: u64| {
+        checkpoints
+            .iter()
+            .find(|c| c.checkpoint == number)
+            .map_or(f64::NAN, |c| c.bytes as f64 / f64::from(1 << 20))
+    };
+    run_in(client, &id, start).await?;
+    let mut trivial = Vec::with_capacity(TRIVIAL_EXECS);
+    for _ in 0..TRIVIAL_EXECS {
+        wait_until_idle(client).await?;
+        let number = run_in(client, &id, step).await?;
+        trivial.push(own(&client.session_checkpoints(&id).await?, number));
+    }
+    trivial.sort_by(f64::total_cmp);
+    wait_until_idle(client).await?;
+    let number = run_in(client, &id, write).await?;
+    let written = own(&client.session_checkpoints(&id).await?, number);
+    client.delete_session(&id).await?;
+    Ok((trivial[TRIVIAL_EXECS / 2], written))
+}
+
+/// Runs `code` in session `id`; the checkpoint it left.
+async fn run_in(client: &Client, id: &str, code: &str) -> Result<u64> {
+    let response = client
+        .session_exec(id, &SessionExecRequest::new(code))
+        .await?;
+    check(response.status, code)?;
+    Ok(response.session.map_or(0, |s| s.checkpoint))
+}
+
+/// Creates `count` more sessions that each run the subject's cell; how many answered.
+async fn serve_many(client: &Client, subject: &Subject, count: usize) -> Result<usize> {
+    let cell = SessionExecRequest::new(subject.cell);
+    let mut served = 0;
+    for n in 0..count {
+        if n % 10 == 9 {
+            eprintln!("(h) sessions: {} more sessions served", n + 1);
+        }
+        let id = client
+            .create_session(&CreateSessionRequest::new(subject.language))
+            .await?
+            .id;
+        if client.session_exec(&id, &cell).await?.status == ExecStatus::Ok {
+            served += 1;
+        }
+    }
+    Ok(served)
 }
 
 /// A daemon with `sandboxes` of the subject's language (`start_daemon` names the JavaScript
@@ -225,34 +354,73 @@ async fn pool_sandbox_memory(binary: &Path, subject: &Subject) -> Result<f64> {
     Ok((resident[0] - resident[1]) / 2.0)
 }
 
-/// Issue 31's target: a session exec sent the moment the last answer arrives costs at most 1.5
-/// times a plain warm exec, at p50 and at p99, in both languages.
+/// Issue 31's target (a session exec sent the moment the last answer arrives costs at most 1.5
+/// times a plain warm exec, at p50 and p99) and issue 54's (that at p50, a paced session exec
+/// at most 1.2 times, a fork at most 1.5 times, a trivial exec's checkpoint at most 2 MiB and
+/// one that writes N MiB at most 1.25 N + 2; natively, at most 64 MiB of the daemon's memory
+/// per idle DataFrame session, and 100 sessions served), in every runtime.
 pub fn targets(figures: &[SessionFigures]) -> Vec<Target> {
-    figures
-        .iter()
-        .flat_map(|f| {
-            let what = |at: &str| {
-                format!(
-                    "{} session exec at once after the last / plain warm, {at}",
-                    f.language
-                )
-            };
-            [
-                Target::at_most(
-                    &format!("S31 {} p50", f.language),
-                    &what("p50"),
-                    f.back_to_back.p50_ms / f.plain_warm.p50_ms,
-                    1.5,
-                ),
-                Target::at_most(
-                    &format!("S31 {} p99", f.language),
-                    &what("p99"),
-                    f.back_to_back.p99_ms / f.plain_warm.p99_ms,
-                    1.5,
-                ),
-            ]
-        })
-        .collect()
+    let mut targets = Vec::new();
+    for f in figures {
+        let r = f.runtime;
+        let ratio = |l: &Latency, p99: bool| match p99 {
+            false => l.p50_ms / f.plain_warm.p50_ms,
+            true => l.p99_ms / f.plain_warm.p99_ms,
+        };
+        targets.extend([
+            Target::at_most(
+                &format!("S31 {r} p50"),
+                &format!("{r} session exec at once after the last / plain warm, p50"),
+                ratio(&f.back_to_back, false),
+                1.5,
+            ),
+            Target::at_most(
+                &format!("S31 {r} p99"),
+                &format!("{r} session exec at once after the last / plain warm, p99"),
+                ratio(&f.back_to_back, true),
+                1.5,
+            ),
+            Target::at_most(
+                &format!("S54 {r} paced"),
+                &format!("{r} paced session exec / plain warm, p50"),
+                ratio(&f.session_exec, false),
+                1.2,
+            ),
+            Target::at_most(
+                &format!("S54 {r} fork"),
+                &format!("{r} fork / plain warm exec, p50"),
+                ratio(&f.fork, false),
+                1.5,
+            ),
+            Target::at_most(
+                &format!("S54 {r} checkpoint"),
+                &format!("{r} a trivial exec's checkpoint, MiB"),
+                f.trivial_checkpoint_mib,
+                2.0,
+            ),
+            Target::at_most(
+                &format!("S54 {r} written"),
+                &format!("{r} checkpoint of an exec that writes {WRITTEN_MIB} MiB, MiB"),
+                f.written_checkpoint_mib,
+                1.25 * WRITTEN_MIB + 2.0,
+            ),
+        ]);
+        if let Some(served) = f.sessions_served {
+            targets.push(Target::at_most(
+                &format!("S54 {r} memory"),
+                &format!("{r} daemon resident memory per idle DataFrame session, MiB"),
+                f.resident_per_idle_session_mib,
+                64.0,
+            ));
+            targets.push(Target::at_least(
+                &format!("S54 {r} served"),
+                &format!("{r} DataFrame sessions one daemon served"),
+                served as f64,
+                SERVED_SESSIONS as f64,
+            ));
+        }
+    }
+    targets
 }
 
 fn check(status: ExecStatus, program: &str) -> Result<()> {
@@ -268,18 +436,27 @@ pub fn print(figures: &[SessionFigures], row: impl Fn(&str, &Latency)) {
         "\n(h) sessions (one daemon per language, a pool of one; idle sessions ran the cell below)"
     );
     for f in figures {
-        println!("  {}: cell {:?}", f.language, f.cell);
-        row(&format!("  {} plain warm exec", f.language), &f.plain_warm);
-        row(&format!("  {} session exec", f.language), &f.session_exec);
+        let r = f.runtime;
+        println!("  {r}: cell {:?}", f.cell);
+        row(&format!("  {r} plain warm exec"), &f.plain_warm);
+        row(&format!("  {r} session exec, paced"), &f.session_exec);
         row(
-            &format!("  {} session exec, at once after the last", f.language),
+            &format!("  {r} session exec, at once after the last"),
             &f.back_to_back,
         );
         row(
             "    of which queued (its queued_ms)",
             &f.back_to_back_queued,
         );
-        row(&format!("  {} fork", f.language), &f.fork);
+        row(&format!("  {r} fork"), &f.fork);
+        println!(
+            "    a checkpoint holds {:.2} MiB after a trivial exec, {:.2} MiB after one that \
+             writes {WRITTEN_MIB} MiB; forking each idle session added {:.2} MiB",
+            f.trivial_checkpoint_mib, f.written_checkpoint_mib, f.fork_added_mib
+        );
+        if let Some(served) = f.sessions_served {
+            println!("    sessions one daemon served: {served} of {SERVED_SESSIONS}");
+        }
         println!(
             "    session exec p50 / plain warm p50: {:.2} (at once after the last: {:.2}); saving \
              the state after an exec {:.1} ms, loading it before one {:.1} ms (means, off / on \

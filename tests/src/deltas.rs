@@ -160,6 +160,7 @@ pub async fn a_chain_of_deltas_matches_its_model(
         session.at = answer.session.expect("a session exec").checkpoint;
         session.models.insert(session.at, model);
     }
+    let mut kept = 0;
     for session in &live {
         let checkpoints = checkpoints(client, &session.id).await;
         for checkpoint in &checkpoints {
@@ -170,7 +171,42 @@ pub async fn a_chain_of_deltas_matches_its_model(
                 checkpoint.bytes
             );
         }
+        kept += checkpoints.len() as u64;
     }
+    // The memory the sessions hold counts each file once, however many checkpoints map it
+    // (a rolled-back or deleted checkpoint's pages as long as a later one or a fork maps
+    // them): within what the kept checkpoints could hold, and nothing once they are gone.
+    let held = session_memory(client, language).await;
+    eprintln!("{language}: {kept} checkpoints kept hold {held} bytes");
+    assert!(
+        held > 0 && held <= kept * most_checkpoint_bytes,
+        "{language}: {held} bytes for {kept} checkpoints"
+    );
+    for session in &live {
+        within("delete", STEP_LIMIT, client.delete_session(&session.id))
+            .await
+            .expect("deleted");
+    }
+    let started = std::time::Instant::now();
+    while session_memory(client, language).await > 0 {
+        assert!(
+            started.elapsed() < STEP_LIMIT,
+            "{language}: memory held after every session went: {} bytes",
+            session_memory(client, language).await
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// The memory `language`'s sessions hold, as health reports it.
+async fn session_memory(client: &Client, language: Language) -> u64 {
+    let health = within("health", STEP_LIMIT, client.health())
+        .await
+        .expect("health");
+    health
+        .sessions
+        .get(&language)
+        .map_or(0, |counts| counts.memory_bytes)
 }
 
 async fn run(client: &Client, id: &str, code: &str) -> ExecResponse {

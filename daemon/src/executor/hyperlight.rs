@@ -90,6 +90,9 @@ impl HyperlightExecutor {
             })?;
             table = table.with_durable(durable);
         }
+        for (&language, pool) in &pools {
+            table.template_memory(language, pool.template_memory());
+        }
         let sessions = Arc::new(table);
         sessions.recover();
         sessions.reap_every(REAP_PERIOD, &runtime);

@@ -33,8 +33,8 @@ pub use self::health::{
 };
 pub use self::outcome::{Failure, FailureKind, Outcome, SessionRef, Status, Violation};
 pub use self::state::{
-    After, Answer, ExistingBlob, FileIdentity, KeyMismatch, Ran, Resume, Saved, SavedState,
-    StateCodec, StateKey, StateRef,
+    After, Answer, ExistingBlob, FileIdentity, Footprint, KeyMismatch, MemoryFile, Ran, Resume,
+    Saved, SavedState, StateCodec, StateKey, StateRef,
 };
 pub use hyperlightd_api::Language;
 

@@ -69,10 +69,30 @@ impl std::fmt::Debug for SavedState {
 pub struct Saved {
     /// The state.
     pub state: SavedState,
-    /// Host memory it holds, in bytes (its files' included).
+    /// Host memory it holds of its own, in bytes (its files' included).
     pub bytes: u64,
+    /// The files in memory its snapshot is mapped from (see [`Footprint`]).
+    pub memory: Vec<MemoryFile>,
     /// The working directory the exec left.
     pub files: Arc<Files>,
+}
+
+/// A file in the host's memory that a guest's state is mapped from: states made one from
+/// another share most of theirs (hyperlight-host patch 0003).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MemoryFile {
+    /// Its device and inode numbers, which tell it from every other file while it exists.
+    pub id: (u64, u64),
+    pub bytes: u64,
+}
+
+/// The host memory a guest's saved state holds: `own` bytes that no state it was made from
+/// holds (the pages its exec changed), within the `memory` files its snapshot is mapped from,
+/// each once. Empty `memory`: the guest cannot tell, and `own` is what it holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Footprint {
+    pub own: u64,
+    pub memory: Vec<MemoryFile>,
 }
 
 impl std::fmt::Debug for Saved {

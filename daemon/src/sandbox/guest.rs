@@ -16,7 +16,8 @@ use crate::job::egress::Outbound;
 use crate::job::files::FileError;
 use crate::job::tools::ToolExchange;
 use crate::job::{
-    Deadline, FailureKind, FileLimits, Files, Policy, Runtime, StateCodec, Violation,
+    Deadline, FailureKind, FileLimits, Files, Footprint, MemoryFile, Policy, Runtime, StateCodec,
+    Violation,
 };
 
 /// What a guest is asked to run.
@@ -82,9 +83,9 @@ pub trait Guest: Send {
 
     /// The guest's state now, for a session: memory, vCPU and what the host keeps beside them.
     /// Any sandbox of the same factory can [`load`](Self::load) it. With it, the host memory it
-    /// holds of its own, in bytes: what it does not share with the state the guest was loaded
-    /// from (the warm snapshot, or a session's earlier state).
-    fn save(&mut self) -> Result<(SavedState, u64), GuestError>;
+    /// holds: of its own, what it does not share with the state the guest was loaded from (the
+    /// warm snapshot, or a session's earlier state), and the files it is mapped from.
+    fn save(&mut self) -> Result<(SavedState, Footprint), GuestError>;
 
     /// Puts the guest in `state` (saved by a sandbox of the same factory) instead of its warm
     /// snapshot, for a session's exec. [`reset`](Self::reset) afterwards returns it to warm.
@@ -107,6 +108,36 @@ pub trait Guest: Send {
 
     /// Whether the last call left the sandbox poisoned (interrupted, aborted, faulted).
     fn is_poisoned(&self) -> bool;
+}
+
+/// The host memory a snapshot holds: `own` bytes of its own, within the `files` its memory is
+/// mapped from, given as (device, inode, bytes, in memory); only the files in memory count (a
+/// file on disk mapped is a cache the kernel can take back). Each Hyperlight version's guests
+/// give theirs.
+pub fn footprint(own: usize, files: impl IntoIterator<Item = (u64, u64, u64, bool)>) -> Footprint {
+    Footprint {
+        own: own as u64,
+        memory: files
+            .into_iter()
+            .filter(|&(.., in_memory)| in_memory)
+            .map(|(device, inode, bytes, _)| MemoryFile {
+                id: (device, inode),
+                bytes,
+            })
+            .collect(),
+    }
+}
+
+/// [`footprint`] of a snapshot of the hyperlight-host that hyperlight-js and hyperlight-wasm
+/// build on.
+pub fn snapshot_footprint(snapshot: &hyperlight_host::sandbox::snapshot::Snapshot) -> Footprint {
+    let files = snapshot.memory_files();
+    footprint(
+        snapshot.memory_bytes(),
+        files
+            .iter()
+            .map(|f| (f.device, f.inode, f.bytes, f.in_memory)),
+    )
 }
 
 /// The state in `state`, if a guest of this kind saved it.
@@ -294,6 +325,12 @@ pub trait GuestFactory: Send + Sync + 'static {
     /// the daemon; None: they cannot.
     fn state_codec(&self) -> Option<Arc<dyn StateCodec>> {
         None
+    }
+
+    /// The files in memory its template is mapped from (see [`Footprint`]), which every state
+    /// of its sandboxes shares and the pool holds: asked once the template is ready.
+    fn template_memory(&self) -> Vec<MemoryFile> {
+        Vec::new()
     }
 
     /// Whether its sandboxes are primed ([`Guest::prime`]) after a restore that finds no job

@@ -64,7 +64,9 @@ use std::time::{Duration, Instant, SystemTime};
 use tracing::info;
 
 use crate::audit::{AuditLog, Owner, SessionRecord};
-use crate::job::{ExecError, Language, Principal, SessionCounts, SessionInfo, SessionSettings};
+use crate::job::{
+    ExecError, Language, MemoryFile, Principal, SessionCounts, SessionInfo, SessionSettings,
+};
 use crate::metrics::SessionMetrics;
 
 /// The live sessions, their limits and their memory.
@@ -136,6 +138,14 @@ impl Sessions {
         Retention {
             count: self.settings.max_checkpoints,
             bytes: self.settings.max_checkpoint_bytes,
+        }
+    }
+
+    /// The files in memory `language`'s template is mapped from: its sessions' states map them
+    /// too, but the pool holds them, and the ledger does not count them.
+    pub fn template_memory(&self, language: Language, memory: &[MemoryFile]) {
+        if let Some(ledger) = self.ledgers.get(&language) {
+            ledger.template(memory);
         }
     }
 

@@ -103,6 +103,7 @@ impl Sessions {
         let saved = Saved {
             state,
             bytes,
+            memory: Vec::new(),
             files: Arc::new(files),
         };
         let ledger = self.ledgers[&session.language].clone();

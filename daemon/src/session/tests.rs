@@ -102,6 +102,7 @@ async fn exec_saving(sessions: &Arc<Sessions>, id: &str, value: u32, bytes: u64)
             .send(Some(Saved {
                 state: SavedState::new(value),
                 bytes,
+                memory: Vec::new(),
                 files: files_of(value),
             }))
             .unwrap();
@@ -217,6 +218,7 @@ async fn execs_of_one_session_run_one_at_a_time_in_arrival_order() {
                     .send(Some(Saved {
                         state: SavedState::new(n),
                         bytes: 1,
+                        memory: Vec::new(),
                         files: files_of(n),
                     }))
                     .unwrap();
@@ -274,6 +276,7 @@ async fn exec_with_slow_save(
             let _ = saved.send(Some(Saved {
                 state: SavedState::new(value),
                 bytes: 1,
+                memory: Vec::new(),
                 files: files_of(value),
             }));
         });

@@ -76,7 +76,11 @@ pub fn bench(args: &[String]) -> Result<()> {
         packages.to_string_lossy().into_owned(),
     ];
     let runs = |name: &str| chosen.iter().any(|(part, _)| *part == name);
-    if runs("native") || runs("capacity") {
+    // The parts with native Python rows.
+    if ["native", "capacity", "sessions", "durable"]
+        .iter()
+        .any(|part| runs(part))
+    {
         let rootfs = native_python::native_python(None)?;
         command.extend([
             "--python-rootfs".to_owned(),
@@ -106,7 +110,7 @@ pub fn bench(args: &[String]) -> Result<()> {
         if let Err(e) = on_kvm_watched(
             &name,
             &command,
-            Duration::from_secs(1800),
+            part_limit(part),
             std::slice::from_ref(&out),
             tcg,
             Some(BENCH_STALL),
@@ -131,6 +135,15 @@ pub fn bench(args: &[String]) -> Result<()> {
         bail!("benchmark parts failed: {}", failed.join(", "));
     }
     Ok(())
+}
+
+/// How long a part's VM boot may take: the parts that measure sessions in all three runtimes,
+/// native Python's a hundred of them, take longest.
+fn part_limit(part: &str) -> Duration {
+    match part {
+        "sessions" | "durable" => Duration::from_secs(3600),
+        _ => Duration::from_secs(1800),
+    }
 }
 
 /// Splits the `--part NAME` pairs from the benchmark's other arguments: the parts to run (all

@@ -19,6 +19,7 @@ use hyperlight_host::{HyperlightError, MultiUseSandbox};
 use hyperlight_js::{HostPrintFn, SandboxBuilder, Script, Snapshot};
 
 use self::host::{CallClock, Host};
+use super::guest;
 use super::guest::{
     BuildError, Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, Prepared, Program,
     RunnerReply, SavedState, Template, from_template, saved_state, seed,
@@ -28,7 +29,7 @@ use super::stored::{self, Codec, Key, SnapshotStore, StateFiles, Stored};
 use super::watchdog::{self, Interrupt};
 use super::workspace::Workspace;
 use crate::job::files::FileError;
-use crate::job::{Deadline, Files, Runtime, StateCodec};
+use crate::job::{Deadline, Files, Footprint, MemoryFile, Runtime, StateCodec};
 
 /// The runner, compiled into the daemon so that the daemon and its guest protocol always match:
 /// the web APIs bundled from npm (`cargo xtask js-vendor`), those built on the host functions
@@ -180,6 +181,12 @@ impl GuestFactory for JavascriptFactory {
     }
 
     /// A state is a snapshot and nothing beside it, as the template is.
+    fn template_memory(&self) -> Vec<MemoryFile> {
+        self.template()
+            .map(|(template, _)| guest::snapshot_footprint(&template).memory)
+            .unwrap_or_default()
+    }
+
     fn state_codec(&self) -> Option<Arc<dyn StateCodec>> {
         StateFiles::codec(
             self.key(),
@@ -302,10 +309,10 @@ impl Guest for JavascriptGuest {
         Arc::new(watchdog::Hyperlight(self.sandbox.interrupt_handle()))
     }
 
-    fn save(&mut self) -> Result<(SavedState, u64), GuestError> {
+    fn save(&mut self) -> Result<(SavedState, Footprint), GuestError> {
         let snapshot = self.sandbox.snapshot()?;
-        let bytes = snapshot.memory_bytes() as u64;
-        Ok((SavedState::new(snapshot), bytes))
+        let footprint = guest::snapshot_footprint(&snapshot);
+        Ok((SavedState::new(snapshot), footprint))
     }
 
     /// Every JavaScript sandbox registers the same host functions, which is all a restore of

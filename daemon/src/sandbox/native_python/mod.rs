@@ -25,6 +25,7 @@ use hyperlight_unikraft::{
 use serde::{Deserialize, Serialize};
 
 use self::host::{Host, PIECE};
+use super::guest;
 use super::guest::{
     BuildError, Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, Prepared, Program,
     RunnerReply, SavedState, Template, saved_state,
@@ -32,7 +33,10 @@ use super::guest::{
 use super::python::Event;
 use super::stored::{self, Codec, Key, Persist, SnapshotStore, StateFiles, Stored};
 use super::watchdog::Interrupt;
-use crate::job::{Deadline, ExistingBlob, Files, Runtime, StateCodec, Stream, files::FileError};
+use crate::job::{
+    Deadline, ExistingBlob, Files, Footprint, MemoryFile, Runtime, StateCodec, Stream,
+    files::FileError,
+};
 
 /// What the guest says it has: its Python and its packages, with versions.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -251,6 +255,17 @@ impl GuestFactory for NativePythonFactory {
         }
     }
 
+    fn template_memory(&self) -> Vec<MemoryFile> {
+        let Ok((template, _)) = self.template() else {
+            return Vec::new();
+        };
+        let files = template.snapshot.memory_files();
+        let files = files
+            .iter()
+            .map(|f| (f.device, f.inode, f.bytes, f.in_memory));
+        guest::footprint(0, files).memory
+    }
+
     /// A state is the guest's snapshot (its working directory included) and nothing beside.
     fn state_codec(&self) -> Option<Arc<dyn StateCodec>> {
         StateFiles::codec(
@@ -413,10 +428,14 @@ impl Guest for NativePythonGuest {
     }
 
     /// The guest's memory, its working directory included.
-    fn save(&mut self) -> Result<(SavedState, u64), GuestError> {
+    fn save(&mut self) -> Result<(SavedState, Footprint), GuestError> {
         let snapshot = self.sandbox.snapshot().map_err(|e| self.failed(e))?;
-        let bytes = snapshot.memory_bytes() as u64;
-        Ok((SavedState::new(NativeState(snapshot)), bytes))
+        let files = snapshot.memory_files();
+        let files = files
+            .iter()
+            .map(|f| (f.device, f.inode, f.bytes, f.in_memory));
+        let footprint = guest::footprint(snapshot.memory_bytes(), files);
+        Ok((SavedState::new(NativeState(snapshot)), footprint))
     }
 
     fn load(&mut self, state: &SavedState) -> Result<(), GuestError> {

@@ -29,7 +29,8 @@ use self::worker::{Worker, timeout_outcome};
 use super::guest::{Captured, Guest, GuestFactory, OutputCapture, SavedState};
 use super::watchdog::Watchdog;
 use crate::job::{
-    After, Deadline, ExecError, Job, Language, Outcome, PoolCounts, Ran, Runtime, StateCodec,
+    After, Deadline, ExecError, Job, Language, MemoryFile, Outcome, PoolCounts, Ran, Runtime,
+    StateCodec,
 };
 use crate::metrics::PoolMetrics;
 
@@ -294,6 +295,8 @@ pub struct Pool {
     runtime: Runtime,
     /// How its sandboxes' saved states go to disk; None: they cannot.
     state_codec: Option<Arc<dyn StateCodec>>,
+    /// The files in memory its template is mapped from.
+    template_memory: Vec<MemoryFile>,
 }
 
 impl Pool {
@@ -354,6 +357,7 @@ impl Pool {
             shared,
             runtime: config.factory.runtime(),
             state_codec: config.factory.state_codec(),
+            template_memory: config.factory.template_memory(),
         })
     }
 
@@ -436,6 +440,11 @@ impl Pool {
     /// How its sandboxes' saved states go to disk, for sessions that outlive the daemon.
     pub fn state_codec(&self) -> Option<Arc<dyn StateCodec>> {
         self.state_codec.clone()
+    }
+
+    /// The files in memory its template is mapped from, which its sandboxes' states share.
+    pub fn template_memory(&self) -> &[MemoryFile] {
+        &self.template_memory
     }
 
     /// Sandboxes idle, in all, and the pool's size.

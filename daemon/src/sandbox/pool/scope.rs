@@ -119,12 +119,13 @@ impl Worker {
         let took = self.metrics.workers.ended(Phase::SessionSave, started);
         self.metrics.session_save.observe(took.as_secs_f64());
         match state {
-            Ok((state, bytes)) => {
-                let bytes = bytes + files.values().map(|f| f.len() as u64).sum::<u64>();
+            Ok((state, footprint)) => {
+                let bytes = footprint.own + files.values().map(|f| f.len() as u64).sum::<u64>();
                 debug!(bytes, "session state saved");
                 Some(Saved {
                     state,
                     bytes,
+                    memory: footprint.memory,
                     files: Arc::new(files),
                 })
             }

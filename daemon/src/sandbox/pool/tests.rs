@@ -9,7 +9,8 @@ use super::*;
 use crate::job::files::FileError;
 use crate::job::tools::{Tool, ToolExchange, ToolLimits, Waited};
 use crate::job::{
-    Caller, FailureKind, FileLimits, Files, Outcome, Policy, Runtime, SavedState, Status, Violation,
+    Caller, FailureKind, FileLimits, Files, Footprint, Outcome, Policy, Runtime, SavedState,
+    Status, Violation,
 };
 use crate::metrics::Metrics;
 use crate::sandbox::guest::{BuildError, GuestError, OutputChunk, Program, Stream};
@@ -229,8 +230,12 @@ impl Guest for FakeGuest {
     }
 
     /// The state is the count of programs run since the last reset.
-    fn save(&mut self) -> Result<(SavedState, u64), GuestError> {
-        Ok((SavedState::new(self.runs_since_reset), 100))
+    fn save(&mut self) -> Result<(SavedState, Footprint), GuestError> {
+        let footprint = Footprint {
+            own: 100,
+            memory: Vec::new(),
+        };
+        Ok((SavedState::new(self.runs_since_reset), footprint))
     }
 
     fn load(&mut self, state: &SavedState) -> Result<(), GuestError> {

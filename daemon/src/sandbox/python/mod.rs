@@ -29,6 +29,7 @@ use hyperlight_wasm::Snapshot;
 
 use self::bindings::root::component::RootExports;
 use self::wasi::{CallState, Portable, ToPortable, WasiHost};
+use super::guest;
 use super::guest::{
     BuildError, Guest, GuestError, GuestFactory, GuestSizes, OutputCapture, Prepared, Program,
     RunnerReply, SavedState, Template, from_template, saved_state,
@@ -37,7 +38,7 @@ use super::stored::{self, Codec, Key, SnapshotStore, StateFiles, Stored};
 use super::watchdog::{self, Interrupt, Watchdog};
 use super::workspace::Workspace;
 use crate::job::files::FileError;
-use crate::job::{Deadline, Files, Runtime, StateCodec};
+use crate::job::{Deadline, Files, Footprint, MemoryFile, Runtime, StateCodec};
 
 #[allow(missing_debug_implementations, clippy::all)]
 mod bindings {
@@ -385,6 +386,12 @@ impl GuestFactory for PythonFactory {
     }
 
     /// A state is written as the template is: the snapshot, and the resource tables.
+    fn template_memory(&self) -> Vec<MemoryFile> {
+        self.template()
+            .map(|(template, _)| guest::snapshot_footprint(&template.snapshot).memory)
+            .unwrap_or_default()
+    }
+
     fn state_codec(&self) -> Option<Arc<dyn StateCodec>> {
         let nodes = self.library.as_ref().map_or(0, |library| library.nodes());
         StateFiles::codec(
@@ -555,11 +562,11 @@ impl Guest for PythonGuest {
 
     /// The guest's memory, and a copy of the host's resource tables, whose entries the guest's
     /// handles name (a session may keep a file of the library open from one exec to the next).
-    fn save(&mut self) -> Result<(SavedState, u64), GuestError> {
+    fn save(&mut self) -> Result<(SavedState, Footprint), GuestError> {
         let snapshot = self.sandbox.sb.snapshot()?;
-        let bytes = snapshot.memory_bytes() as u64;
+        let footprint = guest::snapshot_footprint(&snapshot);
         let tables = std::sync::Mutex::new(lock(&self.sandbox.rt).copy());
-        Ok((SavedState::new(PythonState { snapshot, tables }), bytes))
+        Ok((SavedState::new(PythonState { snapshot, tables }), footprint))
     }
 
     /// Every Python sandbox registers the same host functions, which is all a restore of

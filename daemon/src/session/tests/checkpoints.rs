@@ -38,6 +38,7 @@ async fn exec(
         .send(value.map(|value| Saved {
             state: SavedState::new(value),
             bytes,
+            memory: Vec::new(),
             files: files_of(value),
         }))
         .unwrap();

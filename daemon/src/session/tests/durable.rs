@@ -125,6 +125,7 @@ async fn exec(sessions: &Arc<Sessions>, id: &str, value: u32) -> (SessionRef, Op
         .send(Some(Saved {
             state: SavedState::new(value),
             bytes: 100,
+            memory: Vec::new(),
             files: files_of(value),
         }))
         .unwrap();

@@ -1551,16 +1551,29 @@ pub(crate) struct MemoryFile {
     file: std::fs::File,
     len: u64,
     sha256: std::sync::OnceLock<String>,
+    /// Made in this process (a memfd): its pages are memory the process
+    /// holds, not a file's cache.
+    in_memory: bool,
 }
 
 #[cfg(unix)]
 impl MemoryFile {
-    /// `file`, of `len` bytes, whose digest is not known yet.
+    /// `file`, a memfd of `len` bytes made in this process, whose
+    /// digest is not known yet.
     pub(crate) fn new(file: std::fs::File, len: u64) -> Self {
         Self {
             file,
             len,
             sha256: std::sync::OnceLock::new(),
+            in_memory: true,
+        }
+    }
+
+    /// `file`, of `len` bytes, on disk.
+    pub(crate) fn on_disk(file: std::fs::File, len: u64) -> Self {
+        Self {
+            in_memory: false,
+            ..Self::new(file, len)
         }
     }
 
@@ -1573,6 +1586,7 @@ impl MemoryFile {
             file,
             len,
             sha256: known,
+            in_memory: false,
         }
     }
 
@@ -1848,6 +1862,32 @@ impl ReadonlySharedMemory {
         &self.runs
     }
 
+    /// The files this memory is mapped from, each once, in the order
+    /// its runs first map them.
+    #[cfg(unix)]
+    pub(crate) fn files(&self) -> Vec<crate::sandbox::snapshot::SnapshotFile> {
+        use std::os::unix::fs::MetadataExt;
+        let mut files: Vec<crate::sandbox::snapshot::SnapshotFile> = Vec::new();
+        for run in self.runs.iter() {
+            let Ok(meta) = run.file.file().metadata() else {
+                continue;
+            };
+            if files
+                .iter()
+                .any(|f| f.device == meta.dev() && f.inode == meta.ino())
+            {
+                continue;
+            }
+            files.push(crate::sandbox::snapshot::SnapshotFile {
+                device: meta.dev(),
+                inode: meta.ino(),
+                bytes: run.file.len(),
+                in_memory: run.file.in_memory,
+            });
+        }
+        files
+    }
+
     /// Bytes of this memory that no memory it was made from holds.
     pub(crate) fn own_size(&self) -> usize {
         self.own_size
@@ -1896,7 +1936,7 @@ impl ReadonlySharedMemory {
         #[cfg(unix)]
         {
             let file = file.try_clone().map_err(SharedMemoryError::SnapshotFile)?;
-            let file = Arc::new(MemoryFile::new(file, len as u64));
+            let file = Arc::new(MemoryFile::on_disk(file, len as u64));
             Self::from_runs(split(file, len, guest_mapped_size), guest_mapped_size, len)
         }
         #[cfg(not(unix))]
