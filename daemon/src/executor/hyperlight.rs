@@ -11,16 +11,15 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::Instrument;
-
 use super::Executor;
 use crate::audit::AuditLog;
-use crate::job::files;
-use crate::job::{ExecError, ExecutorHealth, Job, Language, Outcome, Principal, SessionSettings};
+use crate::job::{
+    ExecError, ExecutorHealth, Job, Language, Outcome, Principal, Ran, SavedState, SessionSettings,
+};
 use crate::metrics::Metrics;
 use crate::sandbox::pool::{Pool, Scope};
 use crate::sandbox::{self, SandboxSettings, StartError};
-use crate::session::{Durable, Session, Sessions, durable};
+use crate::session::{Durable, Runner, Session, Sessions, durable};
 
 /// How often expired sessions are looked for.
 const REAP_PERIOD: Duration = Duration::from_secs(1);
@@ -158,39 +157,20 @@ impl Executor for HyperlightExecutor {
         Ok((session, language))
     }
 
-    async fn exec_in_session(
-        &self,
-        session: Arc<Session>,
-        mut job: Job,
-    ) -> Result<Outcome, ExecError> {
+    async fn exec_in_session(&self, session: Arc<Session>, job: Job) -> Result<Outcome, ExecError> {
         let pool = self.pool(job.language)?;
-        let mut turn = self
-            .sessions
-            .turn(session, job.deadline, job.timeout, job.request_id)
-            .await?;
-        // From here on the exec runs to its end whether or not its caller still waits, so that
-        // the session's state is always that of every exec it accepted.
-        let run = async move {
-            // Waiting for the session's earlier state to be saved is not the program's time.
-            job.deadline = turn.deadline();
-            let resume = match turn.resume().await {
-                Ok(resume) => resume,
-                Err(e) => return turn.finish(Err(e)),
-            };
-            let state = resume.map(|resume| {
-                job.files = files::overlay(&resume.files, &job.files);
-                resume.state
-            });
-            let limits = job.file_limits;
-            if let Err(cap) = files::check_fits(&job.files, limits) {
-                let cap = files::cap_in_words(cap, limits);
-                return turn.finish(Err(ExecError::FilesOverCap(format!("at most {cap}"))));
-            }
-            let ran = pool.submit(job, Scope::Session(state)).await;
-            turn.finish(ran)
-        };
-        let task = tokio::spawn(run.instrument(tracing::Span::current()));
-        task.await
-            .unwrap_or_else(|e| Err(ExecError::Internal(format!("the session exec failed: {e}"))))
+        self.sessions
+            .exec(session, job, Arc::new(PoolRunner(pool)))
+            .await
+    }
+}
+
+/// A language's pool runs its sessions' jobs: a worker loads the state, runs the program,
+/// answers, and saves what it left.
+struct PoolRunner(Arc<Pool>);
+
+impl Runner for PoolRunner {
+    async fn run(&self, job: Job, state: Option<SavedState>) -> Result<Ran, ExecError> {
+        self.0.submit(job, Scope::Session(state)).await
     }
 }

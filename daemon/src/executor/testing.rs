@@ -7,19 +7,24 @@ use std::time::{Duration, Instant};
 
 use super::Executor;
 use crate::job::{
-    After, ExecError, ExecutorHealth, Job, Language, Outcome, Principal, Ran, Runtime,
+    After, ExecError, ExecutorHealth, Job, Language, Outcome, Principal, Ran, Runtime, SavedState,
     SessionSettings,
 };
 use crate::metrics::Metrics;
-use crate::session::{Session, Sessions};
+use crate::session::{Runner, Session, Sessions};
 
 type Answer = Box<dyn Fn(&Job) -> Result<Outcome, ExecError> + Send + Sync>;
 
 /// Answers every job from a closure and remembers the jobs it saw.
 pub struct StubExecutor {
-    answer: Answer,
-    pub seen: Mutex<Vec<(Language, String, Duration)>>,
+    answers: Arc<Answers>,
     pub sessions: Arc<Sessions>,
+}
+
+/// The closure the stub answers from, and the jobs it saw (language, code, time left).
+struct Answers {
+    answer: Answer,
+    seen: Mutex<Vec<(Language, String, Duration)>>,
 }
 
 impl std::fmt::Debug for StubExecutor {
@@ -33,8 +38,10 @@ impl StubExecutor {
         answer: impl Fn(&Job) -> Result<Outcome, ExecError> + Send + Sync + 'static,
     ) -> Self {
         StubExecutor {
-            answer: Box::new(answer),
-            seen: Mutex::new(Vec::new()),
+            answers: Arc::new(Answers {
+                answer: Box::new(answer),
+                seen: Mutex::new(Vec::new()),
+            }),
             sessions: stub_sessions(3),
         }
     }
@@ -67,6 +74,13 @@ pub fn stub_sessions(per_caller: usize) -> Arc<Sessions> {
 }
 
 impl StubExecutor {
+    /// The jobs it saw: language, code, and the time they had left.
+    pub fn seen(&self) -> std::sync::MutexGuard<'_, Vec<(Language, String, Duration)>> {
+        self.answers.seen.lock().unwrap()
+    }
+}
+
+impl Answers {
     fn answer(&self, job: &Job) -> Result<Outcome, ExecError> {
         let left = job.deadline.saturating_duration_since(Instant::now());
         self.seen
@@ -77,13 +91,23 @@ impl StubExecutor {
     }
 }
 
+/// A session's job is answered from the closure too, and changes nothing of its state.
+impl Runner for Answers {
+    async fn run(&self, job: Job, _state: Option<SavedState>) -> Result<Ran, ExecError> {
+        self.answer(&job).map(|outcome| Ran {
+            outcome,
+            after: After::Unchanged,
+        })
+    }
+}
+
 /// The stub keeps its sessions in a real table, so that the session endpoints are tested
 /// against the table's own rules; its execs answer from the closure.
 impl Executor for StubExecutor {
     type Session = Arc<Session>;
 
     async fn exec(&self, job: Job) -> Result<Outcome, ExecError> {
-        self.answer(&job)
+        self.answers.answer(&job)
     }
 
     fn session_table(&self) -> Option<&Arc<Sessions>> {
@@ -101,15 +125,7 @@ impl Executor for StubExecutor {
     }
 
     async fn exec_in_session(&self, session: Arc<Session>, job: Job) -> Result<Outcome, ExecError> {
-        let turn = self
-            .sessions
-            .turn(session, job.deadline, job.timeout, job.request_id)
-            .await?;
-        let ran = self.answer(&job).map(|outcome| Ran {
-            outcome,
-            after: After::Unchanged,
-        });
-        turn.finish(ran)
+        self.sessions.exec(session, job, self.answers.clone()).await
     }
 
     fn health(&self) -> ExecutorHealth {

@@ -122,7 +122,7 @@ async fn exec_with_valid_body_returns_outcome_as_200() {
     assert_eq!(response.status, ExecStatus::Ok);
     assert_eq!(response.stdout, "console.log(1)");
     assert_eq!(response.result, serde_json::json!(42));
-    assert_eq!(executor.seen.lock().unwrap().len(), 1);
+    assert_eq!(executor.seen().len(), 1);
 }
 
 #[tokio::test]
@@ -146,7 +146,7 @@ async fn exec_without_timeout_gets_the_default_and_large_timeout_is_capped() {
         ),
     )
     .await;
-    let seen = executor.seen.lock().unwrap();
+    let seen = executor.seen();
     assert!(seen[0].2 <= Duration::from_millis(5_000) && seen[0].2 > Duration::from_millis(4_000));
     assert!(seen[1].2 <= Duration::from_millis(10_000) && seen[1].2 > Duration::from_millis(9_000));
 }
@@ -191,7 +191,7 @@ async fn malformed_json_is_400_and_executor_is_not_called() {
     let (status, body) = call(&api, request(Method::POST, paths::EXEC, "{not json")).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(body["error"]["kind"], "invalid_request");
-    assert!(executor.seen.lock().unwrap().is_empty());
+    assert!(executor.seen().is_empty());
 }
 
 #[tokio::test]
@@ -235,7 +235,7 @@ async fn body_over_limit_is_413() {
     let (status, json) = call(&api, request(Method::POST, paths::EXEC, &body)).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(json["error"]["kind"], "payload_too_large");
-    assert!(executor.seen.lock().unwrap().is_empty());
+    assert!(executor.seen().is_empty());
 }
 
 #[tokio::test]
@@ -305,7 +305,7 @@ async fn body_that_does_not_arrive_in_time_is_408_and_closes_the_connection() {
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
     let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(body["error"]["kind"], "request_timeout");
-    assert!(executor.seen.lock().unwrap().is_empty());
+    assert!(executor.seen().is_empty());
 }
 
 #[tokio::test]
@@ -325,7 +325,7 @@ async fn while_draining_exec_is_503_shutting_down_and_health_is_not_ready() {
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
     let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(body["error"]["kind"], "shutting_down");
-    assert!(executor.seen.lock().unwrap().is_empty());
+    assert!(executor.seen().is_empty());
     // Refused before its body is read: whatever the body, the answer is the same.
     for (path, body) in [(paths::EXEC, "{not json"), (paths::SESSIONS, "")] {
         let (status, answer) = call(&api, request(Method::POST, path, body)).await;
@@ -499,7 +499,7 @@ async fn code_over_limit_is_413_naming_the_limit() {
         message.contains("600") && message.contains("512"),
         "{message}"
     );
-    assert!(executor.seen.lock().unwrap().is_empty());
+    assert!(executor.seen().is_empty());
 }
 
 #[tokio::test]

@@ -110,7 +110,7 @@ async fn an_exec_runs_with_the_limits_granted_and_is_audited() {
         .unwrap();
     assert_eq!(executed.outcome.stdout, "6 * 7");
     assert!(executed.queued_ms >= 0.0 && executed.duration_ms == 3.0);
-    let seen = executor.seen.lock().unwrap();
+    let seen = executor.seen();
     let (language, code, left) = &seen[0];
     assert_eq!((*language, code.as_str()), (Language::Javascript, "6 * 7"));
     assert!(*left <= Duration::from_millis(2_000) && *left > Duration::from_millis(1_000));
@@ -132,7 +132,7 @@ async fn past_the_caller_s_cap_an_exec_is_refused_and_nothing_runs() {
         .unwrap_err();
     assert!(matches!(refused, Refusal::OverQuota(_)), "{refused:?}");
     assert_eq!(refused.kind(), ErrorKind::QuotaExceeded);
-    assert!(executor.seen.lock().unwrap().is_empty());
+    assert!(executor.seen().is_empty());
     let [line] = lines(&audit).try_into().unwrap();
     assert_eq!(
         (&line["status"], &line["error_kind"]),
@@ -242,7 +242,7 @@ async fn while_draining_new_work_is_refused_and_reads_are_still_served() {
     assert_eq!(service.sessions(&call()).len(), 1);
     assert!(!service.health().ready());
     assert_eq!(service.health().status(), "stopping");
-    assert!(executor.seen.lock().unwrap().is_empty());
+    assert!(executor.seen().is_empty());
 }
 
 #[tokio::test]
@@ -281,7 +281,7 @@ async fn files_are_checked_before_anything_runs() {
             limit: 64
         }
     ));
-    assert!(executor.seen.lock().unwrap().is_empty());
+    assert!(executor.seen().is_empty());
 }
 
 fn json(text: &str) -> serde_json::Value {
@@ -307,7 +307,7 @@ async fn a_network_is_refused_by_a_daemon_without_egress_and_narrowed_by_one_wit
         .unwrap_err();
     assert_eq!(refused.kind(), ErrorKind::InvalidRequest);
     assert!(refused.to_string().contains("reach nothing"), "{refused}");
-    assert!(executor.seen.lock().unwrap().is_empty(), "nothing ran");
+    assert!(executor.seen().is_empty(), "nothing ran");
 
     let options = crate::egress::options::EgressOptions {
         allow: vec!["https://*.example.com".to_owned()],

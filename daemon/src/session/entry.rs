@@ -7,6 +7,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::OwnedMutexGuard;
 
 use super::SAVE_WAIT_LIMIT;
+use super::clock;
 use super::durable::SessionDisk;
 use super::durable::journal::{Progress, at_millis, millis};
 use super::history::History;
@@ -62,7 +63,7 @@ pub(super) struct Meta {
 impl Meta {
     /// A session's, used last at `last_used_at` (the time `idle` ago), after `execs`.
     pub(super) fn new(idle_timeout: Duration, idle: Duration, last_used_at: SystemTime) -> Meta {
-        let now = Instant::now();
+        let now = clock::now();
         Meta {
             last_used: now.checked_sub(idle).unwrap_or(now),
             last_used_at,
@@ -96,7 +97,7 @@ impl Meta {
 
     /// Used now: its idle timeout starts again.
     pub(super) fn touch(&mut self, idle_timeout: Duration) {
-        let now = Instant::now();
+        let now = clock::now();
         self.last_used = now;
         // To the millisecond, as the journal keeps it: a restart reports the same expiry.
         self.last_used_at = at_millis(millis(SystemTime::now()));

@@ -34,8 +34,10 @@
 //! the daemon: [`Sessions::recover`] reads them back at startup, and a session idle for a while
 //! leaves memory (see [`park`]).
 
+mod clock;
 pub mod durable;
 mod entry;
+mod exec;
 mod history;
 mod image;
 mod park;
@@ -51,6 +53,7 @@ use self::durable::journal::{FORMAT, Progress, SessionFile, millis};
 use self::durable::{OnDisk, Write};
 use self::entry::Meta;
 pub use self::entry::Session;
+pub use self::exec::Runner;
 use self::history::{History, Retention};
 pub use self::image::{Image, Ledger};
 pub use self::saving::SAVE_WAIT_LIMIT;
@@ -243,7 +246,7 @@ impl Sessions {
             owner: owner.clone(),
             language,
             created_at: now,
-            lifetime_end: Instant::now() + self.settings.max_lifetime,
+            lifetime_end: clock::now() + self.settings.max_lifetime,
             lifetime_end_at: now + self.settings.max_lifetime,
             idle_timeout,
             history: Arc::new(tokio::sync::Mutex::new(history)),
@@ -280,7 +283,7 @@ impl Sessions {
             .is_some_and(|uid| *owner == Principal::Uid(uid));
         if !exempt && owned.clone().count() >= self.settings.max_per_caller {
             self.metrics.refused("caller");
-            let now = Instant::now();
+            let now = clock::now();
             let next_expiry = owned.map(|s| s.expires()).min();
             return Err(ExecError::SessionQuota {
                 caller: owner.clone(),
@@ -348,7 +351,7 @@ impl Sessions {
             return Err(not_found());
         }
         let busy = session.meta().busy;
-        if !busy && session.expired(Instant::now()).is_some() {
+        if !busy && session.expired(clock::now()).is_some() {
             self.reap();
             return Err(not_found());
         }
@@ -369,7 +372,7 @@ impl Sessions {
             .cloned()
             .collect();
         sessions.sort_by_key(|s| s.created_at);
-        let now = Instant::now();
+        let now = clock::now();
         sessions
             .iter()
             .filter(|s| s.meta().busy || s.expired(now).is_none())
@@ -402,7 +405,7 @@ impl Sessions {
 
     /// Deletes every session that has expired and is not running an exec; returns how many.
     pub fn reap(&self) -> usize {
-        let now = Instant::now();
+        let now = clock::now();
         let mut table = self.table();
         let expired: Vec<(Arc<Session>, &'static str)> = table
             .values()

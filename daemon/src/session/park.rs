@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use tracing::{debug, warn};
 
+use super::clock;
 use super::durable::OnDisk;
 use super::durable::checkpoint::{self, Refused};
 use super::{Image, Session, Sessions};
@@ -40,7 +41,7 @@ impl Sessions {
             .cloned()
             .collect();
         candidates.sort_by_key(|s| s.meta().last_used);
-        let now = Instant::now();
+        let now = clock::now();
         for session in candidates {
             let idle = now.saturating_duration_since(session.meta().last_used);
             let wanted = if for_memory {

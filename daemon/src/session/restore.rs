@@ -8,6 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tracing::{info, warn};
 
 use super::Sessions;
+use super::clock;
 use super::durable::journal::at_millis;
 use super::durable::recover::Recovered;
 use super::entry::{Meta, Session};
@@ -83,7 +84,7 @@ impl Sessions {
             owner: file.owner,
             language: file.language,
             created_at,
-            lifetime_end: Instant::now() + left,
+            lifetime_end: clock::now() + left,
             lifetime_end_at: now + left,
             idle_timeout,
             history: Arc::new(tokio::sync::Mutex::new(history)),

@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
+use super::clock;
+
 /// The longest an exec waits for earlier execs' states to be saved, all saves it waits for
 /// together, beyond its own time limit. Saving copies the guest's memory (tens of milliseconds
 /// on hardware, seconds under emulation, one save at a time in the daemon): a minute means
@@ -44,14 +46,14 @@ impl Inner {
 impl SaveClock {
     /// A save starts now (saves of one session never overlap: each holds its lock).
     pub fn start(&self) -> Saving {
-        self.0.state().since = Some(Instant::now());
+        self.0.state().since = Some(clock::now());
         Saving(self.0.clone())
     }
 
     /// Time spent saving so far, the save in progress included.
     pub fn total(&self) -> Duration {
         let state = *self.0.state();
-        state.total + state.since.map_or(Duration::ZERO, |since| since.elapsed())
+        state.total + state.since.map_or(Duration::ZERO, clock::since)
     }
 
     /// Waits until `deadline` (a time limit that excludes saving) has passed outside saves, or
@@ -74,7 +76,7 @@ impl SaveClock {
             let saving = self.0.state().since.is_some();
             let until = if saving {
                 // The time limit stands still: wait for the save, within its own bound.
-                Instant::now() + limit.saturating_sub(saved())
+                clock::now() + limit.saturating_sub(saved())
             } else {
                 moved()
             };
@@ -86,7 +88,7 @@ impl SaveClock {
                 () = tokio::time::sleep_until(until.into()) => {}
             }
             // A save that ran during the sleep moved the deadline on.
-            if saved() >= limit || moved() <= Instant::now() {
+            if saved() >= limit || moved() <= clock::now() {
                 return Err(saved());
             }
         }
@@ -97,7 +99,7 @@ impl Drop for Saving {
     fn drop(&mut self) {
         let mut state = self.0.state();
         if let Some(since) = state.since.take() {
-            state.total += since.elapsed();
+            state.total += clock::since(since);
         }
         drop(state);
         self.0.ended.notify_waiters();
@@ -106,6 +108,8 @@ impl Drop for Saving {
 
 #[cfg(test)]
 mod tests {
+    //! On tokio's paused clock: the sleeps take no real time, and every figure is exact.
+
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
@@ -125,12 +129,12 @@ mod tests {
         })
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_deadline_does_not_pass_while_the_session_saves() {
         let clock = Arc::new(SaveClock::default());
         let saver = save(&clock, Duration::ZERO, 600 * MS);
         tokio::time::sleep(10 * MS).await;
-        let deadline = Instant::now() + 200 * MS;
+        let deadline = clock::now() + 200 * MS;
         // Done 100 ms after the save: within 200 ms outside it, though 700 ms after the start.
         let done = tokio::time::sleep(700 * MS);
         let (_, moved) = clock.wait(deadline, SAVE_WAIT_LIMIT, done).await.unwrap();
@@ -139,11 +143,11 @@ mod tests {
         assert!(clock.total() >= 600 * MS);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_save_that_starts_and_ends_while_waiting_moves_the_deadline() {
         let clock = Arc::new(SaveClock::default());
         let saver = save(&clock, 50 * MS, 500 * MS);
-        let deadline = Instant::now() + 200 * MS;
+        let deadline = clock::now() + 200 * MS;
         // 200 ms of limit and 500 ms of saving: done at 600 ms is within it.
         let done = tokio::time::sleep(600 * MS);
         let (_, moved) = clock.wait(deadline, SAVE_WAIT_LIMIT, done).await.unwrap();
@@ -151,26 +155,26 @@ mod tests {
         saver.await.unwrap();
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn time_outside_saves_runs_out_and_saves_have_their_own_bound() {
         let clock = Arc::new(SaveClock::default());
         let never = std::future::pending::<()>();
-        let started = Instant::now();
+        let started = clock::now();
         let waited = clock.wait(started + 100 * MS, SAVE_WAIT_LIMIT, never).await;
         assert_eq!(
             waited.unwrap_err(),
             Duration::ZERO,
             "no save: the limit ran out"
         );
-        assert!(started.elapsed() >= 100 * MS);
+        assert!(clock::since(started) >= 100 * MS);
 
         let saver = save(&clock, Duration::ZERO, Duration::from_secs(30));
         tokio::time::sleep(10 * MS).await;
-        let started = Instant::now();
+        let started = clock::now();
         let never = std::future::pending::<()>();
         let waited = clock.wait(started + 100 * MS, 300 * MS, never).await;
         assert!(waited.unwrap_err() >= 300 * MS, "the bound on saving");
-        assert!(started.elapsed() >= 300 * MS);
+        assert!(clock::since(started) >= 300 * MS);
         saver.abort();
     }
 }

@@ -1,11 +1,16 @@
-//! The session table's rules, with a fake worker: no KVM.
+//! The session table's rules, and a session's exec through its whole lifecycle
+//! ([`Sessions::exec`]) with a fake worker: no KVM. On tokio's paused clock (but the durable
+//! tests, whose writer is a thread of its own): waiting, saving and expiry take no real time.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::oneshot;
 
 use super::*;
-use crate::job::{After, Files, Outcome, Principal, Ran, Resume, Saved, SavedState, Status};
+use crate::job::{
+    After, Caller, FileLimits, Files, Job, Outcome, PodOf, Principal, Ran, Saved, SavedState,
+    Status,
+};
 use crate::metrics::Metrics;
 
 mod checkpoints;
@@ -54,13 +59,65 @@ fn outcome() -> Outcome {
         error: None,
         session: None,
         files: Files::new(),
-        started: Instant::now(),
+        started: clock::now(),
         ran: Duration::ZERO,
     }
 }
 
-/// Runs an exec in `owner`'s session `id` as the executor does: waits for its turn, runs `run`
-/// from where the turn starts (and with the deadline it moved), and gives the turn the answer.
+/// A fake worker: runs one job with `run`, handed the state it starts from and the job (its
+/// files laid over the session's, its deadline moved on by the saving it waited for).
+struct Fake<F>(Mutex<Option<F>>);
+
+impl<F, Fut> Runner for Fake<F>
+where
+    F: FnOnce(Option<SavedState>, Job) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<Ran, ExecError>> + Send + 'static,
+{
+    fn run(
+        &self,
+        job: Job,
+        state: Option<SavedState>,
+    ) -> impl Future<Output = Result<Ran, ExecError>> + Send {
+        let run = self.0.lock().unwrap().take();
+        async move {
+            match run {
+                Some(run) => run(state, job).await,
+                None => Err(ExecError::Internal("the fake ran twice".to_owned())),
+            }
+        }
+    }
+}
+
+/// A job of `id`, with `files` for its working directory.
+fn job(request_id: u64, deadline: Instant, timeout: Duration, files: Files) -> Job {
+    Job {
+        request_id,
+        language: Language::Python,
+        code: String::new(),
+        timeout,
+        deadline,
+        max_output_bytes: 1000,
+        policy: None,
+        output: None,
+        files,
+        file_limits: FileLimits {
+            max_entries: 10,
+            max_bytes: 1000,
+        },
+        span: tracing::Span::none(),
+        tools: None,
+        egress: None,
+        caller: Caller {
+            uid: 1000,
+            gid: 1000,
+            pid: None,
+            pod: PodOf::Unread,
+        },
+    }
+}
+
+/// Runs an exec in `owner`'s session `id` through the session's own lifecycle
+/// ([`Sessions::exec`]), whose worker is `run`.
 async fn exec_with<F, Fut>(
     sessions: &Arc<Sessions>,
     owner: &Principal,
@@ -70,19 +127,39 @@ async fn exec_with<F, Fut>(
     run: F,
 ) -> Result<Outcome, ExecError>
 where
-    F: FnOnce(Option<Resume>, Instant) -> Fut,
-    Fut: Future<Output = Result<Ran, ExecError>>,
+    F: FnOnce(Option<SavedState>, Job) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<Ran, ExecError>> + Send + 'static,
+{
+    exec_job(
+        sessions,
+        owner,
+        id,
+        job(1, deadline, timeout, Files::new()),
+        run,
+    )
+    .await
+}
+
+/// [`exec_with`], of `job`.
+async fn exec_job<F, Fut>(
+    sessions: &Arc<Sessions>,
+    owner: &Principal,
+    id: &str,
+    job: Job,
+    run: F,
+) -> Result<Outcome, ExecError>
+where
+    F: FnOnce(Option<SavedState>, Job) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<Ran, ExecError>> + Send + 'static,
 {
     let session = sessions.find(owner, id)?;
-    let mut turn = sessions.turn(session, deadline, timeout, 1).await?;
-    let resume = turn.resume().await?;
-    let ran = run(resume, turn.deadline()).await;
-    turn.finish(ran)
+    let runner = Arc::new(Fake(Mutex::new(Some(run))));
+    sessions.exec(session, job, runner).await
 }
 
 /// What the fake worker saw: the state it started from (a number, or None for warm).
-fn seen(state: &Option<Resume>) -> Option<u32> {
-    state.as_ref().map(|s| *s.state.get::<u32>().unwrap())
+fn seen(state: &Option<SavedState>) -> Option<u32> {
+    state.as_ref().map(|s| *s.get::<u32>().unwrap())
 }
 
 /// The working directory an exec saving `value` leaves: one file holding it.
@@ -94,7 +171,7 @@ fn files_of(value: u32) -> Arc<Files> {
 /// the exec started from.
 async fn exec_saving(sessions: &Arc<Sessions>, id: &str, value: u32, bytes: u64) -> Option<u32> {
     let (tx, rx) = oneshot::channel();
-    let run = move |state: Option<Resume>, _deadline| async move {
+    let run = move |state: Option<SavedState>, _job| async move {
         let start = seen(&state);
         tx.send(start).unwrap();
         let (saved, saving) = oneshot::channel();
@@ -111,7 +188,7 @@ async fn exec_saving(sessions: &Arc<Sessions>, id: &str, value: u32, bytes: u64)
             after: After::Saving(saving),
         })
     };
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = clock::now() + Duration::from_secs(5);
     let outcome = exec_with(sessions, OWNER, id, deadline, Duration::from_secs(5), run)
         .await
         .unwrap();
@@ -120,13 +197,13 @@ async fn exec_saving(sessions: &Arc<Sessions>, id: &str, value: u32, bytes: u64)
 }
 
 async fn exec_rolling_back(sessions: &Arc<Sessions>, id: &str) -> Outcome {
-    let run = |_state, _deadline| async {
+    let run = |_state, _job| async {
         Ok(Ran {
             outcome: outcome(),
             after: After::RolledBack("timeout"),
         })
     };
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = clock::now() + Duration::from_secs(5);
     exec_with(sessions, OWNER, id, deadline, Duration::from_secs(5), run)
         .await
         .unwrap()
@@ -138,7 +215,7 @@ async fn settled(sessions: &Arc<Sessions>, id: &str) {
     drop(session.history.lock().await);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn state_carries_from_one_exec_to_the_next_and_memory_is_counted() {
     let sessions = sessions(settings());
     let info = sessions.create(OWNER, Language::Python, None).unwrap();
@@ -162,7 +239,7 @@ async fn state_carries_from_one_exec_to_the_next_and_memory_is_counted() {
     ));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_rolled_back_exec_leaves_the_state_from_before_it() {
     let sessions = sessions(settings());
     let id = sessions
@@ -176,7 +253,7 @@ async fn a_rolled_back_exec_leaves_the_state_from_before_it() {
     assert_eq!(exec_saving(&sessions, &id, 8, 10).await, Some(7));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_fork_shares_the_state_until_either_changes_and_memory_is_counted_once() {
     let sessions = sessions(settings());
     let origin = sessions.create(OWNER, Language::Python, None).unwrap().id;
@@ -197,7 +274,7 @@ async fn a_fork_shares_the_state_until_either_changes_and_memory_is_counted_once
     assert_eq!(sessions.counts()[&Language::Python].live, 2);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn execs_of_one_session_run_one_at_a_time_in_arrival_order() {
     let sessions = sessions(settings());
     let id = sessions.create(OWNER, Language::Python, None).unwrap().id;
@@ -208,7 +285,7 @@ async fn execs_of_one_session_run_one_at_a_time_in_arrival_order() {
         let (sessions, id) = (sessions.clone(), id.clone());
         let (running, order) = (running.clone(), order.clone());
         execs.push(tokio::spawn(async move {
-            let run = move |state: Option<Resume>, _deadline| async move {
+            let run = move |state: Option<SavedState>, _job| async move {
                 assert_eq!(running.fetch_add(1, Ordering::SeqCst), 0, "two at once");
                 order.lock().unwrap().push((n, seen(&state)));
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -227,7 +304,7 @@ async fn execs_of_one_session_run_one_at_a_time_in_arrival_order() {
                     after: After::Saving(saving),
                 })
             };
-            let deadline = Instant::now() + Duration::from_secs(10);
+            let deadline = clock::now() + Duration::from_secs(10);
             exec_with(
                 &sessions,
                 OWNER,
@@ -268,8 +345,8 @@ async fn exec_with_slow_save(
     save: Duration,
 ) -> Result<(Instant, Instant), ExecError> {
     let (handed, deadline_seen) = oneshot::channel();
-    let run = move |_state, deadline: Instant| async move {
-        handed.send(deadline).unwrap();
+    let run = move |_state, job: Job| async move {
+        handed.send(job.deadline).unwrap();
         let (saved, saving) = oneshot::channel();
         tokio::spawn(async move {
             tokio::time::sleep(save).await;
@@ -285,12 +362,12 @@ async fn exec_with_slow_save(
             after: After::Saving(saving),
         })
     };
-    let deadline = Instant::now() + limit;
+    let deadline = clock::now() + limit;
     exec_with(sessions, OWNER, id, deadline, limit, run).await?;
-    Ok((deadline_seen.await.unwrap(), Instant::now()))
+    Ok((deadline_seen.await.unwrap(), clock::now()))
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_exec_sent_after_the_last_answer_waits_for_the_save_outside_its_time_limit() {
     let sessions = sessions(settings());
     let id = sessions.create(OWNER, Language::Python, None).unwrap().id;
@@ -303,7 +380,7 @@ async fn an_exec_sent_after_the_last_answer_waits_for_the_save_outside_its_time_
         .await
         .unwrap();
     for value in [2, 3] {
-        let sent = Instant::now();
+        let sent = clock::now();
         let (deadline, _) = exec_with_slow_save(&sessions, &id, value, limit, save)
             .await
             .unwrap();
@@ -317,7 +394,7 @@ async fn an_exec_sent_after_the_last_answer_waits_for_the_save_outside_its_time_
     assert_eq!(*image.state().get::<u32>().unwrap(), 3);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn waiting_for_a_turn_past_the_deadline_is_session_busy_and_nothing_runs() {
     let sessions = sessions(settings());
     let id = sessions.create(OWNER, Language::Python, None).unwrap().id;
@@ -325,14 +402,14 @@ async fn waiting_for_a_turn_past_the_deadline_is_session_busy_and_nothing_runs()
     let held = session.history.clone().lock_owned().await;
     let ran = Arc::new(AtomicUsize::new(0));
     let counted = ran.clone();
-    let run = move |_state, _deadline| async move {
+    let run = move |_state, _job| async move {
         counted.fetch_add(1, Ordering::SeqCst);
         Ok(Ran {
             outcome: outcome(),
             after: After::Unchanged,
         })
     };
-    let deadline = Instant::now() + Duration::from_millis(50);
+    let deadline = clock::now() + Duration::from_millis(50);
     let result = exec_with(
         &sessions,
         OWNER,
@@ -350,7 +427,7 @@ async fn waiting_for_a_turn_past_the_deadline_is_session_busy_and_nothing_runs()
     drop(held);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn limits_refuse_new_sessions_and_change_nothing_else() {
     let sessions = sessions(settings());
     let ids: Vec<String> = (0..4)
@@ -383,7 +460,7 @@ async fn limits_refuse_new_sessions_and_change_nothing_else() {
     assert_eq!(exec_saving(&sessions, &ids[0], 2, 10).await, Some(1));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn idle_timeouts_are_defaulted_capped_and_expired_sessions_are_reaped() {
     let sessions = sessions(SessionSettings {
         default_idle: Duration::from_millis(100),
@@ -413,7 +490,7 @@ async fn idle_timeouts_are_defaulted_capped_and_expired_sessions_are_reaped() {
     assert_eq!(sessions.counts()[&Language::Python].memory_bytes, 0);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_reaper_runs_without_requests() {
     let sessions = sessions(SessionSettings {
         default_idle: Duration::from_millis(50),
@@ -428,7 +505,7 @@ async fn the_reaper_runs_without_requests() {
     assert_eq!(sessions.table().len(), 0);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_language_without_a_pool_has_no_sessions() {
     let metrics = Metrics::new().unwrap().sessions();
     let sessions = Sessions::new(settings(), &[Language::Javascript], metrics, audit_off());
@@ -438,7 +515,7 @@ async fn a_language_without_a_pool_has_no_sessions() {
     ));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_session_is_its_creators_alone_and_others_are_told_it_does_not_exist() {
     let sessions = sessions(settings());
     let id = sessions.create(OWNER, Language::Python, None).unwrap().id;
@@ -471,10 +548,10 @@ async fn a_session_is_its_creators_alone_and_others_are_told_it_does_not_exist()
         Err(ExecError::SessionNotFound(_))
     ));
     assert!(not_found(sessions.rollback(other, &id, 0, wait).await));
-    let run = |_: Option<Resume>, _deadline| async {
+    let run = |_: Option<SavedState>, _job| async {
         Err::<Ran, _>(ExecError::Internal("another caller's exec ran".into()))
     };
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = clock::now() + Duration::from_secs(5);
     assert!(matches!(
         exec_with(&sessions, other, &id, deadline, Duration::from_secs(5), run).await,
         Err(ExecError::SessionNotFound(_))
@@ -486,7 +563,7 @@ async fn a_session_is_its_creators_alone_and_others_are_told_it_does_not_exist()
     assert_eq!(sessions.delete(OWNER, &id).unwrap(), Language::Python);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn each_caller_holds_at_most_its_quota_of_sessions_forks_included() {
     let sessions = sessions(SessionSettings {
         max_per_caller: 2,
@@ -541,7 +618,7 @@ async fn each_caller_holds_at_most_its_quota_of_sessions_forks_included() {
     sessions.create(OWNER, Language::Javascript, None).unwrap();
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_daemons_own_user_is_held_to_no_session_quota() {
     let sessions = sessions(SessionSettings {
         max_per_caller: 1,
@@ -560,7 +637,7 @@ async fn the_daemons_own_user_is_held_to_no_session_quota() {
     ));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_expiry_is_written_to_the_audit_log() {
     let dir = tempfile::tempdir().unwrap();
     let (audit, path) = crate::audit::testing::log_in(&dir, false);
@@ -584,7 +661,7 @@ async fn an_expiry_is_written_to_the_audit_log() {
     assert_eq!(line["reason"], "idle");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn files_follow_the_state_through_rollback_and_fork() {
     let sessions = sessions(settings());
     let id = sessions.create(OWNER, Language::Python, None).unwrap().id;
@@ -604,4 +681,115 @@ async fn files_follow_the_state_through_rollback_and_fork() {
         sessions.files(&Principal::Uid(1001), &id, wait).await,
         Err(ExecError::SessionNotFound(_))
     ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fork_asked_while_a_save_runs_waits_for_it_and_copies_what_was_saved() {
+    let sessions = sessions(settings());
+    let id = sessions.create(OWNER, Language::Python, None).unwrap().id;
+    exec_saving(&sessions, &id, 1, 10).await;
+    // The next exec answers at once and saves for 500 ms; the fork is asked meanwhile.
+    let slow = Duration::from_millis(500);
+    exec_with_slow_save(&sessions, &id, 2, Duration::from_secs(5), slow)
+        .await
+        .unwrap();
+    let asked = clock::now();
+    let fork = sessions
+        .fork(OWNER, &id, None, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(clock::since(asked) >= slow - Duration::from_millis(10));
+    let fork = sessions.find(OWNER, &fork.id).unwrap();
+    let history = fork.history.lock().await;
+    assert_eq!(
+        *history
+            .head()
+            .image()
+            .unwrap()
+            .state()
+            .get::<u32>()
+            .unwrap(),
+        2
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_sees_its_files_over_the_sessions_and_over_the_cap_nothing_runs() {
+    let sessions = sessions(settings());
+    let id = sessions.create(OWNER, Language::Python, None).unwrap().id;
+    exec_saving(&sessions, &id, 7, 10).await;
+    // The session holds state.txt; the job brings another file, and a new state.txt.
+    let mine = Files::from([
+        ("state.txt".to_owned(), b"mine".to_vec()),
+        ("b.txt".to_owned(), b"b".to_vec()),
+    ]);
+    let (tx, saw) = oneshot::channel();
+    let run = move |_state, seen: Job| async move {
+        tx.send(seen.files).unwrap();
+        Ok(Ran {
+            outcome: outcome(),
+            after: After::Unchanged,
+        })
+    };
+    let deadline = clock::now() + Duration::from_secs(5);
+    let first = job(2, deadline, Duration::from_secs(5), mine.clone());
+    exec_job(&sessions, OWNER, &id, first, run).await.unwrap();
+    assert_eq!(saw.await.unwrap(), mine);
+
+    // Over the cap once laid over the session's: refused, nothing runs, the state is kept.
+    let big = Files::from([("big.bin".to_owned(), vec![1u8; 1000])]);
+    let ran = Arc::new(AtomicUsize::new(0));
+    let counted = ran.clone();
+    let run = move |_state, _job| async move {
+        counted.fetch_add(1, Ordering::SeqCst);
+        Ok(Ran {
+            outcome: outcome(),
+            after: After::Unchanged,
+        })
+    };
+    let second = job(3, deadline, Duration::from_secs(5), big);
+    let refused = exec_job(&sessions, OWNER, &id, second, run).await;
+    assert!(
+        matches!(refused, Err(ExecError::FilesOverCap(_))),
+        "{refused:?}"
+    );
+    assert_eq!(ran.load(Ordering::SeqCst), 0);
+    let wait = Duration::from_secs(1);
+    assert_eq!(sessions.files(OWNER, &id, wait).await.unwrap(), files_of(7));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_exec_whose_caller_goes_away_runs_to_its_end_and_its_state_is_kept() {
+    let sessions = sessions(settings());
+    let id = sessions.create(OWNER, Language::Python, None).unwrap().id;
+    let (started, running) = oneshot::channel();
+    let run = move |_state, _job| async move {
+        started.send(()).unwrap();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let (saved, saving) = oneshot::channel();
+        saved
+            .send(Some(Saved {
+                state: SavedState::new(9u32),
+                bytes: 1,
+                memory: Vec::new(),
+                files: files_of(9),
+            }))
+            .unwrap();
+        Ok(Ran {
+            outcome: outcome(),
+            after: After::Saving(saving),
+        })
+    };
+    let caller = {
+        let (sessions, id) = (sessions.clone(), id.clone());
+        tokio::spawn(async move {
+            let deadline = clock::now() + Duration::from_secs(5);
+            exec_with(&sessions, OWNER, &id, deadline, Duration::from_secs(5), run).await
+        })
+    };
+    running.await.unwrap();
+    caller.abort();
+    assert!(caller.await.unwrap_err().is_cancelled());
+    // The next exec waits for the first to end, and starts from the state it left.
+    assert_eq!(exec_saving(&sessions, &id, 10, 1).await, Some(9));
 }

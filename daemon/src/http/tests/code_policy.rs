@@ -87,5 +87,5 @@ async fn an_invalid_policy_or_one_of_another_language_is_refused_and_nothing_run
             error.error.message
         );
     }
-    assert!(executor.seen.lock().unwrap().is_empty(), "nothing ran");
+    assert!(executor.seen().is_empty(), "nothing ran");
 }

@@ -91,7 +91,7 @@ async fn a_caller_off_the_allow_list_is_refused_403_audited_and_nothing_runs() {
             "{message}"
         );
     }
-    assert!(executor.seen.lock().unwrap().is_empty(), "nothing ran");
+    assert!(executor.seen().is_empty(), "nothing ran");
     let lines = audit_lines(&audit);
     assert_eq!(lines.len(), 3);
     assert_eq!(lines[0]["audit"], "denied");
@@ -123,7 +123,7 @@ async fn past_its_quota_a_caller_gets_429_with_retry_after_and_others_are_served
     assert_eq!(response.headers()[RETRY_AFTER], "1");
     let body = body_of(response).await;
     assert_eq!(body["error"]["kind"], "quota_exceeded");
-    assert!(executor.seen.lock().unwrap().is_empty(), "nothing ran");
+    assert!(executor.seen().is_empty(), "nothing ran");
     // Another caller, and another language, are not affected.
     let response = call_as(&api, OTHER, request(Method::POST, paths::EXEC, EXEC)).await;
     assert_eq!(response.status(), StatusCode::OK);
@@ -170,7 +170,7 @@ async fn by_pod_two_pods_of_one_uid_are_held_to_their_own_quotas_and_audited_apa
         let response = call_as(&api, caller, request(Method::POST, paths::EXEC, EXEC)).await;
         assert_eq!(response.status(), StatusCode::OK);
     }
-    assert_eq!(executor.seen.lock().unwrap().len(), 2);
+    assert_eq!(executor.seen().len(), 2);
     let lines = audit_lines(&audit);
     let callers: Vec<_> = lines.iter().map(|l| l["caller"].clone()).collect();
     assert_eq!(
@@ -232,7 +232,7 @@ async fn by_pod_a_caller_whose_pod_cannot_be_told_is_refused_403_and_audited() {
         message.contains("tells callers apart by pod") && message.contains("exited"),
         "{message}"
     );
-    assert!(executor.seen.lock().unwrap().is_empty(), "nothing ran");
+    assert!(executor.seen().is_empty(), "nothing ran");
     let [line] = audit_lines(&audit).try_into().unwrap();
     assert_eq!(line["audit"], "denied");
     assert_eq!(line["caller"]["pod"], "unknown");

@@ -42,7 +42,7 @@ async fn a_session_is_created_read_listed_used_and_deleted() {
         body["session"],
         serde_json::json!({"id": id, "rolled_back": false, "checkpoint": 0})
     );
-    let seen = executor.seen.lock().unwrap().clone();
+    let seen = executor.seen().clone();
     assert_eq!(
         seen.last().unwrap().0,
         Language::Python,

@@ -26,29 +26,27 @@ async fn exec(
     value: Option<u32>,
     bytes: u64,
 ) -> (SessionRef, Option<u32>) {
-    let session = sessions.find(OWNER, id).unwrap();
-    let deadline = Instant::now() + WAIT;
-    let mut turn = sessions
-        .turn(session, deadline, WAIT, request_id)
-        .await
-        .unwrap();
-    let started = seen(&turn.resume().await.unwrap());
-    let (saved, saving) = oneshot::channel();
-    saved
-        .send(value.map(|value| Saved {
-            state: SavedState::new(value),
-            bytes,
-            memory: Vec::new(),
-            files: files_of(value),
-        }))
-        .unwrap();
-    let ran = Ok(Ran {
-        outcome: outcome(),
-        after: After::Saving(saving),
-    });
-    let outcome = turn.finish(ran).unwrap();
+    let (started, saw) = oneshot::channel();
+    let run = move |state: Option<SavedState>, _job| async move {
+        started.send(seen(&state)).unwrap();
+        let (saved, saving) = oneshot::channel();
+        saved
+            .send(value.map(|value| Saved {
+                state: SavedState::new(value),
+                bytes,
+                memory: Vec::new(),
+                files: files_of(value),
+            }))
+            .unwrap();
+        Ok(Ran {
+            outcome: outcome(),
+            after: After::Saving(saving),
+        })
+    };
+    let job = job(request_id, clock::now() + WAIT, WAIT, Files::new());
+    let outcome = exec_job(sessions, OWNER, id, job, run).await.unwrap();
     settled(sessions, id).await;
-    (outcome.session.unwrap(), started)
+    (outcome.session.unwrap(), saw.await.unwrap())
 }
 
 /// The numbers of the checkpoints session `id` keeps.
@@ -57,7 +55,7 @@ async fn numbers(sessions: &Arc<Sessions>, id: &str) -> Vec<u64> {
     list.iter().map(|c| c.number).collect()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn each_exec_whose_state_is_kept_makes_the_next_checkpoint_and_names_it() {
     let sessions = keeping(8, u64::MAX);
     let id = sessions.create(OWNER, Language::Python, None).unwrap().id;
@@ -90,7 +88,7 @@ async fn each_exec_whose_state_is_kept_makes_the_next_checkpoint_and_names_it() 
     assert_eq!(sessions.counts()[&Language::Python].memory_bytes, 60);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_rollback_returns_to_a_checkpoint_and_drops_the_later_ones() {
     let sessions = keeping(8, u64::MAX);
     let id = sessions
@@ -131,7 +129,7 @@ async fn a_rollback_returns_to_a_checkpoint_and_drops_the_later_ones() {
     assert_eq!((info.checkpoint, info.checkpoints), (5, 2));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_fork_from_a_checkpoint_starts_there_and_leaves_its_origin_as_it_was() {
     let sessions = keeping(8, u64::MAX);
     let origin = sessions.create(OWNER, Language::Python, None).unwrap().id;
@@ -155,7 +153,7 @@ async fn a_fork_from_a_checkpoint_starts_there_and_leaves_its_origin_as_it_was()
     assert_eq!(sessions.list(OWNER).len(), 2, "a refused fork made nothing");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_oldest_checkpoints_beyond_the_retention_are_dropped_never_the_newest() {
     // By count: three kept.
     let sessions = keeping(3, u64::MAX);
@@ -182,7 +180,7 @@ async fn the_oldest_checkpoints_beyond_the_retention_are_dropped_never_the_newes
     assert_eq!(sessions.counts()[&Language::Python].memory_bytes, 10);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_save_that_fails_loses_that_exec_and_the_session_says_so_once() {
     let sessions = keeping(8, u64::MAX);
     let id = sessions.create(OWNER, Language::Python, None).unwrap().id;

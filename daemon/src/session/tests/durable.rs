@@ -114,40 +114,39 @@ fn stop(sessions: Arc<Sessions>) {
 /// Runs an exec in `id` whose worker saves `value`; returns its answer's session part and the
 /// state it started from.
 async fn exec(sessions: &Arc<Sessions>, id: &str, value: u32) -> (SessionRef, Option<u32>) {
-    let session = sessions.find(OWNER, id).unwrap();
-    let mut turn = sessions
-        .turn(session, Instant::now() + WAIT, WAIT, u64::from(value))
-        .await
-        .unwrap();
-    let started = seen(&turn.resume().await.unwrap());
-    let (saved, saving) = oneshot::channel();
-    saved
-        .send(Some(Saved {
-            state: SavedState::new(value),
-            bytes: 100,
-            memory: Vec::new(),
-            files: files_of(value),
-        }))
-        .unwrap();
-    let ran = Ok(Ran {
-        outcome: outcome(),
-        after: After::Saving(saving),
-    });
-    let outcome = turn.finish(ran).unwrap();
+    let (started, saw) = oneshot::channel();
+    let run = move |state: Option<SavedState>, _job| async move {
+        started.send(seen(&state)).unwrap();
+        let (saved, saving) = oneshot::channel();
+        saved
+            .send(Some(Saved {
+                state: SavedState::new(value),
+                bytes: 100,
+                memory: Vec::new(),
+                files: files_of(value),
+            }))
+            .unwrap();
+        Ok(Ran {
+            outcome: outcome(),
+            after: After::Saving(saving),
+        })
+    };
+    let job = job(u64::from(value), clock::now() + WAIT, WAIT, Files::new());
+    let outcome = exec_job(sessions, OWNER, id, job, run).await.unwrap();
     settled(sessions, id).await;
-    (outcome.session.unwrap(), started)
+    (outcome.session.unwrap(), saw.await.unwrap())
 }
 
 /// The value a session's next exec starts from.
 async fn state_of(sessions: &Arc<Sessions>, id: &str) -> Option<u32> {
     let session = sessions.find(OWNER, id).unwrap();
     let mut turn = sessions
-        .turn(session, Instant::now() + WAIT, WAIT, 0)
+        .turn(session, clock::now() + WAIT, WAIT, 0)
         .await
         .unwrap();
     let resume = turn.resume().await.unwrap();
     drop(turn);
-    seen(&resume)
+    seen(&resume.map(|resume| resume.state))
 }
 
 /// A counter's value in the metrics, by its full series.
@@ -310,7 +309,7 @@ async fn a_session_none_of_whose_checkpoints_fits_is_lost_and_says_why() {
     let lost = sessions.get(OWNER, &fork).unwrap();
     assert!(lost.gone.unwrap().contains("other_build"));
     let session = sessions.find(OWNER, &fork).unwrap();
-    match sessions.turn(session, Instant::now() + WAIT, WAIT, 1).await {
+    match sessions.turn(session, clock::now() + WAIT, WAIT, 1).await {
         Err(ExecError::SessionLost { id, .. }) => assert_eq!(id, fork),
         other => panic!("{other:?}"),
     }
