@@ -252,7 +252,7 @@ pub struct Config {
 
     /// Most checkpoints a session keeps (its state after each exec, to roll back to or fork
     /// from), its newest included; the oldest beyond are dropped. Each holds the pages its exec
-    /// changed and the guest's page tables (a few MiB for a small exec), counted in
+    /// changed and the page tables it changed (under a MiB for a small exec), counted in
     /// --session-memory-mib; the rest it shares with the state it started from. 1 keeps only
     /// the session's state.
     #[arg(long, default_value_t = 4)]

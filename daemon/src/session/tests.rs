@@ -15,6 +15,7 @@ use crate::metrics::Metrics;
 
 mod checkpoints;
 mod durable;
+mod lifecycle;
 
 /// The uid the tests' sessions belong to.
 const OWNER: &Principal = &Principal::Uid(1000);
@@ -681,115 +682,4 @@ async fn files_follow_the_state_through_rollback_and_fork() {
         sessions.files(&Principal::Uid(1001), &id, wait).await,
         Err(ExecError::SessionNotFound(_))
     ));
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_fork_asked_while_a_save_runs_waits_for_it_and_copies_what_was_saved() {
-    let sessions = sessions(settings());
-    let id = sessions.create(OWNER, Language::Python, None).unwrap().id;
-    exec_saving(&sessions, &id, 1, 10).await;
-    // The next exec answers at once and saves for 500 ms; the fork is asked meanwhile.
-    let slow = Duration::from_millis(500);
-    exec_with_slow_save(&sessions, &id, 2, Duration::from_secs(5), slow)
-        .await
-        .unwrap();
-    let asked = clock::now();
-    let fork = sessions
-        .fork(OWNER, &id, None, Duration::from_secs(5))
-        .await
-        .unwrap();
-    assert!(clock::since(asked) >= slow - Duration::from_millis(10));
-    let fork = sessions.find(OWNER, &fork.id).unwrap();
-    let history = fork.history.lock().await;
-    assert_eq!(
-        *history
-            .head()
-            .image()
-            .unwrap()
-            .state()
-            .get::<u32>()
-            .unwrap(),
-        2
-    );
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_job_sees_its_files_over_the_sessions_and_over_the_cap_nothing_runs() {
-    let sessions = sessions(settings());
-    let id = sessions.create(OWNER, Language::Python, None).unwrap().id;
-    exec_saving(&sessions, &id, 7, 10).await;
-    // The session holds state.txt; the job brings another file, and a new state.txt.
-    let mine = Files::from([
-        ("state.txt".to_owned(), b"mine".to_vec()),
-        ("b.txt".to_owned(), b"b".to_vec()),
-    ]);
-    let (tx, saw) = oneshot::channel();
-    let run = move |_state, seen: Job| async move {
-        tx.send(seen.files).unwrap();
-        Ok(Ran {
-            outcome: outcome(),
-            after: After::Unchanged,
-        })
-    };
-    let deadline = clock::now() + Duration::from_secs(5);
-    let first = job(2, deadline, Duration::from_secs(5), mine.clone());
-    exec_job(&sessions, OWNER, &id, first, run).await.unwrap();
-    assert_eq!(saw.await.unwrap(), mine);
-
-    // Over the cap once laid over the session's: refused, nothing runs, the state is kept.
-    let big = Files::from([("big.bin".to_owned(), vec![1u8; 1000])]);
-    let ran = Arc::new(AtomicUsize::new(0));
-    let counted = ran.clone();
-    let run = move |_state, _job| async move {
-        counted.fetch_add(1, Ordering::SeqCst);
-        Ok(Ran {
-            outcome: outcome(),
-            after: After::Unchanged,
-        })
-    };
-    let second = job(3, deadline, Duration::from_secs(5), big);
-    let refused = exec_job(&sessions, OWNER, &id, second, run).await;
-    assert!(
-        matches!(refused, Err(ExecError::FilesOverCap(_))),
-        "{refused:?}"
-    );
-    assert_eq!(ran.load(Ordering::SeqCst), 0);
-    let wait = Duration::from_secs(1);
-    assert_eq!(sessions.files(OWNER, &id, wait).await.unwrap(), files_of(7));
-}
-
-#[tokio::test(start_paused = true)]
-async fn an_exec_whose_caller_goes_away_runs_to_its_end_and_its_state_is_kept() {
-    let sessions = sessions(settings());
-    let id = sessions.create(OWNER, Language::Python, None).unwrap().id;
-    let (started, running) = oneshot::channel();
-    let run = move |_state, _job| async move {
-        started.send(()).unwrap();
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let (saved, saving) = oneshot::channel();
-        saved
-            .send(Some(Saved {
-                state: SavedState::new(9u32),
-                bytes: 1,
-                memory: Vec::new(),
-                files: files_of(9),
-            }))
-            .unwrap();
-        Ok(Ran {
-            outcome: outcome(),
-            after: After::Saving(saving),
-        })
-    };
-    let caller = {
-        let (sessions, id) = (sessions.clone(), id.clone());
-        tokio::spawn(async move {
-            let deadline = clock::now() + Duration::from_secs(5);
-            exec_with(&sessions, OWNER, &id, deadline, Duration::from_secs(5), run).await
-        })
-    };
-    running.await.unwrap();
-    caller.abort();
-    assert!(caller.await.unwrap_err().is_cancelled());
-    // The next exec waits for the first to end, and starts from the state it left.
-    assert_eq!(exec_saving(&sessions, &id, 10, 1).await, Some(9));
 }
