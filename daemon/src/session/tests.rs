@@ -168,26 +168,31 @@ fn files_of(value: u32) -> Arc<Files> {
     Arc::new([("state.txt".to_owned(), value.to_string().into_bytes())].into())
 }
 
+/// A worker's answer whose saving gives `value` as the new state, `bytes` big (None: the save
+/// failed).
+fn saving(value: Option<u32>, bytes: u64) -> Ran {
+    let (saved, saving) = oneshot::channel();
+    saved
+        .send(value.map(|value| Saved {
+            state: SavedState::new(value),
+            bytes,
+            memory: Vec::new(),
+            files: files_of(value),
+        }))
+        .unwrap();
+    Ran {
+        outcome: outcome(),
+        after: After::Saving(saving),
+    }
+}
+
 /// Runs an exec whose worker saves `value` as the new state, `bytes` big; returns the state
 /// the exec started from.
 async fn exec_saving(sessions: &Arc<Sessions>, id: &str, value: u32, bytes: u64) -> Option<u32> {
     let (tx, rx) = oneshot::channel();
     let run = move |state: Option<SavedState>, _job| async move {
-        let start = seen(&state);
-        tx.send(start).unwrap();
-        let (saved, saving) = oneshot::channel();
-        saved
-            .send(Some(Saved {
-                state: SavedState::new(value),
-                bytes,
-                memory: Vec::new(),
-                files: files_of(value),
-            }))
-            .unwrap();
-        Ok(Ran {
-            outcome: outcome(),
-            after: After::Saving(saving),
-        })
+        tx.send(seen(&state)).unwrap();
+        Ok(saving(Some(value), bytes))
     };
     let deadline = clock::now() + Duration::from_secs(5);
     let outcome = exec_with(sessions, OWNER, id, deadline, Duration::from_secs(5), run)

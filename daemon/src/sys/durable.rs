@@ -229,10 +229,9 @@ pub fn punch_zero_pages(path: &Path) -> io::Result<u64> {
     Ok(punched)
 }
 
-/// The disk space the files under `dir` take (holes take none); 0 for what cannot be read.
-pub fn allocated(dir: &Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let mut total = 0;
+/// The files under `dir`, with their metadata, at any depth; what cannot be read is left out.
+pub fn files_under(dir: &Path) -> Vec<(PathBuf, fs::Metadata)> {
+    let mut files = Vec::new();
     let mut pending = vec![dir.to_owned()];
     while let Some(at) = pending.pop() {
         let Ok(entries) = fs::read_dir(&at) else {
@@ -241,12 +240,12 @@ pub fn allocated(dir: &Path) -> u64 {
         for entry in entries.flatten() {
             match entry.metadata() {
                 Ok(meta) if meta.is_dir() => pending.push(entry.path()),
-                Ok(meta) => total += meta.blocks() * 512,
+                Ok(meta) => files.push((entry.path(), meta)),
                 Err(_) => {}
             }
         }
     }
-    total
+    files
 }
 
 /// A file's digest: the XXH64 (seed 0) of its bytes, read through a mapping, and its size.

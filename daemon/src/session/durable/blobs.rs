@@ -19,7 +19,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use super::checkpoint::Record;
-use crate::sys::durable::Digest;
+use crate::sys::durable::{self, Digest};
 
 /// Where a blob is, by its SHA-256, beyond the checkpoints (the saved templates).
 pub type Elsewhere = Box<dyn Fn(&str) -> Option<(PathBuf, Digest)> + Send + Sync>;
@@ -111,26 +111,13 @@ impl Blobs {
     /// removed). Returns the disk that no checkpoint takes any more.
     pub fn release(&mut self, dir: &Path) -> u64 {
         let mut freed = 0;
-        let mut pending = vec![dir.to_owned()];
-        while let Some(at) = pending.pop() {
-            let Ok(entries) = fs::read_dir(&at) else {
-                continue;
-            };
-            for entry in entries.flatten() {
-                let Ok(meta) = entry.metadata() else {
-                    continue;
-                };
-                if meta.is_dir() {
-                    pending.push(entry.path());
-                    continue;
-                }
-                let key = (meta.dev(), meta.ino());
-                if let Some(held) = self.held.get_mut(&key) {
-                    held.holders = held.holders.saturating_sub(1);
-                    if held.holders == 0 {
-                        freed += held.bytes;
-                        self.held.remove(&key);
-                    }
+        for (_, meta) in durable::files_under(dir) {
+            let key = (meta.dev(), meta.ino());
+            if let Some(held) = self.held.get_mut(&key) {
+                held.holders = held.holders.saturating_sub(1);
+                if held.holders == 0 {
+                    freed += held.bytes;
+                    self.held.remove(&key);
                 }
             }
         }

@@ -205,23 +205,12 @@ const SPARSE_FROM: u64 = 1 << 20;
 /// pages it never wrote (89 % of a JavaScript session's state after a typical cell). Files
 /// linked from elsewhere are left alone: they were made sparse when they were written.
 fn sparse(dir: &Path) {
-    let mut pending = vec![dir.to_owned()];
-    while let Some(at) = pending.pop() {
-        let Ok(entries) = fs::read_dir(&at) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let Ok(meta) = entry.metadata() else {
-                continue;
-            };
-            if meta.is_dir() {
-                pending.push(entry.path());
-            } else if meta.len() >= SPARSE_FROM
-                && meta.nlink() == 1
-                && let Err(e) = durable::punch_zero_pages(&entry.path())
-            {
-                tracing::debug!(file = %entry.path().display(), "cannot make the pages of zeros holes: {e}");
-            }
+    for (path, meta) in durable::files_under(dir) {
+        if meta.len() >= SPARSE_FROM
+            && meta.nlink() == 1
+            && let Err(e) = durable::punch_zero_pages(&path)
+        {
+            tracing::debug!(file = %path.display(), "cannot make the pages of zeros holes: {e}");
         }
     }
 }

@@ -29,19 +29,7 @@ async fn exec(
     let (started, saw) = oneshot::channel();
     let run = move |state: Option<SavedState>, _job| async move {
         started.send(seen(&state)).unwrap();
-        let (saved, saving) = oneshot::channel();
-        saved
-            .send(value.map(|value| Saved {
-                state: SavedState::new(value),
-                bytes,
-                memory: Vec::new(),
-                files: files_of(value),
-            }))
-            .unwrap();
-        Ok(Ran {
-            outcome: outcome(),
-            after: After::Saving(saving),
-        })
+        Ok(saving(value, bytes))
     };
     let job = job(request_id, clock::now() + WAIT, WAIT, Files::new());
     let outcome = exec_job(sessions, OWNER, id, job, run).await.unwrap();

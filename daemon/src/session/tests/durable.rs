@@ -117,19 +117,7 @@ async fn exec(sessions: &Arc<Sessions>, id: &str, value: u32) -> (SessionRef, Op
     let (started, saw) = oneshot::channel();
     let run = move |state: Option<SavedState>, _job| async move {
         started.send(seen(&state)).unwrap();
-        let (saved, saving) = oneshot::channel();
-        saved
-            .send(Some(Saved {
-                state: SavedState::new(value),
-                bytes: 100,
-                memory: Vec::new(),
-                files: files_of(value),
-            }))
-            .unwrap();
-        Ok(Ran {
-            outcome: outcome(),
-            after: After::Saving(saving),
-        })
+        Ok(saving(Some(value), 100))
     };
     let job = job(u64::from(value), clock::now() + WAIT, WAIT, Files::new());
     let outcome = exec_job(sessions, OWNER, id, job, run).await.unwrap();
@@ -157,6 +145,14 @@ fn counter(metrics: &Metrics, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// A new JavaScript session of the owner's in `sessions`.
+fn create(sessions: &Arc<Sessions>) -> String {
+    sessions
+        .create(OWNER, Language::Javascript, None)
+        .unwrap()
+        .id
+}
+
 /// The directory of checkpoint `number` of session `id` under the state directory `dir`.
 fn checkpoint_dir(dir: &Path, id: &str, number: u64) -> PathBuf {
     dir.join("sessions")
@@ -169,10 +165,7 @@ fn checkpoint_dir(dir: &Path, id: &str, number: u64) -> PathBuf {
 async fn a_restarted_daemon_serves_the_same_sessions_at_the_same_checkpoints() {
     let root = tempfile::tempdir().unwrap();
     let (sessions, _) = daemon(root.path(), "1", Duration::MAX);
-    let id = sessions
-        .create(OWNER, Language::Javascript, None)
-        .unwrap()
-        .id;
+    let id = create(&sessions);
     exec(&sessions, &id, 7).await;
     exec(&sessions, &id, 8).await;
     let before = sessions.get(OWNER, &id).unwrap();
@@ -216,10 +209,7 @@ async fn a_restarted_daemon_serves_the_same_sessions_at_the_same_checkpoints() {
 async fn an_answered_exec_whose_checkpoint_never_reached_the_disk_is_reported_lost() {
     let root = tempfile::tempdir().unwrap();
     let (sessions, _) = daemon(root.path(), "1", Duration::MAX);
-    let id = sessions
-        .create(OWNER, Language::Javascript, None)
-        .unwrap()
-        .id;
+    let id = create(&sessions);
     exec(&sessions, &id, 7).await;
     exec(&sessions, &id, 8).await;
     stop(sessions);
@@ -256,10 +246,7 @@ async fn damaged_checkpoints_are_refused_each_with_its_reason() {
     let (sessions, _) = daemon(root.path(), "1", Duration::MAX);
     let mut ids = Vec::new();
     for _ in 0..3 {
-        let id = sessions
-            .create(OWNER, Language::Javascript, None)
-            .unwrap()
-            .id;
+        let id = create(&sessions);
         exec(&sessions, &id, 7).await;
         exec(&sessions, &id, 8).await;
         ids.push(id);
@@ -296,10 +283,7 @@ async fn damaged_checkpoints_are_refused_each_with_its_reason() {
 async fn a_session_none_of_whose_checkpoints_fits_is_lost_and_says_why() {
     let root = tempfile::tempdir().unwrap();
     let (sessions, _) = daemon(root.path(), "1", Duration::MAX);
-    let origin = sessions
-        .create(OWNER, Language::Javascript, None)
-        .unwrap()
-        .id;
+    let origin = create(&sessions);
     exec(&sessions, &origin, 7).await;
     let fork = sessions.fork(OWNER, &origin, None, WAIT).await.unwrap().id;
     stop(sessions);
@@ -332,10 +316,7 @@ async fn a_session_none_of_whose_checkpoints_fits_is_lost_and_says_why() {
 async fn rollback_fork_and_retention_outlive_the_daemon() {
     let root = tempfile::tempdir().unwrap();
     let (sessions, _) = daemon(root.path(), "1", Duration::MAX);
-    let id = sessions
-        .create(OWNER, Language::Javascript, None)
-        .unwrap()
-        .id;
+    let id = create(&sessions);
     for value in [1, 2, 3, 4] {
         exec(&sessions, &id, value).await;
     }
@@ -363,10 +344,7 @@ async fn idle_sessions_leave_memory_and_come_back_on_use() {
     let (sessions, metrics) = daemon(root.path(), "1", Duration::ZERO);
     let mut ids = Vec::new();
     for value in 0..5 {
-        let id = sessions
-            .create(OWNER, Language::Javascript, None)
-            .unwrap()
-            .id;
+        let id = create(&sessions);
         exec(&sessions, &id, value).await;
         ids.push(id);
     }
@@ -427,10 +405,7 @@ async fn checkpoints_link_the_blobs_they_share_and_the_disk_counts_each_once() {
     const DISK: &str = "hyperlightd_session_checkpoint_disk_bytes";
     let root = tempfile::tempdir().unwrap();
     let (sessions, metrics) = daemon(root.path(), "1", Duration::MAX);
-    let id = sessions
-        .create(OWNER, Language::Javascript, None)
-        .unwrap()
-        .id;
+    let id = create(&sessions);
     exec(&sessions, &id, 71).await;
     exec(&sessions, &id, 72).await;
     assert!(sessions.flush(WAIT));
@@ -474,10 +449,7 @@ async fn checkpoints_link_the_blobs_they_share_and_the_disk_counts_each_once() {
 async fn a_damaged_blob_is_refused_in_every_checkpoint_that_shares_it() {
     let root = tempfile::tempdir().unwrap();
     let (sessions, _) = daemon(root.path(), "1", Duration::MAX);
-    let id = sessions
-        .create(OWNER, Language::Javascript, None)
-        .unwrap()
-        .id;
+    let id = create(&sessions);
     for value in [61, 71, 72] {
         exec(&sessions, &id, value).await;
     }

@@ -87,19 +87,7 @@ async fn an_exec_whose_caller_goes_away_runs_to_its_end_and_its_state_is_kept() 
     let run = move |_state, _job| async move {
         started.send(()).unwrap();
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let (saved, saving) = oneshot::channel();
-        saved
-            .send(Some(Saved {
-                state: SavedState::new(9u32),
-                bytes: 1,
-                memory: Vec::new(),
-                files: files_of(9),
-            }))
-            .unwrap();
-        Ok(Ran {
-            outcome: outcome(),
-            after: After::Saving(saving),
-        })
+        Ok(saving(Some(9), 1))
     };
     let caller = {
         let (sessions, id) = (sessions.clone(), id.clone());
