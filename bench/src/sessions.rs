@@ -34,6 +34,15 @@ const TRIVIAL_EXECS: usize = 5;
 /// What the exec that writes N MiB writes.
 const WRITTEN_MIB: f64 = 8.0;
 
+/// Execs of the long chain: a session exec after them is timed beside one after the first.
+const LONG_CHAIN: usize = 1000;
+
+/// Forks made, run once and deleted, to see that the daemon's memory stays flat.
+const FORK_CHURN: usize = 1000;
+
+/// Paced session execs timed after the first exec, and after the long chain.
+const CHAIN_SAMPLES: usize = 10;
+
 /// Timed session execs and forks per language: each session exec waits for the state the last
 /// one left to be saved (seconds for Python under emulation), so fewer than plain execs.
 const SESSION_ITERATIONS: usize = 30;
@@ -78,6 +87,13 @@ pub struct SessionFigures {
     fork_added_mib: f64,
     /// Sessions that ran the cell and answered, of [`SERVED_SESSIONS`] (native Python only).
     sessions_served: Option<usize>,
+    /// A paced session exec after its session's first exec, and after [`LONG_CHAIN`].
+    after_first_exec: Latency,
+    after_long_chain: Latency,
+    /// The daemon's resident memory's growth over the long chain, and over [`FORK_CHURN`]
+    /// forks each run once and deleted, in MiB.
+    long_chain_growth_mib: f64,
+    fork_churn_growth_mib: f64,
 }
 
 /// What one language's run needs.
@@ -210,6 +226,7 @@ async fn measure(args: &Args, subject: &Subject) -> Result<SessionFigures> {
 
     let (trivial_checkpoint_mib, written_checkpoint_mib) =
         checkpoint_sizes(client, subject).await?;
+    let chain = long_chain(client, subject, daemon.child.id()).await?;
 
     let before = resident_mib(daemon.child.id())?;
     let cell = SessionExecRequest::new(subject.cell);
@@ -248,6 +265,10 @@ async fn measure(args: &Args, subject: &Subject) -> Result<SessionFigures> {
         written_checkpoint_mib,
         fork_added_mib,
         sessions_served,
+        after_first_exec: chain.after_first,
+        after_long_chain: chain.after_long,
+        long_chain_growth_mib: chain.chain_growth_mib,
+        fork_churn_growth_mib: chain.churn_growth_mib,
         cell: subject.cell,
         plain_warm,
         session_exec,
@@ -275,8 +296,7 @@ async fn checkpoint_sizes(client: &Client, subject: &Subject) -> Result<(f64, f6
         _ => (
             "globalThis.n = 0",
             "n += 1",
-            "globalThis.blob = new Uint8Array(8 * 1024 * 1024).map((_, i) => i % 255 + 1); \
-             blob.length",
+            "globalThis.blob = new Uint8Array(8 * 1024 * 1024).fill(7); blob.length",
         ),
     };
     let id = client
@@ -304,11 +324,83 @@ async fn checkpoint_sizes(client: &Client, subject: &Subject) -> Result<(f64, f6
     Ok((trivial[TRIVIAL_EXECS / 2], written))
 }
 
-/// Runs `code` in session `id`; the checkpoint it left.
+/// What the long chain measured.
+struct Chain {
+    after_first: Latency,
+    after_long: Latency,
+    chain_growth_mib: f64,
+    churn_growth_mib: f64,
+}
+
+/// A session of [`LONG_CHAIN`] trivial execs: paced execs timed after its first and after the
+/// chain, the daemon's (`pid`) resident memory over the chain; then [`FORK_CHURN`] forks of it,
+/// each run once and deleted, and the memory over them.
+async fn long_chain(client: &Client, subject: &Subject, pid: u32) -> Result<Chain> {
+    let step = match subject.language {
+        Language::Python => "n = globals().get('n', 0) + 1",
+        _ => "globalThis.n = (globalThis.n || 0) + 1",
+    };
+    let id = client
+        .create_session(&CreateSessionRequest::new(subject.language))
+        .await?
+        .id;
+    run_in(client, &id, step).await?;
+    let after_first = paced(client, &id, step).await?;
+    wait_until_idle(client).await?;
+    let before = resident_mib(pid)?;
+    for n in CHAIN_SAMPLES + 1..LONG_CHAIN {
+        if n % 200 == 0 {
+            eprintln!("(h) sessions: {n} of {LONG_CHAIN} execs of the long chain");
+        }
+        run_in(client, &id, step).await?;
+    }
+    wait_until_idle(client).await?;
+    let chain_growth_mib = resident_mib(pid)? - before;
+    let after_long = paced(client, &id, step).await?;
+    wait_until_idle(client).await?;
+    let before = resident_mib(pid)?;
+    for n in 0..FORK_CHURN {
+        if n % 200 == 199 {
+            eprintln!(
+                "(h) sessions: {} of {FORK_CHURN} forks run and deleted",
+                n + 1
+            );
+        }
+        let fork = client.fork_session(&id).await?;
+        run_in(client, &fork.id, step).await?;
+        client.delete_session(&fork.id).await?;
+    }
+    wait_until_idle(client).await?;
+    let churn_growth_mib = resident_mib(pid)? - before;
+    client.delete_session(&id).await?;
+    Ok(Chain {
+        after_first,
+        after_long,
+        chain_growth_mib,
+        churn_growth_mib,
+    })
+}
+
+/// [`CHAIN_SAMPLES`] execs of `code` in session `id`, each once the daemon is idle, timed.
+async fn paced(client: &Client, id: &str, code: &str) -> Result<Latency> {
+    let mut samples = Vec::with_capacity(CHAIN_SAMPLES);
+    for _ in 0..CHAIN_SAMPLES {
+        wait_until_idle(client).await?;
+        let started = Instant::now();
+        run_in(client, id, code).await?;
+        samples.push(started.elapsed());
+    }
+    Ok(Latency::of(samples))
+}
+
+/// Runs `code` in session `id` (within a minute: writing 8 MiB takes seconds under emulation);
+/// the checkpoint it left.
 async fn run_in(client: &Client, id: &str, code: &str) -> Result<u64> {
-    let response = client
-        .session_exec(id, &SessionExecRequest::new(code))
-        .await?;
+    let request = SessionExecRequest {
+        timeout_ms: Some(60_000),
+        ..SessionExecRequest::new(code)
+    };
+    let response = client.session_exec(id, &request).await?;
     check(response.status, code)?;
     Ok(response.session.map_or(0, |s| s.checkpoint))
 }
@@ -405,6 +497,12 @@ pub fn targets(figures: &[SessionFigures]) -> Vec<Target> {
                 1.25 * WRITTEN_MIB + 2.0,
             ),
         ]);
+        targets.push(Target::at_most(
+            &format!("S54 {r} chain"),
+            &format!("{r} paced session exec after {LONG_CHAIN} execs / after one, p50"),
+            f.after_long_chain.p50_ms / f.after_first_exec.p50_ms,
+            1.2,
+        ));
         if let Some(served) = f.sessions_served {
             targets.push(Target::at_most(
                 &format!("S54 {r} memory"),
@@ -453,6 +551,19 @@ pub fn print(figures: &[SessionFigures], row: impl Fn(&str, &Latency)) {
             "    a checkpoint holds {:.2} MiB after a trivial exec, {:.2} MiB after one that \
              writes {WRITTEN_MIB} MiB; forking each idle session added {:.2} MiB",
             f.trivial_checkpoint_mib, f.written_checkpoint_mib, f.fork_added_mib
+        );
+        row(
+            &format!("  {r} paced session exec after its first"),
+            &f.after_first_exec,
+        );
+        row(
+            &format!("  {r} ... after {LONG_CHAIN} execs"),
+            &f.after_long_chain,
+        );
+        println!(
+            "    the daemon's resident memory grew {:.1} MiB over the {LONG_CHAIN} execs, {:.1} \
+             MiB over {FORK_CHURN} forks each run once and deleted",
+            f.long_chain_growth_mib, f.fork_churn_growth_mib
         );
         if let Some(served) = f.sessions_served {
             println!("    sessions one daemon served: {served} of {SERVED_SESSIONS}");
