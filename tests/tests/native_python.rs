@@ -496,7 +496,7 @@ async fn the_template_is_saved_and_the_next_start_loads_it() {
     )
     .await
     .unwrap();
-    assert_eq!(again.result, json!(2), "read back from disk: {again:?}");
+    assert_eq!(again.result, json!(LONG), "read back from disk: {again:?}");
     drop(daemon);
 
     let daemon = native_daemon(&store).await;
@@ -587,8 +587,21 @@ async fn a_durable_session_links_the_template(
         );
         assert!(bytes < 16 << 20, "{bytes} bytes of its own");
     }
+    // A longer chain, past a fold and with its page tables in many pieces, for the restart to
+    // read back.
+    for n in 3..=LONG {
+        let request = SessionExecRequest::new(format!("x = {n}"));
+        let response = within("exec", STEP_LIMIT, client.session_exec(&id, &request))
+            .await
+            .unwrap();
+        assert_eq!(response.status, ExecStatus::Ok, "{response:?}");
+    }
+    wait_durable(&client, &id, LONG, SAVE_LIMIT).await;
     id
 }
+
+/// The execs of the durable native session: past a fold (8 runs).
+const LONG: u64 = 12;
 
 /// How long saving the template (about a GiB) may take once the daemon serves.
 const SAVE_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);

@@ -350,11 +350,12 @@ pub(crate) struct Taken {
     shares_restored: bool,
 }
 
-/// Most runs the page tables of a snapshot's memory are mapped from:
-/// past it a new snapshot copies all of its tables instead of sharing
-/// the unchanged ones with the snapshot it was restored from.
+/// Most runs the page tables of a snapshot's memory are mapped from
+/// (each a mapping of its own, counted against the process's limit):
+/// a new snapshot copies the shortest stretches of unchanged tables
+/// between changed ones, with them, until its tables fit.
 #[cfg(all(unix, not(unshared_snapshot_mem)))]
-const MAX_TABLE_RUNS: usize = 64;
+const MAX_TABLE_RUNS: usize = 32;
 
 /// The page tables a new snapshot may share with the snapshot its
 /// sandbox was restored from, `parent` (whose tables follow the pages
@@ -410,41 +411,56 @@ impl Kept {
         new_guest_bytes: usize,
         tables: SharedTables<'_, ReadonlySharedMemory>,
     ) -> Result<ReadonlySharedMemory> {
-        use crate::mem::shared_mem::Piece;
+        use crate::mem::shared_mem::{Piece, SnapshotRun};
         let guest = self.len + new_guest_bytes;
         let at = tables.parent.guest_mapped_size();
         let (pages, tail) = contents.split_at(new_guest_bytes);
-        let mut own = pages.to_vec();
-        let mut pieces = vec![Piece::Shared(self.runs.clone()), Piece::Own(0..new_guest_bytes)];
         let count = tail.len() / PAGE_SIZE;
-        let mut runs = 0;
+        // The stretches of tables the parent has unchanged, and its runs
+        // that hold each; the shortest copied until the tables fit.
+        let mut shared: Vec<(std::ops::Range<usize>, Vec<SnapshotRun>)> = Vec::new();
         let mut i = 0;
         while i < count {
-            let shared = tables.unchanged.get(i) == Some(&true);
-            let mut j = i + 1;
-            while j < count && (tables.unchanged.get(j) == Some(&true)) == shared {
-                j += 1;
+            let unchanged = |t: usize| tables.unchanged.get(t) == Some(&true);
+            if !unchanged(i) {
+                i += 1;
+                continue;
             }
-            let range = i * PAGE_SIZE..j * PAGE_SIZE;
-            let parent = shared
-                .then(|| tables.parent.runs_of(at + range.start, range.len()))
-                .flatten();
-            match parent {
-                Some(parent) => {
-                    runs += parent.len();
-                    pieces.push(Piece::Shared(parent));
-                }
-                None => {
-                    runs += 1;
-                    pieces.push(Piece::Own(own.len()..own.len() + range.len()));
-                    own.extend_from_slice(&tail[range]);
-                }
+            let start = i;
+            while i < count && unchanged(i) {
+                i += 1;
             }
-            i = j;
+            let bytes = at + start * PAGE_SIZE..at + i * PAGE_SIZE;
+            if let Some(runs) = tables.parent.runs_of(bytes.start, bytes.len()) {
+                shared.push((start..i, runs));
+            }
         }
-        if runs > MAX_TABLE_RUNS {
-            return Ok(ReadonlySharedMemory::extend(self.runs, contents, new_guest_bytes)?);
+        let runs = |shared: &[(std::ops::Range<usize>, Vec<SnapshotRun>)]| {
+            shared.iter().map(|(_, runs)| runs.len() + 1).sum::<usize>() + 1
+        };
+        while runs(&shared) > MAX_TABLE_RUNS {
+            let Some(shortest) = (0..shared.len()).min_by_key(|&k| shared[k].0.len()) else {
+                break;
+            };
+            shared.remove(shortest);
         }
+        let mut own = pages.to_vec();
+        let mut pieces = vec![Piece::Shared(self.runs), Piece::Own(0..new_guest_bytes)];
+        let mut copy = |pieces: &mut Vec<Piece>, tables: std::ops::Range<usize>| {
+            if tables.is_empty() {
+                return;
+            }
+            let bytes = &tail[tables.start * PAGE_SIZE..tables.end * PAGE_SIZE];
+            pieces.push(Piece::Own(own.len()..own.len() + bytes.len()));
+            own.extend_from_slice(bytes);
+        };
+        let mut next = 0;
+        for (stretch, runs) in shared {
+            copy(&mut pieces, next..stretch.start);
+            pieces.push(Piece::Shared(runs));
+            next = stretch.end;
+        }
+        copy(&mut pieces, next..count);
         Ok(ReadonlySharedMemory::compose(pieces, &own, guest)?)
     }
 

@@ -38,9 +38,11 @@ const ANNOTATION_OFFSET: &str = "dev.hyperlight.snapshot.memory.offset";
 const ANNOTATION_LENGTH: &str = "dev.hyperlight.snapshot.memory.length";
 
 /// Most layers a snapshot's memory may have on load. A snapshot in
-/// memory is made of a handful of runs (see `MAX_RUNS` in the snapshot
-/// module); this only bounds the work a hostile manifest can ask for.
-const MAX_LAYERS: usize = 64;
+/// memory is made of a few dozen runs at most (see `MAX_RUNS` and
+/// `MAX_TABLE_RUNS` in the snapshot module, which a save merges where
+/// they continue one another); this only bounds the work a hostile
+/// manifest can ask for.
+const MAX_LAYERS: usize = 256;
 
 /// A layer of a snapshot's memory: `len` bytes from `offset` of `file`.
 pub(super) struct Layer {
