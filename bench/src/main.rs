@@ -212,8 +212,8 @@ async fn run(part: Part, args: &Args) -> Result<PartReport> {
         Part::Capacity => capacity::run(args).await,
         Part::Load => capacity::run_load(args).await,
         Part::Sessions => {
+            // Each runtime's rows are printed as soon as they are measured.
             let figures = sessions::session_costs(args).await?;
-            sessions::print(&figures, common::print_row);
             Ok(PartReport {
                 part: part.name(),
                 figures: serde_json::to_value(&figures)?,

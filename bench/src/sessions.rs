@@ -153,7 +153,9 @@ pub async fn session_costs(args: &Args) -> Result<Vec<SessionFigures>> {
     let mut figures = Vec::new();
     for subject in &subjects {
         eprintln!("(h) sessions: {} ...", subject.runtime);
-        figures.push(measure(args, subject).await?);
+        let measured = measure(args, subject).await?;
+        print(std::slice::from_ref(&measured), crate::common::print_row);
+        figures.push(measured);
     }
     Ok(figures)
 }

@@ -497,6 +497,10 @@ async fn the_template_is_saved_and_the_next_start_loads_it() {
     .await
     .unwrap();
     assert_eq!(again.result, json!(LONG), "read back from disk: {again:?}");
+    // The state read back is shared by the next checkpoint, not copied (a GiB).
+    let listed = client.session_checkpoints(&id).await.unwrap();
+    let newest = listed.last().unwrap();
+    assert!(newest.bytes < 64 << 20, "{listed:?}");
     drop(daemon);
 
     let daemon = native_daemon(&store).await;

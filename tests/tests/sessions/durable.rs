@@ -104,6 +104,10 @@ async fn sessions_outlive_a_clean_restart_and_a_kill_during_an_exec_and_say_what
         assert_eq!((info.checkpoint, info.execs, info.lost_execs), (2, 2, 0));
         assert!(info.durable && info.parked, "{language}: {info:?}");
         assert_eq!(value(&client, id, "x").await, json!(2), "{language}");
+        // The state read back from disk is shared by the next checkpoint, not copied.
+        let listed = client.session_checkpoints(id).await.unwrap();
+        let newest = listed.last().unwrap();
+        assert!(newest.bytes < 16 << 20, "{language}: {listed:?}");
         let files = client.session_files(id).await.unwrap();
         let paths: Vec<&str> = files.files.iter().map(|f| f.path.as_str()).collect();
         assert_eq!(paths, ["1.txt", "2.txt"], "{language}");

@@ -201,6 +201,10 @@ impl Builder<'_, '_> {
             return self.unchanged(index, level, slot).then_some(None);
         }
         if level == 1 {
+            if let Some(original) = self.written_back(index, slot, entry & ADDR) {
+                self.set_entry(index, slot, original);
+                return Some(None);
+            }
             let mapped = self.page(entry & ADDR)?;
             self.set_entry(index, slot, leaf(entry, mapped));
             return Some(None);
@@ -254,6 +258,29 @@ impl Builder<'_, '_> {
         };
         self.copies.insert(gpa, copy);
         Some(copy)
+    }
+
+    /// The restored snapshot's own entry `slot` of its table at `index`,
+    /// when the page the guest has there now, at `gpa`, holds what that
+    /// entry's page holds, which the new snapshot keeps: the guest wrote
+    /// the page and left it as it was (a runtime's bookkeeping, a
+    /// collector's marks set and cleared), and the new snapshot maps the
+    /// kept page rather than a copy of it.
+    fn written_back(&self, index: usize, slot: usize, gpa: u64) -> Option<u64> {
+        if index >= self.restored_tables || !self.scratch.contains(&gpa) {
+            return None;
+        }
+        let original = self.parent_entry(index, slot);
+        let at = (original & ADDR) as usize;
+        let kept = self.inputs.restored.contains(&at) && self.inputs.kept.contains(&at);
+        if original & PRESENT == 0 || !kept {
+            return None;
+        }
+        let now = (gpa - self.scratch.start) as usize;
+        let then = at - SandboxMemoryLayout::BASE_ADDRESS;
+        let same = self.inputs.scratch.get(now..now + PAGE_SIZE)?
+            == self.inputs.snap.get(then..then + PAGE_SIZE)?;
+        same.then_some(original)
     }
 
     /// Where the previous snapshot put its copy of the page at `gpa`, if

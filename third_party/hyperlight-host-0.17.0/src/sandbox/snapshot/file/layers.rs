@@ -238,6 +238,35 @@ pub(super) fn read(
     Ok(runs)
 }
 
+/// `runs` cut where the guest's part of the memory, its first `guest`
+/// bytes, ends: a layer may hold both sides (a snapshot's own file holds
+/// its pages, then its page tables), but a snapshot made from this one
+/// shares the guest's part alone, which must end a run.
+pub(super) fn split_at(runs: Vec<SnapshotRun>, guest: usize) -> Vec<SnapshotRun> {
+    let mut at = 0;
+    let mut split = Vec::with_capacity(runs.len() + 1);
+    for run in runs {
+        let end = at + run.len;
+        if at < guest && guest < end {
+            let head = guest - at;
+            split.push(SnapshotRun {
+                file: run.file.clone(),
+                offset: run.offset,
+                len: head,
+            });
+            split.push(SnapshotRun {
+                file: run.file,
+                offset: run.offset + head as u64,
+                len: run.len - head,
+            });
+        } else {
+            split.push(run);
+        }
+        at = end;
+    }
+    split
+}
+
 /// The blob `hex` of `size` bytes, opened without following links and
 /// checked against its digest when `verify`.
 fn open_blob(

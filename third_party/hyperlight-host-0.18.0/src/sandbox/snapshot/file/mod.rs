@@ -997,7 +997,7 @@ impl Snapshot {
         //    snapshot in guest PA space.
         #[cfg(unix)]
         let memory = ReadonlySharedMemory::from_runs(
-            runs,
+            layers::split_at(runs, layout.snapshot_size()),
             layout.snapshot_size(),
             usize::try_from(cfg.memory_size)?,
         )?;
