@@ -14,11 +14,16 @@ The pod template is kept as it is, but for what podman 4.3 cannot do, each said 
   kept, and runs again at each start of the pod, as a kubelet's does);
 - the device plugin's resource (`hyperlight.dev/hypervisor`) means nothing to podman: the test
   gives /dev/kvm through containers.conf instead, and the node's kvm group (KVM_GID) is added to
-  the pod's supplementalGroups, as the device's owner group on a node.
+  the pod's supplementalGroups, as the device's owner group on a node;
+- the probes' `timeoutSeconds` is raised to PROBE_TIMEOUT: podman runs a probe's command with
+  `podman exec`, which in the emulated (TCG) test VM takes seconds to start a process while the
+  daemon fills its pools; what is tested is that the command passes, not how fast a node is.
 """
 import sys
 
 import yaml
+
+PROBE_TIMEOUT = 60
 
 
 def main() -> None:
@@ -35,6 +40,10 @@ def main() -> None:
         if "--pod-identity" in args:
             args.remove("--pod-identity")
             said.append(f"{container['name']}: --pod-identity dropped (it needs hostPID)")
+        for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+            if probe in container and container[probe].get("timeoutSeconds", 1) < PROBE_TIMEOUT:
+                container[probe]["timeoutSeconds"] = PROBE_TIMEOUT
+                said.append(f"{container['name']}: {probe}'s timeout raised to {PROBE_TIMEOUT} s")
         limits = container.get("resources", {}).get("limits", {})
         if limits.pop("hyperlight.dev/hypervisor", None) is not None:
             said.append(f"{container['name']}: the device plugin's resource dropped")

@@ -151,7 +151,9 @@ podman exec hyperlightd-hyperlightd id
 [ "$(podman exec hyperlightd-hyperlightd id -u)" = 10001 ] || fail "the daemon does not run as 10001"
 [ "$(podman inspect hyperlightd-hyperlightd --format '{{.HostConfig.ReadonlyRootfs}}')" = true ] \
     || fail "the root filesystem is writable"
+probed=$(date +%s%N)
 podman healthcheck run hyperlightd-hyperlightd || fail "the liveness probe (podman's health check)"
+echo "the liveness probe passed in $(( ($(date +%s%N) - probed) / 1000000 )) ms"
 [ "$(stat -c '%a %g' "$socket")" = "660 10001" ] || fail "socket: $(stat -c '%a %g' "$socket")"
 
 check "the client pod of k8s/client-example.yaml"
