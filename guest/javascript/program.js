@@ -197,15 +197,332 @@ function asyncProgram(code, persistent) {
 // so that the eval reports why. A session's `const` can be assigned again in a later program,
 // as in a notebook's later cell.
 function sessionDeclarations(code) {
+  const edits = scanDeclarations(code) ?? parsedDeclarations(code);
+  return edits === null || edits.length === 0 ? code : edited(code, edits);
+}
+
+// sessionDeclarations' edits from acorn's tree; null when the program does not parse.
+function parsedDeclarations(code) {
   const ast = parse(code);
-  if (ast === null) return code;
+  if (ast === null) return null;
   const edits = [];
   for (const node of ast.body) {
     if (node.type === "VariableDeclaration" && node.kind !== "var") {
-      edits.push([node.start, node.start + node.kind.length, node.kind === "const" ? "var  " : "var"]);
+      edits.push(declarationEdit(node.start, node.kind));
     } else if (node.type === "ClassDeclaration") {
-      edits.push([node.start, node.start, "var " + node.id.name + " = "], [node.end, node.end, ";"]);
+      edits.push(...classEdits(node.start, node.end, node.id.name));
     }
   }
-  return edits.length === 0 ? code : edited(code, edits);
+  return edits;
 }
+
+const declarationEdit = (start, kind) => [start, start + kind.length, kind === "const" ? "var  " : "var"];
+const classEdits = (start, end, name) => [[start, start, "var " + name + " = "], [end, end, ";"]];
+
+// ---- Top-level declarations from the tokens -------------------------------------------------
+//
+// acorn, run by QuickJS, takes about ten microseconds a character: for a short cell several
+// times what running the cell takes, and a session's every program needs its declarations
+// found. So they are found from the program's tokens, which QuickJS's native regular
+// expressions read: a declaration is a `let`, `const` or `class` outside every bracket where a
+// statement starts. The scan answers only for a program that QuickJS compiles (so that it never
+// makes a program that would fail run: `const x;` stays an error, as `let x; let x;` does) and
+// gives up (null) wherever a token alone does not say what it is: a `/` after `}`, `++`, `--` or
+// a word that may be a name or a keyword (a regular expression or a division), a `let` after
+// `)`, a declaration's keyword after `++`, `--` or a keyword, a class whose heritage is more
+// than names, calls and members, an escape or a character outside ASCII between tokens,
+// HTML-like comments. acorn decides then.
+// tests/program.test.js checks the two against each other.
+
+// A program's tokens, read by one match over the rest of its text: a line's end, comments,
+// strings, templates without substitutions, the keywords the scan looks for (KEYWORD), `++` and
+// `--`, and *runs* of everything between: spaces, names, numbers and the punctuators that are
+// neither brackets nor `;` nor `/`, which the scan only looks into where it must (lastOf, and
+// after a declaration's keyword). Any other character is a token alone: a bracket, `;`, and a
+// `/` or a backtick that nothing before matched, which depends on what came before (the scan
+// reads it with REGEX or TEMPLATE, then matches the rest again); one outside ASCII, a quote
+// that no string closes or a backslash, at which the scan gives up.
+const KEYWORD = String.raw`(?<![\w$.])(?:let|const|class|if|while|for|with)(?![\w$])`;
+const STRING = String.raw`'(?:[^'\\\n\r]|\\(?:\r\n|[\s\S]))*'|"(?:[^"\\\n\r]|\\(?:\r\n|[\s\S]))*"`;
+const TOKENS = new RegExp(String.raw`\r\n?|\n|\/\/[^\n\r\u2028\u2029]*|\/\*[\s\S]*?\*\/|` + STRING +
+  String.raw`|` + "`" + String.raw`(?:[^` + "`" + String.raw`\\$]|\\[\s\S]|\$(?!\{))*` + "`" + "|" + KEYWORD +
+  String.raw`|\+\+|--|(?:(?!` + KEYWORD + String.raw`)[\t\v\f !#%&*,.:<=>?@^|~\w$]|\+(?!\+)|-(?!-))+|[\s\S]`, "g");
+// A run's own tokens.
+const RUN_TOKENS = /[ \t\v\f]+|[A-Za-z_$][\w$]*|\.?\d[\w.]*|[\s\S]/g;
+const REGEX = /\/(?:[^/\\[\n\r]|\\[^\n\r]|\[(?:[^\]\\\n\r]|\\[^\n\r])*\])+\/[A-Za-z]*/y;
+// A template's text after its backtick or a substitution's closing brace, up to its end or its
+// next substitution.
+const TEMPLATE = /(?:[^`\\$]|\\[\s\S]|\$(?!\{))*(`|\$\{)/y;
+const PUNCTUATORS = "()[]{};/";
+// What a run ends with: a word or number, or a punctuator (a `.` may end a number: `1.`).
+const RUN_END = /(?:([\w$]+)|(\S))[ \t\v\f]*$/;
+const LINE_END = /[\n\r\u2028\u2029]/;
+const isWordStart = (c) => (c >= 97 && c <= 122) || (c >= 65 && c <= 90) || c === 95 || c === 36;
+
+// Reserved words, and the contextual ones: a declaration's keyword after one is left to the
+// parse, and a `/` after one starts a regular expression, but after those that may be names.
+const KEYWORDS = new Set(("await break case catch class const continue debugger default delete do else " +
+  "enum export extends finally for function if import in instanceof let new of return static super " +
+  "switch throw try typeof var void while with yield").split(" "));
+const NAMES_TOO = new Set(["await", "let", "of", "static", "yield"]);
+// Words that end an expression as a name does.
+const VALUES = new Set(["true", "false", "null", "this"]);
+// The keywords whose parenthesized head ends where a statement starts: `if (x) /re/` is a
+// regular expression, `f(x) / 2` a division.
+const HEADS = new Set(["if", "while", "for", "with"]);
+
+function scanDeclarations(code) {
+  if (!/\b(?:let|const|class)\b/.test(code)) return [];
+  if (code.includes("<!--") || code.includes("-->") || code.startsWith("#!") || !compiles(code)) return null;
+  const scan = new Scan(code);
+  return scan.run() ? scan.edits : null;
+}
+
+// The constructor as the runtime made it, whatever a session's program does to `Function`.
+const FunctionConstructor = Function;
+
+// Whether QuickJS compiles `code` (as a function's body: a script's grammar but for `return`,
+// which the eval refuses anyway).
+function compiles(code) {
+  try {
+    new FunctionConstructor(code);
+    return true;
+  } catch (_) {
+    return false;
+  }
+}
+
+class Scan {
+  constructor(code) {
+    this.code = code;
+    // Where the token being read starts.
+    this.at = 0;
+    this.edits = [];
+    // Open brackets, innermost last: "(", "if(" (a statement's head), "[", "{", "${" (a
+    // template's substitution) or a class declaration's body ({class: start, name}).
+    this.open = [];
+    // The last token: {kind: "word" | "name" | "value" | "punctuator", text, head?}; null at
+    // the start. `head`: a `)` that closes a statement's head.
+    this.last = null;
+    // Whether a line ends between the last token and this one.
+    this.newline = false;
+    // A declaration being read: {keyword: "let", start} until the token after `let` says;
+    // {keyword: "class", start, name?, heritage?} until its body opens.
+    this.pending = null;
+  }
+
+  // Reads every token; false to give up.
+  run() {
+    while (this.at < this.code.length) {
+      const tokens = this.code.slice(this.at).match(TOKENS);
+      for (const text of tokens) {
+        const token = this.token(text);
+        if (token === null) return false;
+        if (token === RESYNC) break;
+        if (token === RAN) this.newline = false;
+        else if (token !== SPACE) {
+          if (!this.declaration(token)) return false;
+          this.last = token;
+          this.newline = false;
+        }
+      }
+    }
+    return this.open.length === 0 && this.pending === null;
+  }
+
+  // The token `text` at `at`, after which `at` is; SPACE for a space or comment; RAN for a run
+  // (see stretch); RESYNC when it was read with a pattern of its own (`at` is after it, the rest must be matched again); null
+  // to give up.
+  token(text) {
+    const start = this.at;
+    this.at += text.length;
+    const c = text.charCodeAt(0);
+    if (c === 10 || c === 13) {
+      this.newline = true;
+      return SPACE;
+    }
+    if (text.length > 1) {
+      const second = text.charCodeAt(1);
+      if (c === 47 && (second === 47 || second === 42)) { // A comment.
+        if (second === 42 && LINE_END.test(text)) this.newline = true;
+        return SPACE;
+      }
+      if (c === 39 || c === 34 || c === 96) return { kind: "value", text: text[0] }; // A string, a template.
+      if ((c === 43 || c === 45) && text === (c === 43 ? "++" : "--")) return { kind: "punctuator", text };
+    }
+    if (isWordStart(c) && KEYWORDS.has(text)) return { kind: "word", text };
+    if (PUNCTUATORS.includes(text)) {
+      if (c === 47) return this.slash(start);
+      return this.bracket(text);
+    }
+    if (c === 96) return this.template(start + 1); // A backtick alone: a template with substitutions.
+    if (c === 39 || c === 34 || c === 92 || c > 126) return null;
+    return this.stretch(text);
+  }
+
+  // A run: nothing in it opens or closes; what it ends with is the last token, unless a
+  // declaration being read must see its tokens. RAN, or SPACE for spaces alone.
+  stretch(text) {
+    if (this.pending !== null) {
+      for (const part of text.match(RUN_TOKENS)) {
+        const token = runToken(part);
+        if (token === null) return null;
+        if (token === SPACE) continue;
+        if (!this.declaration(token)) return null;
+        this.last = token;
+        this.newline = false;
+      }
+      return RAN;
+    }
+    const end = RUN_END.exec(text);
+    if (end === null) return SPACE; // Spaces alone.
+    if (end[2] === ".") return null;
+    this.last = end[1] !== undefined ? wordToken(end[1]) : { kind: "punctuator", text: end[2] };
+    return RAN;
+  }
+
+  // A punctuator, with the bracket it opens or closes.
+  bracket(text) {
+    if (text === "(") this.open.push(this.last !== null && HEADS.has(this.last.text) ? "if(" : "(");
+    if (text === "[" || text === "{") this.open.push(text);
+    if (text === "]" && this.open.pop() !== "[") return null;
+    if (text === ")") {
+      const closed = this.open.pop();
+      if (closed !== "(" && closed !== "if(") return null;
+      return { kind: "punctuator", text, head: closed === "if(" };
+    }
+    if (text === "}") {
+      const closed = this.open.pop();
+      if (closed === "${") return this.template(this.at);
+      if (typeof closed === "object" && closed !== null) {
+        this.edits.push(...classEdits(closed.class, this.at, closed.name));
+      } else if (closed !== "{") {
+        return null;
+      }
+    }
+    return { kind: "punctuator", text };
+  }
+
+  // Reads with `pattern` from `from`; the match, `at` after it, or null.
+  read(pattern, from) {
+    pattern.lastIndex = from;
+    const found = pattern.exec(this.code);
+    if (found !== null) this.at = pattern.lastIndex;
+    return found;
+  }
+
+  // A template's text from `from` (after its backtick or a substitution's closing brace), to
+  // its end or its next substitution.
+  template(from) {
+    const chunk = this.read(TEMPLATE, from);
+    if (chunk === null) return null;
+    if (chunk[1] === "`") return this.resynced({ kind: "value", text: "`" });
+    this.open.push("${");
+    return this.resynced({ kind: "punctuator", text: "${" });
+  }
+
+  // A `/` at `from`: a regular expression where an expression may start, a division where one
+  // ended.
+  slash(from) {
+    const last = this.last;
+    let regex;
+    if (last === null) regex = true;
+    else if (last.kind === "word") {
+      if (NAMES_TOO.has(last.text)) return null;
+      regex = true;
+    } else if (last.kind === "name" || last.kind === "value") regex = false;
+    else if (last.text === ")") regex = last.head;
+    else if (["}", "++", "--"].includes(last.text)) return null;
+    else regex = last.text !== "]";
+    if (!regex) return { kind: "punctuator", text: "/" };
+    return this.read(REGEX, from) === null ? null : this.resynced({ kind: "value", text: "/" });
+  }
+
+  // `token`, read with a pattern of its own: taken as the last token, and the rest is matched
+  // again from after it.
+  resynced(token) {
+    if (!this.declaration(token)) return null;
+    this.last = token;
+    this.newline = false;
+    return RESYNC;
+  }
+
+  // Whether a statement may start at `token` (which is outside every bracket): null when the
+  // token before does not say.
+  startsStatement() {
+    const last = this.last;
+    if (last === null) return true;
+    if (last.kind === "word" || last.text === "++" || last.text === "--") return null;
+    if (last.text === ";" || last.text === "}") return true;
+    if (last.text === ")") return null;
+    if (last.kind === "punctuator" && last.text !== "]") return false;
+    return this.newline;
+  }
+
+  // Follows `token` through a top-level declaration; false to give up.
+  declaration(token) {
+    const pending = this.pending;
+    if (pending !== null) return this.pendingDeclaration(pending, token);
+    if (this.open.length !== 0 || token.kind !== "word") return true;
+    if (token.text !== "let" && token.text !== "const" && token.text !== "class") return true;
+    const starts = this.startsStatement();
+    if (starts === null && (token.text === "let" || this.last.kind === "word" || this.last.text !== ")")) {
+      return false;
+    }
+    if (starts === false) return true;
+    const start = this.at - token.text.length;
+    if (token.text === "const") this.edits.push(declarationEdit(start, "const"));
+    else this.pending = { keyword: token.text, start };
+    return true;
+  }
+
+  pendingDeclaration(pending, token) {
+    if (pending.keyword === "let") {
+      this.pending = null;
+      if (token.text === "in" || token.text === "instanceof") return false;
+      // The `[` or `{` was pushed as opened: a pattern, as the grammar takes it after `let`.
+      if (token.kind === "name" || token.kind === "word" || token.text === "[" || token.text === "{") {
+        this.edits.push(declarationEdit(pending.start, "let"));
+      }
+      return true;
+    }
+    if (pending.name === undefined) {
+      if (token.kind !== "name") return false;
+      pending.name = token.text;
+      return true;
+    }
+    if (token.text === "extends" && pending.heritage === undefined) {
+      pending.heritage = true;
+      return true;
+    }
+    const depth = this.open.length;
+    if (token.text === "{" && depth === 1) {
+      // Its body: the class ends where this brace closes.
+      this.open[0] = { class: pending.start, name: pending.name };
+      this.pending = null;
+      return true;
+    }
+    // A heritage of names, calls and members: anything else is the parse's to read.
+    return pending.heritage === true && (depth > 0 || token.kind === "name" ||
+      token.text === "." || token.text === "?" || token.text === ")" || token.text === "]");
+  }
+}
+
+// A token of a run (RUN_TOKENS): null for one the scan does not take.
+function runToken(text) {
+  const c = text.charCodeAt(0);
+  if (c === 32 || c === 9 || c === 11 || c === 12) return SPACE;
+  if (isWordStart(c) || (c >= 48 && c <= 57) || (c === 46 && text.length > 1)) return wordToken(text);
+  return c > 126 ? null : { kind: "punctuator", text };
+}
+
+// A word or a number, as a token.
+function wordToken(text) {
+  const c = text.charCodeAt(0);
+  if (c >= 48 && c <= 57 || c === 46) return { kind: "value", text: "0" };
+  return { kind: KEYWORDS.has(text) ? "word" : VALUES.has(text) ? "value" : "name", text };
+}
+
+const SPACE = { kind: "space" };
+const RESYNC = { kind: "resync" };
+const RAN = { kind: "run" };

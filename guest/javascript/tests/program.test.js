@@ -7,6 +7,10 @@
 // itself against V8's eval of the program with its `await`s removed (every `await` there is of
 // a plain value, so removing it changes nothing else), then the rewrite, as a plain program and
 // as a session's. Then random programs of every statement kind are checked the same way.
+//
+// A session's top-level declarations are found from the program's tokens (scanDeclarations)
+// where they can be, by acorn's parse otherwise: the two must agree on every program the scan
+// answers, and the scan must answer the common ones.
 
 "use strict";
 
@@ -20,7 +24,7 @@ const guest = path.join(__dirname, "..");
 const rewrite = vm.runInThisContext(
   fs.readFileSync(path.join(guest, "web-apis.js"), "utf8") + "\n" +
   fs.readFileSync(path.join(guest, "program.js"), "utf8") +
-  "\n;({ asyncProgram })",
+  "\n;({ asyncProgram, scanDeclarations, parsedDeclarations, sessionDeclarations })",
 );
 
 // What a direct `eval` of `text` in a fresh realm comes to, as the runner evaluates a program:
@@ -148,4 +152,68 @@ function generator(seed) {
 test("completion value: random programs of every statement kind", async () => {
   const next = generator(20261201);
   for (let i = 0; i < 3000; i++) await check(next());
+});
+
+// ---- A session's declarations: the scan against the parse ----------------------------------
+
+// Programs whose tokens need a second look: regular expressions and divisions, templates in
+// templates, comments and strings holding brackets and keywords, `let` as a name, statements
+// without semicolons, classes of every heritage.
+const tricky = [
+  "const xs = []; for (let i = 0; i < 100; i++) xs.push(i * i); JSON.stringify(xs.reduce((a, b) => a + b, 0))",
+  "class A extends B.c { m() { return `x${ {a:1}.a }` } }\nlet [q] = [1]\nconst r = /a{/g",
+  "var B = { c: class {} }; class A extends B.c {}", "let = 5; let\nx = 1", "var let = 1; let.x = 2",
+  "x = 4; y = 2; z = x / y; w = /re/.test('re')", "var foo = () => 1\nfoo()\nconst z = 2",
+  "if (true) /a/.test('a')\nconst k = 1", "const s = `a${`b${1}`}c`; let t = s.length / 2\nclass Q {}",
+  "function mixin(b, o) { return b } class B {} class A extends mixin(B, {x: 1}) { }",
+  "var x = 1.\nconst y = 2 / 3", "const a = '{', b = \"}\", c = `${'}'}{`; let d = a + b + c",
+  "// const nope = 1\n/* let nope = 2 */ const yes = 3 /* } */", "const { p, q: [r] } = { p: 1, q: [2] }",
+  "let [m, ...n] = [1, 2, 3]; class K { static x = 1; #y = 2; get y() { return this.#y } }",
+  "var o = { let: 1, const: 2, class: 3 }; o.let + o.const + o.class",
+  "label: { break label } const after = 1", "do ; while (false) const afterDo = 1",
+  "var i = 0; i++\nconst afterIncrement = i", "var a = [1]\n[0].length\nconst c = 1",
+  "var re = /[/]{/g, s = 'x'.replace(re, '')\nlet t = s", "const n = (1 + 2) / 3; let m = n",
+  "for (const v of [1]) { let w = v } const after = 2", "switch (1) { case 1: let x = 1 } let y = 2",
+  "try { const a = 1 } catch { let b = 2 } finally { class C {} } class D {}",
+  "const f = function () { const inner = 1; return inner }\nf()",
+  "const g = async () => { let x = await 1; return x }; let h = g",
+  "var w = 'a\\\n b'; let after = w", "(function () {})\nclass AfterParen {}",
+  "const x = 1; typeof /re/; let y = x", "var tpl = `${1}${`${2}`}`\nconst z = tpl",
+  "var x = {} / 2\nconst y = 1", "{ let inBlock = 1 } let outside = 2", "const a = 1, b = 2, c = a + b",
+  "x = 1\n++x\nconst y = x", "class E extends (class {}) {}", "class F extends Object { constructor() { super() } }",
+  "let\n[a] = [1]", "let\n{b} = {b: 1}", "if (true) { } else { } const z = 3",
+];
+
+// Programs that do not run: the rewrite must leave them as they are, so that the eval says why.
+const invalid = ["const x;", "let x; let x;", "if (true) let x = 1", "let x = 1; var x = 2", "class { }",
+  "const y = ;", "let z = `${`", "const a = 1\nconst a = 2"];
+
+function agree(program) {
+  const scanned = rewrite.scanDeclarations(program);
+  if (scanned !== null) assert.deepEqual(scanned, rewrite.parsedDeclarations(program), program);
+  return scanned !== null;
+}
+
+test("session declarations: the scan agrees with the parse on tricky programs", () => {
+  const answered = tricky.filter(agree).length;
+  assert.ok(answered >= tricky.length - 6, `the scan answered ${answered} of ${tricky.length}`);
+});
+
+test("session declarations: a program that does not run is left as it is", () => {
+  for (const program of invalid) {
+    assert.equal(rewrite.scanDeclarations(program), null, program);
+    assert.equal(rewrite.sessionDeclarations(program), program);
+  }
+});
+
+test("session declarations: the scan agrees with the parse on random programs", () => {
+  const next = generator(20261202);
+  let answered = 0;
+  const programs = 3000;
+  for (let i = 0; i < programs; i++) {
+    // Declarations of every kind at the top level, after the generator's statements.
+    const program = withoutAwait(next()) + "\nlet l" + i + " = " + i + "; class C" + i + " {} const k" + i + " = `${" + i + "}`";
+    if (agree(program)) answered++;
+  }
+  assert.ok(answered >= programs * 0.95, `the scan answered ${answered} of ${programs}`);
 });
