@@ -142,6 +142,11 @@ impl Task {
     fn starts_warm(&self) -> bool {
         self.resumes().is_none()
     }
+
+    /// Whether it is a session's first exec.
+    fn starts_session(&self) -> bool {
+        matches!(self.scope, Scope::Session(None))
+    }
 }
 
 /// Who owns a queued task: nobody yet, the worker that took it, or its caller, who gave up

@@ -109,6 +109,8 @@ struct FakeGuest {
     poisoned: bool,
     /// Programs run since the last reset: what a program would see of the ones before it.
     runs_since_reset: usize,
+    /// Whether the priming program ran since the last reset (or load).
+    primed: bool,
     /// The working directory of the last call.
     files: Files,
 }
@@ -117,7 +119,8 @@ impl Guest for FakeGuest {
     /// `ok:JSON` answers JSON; `spin` runs until interrupted; `sleep:MS` takes MS milliseconds
     /// unless interrupted; `abort` fails as a guest abort; `host-panic` panics as a host
     /// function would; `print:TEXT` writes TEXT to stdout, `print-spin:TEXT` too, then spins;
-    /// `seen` answers how many programs ran before it since the last reset; `mark:NAME:MS`
+    /// `seen` answers how many programs ran before it since the last reset; `primed` whether the
+    /// priming program did; `mark:NAME:MS`
     /// notes NAME as started and takes MS milliseconds; `held:NAME` notes NAME as started and
     /// ends when the test lets it go (see [`Control::release`]);
     /// with a policy, `refused:NAME` is refused as a runner refuses a program naming NAME;
@@ -161,6 +164,7 @@ impl Guest for FakeGuest {
                 cancelled()
             }
             ("seen", _) => ok(&(self.runs_since_reset - 1).to_string()),
+            ("primed", _) => ok(&self.primed.to_string()),
             ("mark", mark) => {
                 let (name, ms) = mark.split_once(':').unwrap();
                 let control = &self.control;
@@ -240,6 +244,7 @@ impl Guest for FakeGuest {
 
     fn load(&mut self, state: &SavedState) -> Result<(), GuestError> {
         self.runs_since_reset = *crate::sandbox::guest::saved_state::<usize>(state)?;
+        self.primed = false;
         Ok(())
     }
 
@@ -250,11 +255,13 @@ impl Guest for FakeGuest {
         }
         self.poisoned = false;
         self.runs_since_reset = 0;
+        self.primed = false;
         Ok(())
     }
 
     fn prime(&mut self) -> Result<bool, GuestError> {
         self.control.primes.fetch_add(1, Ordering::SeqCst);
+        self.primed = true;
         Ok(true)
     }
 
@@ -284,6 +291,7 @@ impl GuestFactory for FakeFactory {
             interrupt: Arc::default(),
             poisoned: false,
             runs_since_reset: 0,
+            primed: false,
             files: Files::new(),
         }))
     }
@@ -665,6 +673,29 @@ async fn a_session_job_that_poisons_its_sandbox_rolls_back_and_one_that_does_not
         ),
         3.0
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_session_starts_from_the_warm_snapshot_not_from_what_priming_left() {
+    let (pool, control, _) = pool(1);
+    primed(&control, 1).await;
+    let (first, after) = in_session(&pool, job("primed", 5_000), None).await;
+    assert_eq!(first.result, serde_json::json!(false));
+    assert_eq!(
+        control.resets.load(Ordering::SeqCst),
+        1,
+        "restored on its path"
+    );
+    // Its next exec runs on as it left the sandbox; a plain job still finds one primed.
+    let (next, _) = in_session(&pool, job("primed", 5_000), Some(saved(after).await)).await;
+    assert_eq!(next.result, serde_json::json!(false));
+    assert_eq!(control.resets.load(Ordering::SeqCst), 1);
+    settle(&pool, 1).await;
+    let fresh = submit(&pool, job("ok:1", 5_000)).await.unwrap();
+    assert_eq!(fresh.status, Status::Ok);
+    settle(&pool, 1).await;
+    let plain = submit(&pool, job("primed", 5_000)).await.unwrap();
+    assert_eq!(plain.result, serde_json::json!(true));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -181,14 +181,18 @@ impl Worker {
     /// *hot*) instead of going back to warm: the session's next exec, which the queue hands to
     /// this worker first, then runs with nothing to load and its pages already copied. Any
     /// other task restores the sandbox first (a job resuming another state loads it anyway).
+    /// So does a new session's first exec on a primed sandbox: a session starts from the warm
+    /// snapshot, not from what the priming program left (its imports, caches and counts), which
+    /// its first checkpoint would otherwise hold, and only when no job had waited for priming.
     fn serve(&self, guest: &mut dyn Guest, output: &OutputCapture) -> Option<Recycle> {
         self.shared.set_state(self.index, SlotState::Idle);
         // A new sandbox's first call maps into the VM every page it touches, which costs many
         // times a warm call: its priming program pays for most of that here, whatever
         // `--prime` says of the calls after each restore.
-        if let Err(reason) = self.prime_unless_a_job_waits(guest) {
-            return Some(reason);
-        }
+        let mut primed = match self.prime_unless_a_job_waits(guest) {
+            Ok(primed) => primed,
+            Err(reason) => return Some(reason),
+        };
         let mut hot: Option<StateRef> = None;
         while let Some((task, running)) = self.jobs.take(hot.as_ref().map(StateRef::key)) {
             if !task.claim.take() || task.reply.is_closed() || task.job.watcher_gone() {
@@ -209,9 +213,9 @@ impl Worker {
                 continue;
             }
             self.shared.set_state(self.index, SlotState::Busy);
-            if hot.is_some() && task.starts_warm() {
+            if (hot.is_some() && task.starts_warm()) || (primed && task.starts_session()) {
                 // On this task's path: no job found a warm sandbox idle.
-                hot = None;
+                (hot, primed) = (None, false);
                 if let Err(reason) = self.recover(guest, Fate::Sound) {
                     return Some(reason);
                 }
@@ -220,6 +224,7 @@ impl Worker {
             let (fate, kept) = self.run_task(guest, output, task, hot.take());
             // Its caller's share of the pool is free again as soon as the job is done.
             drop(running);
+            primed = false;
             if let (Fate::Sound, Some(kept)) = (fate, kept) {
                 hot = Some(kept);
                 self.shared.set_state(self.index, SlotState::Idle);
@@ -228,10 +233,11 @@ impl Worker {
             if let Err(reason) = self.recover(guest, fate) {
                 return Some(reason);
             }
-            if self.priming == Priming::WhenIdle
-                && let Err(reason) = self.prime_unless_a_job_waits(guest)
-            {
-                return Some(reason);
+            if self.priming == Priming::WhenIdle {
+                primed = match self.prime_unless_a_job_waits(guest) {
+                    Ok(primed) => primed,
+                    Err(reason) => return Some(reason),
+                };
             }
             self.shared.set_state(self.index, SlotState::Idle);
         }
@@ -278,29 +284,30 @@ impl Worker {
     /// Priming moves the cost of a sandbox's first writes (and, on a new sandbox, first
     /// touches) off the next request's path, but a job already waiting would wait for all of
     /// it: that job gets the sandbox as it is.
-    fn prime_unless_a_job_waits(&self, guest: &mut dyn Guest) -> Result<(), Recycle> {
+    /// Whether it primed the sandbox.
+    fn prime_unless_a_job_waits(&self, guest: &mut dyn Guest) -> Result<bool, Recycle> {
         if self.jobs.is_empty() {
             self.prime(guest)
         } else {
-            Ok(())
+            Ok(false)
         }
     }
 
-    /// Primes a new or freshly restored sandbox. A priming call that fails is undone by another
-    /// restore; an error says the sandbox must be rebuilt.
-    fn prime(&self, guest: &mut dyn Guest) -> Result<(), Recycle> {
+    /// Primes a new or freshly restored sandbox: whether a priming program ran in it. A priming
+    /// call that fails is undone by another restore; an error says the sandbox must be rebuilt.
+    fn prime(&self, guest: &mut dyn Guest) -> Result<bool, Recycle> {
         let started = PhaseStart::now();
         let primed = self.guarded(guest, RESET_LIMIT, |guest| guest.prime());
         let took = self.metrics.workers.ended(Phase::Prime, started);
         match primed {
             Ok(true) => {
                 self.metrics.prime.observe(took.as_secs_f64());
-                Ok(())
+                Ok(true)
             }
-            Ok(false) => Ok(()),
+            Ok(false) => Ok(false),
             Err(e) => {
                 warn!("priming the sandbox failed: {e}");
-                self.recover(guest, Fate::of(&e))
+                self.recover(guest, Fate::of(&e)).map(|()| false)
             }
         }
     }
