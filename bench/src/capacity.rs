@@ -22,8 +22,9 @@ use crate::native::native_args;
 use crate::targets::{PartReport, Target};
 use crate::{Args, BODY, PYTHON_BODY};
 
-/// The phases of the daemon's `hyperlightd_worker_*` counters that a warm execution has.
-const PHASES: [&str; 3] = ["call", "restore", "prime"];
+/// The phases of the daemon's `hyperlightd_worker_*` counters: a warm execution's, then a
+/// session exec's own.
+const PHASES: [&str; 5] = ["call", "restore", "prime", "session_load", "session_save"];
 
 /// One phase of a worker's time per execution.
 #[derive(Debug, Default, Clone, Serialize)]
@@ -41,14 +42,14 @@ pub struct WorkerCost {
     language: &'static str,
     /// `paced` (each request once the sandbox is idle: restored and primed) or `back_to_back`.
     mode: &'static str,
-    executions: f64,
+    pub executions: f64,
     phases: Vec<PhaseCost>,
     /// Busy milliseconds per execution, every phase.
     busy_ms: f64,
     /// Executions per second at the client (back to back only).
     per_s: Option<f64>,
     /// KVM's counters per execution, when the machine shows them.
-    kvm: Option<KvmCounts>,
+    pub kvm: Option<KvmCounts>,
 }
 
 impl WorkerCost {
@@ -70,6 +71,7 @@ impl WorkerCost {
         let parts: Vec<String> = self
             .phases
             .iter()
+            .filter(|p| p.ms > 0.0 || p.faults > 0.0)
             .map(|p| format!("{} {:.2} ms / {:.0} faults", p.phase, p.ms, p.faults))
             .collect();
         println!(
@@ -169,7 +171,7 @@ pub struct KvmCounts {
 
 impl KvmCounts {
     /// The counters now, or None when the machine does not show them.
-    fn read() -> Option<KvmCounts> {
+    pub fn read() -> Option<KvmCounts> {
         let stat = |name: &str| -> Option<f64> {
             std::fs::read_to_string(format!("/sys/kernel/debug/kvm/{name}"))
                 .ok()?
@@ -185,7 +187,7 @@ impl KvmCounts {
     }
 
     /// The counts from `before` to now, per one of `executions`.
-    fn since(before: Option<KvmCounts>, executions: f64) -> Option<KvmCounts> {
+    pub fn since(before: Option<KvmCounts>, executions: f64) -> Option<KvmCounts> {
         let (before, now) = (before?, KvmCounts::read()?);
         Some(KvmCounts {
             npt_faults: (now.npt_faults - before.npt_faults) / executions,

@@ -15,6 +15,7 @@ use hyperlightd_client::{
 };
 use serde::Serialize;
 
+use crate::capacity::{KvmCounts, WorkerCost, worker_cost};
 use crate::python_library::resident_mib;
 use crate::targets::Target;
 use crate::{Args, BODY, Latency, PYTHON_BODY, histogram_totals, start_daemon, wait_until_idle};
@@ -87,6 +88,10 @@ pub struct SessionFigures {
     fork_added_mib: f64,
     /// Sessions that ran the cell and answered, of [`SERVED_SESSIONS`] (native Python only).
     sessions_served: Option<usize>,
+    /// Where a worker's time goes per plain warm exec and per paced session exec (its save
+    /// included), from the daemon's worker counters and KVM's; None if not counted.
+    plain_cost: Option<WorkerCost>,
+    paced_cost: Option<WorkerCost>,
     /// A paced session exec after its session's first exec, and after [`LONG_CHAIN`].
     after_first_exec: Latency,
     after_long_chain: Latency,
@@ -168,6 +173,7 @@ async fn measure(args: &Args, subject: &Subject) -> Result<SessionFigures> {
     wait_until_idle(client).await?;
     let plain = ExecRequest::new(subject.language, subject.program);
     let mut samples = Vec::with_capacity(n);
+    let counted = Counted::start(client).await?;
     for _ in 0..n {
         wait_until_idle(client).await?;
         let started = Instant::now();
@@ -175,6 +181,7 @@ async fn measure(args: &Args, subject: &Subject) -> Result<SessionFigures> {
         samples.push(started.elapsed());
     }
     let plain_warm = Latency::of(samples);
+    let plain_cost = counted.cost(client, subject, "plain").await?;
 
     let id = client
         .create_session(&CreateSessionRequest::new(subject.language))
@@ -183,6 +190,7 @@ async fn measure(args: &Args, subject: &Subject) -> Result<SessionFigures> {
     let exec = SessionExecRequest::new(subject.program);
     let n = n.min(SESSION_ITERATIONS);
     let mut samples = Vec::with_capacity(n);
+    let counted = Counted::start(client).await?;
     for _ in 0..n {
         // The state the last exec left is saved and the worker back to warm.
         wait_until_idle(client).await?;
@@ -194,6 +202,8 @@ async fn measure(args: &Args, subject: &Subject) -> Result<SessionFigures> {
         samples.push(started.elapsed());
     }
     let session_exec = Latency::of(samples);
+    wait_until_idle(client).await?;
+    let paced_cost = counted.cost(client, subject, "session").await?;
     wait_until_idle(client).await?;
     let (mut samples, mut queued) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for _ in 0..n {
@@ -272,6 +282,8 @@ async fn measure(args: &Args, subject: &Subject) -> Result<SessionFigures> {
         long_chain_growth_mib: chain.chain_growth_mib,
         fork_churn_growth_mib: chain.churn_growth_mib,
         cell: subject.cell,
+        plain_cost,
+        paced_cost,
         plain_warm,
         session_exec,
         back_to_back,
@@ -530,6 +542,36 @@ fn check(status: ExecStatus, program: &str) -> Result<()> {
     Ok(())
 }
 
+/// The daemon's worker counters and KVM's at the start of a run of execs.
+struct Counted {
+    metrics: String,
+    kvm: Option<KvmCounts>,
+}
+
+impl Counted {
+    async fn start(client: &Client) -> Result<Counted> {
+        Ok(Counted {
+            metrics: client.metrics().await?,
+            kvm: KvmCounts::read(),
+        })
+    }
+
+    /// The worker's cost per exec since the start; None when no exec was counted.
+    async fn cost(
+        self,
+        client: &Client,
+        subject: &Subject,
+        mode: &'static str,
+    ) -> Result<Option<WorkerCost>> {
+        let after = client.metrics().await?;
+        let cost = worker_cost(subject.language, mode, &self.metrics, &after, None).ok();
+        Ok(cost.map(|mut cost| {
+            cost.kvm = KvmCounts::since(self.kvm, cost.executions);
+            cost
+        }))
+    }
+}
+
 /// Prints (h)'s rows.
 pub fn print(figures: &[SessionFigures], row: impl Fn(&str, &Latency)) {
     println!(
@@ -548,6 +590,10 @@ pub fn print(figures: &[SessionFigures], row: impl Fn(&str, &Latency)) {
             "    of which queued (its queued_ms)",
             &f.back_to_back_queued,
         );
+        for cost in [&f.plain_cost, &f.paced_cost].into_iter().flatten() {
+            print!("    ");
+            cost.print();
+        }
         row(&format!("  {r} fork"), &f.fork);
         println!(
             "    a checkpoint holds {:.2} MiB after a trivial exec, {:.2} MiB after one that \

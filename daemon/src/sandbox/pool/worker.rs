@@ -214,8 +214,9 @@ impl Worker {
             }
             self.shared.set_state(self.index, SlotState::Busy);
             if (hot.is_some() && task.starts_warm()) || (primed && task.starts_session()) {
-                // On this task's path: no job found a warm sandbox idle.
-                (hot, primed) = (None, false);
+                // On this task's path (no job found a warm sandbox idle, or a new session
+                // found one primed).
+                hot = None;
                 if let Err(reason) = self.recover(guest, Fate::Sound) {
                     return Some(reason);
                 }
