@@ -237,7 +237,7 @@ const classEdits = (start, end, name) => [[start, start, "var " + name + " = "],
 // A program's tokens, read by one match over the rest of its text: a line's end, comments,
 // strings, templates without substitutions, the keywords the scan looks for (KEYWORD), `++` and
 // `--`, and *runs* of everything between: spaces, names, numbers and the punctuators that are
-// neither brackets nor `;` nor `/`, which the scan only looks into where it must (lastOf, and
+// neither brackets nor `;` nor `/`, which the scan only looks into where it must (its end, and
 // after a declaration's keyword). Any other character is a token alone: a bracket, `;`, and a
 // `/` or a backtick that nothing before matched, which depends on what came before (the scan
 // reads it with REGEX or TEMPLATE, then matches the rest again); one outside ASCII, a quote
