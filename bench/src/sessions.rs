@@ -99,6 +99,8 @@ pub struct SessionFigures {
     /// forks each run once and deleted, in MiB.
     long_chain_growth_mib: f64,
     fork_churn_growth_mib: f64,
+    /// The same growth over the forks, by kind of memory.
+    fork_churn_growth: ProcessMemory,
 }
 
 /// What one language's run needs.
@@ -281,6 +283,7 @@ async fn measure(args: &Args, subject: &Subject) -> Result<SessionFigures> {
         after_long_chain: chain.after_long,
         long_chain_growth_mib: chain.chain_growth_mib,
         fork_churn_growth_mib: chain.churn_growth_mib,
+        fork_churn_growth: chain.churn_growth,
         cell: subject.cell,
         plain_cost,
         paced_cost,
@@ -344,6 +347,7 @@ struct Chain {
     after_long: Latency,
     chain_growth_mib: f64,
     churn_growth_mib: f64,
+    churn_growth: ProcessMemory,
 }
 
 /// A session of [`LONG_CHAIN`] trivial execs: paced execs timed after its first and after the
@@ -373,6 +377,7 @@ async fn long_chain(client: &Client, subject: &Subject, pid: u32) -> Result<Chai
     let after_long = paced(client, &id, step).await?;
     wait_until_idle(client).await?;
     let before = resident_mib(pid)?;
+    let parts_before = ProcessMemory::read(pid)?;
     for n in 0..FORK_CHURN {
         if n % 200 == 199 {
             eprintln!(
@@ -386,13 +391,54 @@ async fn long_chain(client: &Client, subject: &Subject, pid: u32) -> Result<Chai
     }
     wait_until_idle(client).await?;
     let churn_growth_mib = resident_mib(pid)? - before;
+    let churn_growth = ProcessMemory::read(pid)?.minus(&parts_before);
     client.delete_session(&id).await?;
     Ok(Chain {
         after_first,
         after_long,
         chain_growth_mib,
         churn_growth_mib,
+        churn_growth,
     })
+}
+
+/// A process's resident memory by kind (`/proc/PID/status`), in MiB, and its mappings
+/// (`/proc/PID/maps`): what grew tells a heap from mapped snapshot memory from mappings kept.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct ProcessMemory {
+    anonymous_mib: f64,
+    shared_mib: f64,
+    file_mib: f64,
+    mappings: f64,
+}
+
+impl ProcessMemory {
+    fn read(pid: u32) -> Result<ProcessMemory> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let mib = |key: &str| -> f64 {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix(key))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+                .map_or(f64::NAN, |kib| kib / 1024.0)
+        };
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+        Ok(ProcessMemory {
+            anonymous_mib: mib("RssAnon:"),
+            shared_mib: mib("RssShmem:"),
+            file_mib: mib("RssFile:"),
+            mappings: maps.lines().count() as f64,
+        })
+    }
+
+    fn minus(&self, before: &ProcessMemory) -> ProcessMemory {
+        ProcessMemory {
+            anonymous_mib: self.anonymous_mib - before.anonymous_mib,
+            shared_mib: self.shared_mib - before.shared_mib,
+            file_mib: self.file_mib - before.file_mib,
+            mappings: self.mappings - before.mappings,
+        }
+    }
 }
 
 /// [`CHAIN_SAMPLES`] execs of `code` in session `id`, each once the daemon is idle, timed.
@@ -612,6 +658,12 @@ pub fn print(figures: &[SessionFigures], row: impl Fn(&str, &Latency)) {
             "    the daemon's resident memory grew {:.1} MiB over the {LONG_CHAIN} execs, {:.1} \
              MiB over {FORK_CHURN} forks each run once and deleted",
             f.long_chain_growth_mib, f.fork_churn_growth_mib
+        );
+        let g = &f.fork_churn_growth;
+        println!(
+            "    over the forks: anonymous {:+.1} MiB, shared memory {:+.1} MiB, files {:+.1} MiB; \
+             {:+.0} mappings",
+            g.anonymous_mib, g.shared_mib, g.file_mib, g.mappings
         );
         if let Some(served) = f.sessions_served {
             println!("    sessions one daemon served: {served} of {SERVED_SESSIONS}");
