@@ -15,6 +15,7 @@ use nix::unistd::Pid;
 use serde::Serialize;
 
 use crate::common::{Daemon, Latency, print_row, python_pool, start_daemon};
+use crate::sessions::{TRIVIAL_EXECS, trivial_exec};
 use crate::targets::{PartReport, Target};
 use crate::{Args, BODY, PYTHON_BODY, histogram_totals, wait_until_idle};
 
@@ -225,16 +226,10 @@ async fn disk_bytes(client: &Client) -> Result<f64> {
         .unwrap_or(f64::NAN))
 }
 
-/// Trivial execs whose checkpoints' disk is measured, after the one that sets `n`.
-const TRIVIAL_EXECS: usize = 5;
-
 /// The disk a trivial exec's checkpoint takes in a session of `language`, in MiB: the median
 /// growth of the daemon's gauge over [`TRIVIAL_EXECS`] execs of `n += 1`, each on disk.
 async fn trivial_disk(client: &Client, language: Language) -> Result<f64> {
-    let start = match language {
-        Language::Python => "n = 0",
-        _ => "globalThis.n = 0",
-    };
+    let (start, step) = trivial_exec(language);
     let id = client
         .create_session(&CreateSessionRequest::new(language))
         .await?
@@ -244,7 +239,7 @@ async fn trivial_disk(client: &Client, language: Language) -> Result<f64> {
     let mut grown = Vec::with_capacity(TRIVIAL_EXECS);
     for _ in 0..TRIVIAL_EXECS {
         let before = disk_bytes(client).await?;
-        let number = session_exec(client, &id, "n += 1").await?;
+        let number = session_exec(client, &id, step).await?;
         durable(client, &id, number).await?;
         grown.push((disk_bytes(client).await? - before) / f64::from(1 << 20));
     }

@@ -144,12 +144,16 @@ async fn measure(args: &Args, variant: &Variant) -> Result<LibraryFigures> {
 /// A process's resident memory, in MiB.
 pub fn resident_mib(pid: u32) -> Result<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status_mib(&status, "VmRSS:").context("no VmRSS in /proc/PID/status")
+}
+
+/// The field `key` (`VmRSS:`, `RssAnon:`, ...) of a `/proc/PID/status` text, in MiB.
+pub fn status_mib(status: &str, key: &str) -> Option<f64> {
     let kib: f64 = status
         .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
-        .context("no VmRSS in /proc/PID/status")?;
-    Ok(kib / 1024.0)
+        .find_map(|line| line.strip_prefix(key))
+        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())?;
+    Some(kib / 1024.0)
 }
 
 /// Prints (g).

@@ -16,7 +16,7 @@ use hyperlightd_client::{
 use serde::Serialize;
 
 use crate::capacity::{KvmCounts, WorkerCost, worker_cost};
-use crate::python_library::resident_mib;
+use crate::python_library::{resident_mib, status_mib};
 use crate::targets::Target;
 use crate::{Args, BODY, Latency, PYTHON_BODY, histogram_totals, start_daemon, wait_until_idle};
 
@@ -30,7 +30,7 @@ const IDLE_SESSIONS: usize = 20;
 const SERVED_SESSIONS: usize = 100;
 
 /// Trivial execs whose checkpoints are measured.
-const TRIVIAL_EXECS: usize = 5;
+pub const TRIVIAL_EXECS: usize = 5;
 
 /// What the exec that writes N MiB writes.
 const WRITTEN_MIB: f64 = 8.0;
@@ -206,7 +206,6 @@ async fn measure(args: &Args, subject: &Subject) -> Result<SessionFigures> {
     let session_exec = Latency::of(samples);
     wait_until_idle(client).await?;
     let paced_cost = counted.cost(client, subject, "session").await?;
-    wait_until_idle(client).await?;
     let (mut samples, mut queued) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for _ in 0..n {
         let started = Instant::now();
@@ -301,20 +300,21 @@ async fn measure(args: &Args, subject: &Subject) -> Result<SessionFigures> {
     })
 }
 
+/// A trivial exec of `language` (`n += 1`), and the exec that sets `n` before it.
+pub fn trivial_exec(language: Language) -> (&'static str, &'static str) {
+    match language {
+        Language::Python => ("n = 0", "n += 1"),
+        _ => ("globalThis.n = 0", "n += 1"),
+    }
+}
+
 /// What a checkpoint holds of its own, in MiB: after a trivial exec (the median of
 /// [`TRIVIAL_EXECS`]) and after an exec that writes [`WRITTEN_MIB`] of fresh bytes.
 async fn checkpoint_sizes(client: &Client, subject: &Subject) -> Result<(f64, f64)> {
-    let (start, step, write) = match subject.language {
-        Language::Python => (
-            "n = 0",
-            "n += 1",
-            "blob = bytes(range(1, 256)) * (8 * 1024 * 1024 // 255)\nlen(blob)",
-        ),
-        _ => (
-            "globalThis.n = 0",
-            "n += 1",
-            "globalThis.blob = new Uint8Array(8 * 1024 * 1024).fill(7); blob.length",
-        ),
+    let (start, step) = trivial_exec(subject.language);
+    let write = match subject.language {
+        Language::Python => "blob = bytes(range(1, 256)) * (8 * 1024 * 1024 // 255)\nlen(blob)",
+        _ => "globalThis.blob = new Uint8Array(8 * 1024 * 1024).fill(7); blob.length",
     };
     let id = client
         .create_session(&CreateSessionRequest::new(subject.language))
@@ -415,13 +415,7 @@ pub struct ProcessMemory {
 impl ProcessMemory {
     fn read(pid: u32) -> Result<ProcessMemory> {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-        let mib = |key: &str| -> f64 {
-            status
-                .lines()
-                .find_map(|line| line.strip_prefix(key))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-                .map_or(f64::NAN, |kib| kib / 1024.0)
-        };
+        let mib = |key: &str| status_mib(&status, key).unwrap_or(f64::NAN);
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
         Ok(ProcessMemory {
             anonymous_mib: mib("RssAnon:"),
