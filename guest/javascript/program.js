@@ -320,19 +320,23 @@ class Scan {
         if (token === null) return false;
         if (token === RESYNC) break;
         if (token === RAN) this.newline = false;
-        else if (token !== SPACE) {
-          if (!this.declaration(token)) return false;
-          this.last = token;
-          this.newline = false;
-        }
+        else if (token !== SPACE && !this.take(token)) return false;
       }
     }
     return this.open.length === 0 && this.pending === null;
   }
 
+  // Takes `token` as the last one, following a declaration through it; false to give up.
+  take(token) {
+    if (!this.declaration(token)) return false;
+    this.last = token;
+    this.newline = false;
+    return true;
+  }
+
   // The token `text` at `at`, after which `at` is; SPACE for a space or comment; RAN for a run
-  // (see stretch); RESYNC when it was read with a pattern of its own (`at` is after it, the rest must be matched again); null
-  // to give up.
+  // (see stretch); RESYNC when it was read with a pattern of its own (`at` is after it, the
+  // rest must be matched again); null to give up.
   token(text) {
     const start = this.at;
     this.at += text.length;
@@ -367,10 +371,7 @@ class Scan {
       for (const part of text.match(RUN_TOKENS)) {
         const token = runToken(part);
         if (token === null) return null;
-        if (token === SPACE) continue;
-        if (!this.declaration(token)) return null;
-        this.last = token;
-        this.newline = false;
+        if (token !== SPACE && !this.take(token)) return null;
       }
       return RAN;
     }
@@ -441,10 +442,7 @@ class Scan {
   // `token`, read with a pattern of its own: taken as the last token, and the rest is matched
   // again from after it.
   resynced(token) {
-    if (!this.declaration(token)) return null;
-    this.last = token;
-    this.newline = false;
-    return RESYNC;
+    return this.take(token) ? RESYNC : null;
   }
 
   // Whether a statement may start at `token` (which is outside every bracket): null when the
