@@ -1,6 +1,6 @@
 //! The metrics of sessions kept on disk (`--state-dir`).
 
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts};
 
 use super::SANDBOX_BUCKETS;
 use crate::job::Language;
@@ -45,7 +45,7 @@ pub struct DurableMetrics {
 
 impl DurableMetrics {
     /// Creates the metrics and registers them in `registry`.
-    pub(super) fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+    pub(super) fn register(registry: &super::Catalog) -> Result<Self, prometheus::Error> {
         let counter = |name: &str, help: &str, label: &str| {
             IntCounterVec::new(Opts::new(name, help), &[label])
         };
@@ -90,14 +90,14 @@ impl DurableMetrics {
                 "outcome",
             )?,
         };
-        registry.register(Box::new(metrics.written.clone()))?;
-        registry.register(Box::new(metrics.write_failures.clone()))?;
-        registry.register(Box::new(metrics.durable.clone()))?;
-        registry.register(Box::new(metrics.disk_bytes.clone()))?;
-        registry.register(Box::new(metrics.load_failures.clone()))?;
-        registry.register(Box::new(metrics.restore.clone()))?;
-        registry.register(Box::new(metrics.parked.clone()))?;
-        registry.register(Box::new(metrics.recovered.clone()))?;
+        registry.register(&metrics.written)?;
+        registry.register(&metrics.write_failures)?;
+        registry.register(&metrics.durable)?;
+        registry.register(&metrics.disk_bytes)?;
+        registry.register(&metrics.load_failures)?;
+        registry.register(&metrics.restore)?;
+        registry.register(&metrics.parked)?;
+        registry.register(&metrics.recovered)?;
         Ok(metrics)
     }
 

@@ -1,7 +1,7 @@
 //! The metrics of outbound HTTP (egress): requests by outcome, bytes each way, and how long
 //! each took. Destinations are not labels (they are in the audit log).
 
-use prometheus::{Histogram, HistogramOpts, IntCounterVec, Opts, Registry};
+use prometheus::{Histogram, HistogramOpts, IntCounterVec, Opts};
 
 use super::DURATION_BUCKETS;
 
@@ -25,7 +25,7 @@ pub struct EgressMetrics {
 
 impl EgressMetrics {
     /// Creates the metrics and registers them in `registry`.
-    pub(super) fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+    pub(super) fn register(registry: &super::Catalog) -> Result<Self, prometheus::Error> {
         let metrics = EgressMetrics {
             requests: IntCounterVec::new(
                 Opts::new(EGRESS_REQUESTS_TOTAL, "Outbound HTTP requests, by outcome."),
@@ -43,9 +43,9 @@ impl EgressMetrics {
                     .buckets(DURATION_BUCKETS.to_vec()),
             )?,
         };
-        registry.register(Box::new(metrics.requests.clone()))?;
-        registry.register(Box::new(metrics.bytes.clone()))?;
-        registry.register(Box::new(metrics.seconds.clone()))?;
+        registry.register(&metrics.requests)?;
+        registry.register(&metrics.bytes)?;
+        registry.register(&metrics.seconds)?;
         Ok(metrics)
     }
 

@@ -9,15 +9,18 @@ use crate::job::tools::ToolSummary;
 use crate::job::{Language, PoolCounts, SessionCounts, Status};
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    TextEncoder,
 };
 
+mod catalog;
 mod durable;
 mod egress;
 mod session;
 mod tools;
 mod worker;
 
+use self::catalog::Catalog;
+pub use self::catalog::MetricDoc;
 pub use self::durable::*;
 pub use self::egress::*;
 pub use self::session::*;
@@ -88,7 +91,7 @@ pub(crate) const SANDBOX_BUCKETS: &[f64] = &[
 /// The daemon's metrics, in a registry of their own.
 #[derive(Debug, Clone)]
 pub struct Metrics {
-    registry: Registry,
+    registry: Catalog,
     executions: IntCounterVec,
     duration: HistogramVec,
     rejected: IntCounterVec,
@@ -186,9 +189,14 @@ impl PoolMetrics {
 }
 
 impl Metrics {
+    /// What every metric is: name, type, help and labels, by name (the metric reference).
+    pub fn reference(&self) -> Vec<MetricDoc> {
+        self.registry.docs()
+    }
+
     /// Creates and registers every metric.
     pub fn new() -> Result<Self, prometheus::Error> {
-        let registry = Registry::new();
+        let registry = Catalog::default();
         let executions = IntCounterVec::new(
             Opts::new(EXECUTIONS_TOTAL, "Executions by language and final status."),
             &["language", "status"],
@@ -282,23 +290,23 @@ impl Metrics {
             ),
             &["language"],
         )?;
-        registry.register(Box::new(queue_wait.clone()))?;
-        registry.register(Box::new(guest_call.clone()))?;
-        registry.register(Box::new(template.clone()))?;
-        registry.register(Box::new(create.clone()))?;
-        registry.register(Box::new(restore.clone()))?;
-        registry.register(Box::new(prime.clone()))?;
-        registry.register(Box::new(recycled.clone()))?;
-        registry.register(Box::new(restored_after_poison.clone()))?;
-        registry.register(Box::new(worker_restarts.clone()))?;
-        registry.register(Box::new(executions.clone()))?;
-        registry.register(Box::new(duration.clone()))?;
-        registry.register(Box::new(rejected.clone()))?;
-        registry.register(Box::new(in_flight.clone()))?;
-        registry.register(Box::new(connections_open.clone()))?;
-        registry.register(Box::new(connections_dropped.clone()))?;
-        registry.register(Box::new(pool_sandboxes.clone()))?;
-        registry.register(Box::new(pool_idle.clone()))?;
+        registry.register(&queue_wait)?;
+        registry.register(&guest_call)?;
+        registry.register(&template)?;
+        registry.register(&create)?;
+        registry.register(&restore)?;
+        registry.register(&prime)?;
+        registry.register(&recycled)?;
+        registry.register(&restored_after_poison)?;
+        registry.register(&worker_restarts)?;
+        registry.register(&executions)?;
+        registry.register(&duration)?;
+        registry.register(&rejected)?;
+        registry.register(&in_flight)?;
+        registry.register(&connections_open)?;
+        registry.register(&connections_dropped)?;
+        registry.register(&pool_sandboxes)?;
+        registry.register(&pool_idle)?;
         let sessions = SessionMetrics::register(&registry)?;
         let tools = ToolMetrics::register(&registry)?;
         let egress = EgressMetrics::register(&registry)?;
@@ -310,7 +318,7 @@ impl Metrics {
             ),
             &["outcome"],
         )?;
-        registry.register(Box::new(audit.clone()))?;
+        registry.register(&audit)?;
         Ok(Metrics {
             registry,
             executions,

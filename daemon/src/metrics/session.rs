@@ -1,7 +1,7 @@
 //! The metrics of sessions.
 
 use crate::job::{Language, SessionCounts};
-use prometheus::{HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
+use prometheus::{HistogramVec, IntCounterVec, IntGaugeVec, Opts};
 
 use super::{SANDBOX_BUCKETS, histogram};
 
@@ -55,7 +55,7 @@ pub struct SessionMetrics {
 
 impl SessionMetrics {
     /// Creates the metrics and registers them in `registry`.
-    pub(super) fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+    pub(super) fn register(registry: &super::Catalog) -> Result<Self, prometheus::Error> {
         let gauge = |name: &str, help: &str| IntGaugeVec::new(Opts::new(name, help), &["language"]);
         let counter = |name: &str, help: &str, labels: &[&str]| {
             IntCounterVec::new(Opts::new(name, help), labels)
@@ -113,17 +113,17 @@ impl SessionMetrics {
             )?,
             durable: super::DurableMetrics::register(registry)?,
         };
-        registry.register(Box::new(metrics.resumes.clone()))?;
-        registry.register(Box::new(metrics.live.clone()))?;
-        registry.register(Box::new(metrics.memory.clone()))?;
-        registry.register(Box::new(metrics.created.clone()))?;
-        registry.register(Box::new(metrics.ended.clone()))?;
-        registry.register(Box::new(metrics.refused.clone()))?;
-        registry.register(Box::new(metrics.execs.clone()))?;
-        registry.register(Box::new(metrics.rollbacks.clone()))?;
-        registry.register(Box::new(metrics.save_failures.clone()))?;
-        registry.register(Box::new(metrics.save.clone()))?;
-        registry.register(Box::new(metrics.load.clone()))?;
+        registry.register(&metrics.resumes)?;
+        registry.register(&metrics.live)?;
+        registry.register(&metrics.memory)?;
+        registry.register(&metrics.created)?;
+        registry.register(&metrics.ended)?;
+        registry.register(&metrics.refused)?;
+        registry.register(&metrics.execs)?;
+        registry.register(&metrics.rollbacks)?;
+        registry.register(&metrics.save_failures)?;
+        registry.register(&metrics.save)?;
+        registry.register(&metrics.load)?;
         Ok(metrics)
     }
 

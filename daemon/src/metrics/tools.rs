@@ -1,6 +1,6 @@
 //! The metrics of tool calls.
 
-use prometheus::{HistogramVec, IntCounterVec, Opts, Registry};
+use prometheus::{HistogramVec, IntCounterVec, Opts};
 
 use super::{DURATION_BUCKETS, histogram};
 use crate::job::Language;
@@ -22,7 +22,7 @@ pub struct ToolMetrics {
 
 impl ToolMetrics {
     /// Creates the metrics and registers them in `registry`.
-    pub(super) fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+    pub(super) fn register(registry: &super::Catalog) -> Result<Self, prometheus::Error> {
         let metrics = ToolMetrics {
             calls: IntCounterVec::new(
                 Opts::new(TOOL_CALLS_TOTAL, "Tool calls, by outcome."),
@@ -34,8 +34,8 @@ impl ToolMetrics {
                 DURATION_BUCKETS,
             )?,
         };
-        registry.register(Box::new(metrics.calls.clone()))?;
-        registry.register(Box::new(metrics.wait.clone()))?;
+        registry.register(&metrics.calls)?;
+        registry.register(&metrics.wait)?;
         Ok(metrics)
     }
 

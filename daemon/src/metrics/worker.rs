@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use prometheus::{CounterVec, IntCounterVec, Opts, Registry};
+use prometheus::{CounterVec, IntCounterVec, Opts};
 
 use crate::job::Language;
 use crate::sys::memory::thread_minor_faults;
@@ -85,7 +85,7 @@ pub struct WorkerMetrics {
 
 impl WorkerMetrics {
     /// Creates the metrics and registers them in `registry`.
-    pub(super) fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+    pub(super) fn register(registry: &super::Catalog) -> Result<Self, prometheus::Error> {
         let labels = ["language", "phase"];
         let busy = CounterVec::new(
             Opts::new(
@@ -103,8 +103,8 @@ impl WorkerMetrics {
             ),
             &labels,
         )?;
-        registry.register(Box::new(busy.clone()))?;
-        registry.register(Box::new(faults.clone()))?;
+        registry.register(&busy)?;
+        registry.register(&faults)?;
         Ok(WorkerMetrics { busy, faults })
     }
 
@@ -148,7 +148,7 @@ mod tests {
 
     #[test]
     fn a_phase_counts_its_time_and_the_faults_of_the_memory_it_touched() {
-        let registry = Registry::new();
+        let registry = crate::metrics::Catalog::default();
         let workers = WorkerMetrics::register(&registry)
             .unwrap()
             .of(Language::Python);
