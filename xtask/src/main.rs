@@ -17,6 +17,7 @@
 //!   from npm with esbuild;
 //! - `dist`: the Debian package (see [`dist`]);
 //! - `image`: the container image, with no base image (see [`image`]);
+//! - `docs`: the book and its generated references (see [`docs`]);
 //! - `kvm`: say whether this host's KVM can run Hyperlight guests directly.
 //!
 //! Every step runs under a time limit and a timeout names the step.
@@ -24,6 +25,7 @@
 mod bench;
 mod deploy;
 mod dist;
+mod docs;
 mod e2e;
 mod image;
 mod js_vendor;
@@ -120,6 +122,14 @@ enum Cmd {
     PythonSdk,
     /// Regenerate api/openapi.json, the API's contract, from the wire types.
     Openapi,
+    /// Write the book's generated references (docs/reference/), then build the book into
+    /// target/book and check its links.
+    Docs {
+        /// Fail, changing nothing, when a committed reference differs from what the code
+        /// generates (CI).
+        #[arg(long)]
+        check: bool,
+    },
     /// Rebuild guest/javascript/web-apis.js from the npm packages guest/javascript/vendor/ pins.
     JsVendor,
     /// Build the Python guest, target/python-guest/python.aot, and its library,
@@ -189,6 +199,7 @@ fn main() -> ExitCode {
         }
         Cmd::JsVendor => js_vendor().map(|()| ExitCode::SUCCESS),
         Cmd::Openapi => openapi().map(|()| ExitCode::SUCCESS),
+        Cmd::Docs { check } => docs::docs(check).map(|()| ExitCode::SUCCESS),
         Cmd::PythonSdk => python_sdk()
             .and_then(|_| python_sdk_checks())
             .map(|()| ExitCode::SUCCESS),

@@ -1,0 +1,155 @@
+//! `cargo xtask docs`: the book (mdBook, sources in docs/, built into target/book) and the
+//! references it holds that are generated from the code, never written by hand:
+//!
+//! - `docs/reference/api.md` from `api/openapi.json` (itself generated from the wire types);
+//! - `docs/reference/hyperlightd.md` and `docs/reference/metrics.md` from the daemon's clap
+//!   definitions and metrics (its `reference` example prints them);
+//! - `docs/reference/hlctl.md` from hlctl's clap definitions (`hlctl --markdown-help`).
+//!
+//! `--check` fails when a committed reference differs from what the code generates; then the
+//! book is built and its links checked (mdbook-linkcheck), as `.ci/run` does.
+
+mod openapi;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+
+use crate::{cargo, step, workspace_root};
+
+/// mdBook and its link checker, installed from crates.io into target/tools (once).
+const MDBOOK: (&str, &str) = ("mdbook", "0.4.52");
+const LINKCHECK: (&str, &str) = ("mdbook-linkcheck", "0.7.7");
+
+/// Writes the generated references (or, with `check`, compares them with the committed ones),
+/// then builds the book into target/book and checks its links.
+pub fn docs(check: bool) -> Result<()> {
+    let root = workspace_root()?;
+    let mut stale = Vec::new();
+    for (name, text) in references(&root)? {
+        let path = root.join("docs/reference").join(name);
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        if committed == text {
+            continue;
+        }
+        if check {
+            stale.push(path.display().to_string());
+        } else {
+            std::fs::create_dir_all(path.parent().context("reference path")?)?;
+            std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+            eprintln!("==> wrote {}", path.display());
+        }
+    }
+    if !stale.is_empty() {
+        bail!(
+            "generated references differ from the code: {}; run `cargo xtask docs` and commit them",
+            stale.join(", ")
+        );
+    }
+    let tools = root.join("target/tools");
+    let mdbook = install(&tools, MDBOOK)?;
+    install(&tools, LINKCHECK)?;
+    let path = std::env::join_paths(std::iter::once(tools.join("bin")).chain(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+    ))?;
+    step(
+        "mdbook build docs (and its link check)",
+        Command::new(mdbook)
+            .arg("build")
+            .arg(root.join("docs"))
+            .env("PATH", path),
+        Duration::from_secs(300),
+    )?;
+    eprintln!(
+        "==> the book: {}",
+        root.join("target/book/html/index.html").display()
+    );
+    Ok(())
+}
+
+/// Each generated page, by its file name under docs/reference/.
+fn references(root: &Path) -> Result<Vec<(&'static str, String)>> {
+    let spec: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("api/openapi.json"))
+            .context("reading api/openapi.json")?,
+    )?;
+    Ok(vec![
+        ("api.md", openapi::render(&spec)),
+        (
+            "hyperlightd.md",
+            output(cargo().args([
+                "run",
+                "-q",
+                "-p",
+                "hyperlightd",
+                "--example",
+                "reference",
+                "--",
+                "options",
+            ]))?,
+        ),
+        (
+            "metrics.md",
+            output(cargo().args([
+                "run",
+                "-q",
+                "-p",
+                "hyperlightd",
+                "--example",
+                "reference",
+                "--",
+                "metrics",
+            ]))?,
+        ),
+        (
+            "hlctl.md",
+            output(cargo().args(["run", "-q", "-p", "hlctl", "--", "--markdown-help"]))?,
+        ),
+    ])
+}
+
+/// What `command` prints, which must succeed.
+fn output(command: &mut Command) -> Result<String> {
+    let out = command
+        .output()
+        .with_context(|| format!("running {command:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{command:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+/// The tool's binary under `tools/bin`, installed from crates.io at its pinned version if it
+/// is not there yet (or is another version).
+fn install(tools: &Path, (name, version): (&str, &str)) -> Result<PathBuf> {
+    let bin = tools.join("bin").join(name);
+    let marker = tools.join(format!("{name}.version"));
+    if bin.exists() && std::fs::read_to_string(&marker).unwrap_or_default() == version {
+        return Ok(bin);
+    }
+    step(
+        &format!("cargo install {name} {version} (once, into target/tools)"),
+        cargo()
+            .args([
+                "install",
+                "--locked",
+                "--force",
+                name,
+                "--version",
+                version,
+                "--root",
+            ])
+            .arg(tools)
+            // Its own target directory: the workspace's is the project's, and the workspace's
+            // `[patch]` and profile do not apply to an installed tool.
+            .env_remove("CARGO_TARGET_DIR"),
+        Duration::from_secs(1800),
+    )?;
+    std::fs::write(&marker, version)?;
+    Ok(bin)
+}
