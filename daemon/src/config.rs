@@ -46,10 +46,9 @@ pub struct Config {
     /// When a sandbox runs its language's priming program after the restore that follows each
     /// execution: `when-idle` (if no request is waiting: the next request's first writes are
     /// already paid for), `never` (each execution costs its worker less CPU, and the request
-    /// pays for the pages it writes), or `auto`, each runtime as measured to pay: native Python
-    /// when idle, JavaScript and WebAssembly Python never (docs/BENCHMARKS.md, issue 32).
-    /// Whatever it says, a new sandbox runs the priming program once before its first request
-    /// (unless a request is already waiting): its first call maps every page it touches.
+    /// pays for the pages it writes), or `auto`: native Python when idle, JavaScript and
+    /// WebAssembly Python never, where the benchmark found it pays. A new sandbox is always
+    /// primed once before its first request.
     #[arg(long, value_enum, env = "HYPERLIGHTD_PRIME", default_value_t = Prime::Auto)]
     pub prime: Prime,
 
@@ -138,8 +137,8 @@ pub struct Config {
     pub guest_heap_mib: u64,
 
     /// Guest heap of each Python sandbox, in MiB: the interpreter, the WebAssembly runtime and
-    /// the program's objects together. A sandbox's build time and the host memory its snapshots
-    /// hold grow with it (about twice the heap; see the README).
+    /// the program's objects together. A sandbox's build time and the host memory its template
+    /// holds grow with it.
     #[arg(long, default_value_t = 128)]
     pub python_heap_mib: u64,
 

@@ -7,6 +7,33 @@
 //! lists, quotas), `audit` the audit log, `session` the sessions. `sys` holds the platform
 //! specifics, `metrics` the Prometheus registry, `config` the command line. See
 //! docs/ARCHITECTURE.md.
+//!
+//! # Design: startup and shutdown
+//! `main.rs` parses the command line (clap; an error exits 64), sets up `tracing`, turns SIGTERM and
+//! SIGINT into stop requests (`sys::signals::stop_requests`) before anything slow starts, and runs
+//! `hyperlightd::run`: check the configuration (including the open-file limit, which
+//! `sys/files.rs` raises to the hard limit) → detect the hypervisor (`sys/hypervisor.rs`:
+//! `/dev/mshv` or `/dev/kvm`, the KVM module, open read-write) → bind the socket (`sys/socket.rs`:
+//! bound in a private 0700 directory, given mode 0660 and its group there, renamed into place; a
+//! stale file replaced, a live one refused, a directory others can write refused unless sticky) →
+//! load the Python library (when a Python pool is configured) → start the pools one after another,
+//! each making its template ready (loaded from `--snapshot-dir` when a fitting one is saved there,
+//! otherwise built) and building its first sandbox from it, all within `--startup-timeout-ms` →
+//! serve. A pool that fails or does not finish in time is judged by a probe sandbox of the built-in
+//! JavaScript guest (`javascript::probe_hypervisor`, `lib.rs` `blame`): a probe that fails or
+//! overruns the same limit makes it the hypervisor's failure (`probe_failed` explains it, naming
+//! `kvm_pvm` where that is the reason, exit 69); a probe that runs leaves it the language's (the
+//! message names the language and what failed, exit 70). The snapshot directory is created before the hypervisor is touched
+//! (uncreatable: exit 73). Each step logs its `elapsed_ms`. A
+//! stop request during startup ends it at once: the socket is removed, exit 0. Once serving, the
+//! daemon tells the service manager READY (with a status line naming the socket and pools); on the
+//! first stop request, STOPPING (`sys/notify.rs`; nothing without `NOTIFY_SOCKET`).
+//!
+//! On the first stop request the server drains: connections finish the request they are running
+//! (hyper-util's `GracefulShutdown`), up to `--drain-timeout-ms`; new connections are still
+//! accepted and answered `503 shutting_down`; health says `stopping` and readiness is 503. A second
+//! stop request ends the drain at once. Then the socket file is removed; exit 0. Startup errors
+//! carry exit codes (`StartError::exit_code`).
 
 // The Python guest's generated bindings (sandbox::python) name `::alloc`.
 extern crate alloc;

@@ -9,6 +9,39 @@
 //! with `--pod-identity` per pod: the daemon reads the caller's cgroup (see [`pod`]) and
 //! counts every process of one pod as one caller, whatever their uids, and two pods apart
 //! whatever theirs.
+//!
+//! # Design: callers, admission and the audit log
+//! The server reads each connection's peer credentials once, at accept (`Identify::caller`, tokio's
+//! `peer_cred`: `SO_PEERCRED`), and hands them with every request to `Api::handle`, which calls
+//! `Service::admit` before routing: `caller::Access` checks the allow lists (uid, primary gid,
+//! then the groups the user database gives the uid: `sys/users.rs`); a refusal is 403, logged and
+//! audited. With `--pod-identity`, `Identify::caller` also reads the peer's cgroup file
+//! (`sys/cgroup.rs`: `/proc/<pid>/cgroup`, used only if the peer's pidfd from `SO_PEERPIDFD` says
+//! it is still alive after the read) and `caller/pod.rs` places it (pod and container, matched
+//! from the root down; relative paths from a cgroup namespace of the daemon's own placed by the
+//! systemd names that spell their ancestors): `job::PodOf` on the `Caller`, serialized into every
+//! audit line; one that cannot be placed is refused by `Service::admit` (`Refusal::CallerUnplaced`,
+//! 403). `Caller::principal` is whom quotas count: the pod when there is one, else the uid.
+//!
+//! Admission to the sandboxes is work-conserving. Each pool's queue (`sandbox/pool/queue.rs`)
+//! keeps a line per caller (`job::Principal`: its uid, or its pod) and hands the next free sandbox to the caller with the fewest
+//! jobs running, the one served longest ago among equals: a caller alone may keep every sandbox
+//! busy, and when several wait each gets its share, a caller at its share waiting behind the
+//! others instead of being refused while sandboxes sit idle. Each caller's line holds at most
+//! `--queue-depth` jobs (past it: 503 `overloaded`), so a flood fills its own line, not another's.
+//! `--max-execs-per-caller`, when given, is a hard cap on what one caller has in flight (running
+//! or waiting, session waits included): `caller::ExecQuota`, a counter the service takes for the
+//! whole wait and run of a job and gives back on drop; past it, 429 `quota_exceeded`. The daemon's
+//! own user is held to none. The session quota and ownership live in the session table
+//! (`Sessions` keys every call by the caller's `Principal`, its uid or its pod; another's session
+//! is `session_not_found`).
+//!
+//! `audit/` writes one JSON line per execution (the service, after the job and before the answer),
+//! per session event (the service's session operations, and the reaper for expiries) and per
+//! refused caller: serialized whole and written with one `write` to an `O_APPEND` file under a
+//! mutex, so lines never interleave and a crash loses at most the line in flight. A failed write is
+//! counted (health `audit`, `hyperlightd_audit_lines_total{outcome="failed"}`) and logged once per
+//! new error; the request is answered as usual.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};

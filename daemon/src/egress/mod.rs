@@ -1,4 +1,4 @@
-//! Outbound HTTP under the operator's control (issue 30). Off unless the operator allows a
+//! Outbound HTTP under the operator's control. Off unless the operator allows a
 //! destination; then a program's request (JavaScript's `fetch`, Python's `urllib`) reaches the
 //! host through its runner's host function, and the host makes it, or refuses it:
 //!
@@ -11,6 +11,47 @@
 //!
 //! [`Egress`] holds what the daemon allows; [`Egress::for_exec`] gives one execution its way
 //! out (a [`crate::job::egress::Outbound`]), with its rules, its limits and its audit lines.
+//!
+//! # Design: the host makes the request
+//! Off unless the operator allows a destination (`--egress-allow`, the policy file's
+//! `network.allow`). A program's request leaves its guest the way a tool call does, as one host
+//! function (`fetch`: the request as JSON, its body in base64; JavaScript's `hl.fetch` behind
+//! `fetch()` in `guest/javascript/fetch.js`, WebAssembly Python's `fetch` import in the WIT world,
+//! native Python's `fetch` host function, with its argument and answer in pieces when large; both
+//! Pythons behind urllib's handlers in `hyperlightd_program.py`). `RunHost` (`sandbox/run_host.rs`)
+//! reads it and hands it to the job's `Outbound` (`job/egress.rs`: the request, the response, the
+//! error kinds the program sees), which the service made for the exec (`Egress::for_exec`) from
+//! the operator's rules, narrowed by the request's `network` (each of its rules must lie inside one
+//! of the operator's: `Rule::within`). The guest's worker thread blocks on the daemon's runtime
+//! (`Handle::block_on`) until the response is whole; the request counts against the program's own
+//! time limit (the deadline is not paused, unlike a tool wait), and never outlasts it.
+//!
+//! The threat model: the program is hostile, and so may be the names it asks for. So the host
+//! reads the URL once (`egress/target.rs`, hyper's `Uri`: absolute http(s) only, no user info, no
+//! dot segments or encoded slashes in the path, no numeric host forms other than a.b.c.d) and
+//! everything after uses that reading: the rules match it (`egress/rules.rs`), the name is resolved
+//! once and every address checked (`egress/address.rs`: public addresses only, IPv4 carried in
+//! IPv6 judged as IPv4; a special address only when given literally and named by a rule), and the
+//! client (`egress/client.rs`) connects to the address that passed (no second resolution: a name
+//! that rebinds is judged by what it resolved to), on a connection of its own that ends with the
+//! request, sends origin form with its own `Host`, verifies TLS against the system's roots
+//! (rustls, ring, rustls-native-certs; `--egress-ca-file` adds a CA), and reads the head within 64
+//! KiB and 100 fields and the body within what the exec may still receive and its sandbox can take
+//! in one answer. The program's hop-by-hop headers are dropped; CONNECT and TRACE are never sent.
+//! Redirects are followed by the host (`egress/exec.rs`), each hop checked and counted and
+//! audited; credentials the program set are dropped when a hop leaves the origin. Secrets
+//! (`egress/secrets.rs`) are read at startup from the daemon's environment or files, held as
+//! sensitive header values (redacted in `Debug`), set on a hop whose destination their rule
+//! matches, after the program's headers (replacing any of the same name), and never written to an
+//! error, the log or the audit line; a hop to another destination goes without them. What this
+//! does not cover: a destination that echoes request headers back hands its secret to the program,
+//! and an allowed destination is reachable with whatever the program sends it.
+//!
+//! Each hop is an `egress` audit line (the exec's request id and caller, method, scheme, host,
+//! port, path without the query, status, bytes, time, or the error the program was told) and a
+//! count in `hyperlightd_egress_*`. A daemon-wide semaphore (`--egress-max-concurrent`) bounds
+//! requests in flight; per exec, requests, bytes sent and bytes received are counted in the exec's
+//! `ExecEgress`, which is dropped with the job: nothing of one exec's egress reaches the next.
 
 pub mod address;
 pub mod client;

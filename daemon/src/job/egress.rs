@@ -1,4 +1,4 @@
-//! Outbound HTTP a program asks for (issue 30): the request as a program builds it, the response
+//! Outbound HTTP a program asks for: the request as a program builds it, the response
 //! it gets back, and the handle a guest's host function makes it through. Who may be reached,
 //! with which secrets and within which limits is decided behind [`Outbound`] (the daemon's
 //! egress module); nothing here does I/O.

@@ -2,6 +2,27 @@
 //! the caps on entries and bytes. The same rules check a request's files before it runs (the
 //! service), a session's files laid under an exec's (the executor), and every write a program
 //! makes (the sandbox's workspace).
+//!
+//! # Design: a working directory in the host's memory
+//! A request's `files` are decoded at the API (`http/files.rs`: text, or base64) and checked by the
+//! service with the vocabulary's rules (`job/files.rs`: plain relative paths, no path both a file
+//! and a directory, within `--max-files` and `--max-file-bytes`); they travel in the `Job` as
+//! `Files` (bytes by path). The worker hands them to the guest with the program
+//! (`Program::files`); each sandbox owns a `Workspace` (`sandbox/workspace.rs`), filled from them
+//! at the start of a call and emptied after it (`Guest::take_files`). Every path a guest names is
+//! resolved lexically by `job::files::resolve`, against the directory a call starts from; an
+//! absolute path, `..` above the working directory, a control character or an over-long name is
+//! refused before anything is looked up, links cannot be made, and the caps are checked on every
+//! write (the first refusal is remembered, so that a program that then fails is answered
+//! `file_limit`). Python reaches it through wasi:filesystem: the host preopens it as `work` beside
+//! the library (`python/wasi/work.rs`, dispatched from `wasi/files.rs` by descriptor) and the
+//! runner makes `/work` its current directory on its first call, before the template is taken.
+//! JavaScript reaches it through the runner's `files` object, host functions
+//! `hyperlightd.file_*` (`javascript/files.rs`; contents as base64). The outcome carries the files
+//! the program created or changed; a session keeps the whole directory with its saved state
+//! (`Saved::files`): an exec's files are laid over the session's (`files::overlay`, checked against
+//! the caps by the same `files::check_fits`) before it runs, and what the exec leaves is saved with
+//! its image, so rollback, fork and the memory budget cover files as they cover the interpreter.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -1,4 +1,4 @@
-//! Tools a program may call (issue 28): what a request declares, the limits granted, and the
+//! Tools a program may call: what a request declares, the limits granted, and the
 //! exchange between the program, which calls a tool, and the caller, which answers.
 //!
 //! The program's side runs on its worker thread, inside a host function: [`ToolExchange::call`]
@@ -7,6 +7,36 @@
 //! comes, a call runs out of time, or the caller goes away, with the program's clock stopped.
 //! The caller's side is [`ToolExchange::answer`], from whatever transport carried the answer.
 //! Nothing here knows of HTTP, of guests or of the wire's types.
+//!
+//! # Design: calls out of the sandbox
+//! A program reaches nothing outside its micro-VM but the functions its exec declared. A call goes
+//! from the guest to the host as one host function (`tool_call`: the tool's name and its arguments
+//! as JSON; JavaScript's `hl.tool_call`, WebAssembly Python's `tool-call` in the WIT world,
+//! native Python's through hyperlight-unikraft's host functions, in pieces when large), answered at
+//! once with the call's id or the reason it was refused: unknown tool, arguments the schema rejects
+//! (checked at the host with `jsonschema`, so every runtime gets the same message), too many calls,
+//! too large. The call then goes to the caller as a `tool_call` event on the exec's stream. The
+//! guest collects answers with `tool_wait`, which blocks the guest's thread until an answer (or a
+//! call's timeout, or the wall-clock cap) and, while it blocks, stops the job's `Deadline`: the
+//! watchdog, the pool's wait for the worker and the stuck-worker check all read the same deadline,
+//! so a program waiting for its tools is neither interrupted nor counted as stuck. JavaScript keeps
+//! its event loop: `tools.x()` returns a promise and the loop waits on `tool_wait` only when nothing
+//! else can run, so `Promise.all` makes several calls outstanding at once; Python's calls block.
+//!
+//! Answers arrive as `POST /v1/executions/{id}/tool-results`. The service keeps a table of live
+//! executions with tools (`service/executions.rs`): an id of 128 random bits, the owner's uid (an
+//! answer from anyone else is `execution_not_found`, as if it did not exist), and the exchange
+//! (`job/tools.rs`) that matches the answer to its call and wakes the guest. The exchange holds no
+//! sandbox or lock of the pool: a tool wait holds only its own sandbox's worker. A wait looks
+//! again every 50 ms at whether the caller's stream is still open; once it is closed the program
+//! is stopped and the sandbox restored and free. When the exec ends the exchange is ended: later answers are
+//! `execution_ended`, unanswered calls are counted, and the summary (outcomes, time waiting, names
+//! called and how often) goes to the metrics and the audit line, never the arguments or results.
+//!
+//! Code mode puts one more hop in front: `hlctl mcp`'s handlers are `rmcp` calls to other MCP
+//! servers (`hlctl/src/upstream.rs`), so an MCP host's `run_code` call becomes an exec whose tool
+//! calls `hlctl` answers by calling those servers. The daemon sees an exec with tools like any
+//! other; the transport never reaches the core.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};

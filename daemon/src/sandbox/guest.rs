@@ -334,10 +334,9 @@ pub trait GuestFactory: Send + Sync + 'static {
     }
 
     /// Whether its sandboxes are primed ([`Guest::prime`]) after a restore that finds no job
-    /// waiting, unless the operator says otherwise (`--prime`). Only where the measurements
-    /// say priming pays for the CPU it takes (docs/BENCHMARKS.md, issue 32): a runtime whose
-    /// request writes few pages gains a fraction of a millisecond from it, and a request sent
-    /// while it runs waits for all of it.
+    /// waiting, unless the operator says otherwise (`--prime`). Only where the benchmark says
+    /// priming pays for the CPU it takes: a runtime whose request writes few pages gains little
+    /// from it, and a request sent while it runs waits for all of it.
     fn primes_when_idle(&self) -> bool {
         false
     }

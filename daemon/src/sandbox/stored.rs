@@ -17,15 +17,70 @@
 //! key is compared with the directory's name and `key.json`. The checksum is XXH64 (the frame
 //! checksum of zstd) over the file mapped into memory, rather than the layout's own SHA-256
 //! (`Snapshot::checked_load`): what it must catch is accidental damage (a disk error, a file
-//! cut short), and reading every byte is most of what a start from disk costs. Measured in the
-//! nested-KVM VM on 180 MB: SHA-256 2.1 s, CRC-32 0.42 s, XXH64 0.05 s; reading the file into a
-//! buffer 0.7-1.1 s, mapping it 36 ms (see `sys::mapped`). No digest could stop a deliberate
+//! cut short), and reading every byte is most of what a start from disk costs: XXH64 is tens of
+//! times faster than SHA-256 and the file is mapped rather than read into a buffer (see
+//! `sys::mapped`; the figures are on the benchmark page). No digest could stop a deliberate
 //! edit anyway: whoever can write the directory (its owner, the daemon's user) can write
 //! `key.json` too.
 //! A directory that fails is logged, removed, and the template built again. A directory is
 //! written whole under a temporary name, then renamed, so a crash leaves no half snapshot; one
 //! removed is first renamed aside, under a name no reader takes for a template (see
 //! [`discard`]), so it disappears at once, whole, however long deleting its files takes.
+//!
+//! # Design: templates and saved snapshots
+//! A template (`sandbox/guest.rs`: `Template`, `GuestFactory::prepare`) is made once per language
+//! and start; every sandbox of the pool, and every replacement, is built from it.
+//!
+//! - **JavaScript** (`sandbox/javascript/`). hyperlight-js 0.4 keeps the sandbox inside a
+//!   `LoadedJSSandbox` private and cannot build one from a snapshot, so hyperlight-js builds only
+//!   the template: runtime loaded, the runner registered, snapshot taken. The sandboxes are then built by hyperlight-host directly, and `host.rs` answers the
+//!   guest itself with the three host functions hyperlight-js registers (`HostPrint`,
+//!   `CurrentTimeMicros`, and `CallHostJsFunction`, which carries a call of the runner's host
+//!   module `hyperlightd` with JSON arguments and answers in hyperlight-js's tagged format). A
+//!   snapshot records the names and signatures of its host functions, and
+//!   `SandboxBuilder::from_snapshot` refuses host functions that do not cover them; the runner's
+//!   module functions are registered on the template and answered on every sandbox from one list
+//!   in `host.rs`. Calls go straight to the guest's `RunHandler`, as `handle_event` does.
+//! - **Python** (`sandbox/python/mod.rs`). hyperlight-wasm builds the template (runtime, the
+//!   component mapped copy-on-write, the warm-up call); the snapshot holds the component's pages
+//!   too, so a sandbox built from it needs neither the file nor the runtime's start. The guest's
+//!   resource handles name entries of host-side tables, so the template carries a copy of those
+//!   tables, and each new sandbox starts with its own copy.
+//! - **What it costs, what it saves.** A sandbox from the template is a new micro-VM over the
+//!   template's memory, read-only and shared, its pages copied on first write: far cheaper than a
+//!   runtime load, and a small part of a snapshot's memory per sandbox. The template itself is held once per language for the daemon's life.
+//!   The restore after each request goes back to the template.
+//! - **Native Python** (`sandbox/native_python/`). hyperlight-unikraft boots the rootfs, the runner
+//!   imports the packages most programs use and reports Python's version and the packages; the
+//!   snapshot is taken then. Sandboxes boot from it and are restored to it, as the others.
+//! - **Saved on disk** (`sandbox/stored.rs`, `--snapshot-dir`). A template built from scratch is
+//!   saved in the background (its snapshot through `stored::Persist`, which each Hyperlight
+//!   implements: hyperlight-host 0.17's `Snapshot::save` for JavaScript and WebAssembly Python,
+//!   hyperlight-unikraft's `save_snapshot` for native Python, whose load refuses another kernel or
+//!   host contract; plus the language's `extra`: the WebAssembly guest's resource tables as plain
+//!   data, `python/wasi/portable.rs`, or what the native runner reported), under a key: the
+//!   daemon's version and executable (size and modification time: a new build may carry another
+//!   runner or Hyperlight), the guest's sizes and limits, and the files the guest's state depends
+//!   on (the WebAssembly guest's component and library, the native guest's rootfs). A daemon has
+//!   one Python template: switching runtimes replaces it. The key's SHA-256 names the directory; files are written
+//!   under a temporary name, synced, and renamed, so a crash leaves a whole template or none; one
+//!   that is removed is renamed aside first, under a name no reader takes for a template, then
+//!   deleted, so nobody sees a template half deleted. At the
+//!   next start a saved template is used only if its directory is the key's, its `key.json` says
+//!   the same key, every file's bytes match the checksum `key.json` records for it (and no file is
+//!   there that it does not name), hyperlight-host loads the layout (and refuses another
+//!   hypervisor, CPU vendor or format version), and every resource entry names a node of the
+//!   library in memory. Anything else is logged, removed, and the template built again and saved
+//!   again; templates of the language saved under other keys are removed once the new one is
+//!   saved. Reading every byte is most of what a start from disk costs (the benchmark's `start`
+//!   part prints where it goes), which is why the checksum is XXH64 (zstd's frame checksum) over
+//!   the file mapped with its pages populated (`sys/mapped.rs`, the workspace's one `unsafe`, with
+//!   the reason it is sound there), not the layout's own SHA-256 (`Snapshot::checked_load`) nor a
+//!   `read` into a buffer, each many times slower on the same bytes (the benchmark page, "Saved
+//!   templates"). What must be caught is accidental damage (a disk error, a file cut short); a
+//!   deliberate edit no digest could stop, since whoever can write the directory (mode 0700, the
+//!   daemon's user) can write `key.json` too. Saves wait until the
+//!   daemon serves, so that writing hundreds of MiB never slows the start.
 
 use std::collections::BTreeMap;
 use std::fs;

@@ -13,6 +13,20 @@
 //! running and close, and new connections are still accepted, each answered `503
 //! shutting_down`, so that clients learn why rather than find no socket. The drain ends when
 //! the connections are done, at the drain deadline, or at a second stop request.
+//!
+//! # Design: connections
+//! `server/` owns the accept loop and reads each connection's peer credentials at accept
+//! (`caller/mod.rs`, `Identify::caller`). `server/connections.rs` tracks every open connection and what it
+//! is doing: waiting for a request (or for its answer to be taken), reading a body, or running a
+//! request. At `--max-connections` a new connection takes the place of the one that has waited or
+//! read longest, which is closed; only when every connection is running a request is the new one
+//! closed at once. Connections running requests are bounded already, by the pools and their
+//! queues. A connection that is not running a request is closed after `--idle-timeout-ms`; the API
+//! gives a body `--body-read-timeout-ms` to arrive (408); hyper refuses a head over
+//! `--max-header-bytes` (431). So a client that holds connections open without using them costs
+//! the daemon at most `--max-connections` sockets and buffers, and only for a while
+//! (`daemon/tests/connections.rs` measures it). `server::serve_one` serves one connection over any
+//! byte stream exactly as the accept loop does, for the tests and the fuzzer.
 
 pub mod connections;
 

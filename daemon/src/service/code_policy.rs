@@ -2,6 +2,19 @@
 //! daemon's default, `--policy FILE`): validated here, combined, and cut to the language's part.
 //! The check itself runs in the guest, on the program's own syntax tree (guest/python/runner.py,
 //! guest/javascript/runner.js): hostile source is never parsed on the host.
+//!
+//! # Design: a check before the program runs
+//! A request (or session exec) may carry a `policy`, and the daemon a default one (`--policy`);
+//! the service (`service/code_policy.rs`) validates the request's, refuses rules of the other
+//! language (400), combines the two (a request only narrows) and keeps the job's language's rules,
+//! and the `Job` carries the result to the guest in the runner's event. The runner checks the
+//! program on its own syntax tree before running anything: Python with `ast` (the tree it then
+//! compiles from), JavaScript with acorn (already in the template for top-level `await`). The host
+//! never parses the program, so hostile source meets only the guest. A refused program is a
+//! runner reply like a syntax error (`policy_violation`, with `violations`), mapped like any other
+//! program failure; the sandbox is restored as after any request. It is a guard rail, not a
+//! boundary: a static check cannot follow `getattr(builtins, name)` with a name built at run time
+//! or `[].constructor.constructor`; the micro-VM is what contains a program.
 
 use crate::job::{Language, Policy};
 

@@ -33,6 +33,134 @@
 //! With a state directory (see [`durable`]) every session is also kept on disk, and outlives
 //! the daemon: [`Sessions::recover`] reads them back at startup, and a session idle for a while
 //! leaves memory (see [`park`]).
+//!
+//! # Design: sessions
+//! A session is a row in a table (`daemon/src/session/`) and its *checkpoints*
+//! (`session/history.rs`, `History`): an *image* for each exec whose state was kept, the guest's
+//! state as that exec left it, numbered, newest last; checkpoint 0 is where it started (the warm
+//! state, or the image a fork copied). No sandbox belongs to a session, and the pool
+//! knows nothing of sessions. A session's exec is written once, in `session/exec.rs`
+//! (`Sessions::exec`): wait for the session's turn, resume its state, lay the request's files over
+//! the session's and check the caps, run the job from that state with a `Runner`, and give the
+//! turn the answer. The daemon's runner is the language's pool (`executor/hyperlight.rs`,
+//! `PoolRunner`); the stub executor's answers from its closure; the session tests' is a fake worker,
+//! so that the whole lifecycle runs in host unit tests. The table reads time through
+//! `session/clock.rs` (tokio's clock), so that those tests run on tokio's paused clock, with no
+//! real sleeps.
+//!
+//! - **Where the state lives.** An image is what `Guest::save` returns: a Hyperlight snapshot
+//!   (`MultiUseSandbox::snapshot` through hyperlight-js's and hyperlight-wasm's pass-throughs: every
+//!   mapped guest page copied into an immutable blob, with the vCPU state) and, for Python, a copy
+//!   of the host's resource tables, whose entries the guest's handles name (a file of the library
+//!   kept open across execs). Inside the guest, the runner keeps the session's scope: Python's
+//!   globals dict; in JavaScript the body of a suspended generator, in which a direct eval declares
+//!   the program's `var`s and functions (see `guest/README.md`).
+//! - **An exec** waits for its turn (`Sessions::turn`, the session's lock, fair, so arrival
+//!   order), then goes through the same pool and the same worker path as a plain exec, with
+//!   `Scope::Session(state)`: the worker restores the image into its sandbox (`load`: a remap, the
+//!   pages shared read-only with the image and copied on write), runs the program, answers, and
+//!   only then saves the state the program left (`save`, timed, one at a time, see below) and hands
+//!   it to the session (`Turn::finish`); then it restores its warm snapshot, as after any request.
+//!   `Turn::finish` reserves the next checkpoint number before the answer goes (the answer names
+//!   it) and pushes the image under it once saved. The lock is held until the new image is in, so
+//!   the next exec starts from it. Once its turn has
+//!   come, an exec runs to its end in a task of its own, whether or not its caller still waits.
+//! - **Waiting for a save is not the program's time.** Waiting for an earlier exec's *program*
+//!   counts against an exec's time limit (the two really overlap: `session_busy` past it). Waiting
+//!   for the daemon to *save* what an earlier exec left does not: each session keeps a clock of its
+//!   saving (`session/saving.rs`, `SaveClock`), and a waiting exec's deadline moves on by the
+//!   saving it waited for, bounded on its own (`SAVE_WAIT_LIMIT`, a minute; past it,
+//!   `ExecError::SessionSaving`, 409 `session_busy`). So an agent that sends each exec when the
+//!   last answer arrives always has its whole limit for its program. The response reports the wait
+//!   in `queued_ms`; `duration_ms` is the program's time in its sandbox (`Outcome::started`,
+//!   `Outcome::ran`, recorded by the worker).
+//! - **Rollback.** What a call left its sandbox (`Fate`) decides: a call that poisoned it (time
+//!   limit, out of memory, guest abort or fault, a host limit) is not saved, and the session keeps
+//!   the image from before it: rolled back. An exception is a normal answer, and is saved. A program
+//!   that does not parse saves nothing. Saving can fail (the host out of memory); the reserved
+//!   number is then never used, the session stays at its newest checkpoint, and records a `Loss`
+//!   (`restored_from_checkpoint`, `lost_execs`), which its description reports until the next
+//!   exec's answer carries it; `hyperlightd_session_save_failures_total` counts it.
+//! - **Checkpoints** (`session/state.rs`): listing, a rollback to N (drops the later ones, O(1):
+//!   the images are already there) and a fork from N each wait for the session to settle (its
+//!   lock), like reading its files. Numbers are never reused; a session keeps its newest
+//!   `--session-checkpoints` within `--session-checkpoint-mib`, dropping the oldest on each push
+//!   (never the newest). Without a state directory they live in memory only.
+//! - **Hot sandboxes** (`sandbox/pool/worker.rs`, `queue.rs`). After a session exec whose state it
+//!   saved, the worker does not restore its sandbox: the sandbox holds that state exactly (the
+//!   snapshot copies; it changes nothing), and the worker remembers which (`StateRef`, a weak
+//!   reference to the saved state, so that it keeps no memory alive and no other state can take
+//!   its address). The session's next exec resumes that very state, and the queue hands it to this
+//!   worker first (`FairQueue::take` with the worker's key): nothing is loaded and the pages the
+//!   program writes are already the sandbox's own, which is what made a loaded session's exec 8 to
+//!   12 times a plain one. Other jobs go to a worker that is not hot when one is idle; otherwise
+//!   the hot worker restores to warm first, on that job's path. An exec that saved nothing (rolled
+//!   back, did not parse) leaves the sandbox to be restored as usual: only a just-saved state is
+//!   kept, so a session's next exec always starts from exactly its newest checkpoint, loaded or
+//!   not. A hot sandbox's next save shares what its last one copied and the exec did not change
+//!   (hyperlight-host's `since_restore`, patch 0003).
+//! - **Fork** waits for the session to settle too, then makes a new row whose checkpoint 0 is the
+//!   same image (the newest, or the one named): O(1), no copy. Images are immutable, so the two can
+//!   never see each other's later changes.
+//! - **Memory.** An image's snapshot is mapped from files in memory it shares with the images it
+//!   was made from and those made from it, and one of its own (`Snapshot::memory_files`, patches
+//!   0003, 0005 and 0006). Its language's ledger (`session/image.rs`) counts each file once, from
+//!   the first image that maps it until the last one goes, whatever deleted, expired, forked or
+//!   rolled back what: a dropped checkpoint's pages are counted as long as a later checkpoint or a
+//!   fork maps them, and given back with the last. The template's files are the pool's, not
+//!   counted. An image's own bytes (`Snapshot::memory_bytes`: the pages its exec changed and the
+//!   page tables it changed) are what a checkpoint's listing and the retention's
+//!   `--session-checkpoint-mib` count; a state read back from disk is mapped from files on disk
+//!   (the kernel's cache, which it can take back) and counts its own bytes. Creating or forking a session is
+//!   refused once the ledgers hold `--session-memory-mib`; an exec in an existing session is not.
+//! - **Expiry.** A reaper task looks every second for sessions past their idle timeout or maximum
+//!   lifetime and not running an exec, and deletes them; a lookup treats an expired session as gone
+//!   even before the reaper gets to it.
+//! - **Outliving the daemon** (`session/durable/`, `--state-dir`). Each session has a directory:
+//!   `session.json` (owner, language, limits), `journal` (each line the session's whole progress:
+//!   checkpoints, execs, last use, a loss not yet reported; `journal.rs`) and
+//!   `checkpoints/<N>/` (`checkpoint.rs`: the state written by the guest's `StateCodec`, the
+//!   same layout as a saved template; `files.json`; `checkpoint.json` with the writer's
+//!   `StateKey` and every file's XXH64 and size). A state's memory is one file per file its
+//!   snapshot is mapped from, named by its SHA-256 (hyperlight-host patch 0004): the template's,
+//!   the parent checkpoints', its own pages. The writer hard-links those another checkpoint or the
+//!   saved template already has (`blobs.rs`, which also counts the disk once per file however
+//!   many checkpoints link it), so a checkpoint writes what its exec changed, and every directory
+//!   stays a whole layout that loads on its own; a damaged file is damaged in every checkpoint
+//!   that links it, and each is refused when checked. The order of writes is what makes a loss never
+//!   silent: `Turn::finish` appends and syncs the journal line naming the exec's checkpoint
+//!   *before* the answer goes; the worker saves the state; `Sessions::keep` pushes the image and
+//!   hands it to the writer thread (`writer.rs`), which writes the directory under a hidden name,
+//!   syncs it (pages of zeros are holes), and renames it into place; the checkpoint is
+//!   durable from then on (`OnDisk`). A drop (rollback, retention, delete) and a write of the same
+//!   checkpoint race safely: whichever comes second removes it. At startup (`recover.rs`,
+//!   `session/restore.rs`) each journal's last whole line says which checkpoints the session must
+//!   have; each is checked cheaply (record, key, sizes), the failures refused by reason and
+//!   removed, and the session is at its newest that passed, with every newer answered one counted
+//!   lost (`Loss`, said once, then written back so that another restart does not say it again).
+//!   States stay on disk until used: `Turn::resume` brings the head back (`park.rs`,
+//!   `bring_back`: every byte against its checksum, then the codec, which maps the file), and a
+//!   head that fails there is refused too, the session going back one more checkpoint. A session
+//!   with no checkpoint left is kept, `gone`, and refuses every exec (`SessionLost`, 410).
+//! - **Parked.** A checkpoint on disk may drop its image (`History::park`): the reaper parks
+//!   sessions idle past `--session-park-after-s`, and `insert` parks the least recently used when
+//!   the images in memory hold the memory budget. The ledger counts images in memory only.
+//! - **Why a snapshot per session, not a parked sandbox.** The alternative keeps each idle session
+//!   in a sandbox of its own, parked off the pool: its dirty pages over a shared base, plus a VM.
+//!   But rollback needs the state from before every exec, and fork a copy that the origin's later
+//!   execs cannot touch: both are a snapshot, which a parked sandbox would need anyway. With a
+//!   snapshot per session, an idle session costs its snapshot and nothing else, creating and
+//!   forking cost nothing, and the pool's warm sandboxes serve sessions and plain execs alike. An
+//!   image holds only the pages its exec changed (a page written back as it was is not copied)
+//!   and the page tables it changed; the rest it shares, by reference to the files of the
+//!   snapshot it was loaded from (hyperlight-host patches 0003, 0005 and 0008, in
+//!   `patches/README.md`). After a load, every page the program writes is
+//!   first copied from the image, which priming (where a pool primes) pays off a plain exec's path and which cannot
+//!   be paid in advance for a session without running code in it: hence hot sandboxes, which keep
+//!   a session's state in the sandbox that just saved it for as long as no other request needs
+//!   that sandbox, and take the load and the copies off the session's next exec. A session's
+//!   first exec starts from the warm snapshot as it is: a primed sandbox is restored first, so
+//!   that nothing the priming program left becomes part of the session's state.
 
 mod clock;
 pub mod durable;

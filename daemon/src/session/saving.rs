@@ -9,9 +9,9 @@ use tokio::sync::Notify;
 use super::clock;
 
 /// The longest an exec waits for earlier execs' states to be saved, all saves it waits for
-/// together, beyond its own time limit. Saving copies the guest's memory (tens of milliseconds
-/// on hardware, seconds under emulation, one save at a time in the daemon): a minute means
-/// something is wrong, and the exec is refused rather than kept waiting.
+/// together, beyond its own time limit. Saving copies what the exec changed, one save at a time
+/// in the daemon: a minute means something is wrong, and the exec is refused rather than kept
+/// waiting.
 pub const SAVE_WAIT_LIMIT: Duration = Duration::from_secs(60);
 
 /// How long a session has spent saving, its current save included.

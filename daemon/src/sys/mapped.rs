@@ -1,10 +1,9 @@
 //! Reading a whole file without copying it: the file mapped read-only into the daemon's
 //! memory, every page read in at once.
 //!
-//! Used to check saved templates (hundreds of MiB each, every byte checked at every start).
-//! Measured in the project's VM on a 180 MB file: `read` into a buffer 0.7-1.1 s, mapped with
-//! its pages populated 36 ms (the copy out of the page cache, not the checksum, was most of a
-//! start from saved templates).
+//! Used to check saved templates (hundreds of MiB each, every byte checked at every start):
+//! the copy out of the page cache that `read` makes, not the checksum, was most of a start from
+//! saved templates.
 
 use std::fs::File;
 use std::io;

@@ -4,10 +4,9 @@
 //! request faults back in only what it touches. With transparent huge pages, each of those
 //! faults that lands in an aligned 2 MiB stretch of the scratch region allocates and clears a
 //! whole 2 MiB page, host writes into the I/O buffers included, so a small program pays for
-//! clearing megabytes on every request. Measured in the nested-KVM VM (pool of one, 8 MiB
-//! heap): clearing huge pages was about half of the worker thread's time, and a restore took
-//! about 21 ms against 1.6 ms for the same guest with 4 KiB pages. The flag applies to the
-//! whole process (its address space) and is inherited by children.
+//! clearing megabytes on every request: with them, clearing huge pages was about half of a
+//! worker thread's time. The flag applies to the whole process (its address space) and is
+//! inherited by children.
 
 /// Turns transparent huge pages off for this process. Call it before building sandboxes.
 pub fn disable_transparent_huge_pages() -> nix::Result<()> {

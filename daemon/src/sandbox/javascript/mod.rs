@@ -8,6 +8,27 @@
 //! for neither. With `--prime when-idle` the sandbox is primed after each restore with a fixed
 //! program, so that the pages a request writes are already copied from the snapshot; by default
 //! it is not (`GuestFactory::primes_when_idle`).
+//!
+//! # Design: the event loop
+//! The runner (`guest/javascript/runner.js`, with `web.js`) evaluates the program, and a program
+//! whose value is not a promise, that set no timer and queued no microtask, is answered at once.
+//! Otherwise the daemon drives its event loop, as libuv drives Node's: the runner answers with a
+//! promise for its reply, and hyperlight-js's `RunHandler` runs QuickJS's job queue until that
+//! promise settles, however long the chain of reactions. When the queue runs dry first, the call
+//! fails with rquickjs's `WouldBlock`, and the daemon (`sandbox/javascript/mod.rs`, `drive`) calls
+//! the runner again with `{"continue": true}`: the earliest timer runs (waiting for it in the host,
+//! `hyperlightd.sleep`, at most 100 ms a call and never past the deadline), then every reaction it
+//! leads to; with no timer left, nothing can settle the program's promise, and the runner says so.
+//! So every queued reaction runs before a timer, a microtask spin runs until its time limit, and
+//! a timer callback that throws fails the program (its other timers dropped). Each continuation is
+//! a guest call of its own within the same request; the clock of `performance.now()` keeps running
+//! across them. Past the deadline the daemon makes no further call.
+//!
+//! The guest's allocator (hyperlight-guest-bin's, `buddy_system_allocator`) looks for a freed
+//! block's buddy by walking that size's whole free list, which loading the runner leaves long; the
+//! runner ends by allocating and keeping a few hundred KiB of the objects an event loop allocates
+//! (promises, functions, small objects and arrays), in the template's shared pages, so that a
+//! program's objects are split from larger blocks and freed next to their buddies.
 
 mod files;
 mod host;

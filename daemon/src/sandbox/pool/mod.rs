@@ -11,6 +11,111 @@
 //! A job that waits for a sandbox until its deadline is answered then, by its caller, with
 //! [`ExecError::NoSandboxAvailable`]; a worker that dequeues it afterwards drops it without
 //! touching its sandbox.
+//!
+//! # Design: sandboxes and their workers
+//! - **Warm sandboxes from one template.** Each language has a *template*, made once per start: a
+//!   snapshot of its guest with the runtime loaded, the runner ready (JavaScript: hyperlight-js's
+//!   QuickJS with the runner, `guest/javascript/runner.js` after `web-apis.js`, `web.js`,
+//!   `fetch.js` and `program.js` (a program with top-level `await` rewritten to keep its
+//!   completion value), registered as a handler; Python: see below, with its priming program run
+//!   once). Each pool
+//!   worker owns one sandbox built *from* the template (hyperlight-host's
+//!   `SandboxBuilder::from_snapshot`: a new micro-VM whose memory is the template's, mapped
+//!   copy-on-write, with host functions of its own). A request runs in that state, and the
+//!   sandbox is restored to the template after the answer has been sent, so the restore is off
+//!   the request's path and nothing a program does is visible to the next one. See
+//!   Templates.
+//! - **Sandbox lifecycle** (`sandbox/pool/worker.rs`). `Pool::start` makes the template ready
+//!   (`GuestFactory::prepare`: built, or loaded from `--snapshot-dir`), builds the pool's first
+//!   sandbox from it on the spot and hands it to worker 0; the other workers build theirs in the
+//!   background while the daemon serves. After every call the worker restores the sandbox,
+//!   whatever the call did to it. A call that poisoned it (interrupted at its deadline, guest
+//!   abort, memory fault, an unexplained reply) is no exception: hyperlight-host's restore
+//!   replaces memory, mappings and vCPU state and clears the poison, and the restore is counted in
+//!   `hyperlightd_sandboxes_restored_after_poison_total{reason}`. Only a sandbox whose restore
+//!   fails, or in which a host function panicked (Hyperlight's own state may be half updated then),
+//!   is dropped and a new one built from the template (retrying with backoff) while the others
+//!   serve, counted in
+//!   `hyperlightd_sandboxes_recycled_total{reason}`. Each worker's state (building, idle, busy)
+//!   sits in a slot that health and metrics count.
+//! - **A worker never leaves the pool short.** A panic outside a guest call (a bug) costs the
+//!   sandbox in hand: the worker logs it, counts it (`hyperlightd_worker_restarts_total`) and starts
+//!   over with a new sandbox.
+//! - **Priming.** After a restore, the first write to each page copies it from the snapshot, and
+//!   a runtime writes a great many pages on any request (reference counts, the allocator, the
+//!   runner's own path). `Guest::prime` lets a guest pay for that before the next request: the
+//!   runner runs a fixed program of its own with its output refused (Python: `PRIME` in
+//!   `runner.py`, a loop, a function, an f-string, print, JSON; JavaScript: `PRIME` in
+//!   `sandbox/javascript/mod.rs`, objects, strings, JSON; no host call, since a VM exit is paid per
+//!   call and cannot be paid in advance). Its text is fixed and no
+//!   request's data reaches it, so what it leaves is the same after every restore. The hidden
+//!   cost: CPU after every request, several times the restore's, which a request sent meanwhile
+//!   waits for (the benchmark's `latency` part prints both after each breakdown; a first, heavier
+//!   JavaScript priming program halved JavaScript's back-to-back rate). The worker primes only when
+//!   no job is waiting; a queued job takes the restored sandbox as it is rather than wait for the
+//!   priming. A priming call that fails is undone by another restore.
+//!   `hyperlightd_sandbox_prime_seconds` shows the cost, `hyperlightd_worker_busy_seconds_total`
+//!   its share of a worker's time. Whether a pool primes is its runtime's default
+//!   (`GuestFactory::primes_when_idle`: only native Python, whose request writes thousands of
+//!   pages; for JavaScript and WebAssembly Python priming bought a request little and cost a
+//!   sandbox a good part of its executions back to back)
+//!   unless `--prime when-idle` or `never` says for all (`config::Prime` to `pool::Priming`,
+//!   resolved per pool in `sandbox::start_pools`). Unprimed, a worker's time per execution is the
+//!   call and the restore, and each request pays for the pages it writes.
+//! - **A new sandbox is primed once, whatever the pool's priming.** Its first call also maps into
+//!   the VM every page it touches (the hypervisor's nested page faults, the host's first touches
+//!   of the snapshot's pages), which no restore undoes: a sandbox's first Python request
+//!   took many times its later ones. So a worker runs the priming program on each
+//!   sandbox it starts serving with (built at startup or as a replacement) before its first job,
+//!   unless a job is already waiting (`pool/worker.rs`, `serve`); the pool counts the sandbox
+//!   ready meanwhile, and a job that comes then waits for the priming rather than pay for the
+//!   same pages itself.
+//! - **Blocking stays off the async runtime.** A guest call blocks its thread for its whole run;
+//!   workers are plain OS threads fed by the pool's queue (`pool/queue.rs`, a mutex and a condition
+//!   variable) and answer through a `tokio::sync::oneshot`. The async side only waits.
+//! - **Time limits from outside the guest** (`sandbox/watchdog.rs`). Every step that runs guest code
+//!   (a request, a restore, a priming call, the warm-up call while building a Python sandbox) arms
+//!   a timer on the tokio runtime that calls the sandbox's interrupt handle at the step's limit,
+//!   and again every 100 ms until the step ends: Hyperlight forgets an interrupt that lands before
+//!   a call has begun, so one interrupt could come too early for a job with a millisecond left. An
+//!   interrupted request becomes `status: "timeout"`. A request's limit is its deadline (arrival +
+//!   timeout, so queue time counts; in a session, less the time spent saving earlier execs'
+//!   state, see Sessions).
+//! - **Deadlines while queued.** Each queued task carries a claim that either its worker or its
+//!   caller wins. At the deadline the caller gives the task up and answers `no_sandbox_available`
+//!   itself; a worker that dequeues a task given up drops it without touching its sandbox. If the
+//!   worker won, the caller waits up to two seconds past the deadline for its answer (a guest that
+//!   does not stop is a hypervisor fault) and then answers "timeout" itself.
+//! - **Stuck workers.** A worker records when its step should end; one that runs 30 s past that
+//!   (or a build that takes far longer than `--startup-timeout-ms`) is stuck: the hypervisor is not
+//!   giving its thread back. `/v1/health/live` answers 503 then, so a supervisor restarts the
+//!   daemon; nothing else can free the thread.
+//! - **Output.** The runner's console writes through a host function (`hyperlightd.write`), the
+//!   runtime's own `print` through the host print function; both land in the worker's
+//!   `OutputCapture`, which keeps at most the request's cap and flags truncation, so a flood costs
+//!   the host nothing past the cap. `write` answers whether there is room, and the runner stops
+//!   calling the host once there is none. A host call's arguments travel through the guest's output
+//!   buffer (64 KiB beyond the result limit), so both runners send at most 8192 characters per call
+//!   and shorten error messages in their replies to 8192 characters; Python's WASI streams take at
+//!   most 32 KiB per write. Rich output (the native Python runner's figures and tables) is a
+//!   `Display` item (MIME type to content) in the same capture and the same cap, kept whole or left
+//!   out whole, and goes to a streaming caller as an `OutputChunk` like text.
+//! - **Guest memory.** A sandbox's pages are copy-on-write from its snapshot, and every page a
+//!   program dirties (heap, stack) comes from the sandbox's *scratch* region, as do the input and
+//!   output buffers. `GuestSizes` (`sandbox/guest.rs`) therefore sizes scratch to hold the heap
+//!   (`--guest-heap-mib`), the input buffer (six times the body limit: the program travels
+//!   JSON-encoded) and the output buffer (the result limit), all in whole pages. Untouched pages cost
+//!   nothing. On KVM, hyperlight-host as published releases every dirtied page at a restore
+//!   (`MADV_DONTNEED`), and the next run takes a VM exit for each page it writes again; the daemon
+//!   builds it with a patch (`patches/hyperlight-host`, see `patches/README.md`) by which a restore
+//!   zeroes in place the pages below the guest's page allocator (at most 16 MiB of them), which the
+//!   next run writes again with no exit, and releases the rest. MSHV support, where hyperlight-host
+//!   zeroes all of scratch in place (hundreds of milliseconds with the default heap), is the opt-in
+//!   `mshv` feature.
+//! - **Failures.** A program's failure is a 200 with `status: "error"`; only requests that did not
+//!   run get 4xx/5xx. Each error has one kind (`Refusal::kind`, `ApiError::kind`, exhaustive) and
+//!   each kind one status, in one exhaustive table (`ErrorKind::status`, in the API crate, which
+//!   the OpenAPI document's tables are tested against).
 
 mod queue;
 mod scope;

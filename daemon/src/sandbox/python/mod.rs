@@ -8,6 +8,58 @@
 //! that the interpreter is instantiated, then snapshotted. Every sandbox is built from it
 //! (hyperlight-host's `SandboxBuilder::from_snapshot`, with the same host functions, and a copy
 //! of the template's host-side resource tables).
+//!
+//! # Design: the Python guest
+//! CPython cannot be a Hyperlight guest binary directly, and the routes that make it one download
+//! their pieces from GitHub at build time. So Python runs as a WebAssembly component:
+//! componentize-py (PyPI) builds one from CPython 3.14, its standard library and our runner
+//! (`guest/python/runner.py`), already initialised; hyperlight-wasm-aot compiles it ahead of time;
+//! hyperlight-wasm's guest runtime (Wasmtime inside the micro-VM, built for the component's WIT
+//! world) runs it. `cargo xtask python-guest` builds `target/python-guest/python.aot`; the daemon
+//! maps it into each sandbox copy-on-write (`--python-guest`).
+//!
+//! componentize-py keeps in the component only what the runner imported at build time; every other
+//! module is looked up at run time in the directories the interpreter was built with, `/python` (the
+//! standard library) and `/0` (the runner's directory, where pip installs the guest's pure-Python
+//! packages). The build exports both, each module compiled by the guest's own interpreter, into
+//! `python-lib.tar`; the daemon loads it once at startup into a `Library` (a tree over one byte
+//! buffer, `sandbox/python/library.rs`) that every Python sandbox shares through an `Arc`, and
+//! `wasi/files.rs` serves it as the guest's two preopened directories. Every call that would write,
+//! create, rename or remove there answers `read-only`, so no request can change what another reads;
+//! a third preopened directory, `work`, is the request's working directory (see Files above).
+//! Modules imported at build time cost nothing per request; the others cost a few host calls each
+//! (the runner keeps its import finders' directory listings from the build, see `runner.py`).
+//!
+//! The component imports WASI 0.2. The daemon answers those imports itself
+//! (`sandbox/python/wasi/`): output into the request's capture, clocks, entropy, an empty
+//! environment, the library (read-only), the working directory, and refusals for everything else
+//! (no sockets, no writes outside the working directory). The
+//! bindings for both sides are generated from one wasm-encoded world,
+//! `guest/python/wit/component/world.wasm`: by `host_bindgen!` in the daemon, and by hyperlight-wasm's
+//! build script through `WIT_WORLD` (`.cargo/config.toml`). The template is built (runtime,
+//! component, one warm-up call under the watchdog so the interpreter is instantiated) and
+//! snapshotted; sandboxes are built from it and from there on pooled, limited and restored like
+//! JavaScript ones, and primed after each restore only with `--prime when-idle` (above). `Guest::run` carries the deadline so that
+//! a sleeping program (a host call, where the interrupt handle cannot reach it) wakes at its time
+//! limit; a wait that ends there stops the call itself (`CallState::out_of_time`), so the program
+//! ends `timeout` rather than running on between two of the watchdog's interrupts.
+//!
+//! The generated bindings have no resource drop: every pollable or stream the guest is given stays
+//! in a host-side table until the restore truncates the tables (and shrinks them back). So the
+//! host counts what it gives during a call (`CallState`), and past `--python-max-host-handles` it
+//! stops the call with the interrupt handle; the program gets `resource_limit`. `os._exit()` is
+//! answered the same way (the component would trap after an exit), and reported like
+//! `sys.exit()`.
+//!
+//! Every host call is a VM exit, so the runner keeps them few: output is buffered in the guest
+//! (one call per line for a request's first 100 lines, then one per 8 KiB block, and a flush before
+//! `time.sleep`; the JavaScript runner does the same, flushing before its event loop waits for a
+//! timer), and `random`'s seed comes in the event instead of from `os.urandom` (which read 2.5 KB
+//! in several host calls). The
+//! generated bindings register `monotonic-clock.now` and `wall-clock.now` under one name
+//! (hyperlight-component-util 0.17), so the runner derives `time.monotonic`/`perf_counter` from the
+//! wall clock, which the host keeps from stepping back during a call (`CallState` in
+//! `wasi/call.rs`).
 
 mod event;
 mod library;
