@@ -4,7 +4,8 @@ the component) and the native one (guest/python-native/runner.py, loaded into th
 interpreter), which differ in how they reach the host.
 
 A program's result is the value of its last statement when that statement is an expression, as
-in a notebook cell; otherwise null. Values JSON cannot carry are rendered with repr().
+in a notebook cell; otherwise null. numpy scalars and arrays become the numbers and lists they
+hold; other values JSON cannot carry are rendered with repr().
 """
 
 import ast
@@ -250,7 +251,16 @@ def install_tools(declared, scope: dict) -> None:
 
 # The encoders, built once in the template: json.dumps with any option builds a new encoder on
 # every call, and every object it allocates writes a page the restore has to give back.
-_RESULT_JSON = json.JSONEncoder(allow_nan=False, ensure_ascii=False)
+def _plain(value):
+    """numpy's scalars and arrays as the numbers and lists they hold (`df.x.sum()` is 6, as a
+    notebook shows it, not "np.int64(6)"); anything else JSON cannot carry is refused, and the
+    result becomes its repr."""
+    if type(value).__module__ == "numpy" and hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+_RESULT_JSON = json.JSONEncoder(allow_nan=False, ensure_ascii=False, default=_plain)
 _TEXT_JSON = json.JSONEncoder(ensure_ascii=False)
 
 
