@@ -46,6 +46,23 @@ async fn the_result_convention_output_and_errors_are_the_webassembly_guest_s() {
     assert_eq!(version.status, ExecStatus::Ok, "{version:?}");
     assert_eq!(version.result[0], json!([3, 11]), "{version:?}");
 
+    // numpy's scalars and arrays are the numbers and lists they hold; a NaN in one is not JSON,
+    // and the result is its repr.
+    let numbers = run(
+        &daemon,
+        py("import numpy as np
+[np.int64(6), np.float32(0.5), np.arange(3) * 2]"),
+    )
+    .await;
+    assert_eq!(numbers.result, json!([6, 0.5, [0, 2, 4]]), "{numbers:?}");
+    let nan = run(
+        &daemon,
+        py("import numpy as np
+np.array([np.nan])"),
+    )
+    .await;
+    assert_eq!(nan.result, json!("array([nan])"), "{nan:?}");
+
     // Health says which runtime serves Python, its version, and the packages with the
     // versions the guest imports.
     let health = within("health", STEP_LIMIT, daemon.client().health())
@@ -625,4 +642,76 @@ async fn thirty_execs_of_deltas_rolled_back_and_forked_match_a_reference() {
         64 << 20,
     )
     .await;
+}
+
+/// The README's five-minute tour, its shell commands run as a reader would run them, through
+/// `hlctl`: every command succeeds, and one whose comment names a value prints it.
+#[tokio::test]
+async fn the_readme_tour_runs_as_written() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("the README");
+    let commands = tour_commands(&readme);
+    assert!(commands.len() >= 7, "the tour's commands: {commands:?}");
+    let daemon = Daemon::start_with_native_python(
+        &["javascript=1", "python=1"],
+        &["--default-timeout-ms", "30000"],
+    )
+    .await;
+    let mut id = String::new();
+    for (command, expected) in commands {
+        let (assigns, command) = match command.strip_prefix("id=$(") {
+            Some(inner) => (true, inner.strip_suffix(')').expect("id=$(...)").to_owned()),
+            None => (false, command),
+        };
+        let words = shlex::split(&command).expect("a command the shell can split");
+        assert_eq!(words[0], "hlctl", "{command}");
+        let args: Vec<String> = words[1..]
+            .iter()
+            .map(|w| if w == "$id" { id.clone() } else { w.clone() })
+            .collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = daemon.hlctl(&args, "").await;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{command}: {:?}\n{stdout}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if assigns {
+            id = stdout.trim().to_owned();
+        }
+        if let Some(expected) = expected.filter(|e| e.parse::<Value>().is_ok()) {
+            let last = stdout.lines().last().unwrap_or_default();
+            assert_eq!(last, expected, "{command}");
+        }
+    }
+}
+
+/// The commands of the `sh` blocks under the README's "A five-minute tour", each with the value
+/// its comment names (the comment's first word), if any.
+fn tour_commands(readme: &str) -> Vec<(String, Option<String>)> {
+    let tour = readme
+        .split("\n## ")
+        .find(|section| section.starts_with("A five-minute tour"))
+        .expect("the README's tour");
+    let mut commands = Vec::new();
+    let mut in_sh = false;
+    for line in tour.lines() {
+        match line.trim() {
+            "```sh" => in_sh = true,
+            "```" => in_sh = false,
+            "" => {}
+            line if in_sh => {
+                let (command, comment) = match line.find("  #") {
+                    Some(at) => (&line[..at], Some(line[at + 3..].trim())),
+                    None => (line, None),
+                };
+                let expected = comment.and_then(|c| c.split_whitespace().next());
+                commands.push((command.trim().to_owned(), expected.map(str::to_owned)));
+            }
+            _ => {}
+        }
+    }
+    commands
 }
