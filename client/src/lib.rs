@@ -21,6 +21,12 @@
 
 #![forbid(unsafe_code)]
 
+/// The book's guide to the clients (docs/guide/agents.md): its Rust examples are compiled as
+/// this crate's doc tests, so the guide cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/agents.md")]
+pub struct AgentsGuide;
+
 mod sessions;
 mod stream;
 pub mod tool;
