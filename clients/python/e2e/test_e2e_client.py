@@ -151,3 +151,17 @@ def test_the_quickstart_example_runs(socket: str) -> None:
         "status: ok",
         "92.0",
     ]
+
+
+def test_the_readme_python_example_runs(socket: str) -> None:
+    """The repository README's Python example, run as written: it prints what its comment says."""
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    blocks = readme.split("```python\n")[1:]
+    assert blocks, "the README has a Python example"
+    for block in blocks:
+        code = block.split("```", 1)[0]
+        env = {**os.environ, "HYPERLIGHTD_SOCKET": socket}
+        run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr
+        expected = [line.split("# ", 1)[1] for line in code.splitlines() if "print(" in line and "# " in line]
+        assert run.stdout.splitlines() == expected, code
