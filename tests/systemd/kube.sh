@@ -48,7 +48,7 @@ podman image inspect localhost/hyperlightd:latest --format '{{.Config.User}} {{.
 
 check "1. the service with --pod-identity and --max-execs-per-caller=1"
 # The unit hides other users' processes from the daemon (ProtectProc=invisible); telling
-# callers apart by pod needs to see them, as the README says.
+# callers apart by pod needs to see them, as the deployment guide says (docs/guide/deploy-host.md).
 mkdir -p /etc/systemd/system/hyperlightd.service.d
 printf '[Service]\nProtectProc=default\n' > /etc/systemd/system/hyperlightd.service.d/pods.conf
 systemctl daemon-reload
