@@ -76,7 +76,7 @@ impl DurableMetrics {
             )?,
             load_failures: counter(
                 CHECKPOINT_LOAD_FAILURES_TOTAL,
-                "Checkpoints refused when read back, by reason.",
+                "Checkpoints refused when read back, by reason (missing, unreadable, other_build, other_guest, other_sizes, truncated, corrupt, unloadable).",
                 "reason",
             )?,
             restore: histogram(
@@ -86,7 +86,7 @@ impl DurableMetrics {
             parked: IntGauge::new(SESSIONS_PARKED, "Sessions whose state is on disk only.")?,
             recovered: counter(
                 SESSIONS_RECOVERED_TOTAL,
-                "Sessions read back from the state directory at startup, by outcome.",
+                "Sessions read back from the state directory at startup, by outcome (intact, rolled_back, lost, unreadable).",
                 "outcome",
             )?,
         };

@@ -28,13 +28,16 @@ impl EgressMetrics {
     pub(super) fn register(registry: &super::Catalog) -> Result<Self, prometheus::Error> {
         let metrics = EgressMetrics {
             requests: IntCounterVec::new(
-                Opts::new(EGRESS_REQUESTS_TOTAL, "Outbound HTTP requests, by outcome."),
+                Opts::new(
+                    EGRESS_REQUESTS_TOTAL,
+                    "Outbound HTTP requests, each redirect followed one, by outcome (ok: a response came, whatever its status; refused, invalid, limit, timeout, failed).",
+                ),
                 &["outcome"],
             )?,
             bytes: IntCounterVec::new(
                 Opts::new(
                     EGRESS_BYTES_TOTAL,
-                    "Bytes of outbound requests' bodies, by direction.",
+                    "Bytes of outbound requests' bodies, by direction (sent, received).",
                 ),
                 &["direction"],
             )?,

@@ -198,7 +198,10 @@ impl Metrics {
     pub fn new() -> Result<Self, prometheus::Error> {
         let registry = Catalog::default();
         let executions = IntCounterVec::new(
-            Opts::new(EXECUTIONS_TOTAL, "Executions by language and final status."),
+            Opts::new(
+                EXECUTIONS_TOTAL,
+                "Executions by language and final status (ok, error, timeout).",
+            ),
             &["language", "status"],
         )?;
         let duration = HistogramVec::new(
@@ -212,7 +215,7 @@ impl Metrics {
         let rejected = IntCounterVec::new(
             Opts::new(
                 REQUESTS_REJECTED_TOTAL,
-                "Requests answered with an HTTP error, by reason.",
+                "Requests answered with an HTTP error, by reason (the error kind).",
             ),
             &["reason"],
         )?;
@@ -224,7 +227,7 @@ impl Metrics {
         let connections_dropped = IntCounterVec::new(
             Opts::new(
                 CONNECTIONS_DROPPED_TOTAL,
-                "Client connections the daemon closed or refused, by reason.",
+                "Client connections the daemon closed or refused, by reason (idle_timeout, replaced, refused).",
             ),
             &["reason"],
         )?;
@@ -249,7 +252,7 @@ impl Metrics {
         let template = HistogramVec::new(
             HistogramOpts::new(
                 SANDBOX_TEMPLATE_SECONDS,
-                "Time to make a language's template ready: built from scratch, or loaded.",
+                "Time to make a language's template ready, by source (built from scratch, loaded from --snapshot-dir).",
             )
             .buckets(DURATION_BUCKETS.to_vec()),
             &["language", "source"],
@@ -272,14 +275,14 @@ impl Metrics {
         let recycled = IntCounterVec::new(
             Opts::new(
                 SANDBOXES_RECYCLED_TOTAL,
-                "Sandboxes dropped and replaced by a new one from the template, by reason.",
+                "Sandboxes dropped and replaced by a new one from the template, by reason (restore_failed, host_panic).",
             ),
             &["language", "reason"],
         )?;
         let restored_after_poison = IntCounterVec::new(
             Opts::new(
                 SANDBOXES_RESTORED_AFTER_POISON_TOTAL,
-                "Sandboxes poisoned by a call and put back in service by a restore, by reason.",
+                "Sandboxes poisoned by a call and put back in service by a restore, by reason (timeout, out_of_memory, guest_failure, resource_limit).",
             ),
             &["language", "reason"],
         )?;

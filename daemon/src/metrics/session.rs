@@ -83,12 +83,12 @@ impl SessionMetrics {
             )?,
             execs: counter(
                 SESSION_EXECS_TOTAL,
-                "Execs in sessions, by final status.",
+                "Execs in sessions, by final status (ok, error, timeout).",
                 &["language", "status"],
             )?,
             rollbacks: counter(
                 SESSION_ROLLBACKS_TOTAL,
-                "Session execs rolled back, by what the exec did.",
+                "Session execs rolled back, by what the exec did (timeout, out_of_memory, guest_failure, resource_limit, host_panic) or request (POST .../rollback).",
                 &["language", "reason"],
             )?,
             save_failures: counter(

@@ -25,7 +25,10 @@ impl ToolMetrics {
     pub(super) fn register(registry: &super::Catalog) -> Result<Self, prometheus::Error> {
         let metrics = ToolMetrics {
             calls: IntCounterVec::new(
-                Opts::new(TOOL_CALLS_TOTAL, "Tool calls, by outcome."),
+                Opts::new(
+                    TOOL_CALLS_TOTAL,
+                    "Tool calls, by outcome (ok, error: the tool's; refused: stopped in the daemon; timeout, too_large, unanswered).",
+                ),
                 &["language", "outcome"],
             )?,
             wait: histogram(
