@@ -44,11 +44,13 @@ pub struct Config {
     pub queue_depth: usize,
 
     /// When a sandbox runs its language's priming program after the restore that follows each
-    /// execution: `when-idle` (if no request is waiting: the next request's first writes are
-    /// already paid for), `never` (each execution costs its worker less CPU, and the request
-    /// pays for the pages it writes), or `auto`: native Python when idle, JavaScript and
-    /// WebAssembly Python never, where the benchmark found it pays. A new sandbox is always
-    /// primed once before its first request.
+    /// execution.
+    ///
+    /// `when-idle`: if no request is waiting, so that the next request's first writes are
+    /// already paid for; `never`: each execution costs its worker less CPU, and the request pays
+    /// for the pages it writes; `auto`: native Python when idle, JavaScript and WebAssembly
+    /// Python never, where the benchmark found it pays. A new sandbox is always primed once
+    /// before its first request.
     #[arg(long, value_enum, env = "HYPERLIGHTD_PRIME", default_value_t = Prime::Auto)]
     pub prime: Prime,
 
@@ -74,9 +76,11 @@ pub struct Config {
     #[arg(long, default_value_t = 10_000)]
     pub body_read_timeout_ms: u64,
 
-    /// Client connections open at once. At the cap, a new connection takes the place of the
-    /// one that has waited longest for a request (or to send its body); only when every
-    /// connection is running a request is a new one refused.
+    /// Client connections open at once.
+    ///
+    /// At the cap, a new connection takes the place of the one that has waited longest for a
+    /// request (or to send its body); only when every connection is running a request is a new one
+    /// refused.
     #[arg(long, default_value_t = 512)]
     pub max_connections: usize,
 
@@ -94,8 +98,9 @@ pub struct Config {
     #[arg(long, default_value_t = 256)]
     pub max_files: usize,
 
-    /// Most bytes the files of a program's working directory (or a session's) may hold
-    /// together. Files given travel in the request body, within --max-body-bytes too.
+    /// Most bytes the files of a program's working directory (or a session's) may hold together.
+    ///
+    /// Files given travel in the request body, within --max-body-bytes too.
     #[arg(long, default_value_t = 8 * 1024 * 1024)]
     pub max_file_bytes: u64,
 
@@ -136,20 +141,25 @@ pub struct Config {
     #[arg(long, default_value_t = 64)]
     pub guest_heap_mib: u64,
 
-    /// Guest heap of each Python sandbox, in MiB: the interpreter, the WebAssembly runtime and
-    /// the program's objects together. A sandbox's build time and the host memory its template
-    /// holds grow with it.
+    /// Guest heap of each Python sandbox, in MiB: the interpreter, the WebAssembly runtime and the
+    /// program's objects together.
+    ///
+    /// A sandbox's build time and the host memory its template holds grow with it.
     #[arg(long, default_value_t = 128)]
     pub python_heap_mib: u64,
 
-    /// Which Python serves `"language": "python"`: `wasm`, CPython compiled to WebAssembly
-    /// (pure-Python packages only; `--python-guest`), or `native`, Debian's CPython with the
-    /// scientific stack in a Unikraft micro-VM (`--python-rootfs`).
+    /// Which Python serves `"language": "python"`: `wasm` or `native`.
+    ///
+    /// `wasm`: CPython compiled to WebAssembly (pure-Python packages only; `--python-guest`);
+    /// `native`: Debian's CPython with the scientific stack in a Unikraft micro-VM
+    /// (`--python-rootfs`).
     #[arg(long, value_enum, env = "HYPERLIGHTD_PYTHON_RUNTIME", default_value_t = PythonRuntime::Wasm)]
     pub python_runtime: PythonRuntime,
 
     /// The native Python guest's root filesystem (`python.cpio`, built by `cargo xtask
-    /// native-python`). Needed only with `--python-runtime native`.
+    /// native-python`).
+    ///
+    /// Needed only with `--python-runtime native`.
     #[arg(
         long,
         env = "HYPERLIGHTD_PYTHON_ROOTFS",
@@ -158,20 +168,23 @@ pub struct Config {
     pub python_rootfs: std::path::PathBuf,
 
     /// Memory of each native Python sandbox, in MiB: the interpreter, the packages' and the
-    /// program's data, and its working directory's files together. Only pages used cost the
-    /// host memory.
+    /// program's data, and its working directory's files together.
+    ///
+    /// Only pages used cost the host memory.
     #[arg(long, default_value_t = 1024)]
     pub python_native_memory_mib: u64,
 
-    /// Host handles a Python program may take in one run: each `time.sleep()`, poll or stream
-    /// takes one, and the host keeps them (about 32 bytes each, in tables that grow by
-    /// doubling) until the run ends. Past the limit the program is stopped with the error kind
-    /// `resource_limit`.
+    /// Host handles a Python program may take in one run: each `time.sleep()`, poll or stream takes
+    /// one, and the host keeps them (about 32 bytes each, in tables that grow by doubling) until
+    /// the run ends.
+    ///
+    /// Past the limit the program is stopped with the error kind `resource_limit`.
     #[arg(long, default_value_t = 1_000_000)]
     pub python_max_host_handles: u64,
 
-    /// The compiled Python guest (`python.aot`, built by `cargo xtask python-guest`). Needed
-    /// only when a `python` pool is configured.
+    /// The compiled Python guest (`python.aot`, built by `cargo xtask python-guest`).
+    ///
+    /// Needed only when a `python` pool is configured.
     #[arg(
         long,
         env = "HYPERLIGHTD_PYTHON_GUEST",
@@ -179,41 +192,45 @@ pub struct Config {
     )]
     pub python_guest: std::path::PathBuf,
 
-    /// The Python guest's library (`python-lib.tar`, built with the guest): the standard
-    /// library and packages it imports at run time, served read-only from memory. By default
-    /// the file of that name beside `--python-guest`.
+    /// The Python guest's library (`python-lib.tar`, built with the guest): the standard library
+    /// and packages it imports at run time, served read-only from memory.
+    ///
+    /// By default the file of that name beside `--python-guest`.
     #[arg(long, env = "HYPERLIGHTD_PYTHON_LIB")]
     pub python_lib: Option<std::path::PathBuf>,
 
-    /// Where to save each language's template (a snapshot of a guest with its runtime loaded
-    /// and its runner ready), and load it from at the next start instead of building it: start
-    /// to ready without building the guests. Saved snapshots are checked before use (every
-    /// byte, the daemon's build, the guest's settings and files) and rebuilt when they do not
-    /// fit. The
-    /// directory is created, private to the daemon's user. None: build at every start.
+    /// Where to save each language's template (a snapshot of a guest with its runtime loaded and
+    /// its runner ready), and load it from at the next start instead of building it: start to ready
+    /// without building the guests.
+    ///
+    /// Saved snapshots are checked before use (every byte, the daemon's build, the guest's settings
+    /// and files) and rebuilt when they do not fit. The directory is created, private to the
+    /// daemon's user. None: build at every start.
     #[arg(long, env = "HYPERLIGHTD_SNAPSHOT_DIR")]
     pub snapshot_dir: Option<std::path::PathBuf>,
 
-    /// Where sessions are kept so that they outlive the daemon: each session's record, journal
-    /// and checkpoints (every exec's state, written after its answer, crash-safe and
-    /// checksummed). A daemon started again with the same directory serves the same sessions.
-    /// Created, private to the daemon's user. None: sessions live in memory only, and a stop
-    /// loses them.
+    /// Where sessions are kept so that they outlive the daemon: each session's record, journal and
+    /// checkpoints (every exec's state, written after its answer, crash-safe and checksummed).
+    ///
+    /// A daemon started again with the same directory serves the same sessions. Created, private to
+    /// the daemon's user. None: sessions live in memory only, and a stop loses them.
     #[arg(long, env = "HYPERLIGHTD_STATE_DIR")]
     pub state_dir: Option<std::path::PathBuf>,
 
-    /// Seconds a session kept in --state-dir may stay idle before its state leaves memory
-    /// (parked: on disk only, brought back at its next use). Sessions also leave memory, least
-    /// recently used first, when their states hold --session-memory-mib.
+    /// Seconds a session kept in --state-dir may stay idle before its state leaves memory (parked:
+    /// on disk only, brought back at its next use).
+    ///
+    /// Sessions also leave memory, least recently used first, when their states hold
+    /// --session-memory-mib.
     #[arg(long, default_value_t = 300)]
     pub session_park_after_s: u64,
 
-    /// The default policy every program is checked against before it runs: a JSON file with
-    /// the fields of a request's `policy` (`allowed_modules`, `blocked_functions`,
+    /// A JSON file with the default policy every program is checked against before it runs.
+    ///
+    /// Its fields are a request's `policy`'s (`allowed_modules`, `blocked_functions`,
     /// `blocked_globals`), and `network` (`{"allow": [...]}`, destinations programs may reach
-    /// besides those of --egress-allow). A request's own policy and network can only narrow
-    /// it. None: only what requests
-    /// ask is checked.
+    /// besides those of --egress-allow). A request's own policy and network can only narrow it. None: only what requests ask is
+    /// checked.
     #[arg(long, env = "HYPERLIGHTD_POLICY")]
     pub policy: Option<std::path::PathBuf>,
 
@@ -249,11 +266,12 @@ pub struct Config {
     #[arg(long, default_value_t = 4096)]
     pub session_memory_mib: u64,
 
-    /// Most checkpoints a session keeps (its state after each exec, to roll back to or fork
-    /// from), its newest included; the oldest beyond are dropped. Each holds the pages its exec
-    /// changed and the page tables it changed (under a MiB for a small exec), counted in
-    /// --session-memory-mib; the rest it shares with the state it started from. 1 keeps only
-    /// the session's state.
+    /// Most checkpoints a session keeps (its state after each exec, to roll back to or fork from),
+    /// its newest included.
+    ///
+    /// The oldest beyond are dropped. Each holds the pages its exec changed and the page tables it
+    /// changed (under a MiB for a small exec), counted in --session-memory-mib; the rest it shares
+    /// with the state it started from. 1 keeps only the session's state.
     #[arg(long, default_value_t = 4)]
     pub session_checkpoints: usize,
 

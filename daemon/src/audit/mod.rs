@@ -33,7 +33,9 @@ const FILE_MODE: u32 = 0o640;
 pub struct AuditOptions {
     /// Where to write the audit log, one JSON line per execution and session event: a file
     /// (appended to, created with mode 0640), or `-` for standard error (under systemd, the
-    /// journal). None by default.
+    /// journal).
+    ///
+    /// None by default.
     #[arg(long, value_name = "PATH")]
     pub audit_log: Option<PathBuf>,
 

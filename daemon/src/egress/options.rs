@@ -20,17 +20,20 @@ use super::{EgressLimits, EgressParts};
 #[derive(Debug, Clone, Args)]
 pub struct EgressOptions {
     /// A destination programs may reach over HTTP, as `[METHODS ]SCHEME://HOST[:PORT][/PATH]`:
-    /// `https://api.example.com`, `GET,HEAD https://*.example.com/data/`. The host is a name,
-    /// `*.` and a domain (names under it), or an IP address (the one way to reach a loopback,
-    /// private or link-local address). Repeat for more; with none (here and in the policy
-    /// file), programs reach nothing.
+    /// `https://api.example.com`, `GET,HEAD https://*.example.com/data/`.
+    ///
+    /// The host is a name, `*.` and a domain (names under it), or an IP address (the one way to
+    /// reach a loopback, private or link-local address). Repeat for more; with none (here and in
+    /// the policy file), programs reach nothing.
     #[arg(long = "egress-allow", value_name = "RULE")]
     pub allow: Vec<String>,
 
     /// A header the daemon adds to requests to a destination, its value read from the daemon's
     /// environment or a file, never seen by the program: `DESTINATION HEADER: VALUE`, such as
     /// `https://api.example.com/v1/ Authorization: Bearer {env:EXAMPLE_TOKEN}` (or
-    /// `{file:/run/credentials/hyperlightd.service/token}`). Repeat for more.
+    /// `{file:/run/credentials/hyperlightd.service/token}`).
+    ///
+    /// Repeat for more.
     #[arg(long = "egress-secret", value_name = "SECRET")]
     pub secrets: Vec<String>,
 
