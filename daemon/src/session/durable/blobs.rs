@@ -18,14 +18,11 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use super::checkpoint::Record;
+use super::checkpoint::{Record, blob_name};
 use crate::sys::durable::{self, Digest};
 
 /// Where a blob is, by its SHA-256, beyond the checkpoints (the saved templates).
 pub type Elsewhere = Box<dyn Fn(&str) -> Option<(PathBuf, Digest)> + Send + Sync>;
-
-/// The directory of a state's blobs, relative to its checkpoint's directory.
-const BLOBS: &str = "state/oci/blobs/sha256";
 
 /// The files of the checkpoints on disk, by digest and by inode.
 #[derive(Default)]
@@ -127,11 +124,4 @@ impl Blobs {
         self.by_digest.retain(|_, known| !known.is_empty());
         freed
     }
-}
-
-/// The SHA-256 a checkpoint's file is named by, when it is a blob of its state (`name` is
-/// relative to the checkpoint's directory).
-pub fn blob_name(name: &str) -> Option<&str> {
-    let sha256 = name.strip_prefix(BLOBS)?.strip_prefix('/')?;
-    (sha256.len() == 64 && sha256.bytes().all(|b| b.is_ascii_hexdigit())).then_some(sha256)
 }

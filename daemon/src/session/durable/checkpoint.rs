@@ -144,7 +144,7 @@ pub fn write(
                 // A blob linked (a file with another name) keeps the checksum it was written
                 // with; the others are read.
                 let known = |name: &str, meta: &fs::Metadata| {
-                    let sha256 = super::blobs::blob_name(name)?;
+                    let sha256 = blob_name(name)?;
                     (meta.nlink() > 1).then(|| shared.get(sha256).cloned())?
                 };
                 let (files, _) = durable::digests_with(&partial, &["checkpoint.json"], known)
@@ -362,4 +362,14 @@ fn read_files(dir: &Path) -> Result<Files, Refused> {
             Ok((path, data))
         })
         .collect()
+}
+
+/// The directory of a state's blobs, relative to its checkpoint's directory.
+const BLOBS: &str = "state/oci/blobs/sha256";
+
+/// The SHA-256 a checkpoint's file is named by, when it is a blob of its state (`name` is
+/// relative to the checkpoint's directory).
+pub fn blob_name(name: &str) -> Option<&str> {
+    let sha256 = name.strip_prefix(BLOBS)?.strip_prefix('/')?;
+    (sha256.len() == 64 && sha256.bytes().all(|b| b.is_ascii_hexdigit())).then_some(sha256)
 }
