@@ -77,37 +77,27 @@ fn references(root: &Path) -> Result<Vec<(&'static str, String)>> {
     )?;
     Ok(vec![
         ("api.md", openapi::render(&spec)),
-        (
-            "hyperlightd.md",
-            output(cargo().args([
-                "run",
-                "-q",
-                "-p",
-                "hyperlightd",
-                "--example",
-                "reference",
-                "--",
-                "options",
-            ]))?,
-        ),
-        (
-            "metrics.md",
-            output(cargo().args([
-                "run",
-                "-q",
-                "-p",
-                "hyperlightd",
-                "--example",
-                "reference",
-                "--",
-                "metrics",
-            ]))?,
-        ),
+        ("hyperlightd.md", daemon_reference("options")?),
+        ("metrics.md", daemon_reference("metrics")?),
         (
             "hlctl.md",
             output(cargo().args(["run", "-q", "-p", "hlctl", "--", "--markdown-help"]))?,
         ),
     ])
+}
+
+/// A page the daemon's `reference` example prints (`options` or `metrics`).
+fn daemon_reference(page: &str) -> Result<String> {
+    output(cargo().args([
+        "run",
+        "-q",
+        "-p",
+        "hyperlightd",
+        "--example",
+        "reference",
+        "--",
+        page,
+    ]))
 }
 
 /// What `command` prints, which must succeed.
