@@ -11,17 +11,28 @@
 
 mod openapi;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use crate::{cargo, step, workspace_root};
+use crate::{Tool, cargo, install_tool, step, workspace_root};
+
+/// How long installing a tool from crates.io may take.
+const INSTALL_LIMIT: Duration = Duration::from_secs(1800);
 
 /// mdBook and its link checker, installed from crates.io into target/tools (once).
-const MDBOOK: (&str, &str) = ("mdbook", "0.4.52");
-const LINKCHECK: (&str, &str) = ("mdbook-linkcheck", "0.7.7");
+const MDBOOK: Tool = Tool {
+    krate: "mdbook",
+    version: "0.4.52",
+    binary: "mdbook",
+};
+const LINKCHECK: Tool = Tool {
+    krate: "mdbook-linkcheck",
+    version: "0.7.7",
+    binary: "mdbook-linkcheck",
+};
 
 /// Writes the generated references (or, with `check`, compares them with the committed ones),
 /// then builds the book into target/book and checks its links.
@@ -49,8 +60,8 @@ pub fn docs(check: bool) -> Result<()> {
         );
     }
     let tools = root.join("target/tools");
-    let mdbook = install(&tools, MDBOOK)?;
-    install(&tools, LINKCHECK)?;
+    let mdbook = install_tool(&tools, &MDBOOK, INSTALL_LIMIT)?;
+    install_tool(&tools, &LINKCHECK, INSTALL_LIMIT)?;
     let path = std::env::join_paths(std::iter::once(tools.join("bin")).chain(
         std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
     ))?;
@@ -112,34 +123,4 @@ fn output(command: &mut Command) -> Result<String> {
         );
     }
     Ok(String::from_utf8(out.stdout)?)
-}
-
-/// The tool's binary under `tools/bin`, installed from crates.io at its pinned version if it
-/// is not there yet (or is another version).
-fn install(tools: &Path, (name, version): (&str, &str)) -> Result<PathBuf> {
-    let bin = tools.join("bin").join(name);
-    let marker = tools.join(format!("{name}.version"));
-    if bin.exists() && std::fs::read_to_string(&marker).unwrap_or_default() == version {
-        return Ok(bin);
-    }
-    step(
-        &format!("cargo install {name} {version} (once, into target/tools)"),
-        cargo()
-            .args([
-                "install",
-                "--locked",
-                "--force",
-                name,
-                "--version",
-                version,
-                "--root",
-            ])
-            .arg(tools)
-            // Its own target directory: the workspace's is the project's, and the workspace's
-            // `[patch]` and profile do not apply to an installed tool.
-            .env_remove("CARGO_TARGET_DIR"),
-        Duration::from_secs(1800),
-    )?;
-    std::fs::write(&marker, version)?;
-    Ok(bin)
 }

@@ -404,6 +404,43 @@ fn cargo() -> Command {
     cmd
 }
 
+/// A tool from crates.io: its crate, the version to install, and the binary the project runs.
+#[derive(Debug)]
+pub struct Tool {
+    pub krate: &'static str,
+    pub version: &'static str,
+    pub binary: &'static str,
+}
+
+/// Installs `tool` with `cargo install --locked` into `root` (its binary in `root/bin`) unless
+/// that version is there already (a marker beside it says which), and returns the binary's path.
+/// Its build has a target directory of its own under `root`: the workspace's `[patch]` and
+/// profile are the project's, not the tool's, and a second install of the tool is quick.
+pub fn install_tool(root: &Path, tool: &Tool, limit: Duration) -> Result<PathBuf> {
+    let binary = root.join("bin").join(tool.binary);
+    let marker = root.join(format!("{}.version", tool.krate));
+    if binary.exists() && std::fs::read_to_string(&marker).unwrap_or_default() == tool.version {
+        return Ok(binary);
+    }
+    step(
+        &format!(
+            "cargo install {} {} (once, into {})",
+            tool.krate,
+            tool.version,
+            root.display()
+        ),
+        cargo()
+            .args(["install", "--locked", "--force", tool.krate, "--version"])
+            .arg(format!("={}", tool.version))
+            .arg("--root")
+            .arg(root)
+            .env("CARGO_TARGET_DIR", root.join("target")),
+        limit,
+    )?;
+    std::fs::write(&marker, tool.version)?;
+    Ok(binary)
+}
+
 /// Builds the test binaries of the e2e package and returns the executable of each test target.
 fn e2e_test_binaries() -> Result<Vec<(String, PathBuf)>> {
     eprintln!("==> build the end-to-end tests");

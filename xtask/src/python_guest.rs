@@ -8,13 +8,17 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use sha2::{Digest, Sha256};
 
-use crate::{built_from, cargo, step, virtualenv, vm, workspace_root};
+use crate::{Tool, built_from, install_tool, step, virtualenv, vm, workspace_root};
 
 /// componentize-py, pinned: the Python guest's CPython and standard library come from it.
 const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
 /// hyperlight-wasm-aot, pinned to the hyperlight-wasm the daemon links (the compiled component
 /// must match its runtime's Wasmtime).
-const HYPERLIGHT_WASM_AOT_VERSION: &str = "0.15.0";
+const HYPERLIGHT_WASM_AOT: Tool = Tool {
+    krate: "hyperlight-wasm-aot",
+    version: "0.15.0",
+    binary: "hyperlight-wasm-aot",
+};
 
 /// Builds the Python guest in target/python-guest and returns the path of its compiled
 /// component, with the packages of guest/python/requirements.txt and of `extra_requirements`
@@ -57,22 +61,11 @@ fn python_guest_in(name: &str, extra_requirements: Option<&Path>) -> Result<Path
         virtualenv("python guest", &venv, &[COMPONENTIZE_PY])?;
     }
 
-    let tools = vm::target_dir()?.join("tools");
-    let aot = tools.join("bin/hyperlight-wasm-aot");
-    if !aot.exists() {
-        step(
-            &format!(
-                "python guest: cargo install hyperlight-wasm-aot {HYPERLIGHT_WASM_AOT_VERSION}"
-            ),
-            cargo()
-                .args(["install", "--locked", "hyperlight-wasm-aot", "--version"])
-                .arg(HYPERLIGHT_WASM_AOT_VERSION)
-                .arg("--root")
-                .arg(&tools)
-                .env("CARGO_TARGET_DIR", tools.join("target")),
-            Duration::from_secs(2400),
-        )?;
-    }
+    let aot = install_tool(
+        &vm::target_dir()?.join("tools"),
+        &HYPERLIGHT_WASM_AOT,
+        Duration::from_secs(2400),
+    )?;
 
     // componentize-py imports the runner to build the component, leaving bytecode beside it:
     // build from a copy under target/, so that the source tree stays as it is. The packages go
@@ -131,7 +124,7 @@ fn inputs_digest(guest_dir: &Path, extra_requirements: Option<&Path>) -> Result<
     let mut hasher = Sha256::new();
     for part in [
         COMPONENTIZE_PY,
-        HYPERLIGHT_WASM_AOT_VERSION,
+        HYPERLIGHT_WASM_AOT.version,
         GUEST_PYTHON_VERSION,
     ] {
         hasher.update(part.as_bytes());

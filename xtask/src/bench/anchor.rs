@@ -7,30 +7,20 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use crate::{cargo, step, vm};
+use crate::{Tool, install_tool, vm};
 
-/// The hyperlight-unikraft the daemon links (the workspace manifest pins it).
-const VERSION: &str = "=0.20.1";
+/// hyperlight-unikraft at the version the daemon links (the workspace manifest pins it).
+const HLUK: Tool = Tool {
+    krate: "hyperlight-unikraft",
+    version: "0.20.1",
+    binary: "hluk",
+};
 
 /// Installs `hluk` if need be and returns its path.
 pub fn hluk() -> Result<PathBuf> {
-    let root = vm::target_dir()?.join("tools/hluk");
-    let binary = root.join("bin/hluk");
-    if !binary.exists() {
-        step(
-            "benchmark anchor: cargo install hyperlight-unikraft (hluk)",
-            cargo()
-                .args([
-                    "install",
-                    "hyperlight-unikraft",
-                    "--locked",
-                    "--version",
-                    VERSION,
-                ])
-                .arg("--root")
-                .arg(&root),
-            Duration::from_secs(3600),
-        )?;
-    }
-    Ok(binary)
+    install_tool(
+        &vm::target_dir()?.join("tools/hluk"),
+        &HLUK,
+        Duration::from_secs(3600),
+    )
 }
