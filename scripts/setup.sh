@@ -10,7 +10,8 @@
 #    `cargo xtask vm` boots where the host's own KVM cannot run Hyperlight guests;
 #  - systemd-analyze and kubectl, which check the systemd unit and the Kubernetes manifests;
 #  - patch and curl, with which scripts/patch-crates.sh checks the dependencies kept with this
-#    project's patches in third_party/ against crates.io (.ci/run runs it);
+#    project's patches in third_party/ against crates.io (.ci/run runs it); jq, which the
+#    guides' curl examples use and the end-to-end tests run;
 #  - podman (and catatonit, its pods' pause process), which builds the container image
 #    (`cargo xtask image`) and, in the VM, plays the DaemonSet's pod; python3-yaml, which turns
 #    the DaemonSet into that pod.
@@ -21,7 +22,7 @@ cd "$(dirname "$0")/.."
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 
-packages=(clang qemu-system-x86 linux-image-amd64 busybox-static cpio podman catatonit python3-yaml patch curl)
+packages=(clang qemu-system-x86 linux-image-amd64 busybox-static cpio podman catatonit python3-yaml patch curl jq)
 missing=()
 for pkg in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -644,10 +644,11 @@ async fn thirty_execs_of_deltas_rolled_back_and_forked_match_a_reference() {
     .await;
 }
 
-/// The README's five-minute tour, its shell commands run as a reader would run them, through
-/// `hlctl`: every command succeeds, and one whose comment names a value prints it.
+/// The docs' shell examples run as a reader would run them, on one daemon: the README's
+/// five-minute tour through `hlctl` (every command succeeds, and one whose comment names a value
+/// prints it), then the guides' curl examples (below).
 #[tokio::test]
-async fn the_readme_tour_runs_as_written() {
+async fn the_docs_shell_examples_run_as_written() {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
         .expect("the README");
     let commands = tour_commands(&readme);
@@ -685,6 +686,65 @@ async fn the_readme_tour_runs_as_written() {
             let last = stdout.lines().last().unwrap_or_default();
             assert_eq!(last, expected, "{command}");
         }
+    }
+    for guide in ["running-code.md", "sessions.md"] {
+        the_guide_s_curl_examples_run(&daemon, guide).await;
+    }
+}
+
+/// Each `sh` block of a guide that calls curl, run by bash against `daemon` as written (its
+/// socket for the default path): every curl answered 2xx (the test's own `curl` function adds
+/// `--fail-with-body`), and the answers carry, in order, the results the block's comments show.
+async fn the_guide_s_curl_examples_run(daemon: &Daemon, guide: &str) {
+    let path = format!("{}/../docs/guide/{guide}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).expect("the guide");
+    let blocks: Vec<&str> = text
+        .split("```sh\n")
+        .skip(1)
+        .filter_map(|rest| rest.split("```").next())
+        .filter(|block| block.contains("curl "))
+        .collect();
+    assert!(!blocks.is_empty(), "{guide}: no curl example");
+    for block in blocks {
+        let script = block.replace(
+            "/run/hyperlightd/hyperlightd.sock",
+            &daemon.socket().to_string_lossy(),
+        );
+        let prelude = "curl() { command curl -sS --fail-with-body \"$@\"; echo; }\n";
+        let out = within(
+            &format!("{guide}'s example"),
+            STEP_LIMIT,
+            tokio::process::Command::new("bash")
+                .args(["-euo", "pipefail", "-c"])
+                .arg(format!("{prelude}{script}"))
+                .output(),
+        )
+        .await
+        .expect("bash");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{guide}: {block}\n{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let answers: Vec<Value> = stdout
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect();
+        let shown: Vec<Value> = block
+            .lines()
+            .filter_map(|line| line.trim().strip_prefix('#')?.split("\"result\": ").nth(1))
+            .map(|rest| rest.split([',', '}']).next().unwrap_or_default().parse().expect("a result"))
+            .collect();
+        let results: Vec<&Value> = answers.iter().filter_map(|a| a.get("result")).collect();
+        let mut found = results.iter();
+        for want in &shown {
+            assert!(
+                found.any(|got| *got == want),
+                "{guide}: no answer with result {want} in order: {stdout}"
+            );
+        }
+        assert!(!shown.is_empty(), "{guide}: a block shows no result: {block}");
     }
 }
 
