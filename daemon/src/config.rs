@@ -44,13 +44,11 @@ pub struct Config {
     pub queue_depth: usize,
 
     /// When a sandbox runs its language's priming program after the restore that follows each
-    /// execution.
+    /// execution (a new sandbox is always primed once).
     ///
-    /// `when-idle`: if no request is waiting, so that the next request's first writes are
-    /// already paid for; `never`: each execution costs its worker less CPU, and the request pays
-    /// for the pages it writes; `auto`: native Python when idle, JavaScript and WebAssembly
-    /// Python never, where the benchmark found it pays. A new sandbox is always primed once
-    /// before its first request.
+    /// `when-idle`: if no request waits, so the next request's first writes are paid for;
+    /// `never`: less CPU per execution, each request paying for its writes; `auto`: native Python
+    /// when idle, the others never.
     #[arg(long, value_enum, env = "HYPERLIGHTD_PRIME", default_value_t = Prime::Auto)]
     pub prime: Prime,
 
@@ -200,20 +198,18 @@ pub struct Config {
     pub python_lib: Option<std::path::PathBuf>,
 
     /// Where to save each language's template (a snapshot of a guest with its runtime loaded and
-    /// its runner ready), and load it from at the next start instead of building it: start to ready
-    /// without building the guests.
+    /// its runner ready), and load it from at the next start instead of building it.
     ///
-    /// Saved snapshots are checked before use (every byte, the daemon's build, the guest's settings
-    /// and files) and rebuilt when they do not fit. The directory is created, private to the
-    /// daemon's user. None: build at every start.
+    /// A saved template is checked before use (every byte, the daemon's build, the guest's
+    /// settings and files) and rebuilt when it does not fit; none: build at every start.
     #[arg(long, env = "HYPERLIGHTD_SNAPSHOT_DIR")]
     pub snapshot_dir: Option<std::path::PathBuf>,
 
     /// Where sessions are kept so that they outlive the daemon: each session's record, journal and
     /// checkpoints (every exec's state, written after its answer, crash-safe and checksummed).
     ///
-    /// A daemon started again with the same directory serves the same sessions. Created, private to
-    /// the daemon's user. None: sessions live in memory only, and a stop loses them.
+    /// A daemon started again with the same directory serves the same sessions; none: sessions
+    /// live in memory only, and a stop loses them.
     #[arg(long, env = "HYPERLIGHTD_STATE_DIR")]
     pub state_dir: Option<std::path::PathBuf>,
 
@@ -227,10 +223,8 @@ pub struct Config {
 
     /// A JSON file with the default policy every program is checked against before it runs.
     ///
-    /// Its fields are a request's `policy`'s (`allowed_modules`, `blocked_functions`,
-    /// `blocked_globals`), and `network` (`{"allow": [...]}`, destinations programs may reach
-    /// besides those of --egress-allow). A request's own policy and network can only narrow it. None: only what requests ask is
-    /// checked.
+    /// Its fields are a request's `policy`'s and `network` (`{"allow": [...]}`, destinations
+    /// besides those of --egress-allow), which a request's own can only narrow.
     #[arg(long, env = "HYPERLIGHTD_POLICY")]
     pub policy: Option<std::path::PathBuf>,
 

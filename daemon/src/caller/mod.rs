@@ -56,11 +56,10 @@ use crate::sys;
 /// Who may call, and how much one caller may have at once.
 #[derive(Debug, Clone, Default, Args)]
 pub struct CallerOptions {
-    /// Allow this user (a uid or a name) to call.
+    /// Allow this user (a uid or a name) to call; repeat for more.
     ///
-    /// Repeat for more. With no --allow-uid and no --allow-gid, anyone who can open the socket may
-    /// call; with them, only the users listed, members of the groups listed and the daemon's own
-    /// user: root only if listed.
+    /// With no --allow-uid and no --allow-gid, anyone who can open the socket may call; with them,
+    /// only the users and groups listed and the daemon's own user (root only if listed).
     #[arg(long = "allow-uid", value_name = "UID")]
     pub allow_uids: Vec<String>,
 
@@ -72,11 +71,10 @@ pub struct CallerOptions {
     pub allow_gids: Vec<String>,
 
     /// Executions one caller (uid, or pod with --pod-identity) may have in flight (running or
-    /// waiting for a sandbox) per language, a hard cap.
+    /// waiting for a sandbox) per language; past it, 429 quota_exceeded.
     ///
-    /// Past it, 429 quota_exceeded. Default: none. Without it a caller alone may use a whole pool,
-    /// and callers waiting together share it fairly: the next free sandbox goes to the one with the
-    /// fewest running.
+    /// Without it a caller alone may use a whole pool, and callers waiting together share it
+    /// fairly: the next free sandbox goes to the one with the fewest running.
     #[arg(long, value_name = "N")]
     pub max_execs_per_caller: Option<usize>,
 
@@ -90,8 +88,8 @@ pub struct CallerOptions {
     /// Tell callers apart by pod: read each caller's cgroup, name its pod and container in the
     /// audit log, and count quotas per pod (a caller outside any pod: per uid).
     ///
-    /// A caller whose pod cannot be told (it exited, or its pid is not visible) is refused. Needs
-    /// the node's pid namespace (a DaemonSet's hostPID) to see callers' pids.
+    /// Needs the node's pid namespace (a DaemonSet's hostPID); a caller whose pod cannot be told
+    /// (it exited, or its pid is not visible) is refused.
     #[arg(long, env = "HYPERLIGHTD_POD_IDENTITY")]
     pub pod_identity: bool,
 }

@@ -19,12 +19,11 @@ use super::{EgressLimits, EgressParts};
 /// Outbound HTTP from programs: off unless a destination is allowed.
 #[derive(Debug, Clone, Args)]
 pub struct EgressOptions {
-    /// A destination programs may reach over HTTP, as `[METHODS ]SCHEME://HOST[:PORT][/PATH]`:
-    /// `https://api.example.com`, `GET,HEAD https://*.example.com/data/`.
+    /// A destination programs may reach over HTTP, as `[METHODS ]SCHEME://HOST[:PORT][/PATH]`
+    /// (`GET,HEAD https://*.example.com/data/`); repeat for more, with none programs reach nothing.
     ///
     /// The host is a name, `*.` and a domain (names under it), or an IP address (the one way to
-    /// reach a loopback, private or link-local address). Repeat for more; with none (here and in
-    /// the policy file), programs reach nothing.
+    /// reach a loopback, private or link-local address).
     #[arg(long = "egress-allow", value_name = "RULE")]
     pub allow: Vec<String>,
 
