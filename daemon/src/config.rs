@@ -261,17 +261,19 @@ pub struct Config {
     pub session_memory_mib: u64,
 
     /// Most checkpoints a session keeps (its state after each exec, to roll back to or fork from),
-    /// its newest included.
+    /// its newest included; the oldest beyond are dropped.
     ///
-    /// The oldest beyond are dropped. Each holds the pages its exec changed and the page tables it
-    /// changed (under a MiB for a small exec), counted in --session-memory-mib; the rest it shares
-    /// with the state it started from. 1 keeps only the session's state.
+    /// Each holds what its exec changed and shares the rest with its parent, counted in
+    /// --session-memory-mib; 1 keeps only the session's state.
     #[arg(long, default_value_t = 4)]
     pub session_checkpoints: usize,
 
     /// Most MiB a session's checkpoints may hold together; the oldest beyond are dropped (the
     /// newest is kept whatever its size).
-    #[arg(long, default_value_t = 512)]
+    ///
+    /// A checkpoint holds what its exec changed (about a MiB after a small exec, a little over N
+    /// after one that writes N MiB), so the default keeps four of execs writing up to 15 MiB.
+    #[arg(long, default_value_t = 64)]
     pub session_checkpoint_mib: u64,
 
     /// Who may call, and how much one caller may have at once.

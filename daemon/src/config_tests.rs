@@ -220,7 +220,7 @@ fn session_limits_are_checked() {
     assert_eq!(defaults.memory_budget, 4096 << 20);
     assert_eq!(
         (defaults.max_checkpoints, defaults.max_checkpoint_bytes),
-        (4, 512 << 20)
+        (4, 64 << 20)
     );
     for flag in [
         "--max-sessions",

@@ -633,7 +633,9 @@ const SAVE_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
 /// (which was 883 MiB).
 #[tokio::test]
 async fn thirty_execs_of_deltas_rolled_back_and_forked_match_a_reference() {
-    let daemon = native_daemon(&[]).await;
+    // The model rolls back to any of the newest four checkpoints: all four are kept, whatever the
+    // default budget per session.
+    let daemon = native_daemon(&["--session-checkpoint-mib", "512"]).await;
     let client = daemon.client();
     hyperlightd_e2e::deltas::a_chain_of_deltas_matches_its_model(
         &client,
