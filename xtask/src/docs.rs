@@ -7,7 +7,7 @@
 //! - `docs/reference/hlctl.md` from hlctl's clap definitions (`hlctl --markdown-help`).
 //!
 //! `--check` fails when a committed reference differs from what the code generates; then the
-//! book is built and its links checked (mdbook-linkcheck), as `.ci/run` does.
+//! book is built and its links and anchors checked (lychee), as `.ci/run` does.
 
 mod openapi;
 
@@ -22,16 +22,19 @@ use crate::{Tool, cargo, install_tool, step, workspace_root};
 /// How long installing a tool from crates.io may take.
 const INSTALL_LIMIT: Duration = Duration::from_secs(1800);
 
-/// mdBook and its link checker, installed from crates.io into target/tools (once).
+/// mdBook and a link checker, installed from crates.io into target/tools (once).
 const MDBOOK: Tool = Tool {
     krate: "mdbook",
     version: "0.4.52",
     binary: "mdbook",
 };
-const LINKCHECK: Tool = Tool {
-    krate: "mdbook-linkcheck",
-    version: "0.7.7",
-    binary: "mdbook-linkcheck",
+/// The link checker: every link between pages, and every `#anchor`, checked in the built HTML
+/// (offline: links out of the book are not fetched, the machines that build it may have no
+/// network).
+const LYCHEE: Tool = Tool {
+    krate: "lychee",
+    version: "0.24.2",
+    binary: "lychee",
 };
 
 /// Writes the generated references (or, with `check`, compares them with the committed ones),
@@ -61,22 +64,29 @@ pub fn docs(check: bool) -> Result<()> {
     }
     let tools = root.join("target/tools");
     let mdbook = install_tool(&tools, &MDBOOK, INSTALL_LIMIT)?;
-    install_tool(&tools, &LINKCHECK, INSTALL_LIMIT)?;
-    let path = std::env::join_paths(std::iter::once(tools.join("bin")).chain(
-        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
-    ))?;
+    let lychee = install_tool(&tools, &LYCHEE, INSTALL_LIMIT)?;
+    let book = root.join("target/book");
     step(
-        "mdbook build docs (and its link check)",
-        Command::new(mdbook)
-            .arg("build")
-            .arg(root.join("docs"))
-            .env("PATH", path),
+        "mdbook build docs",
+        Command::new(mdbook).arg("build").arg(root.join("docs")),
         Duration::from_secs(300),
     )?;
-    eprintln!(
-        "==> the book: {}",
-        root.join("target/book/html/index.html").display()
-    );
+    step(
+        "lychee: the book's links and anchors",
+        Command::new(lychee)
+            .args(["--offline", "--include-fragments", "--no-progress"])
+            // mdBook's own: the 404 page's links are relative to the site's root, and its
+            // icon font's stylesheet names a file it does not ship.
+            .args([
+                "--exclude-path",
+                "404.html",
+                "--exclude",
+                "fontawesome-webfont",
+            ])
+            .arg(&book),
+        Duration::from_secs(300),
+    )?;
+    eprintln!("==> the book: {}", book.join("index.html").display());
     Ok(())
 }
 

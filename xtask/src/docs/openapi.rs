@@ -88,7 +88,8 @@ fn operations(item: &Value) -> impl Iterator<Item = (&'static str, &Value)> {
 }
 
 fn operation(page: &mut String, spec: &Value, path: &str, method: &str, item: &Value, op: &Value) {
-    let _ = writeln!(page, "### {} {path}\n", method.to_uppercase());
+    // In code: a heading that ends in `{id}` would be read as a heading attribute and lose it.
+    let _ = writeln!(page, "### `{} {path}`\n", method.to_uppercase());
     if let Some(summary) = op["summary"].as_str() {
         let _ = writeln!(page, "**{}**\n", summary.trim());
     }
