@@ -736,7 +736,13 @@ async fn the_guide_s_curl_examples_run(daemon: &Daemon, guide: &str) {
         let shown: Vec<Value> = block
             .lines()
             .filter_map(|line| line.trim().strip_prefix('#')?.split("\"result\": ").nth(1))
-            .map(|rest| rest.split([',', '}']).next().unwrap_or_default().parse().expect("a result"))
+            .map(|rest| {
+                rest.split([',', '}'])
+                    .next()
+                    .unwrap_or_default()
+                    .parse()
+                    .expect("a result")
+            })
             .collect();
         let results: Vec<&Value> = answers.iter().filter_map(|a| a.get("result")).collect();
         let mut found = results.iter();
@@ -746,7 +752,10 @@ async fn the_guide_s_curl_examples_run(daemon: &Daemon, guide: &str) {
                 "{guide}: no answer with result {want} in order: {stdout}"
             );
         }
-        assert!(!shown.is_empty(), "{guide}: a block shows no result: {block}");
+        assert!(
+            !shown.is_empty(),
+            "{guide}: a block shows no result: {block}"
+        );
     }
 }
 
