@@ -11,8 +11,8 @@
 //! restored ones, some of them changed, and some new ones; its pages are
 //! the snapshot's, which are unchanged, and some in scratch.
 //!
-//! [`build`] starts from a copy of the restored tables as the guest left
-//! them and visits the tables reachable from the root once each: a leaf
+//! [`build`] starts from the restored tables as the guest left them
+//! (copying a table only when it rewrites an entry of it) and visits the tables reachable from the root once each: a leaf
 //! table identical to the snapshot's own is left as it is, with every page
 //! it maps; in the others, each entry that maps a page outside the kept
 //! part of the snapshot gets the address of a copy of that page, appended
@@ -34,7 +34,7 @@ use std::ops::Range;
 use hyperlight_common::layout::{SNAPSHOT_PT_GVA_MAX, SNAPSHOT_PT_GVA_MIN, scratch_base_gva};
 use hyperlight_common::vmem::PAGE_SIZE;
 
-use super::guest_page;
+use super::{PageTables, guest_page};
 use crate::mem::layout::SandboxMemoryLayout;
 use crate::mem::memory_region::MemoryRegion;
 
@@ -55,15 +55,12 @@ pub(super) struct Built {
     /// The pages it copied, to be mapped right after the kept ones.
     pub(super) pages: Vec<u8>,
     /// Its page tables, to be copied into scratch at the page-table
-    /// base on restore, as the full rebuild's are.
-    pub(super) tables: Vec<u8>,
+    /// base on restore, as the full rebuild's are: those that are not
+    /// the restored snapshot's unchanged.
+    pub(super) tables: PageTables,
     /// Where each page it did not keep in place is in it, by the
     /// address the sandbox has the page at.
     pub(super) copies: HashMap<u64, u64>,
-    /// For each of its tables, whether it is the restored snapshot's
-    /// table at the same index, unchanged: the new snapshot shares
-    /// those rather than copying them.
-    pub(super) unchanged_tables: Vec<bool>,
 }
 
 /// What [`build`] works from.
@@ -105,23 +102,40 @@ pub(super) fn build(inputs: &Inputs<'_>) -> Option<Built> {
         pt_base,
         scratch: scratch_base..scratch_base + inputs.scratch.len() as u64,
         scratch_gva: scratch_base_gva(inputs.layout.get_scratch_size()),
-        tables: inputs.scratch.get(at..at + restored)?.to_vec(),
+        guest_tables: inputs.scratch.get(at..at + restored)?,
+        own_tables: vec![None; restored / PAGE_SIZE],
         restored_tables: restored / PAGE_SIZE,
         new_tables: HashMap::new(),
         visited: vec![false; restored / PAGE_SIZE],
+        same_tables: vec![false; restored / PAGE_SIZE],
         pages: Vec::new(),
         copies: HashMap::new(),
         zero_page: None,
     };
     builder.visit_tree()?;
-    let unchanged_tables = (0..builder.tables.len() / PAGE_SIZE)
-        .map(|i| i < builder.restored_tables && builder.table(i) == builder.parent_table(i))
-        .collect();
+    // A table found unchanged on the way (kept as it is, or under the
+    // scratch mapping) was compared whole then; the others are compared as
+    // they are now, rewritten.
+    let count = builder.own_tables.len();
+    let mut tables = PageTables {
+        count,
+        bytes: Vec::new(),
+        at: Vec::with_capacity(count),
+    };
+    for i in 0..count {
+        let unchanged = i < builder.restored_tables
+            && (builder.same_tables[i] || builder.table(i) == builder.parent_table(i));
+        if unchanged {
+            tables.at.push(None);
+        } else {
+            tables.at.push(Some(tables.bytes.len() / PAGE_SIZE));
+            tables.bytes.extend_from_slice(builder.table(i));
+        }
+    }
     Some(Built {
         pages: builder.pages,
-        tables: builder.tables,
+        tables,
         copies: builder.copies,
-        unchanged_tables,
     })
 }
 
@@ -131,12 +145,20 @@ struct Builder<'i, 'a> {
     /// Guest physical addresses of scratch.
     scratch: Range<u64>,
     scratch_gva: u64,
-    /// The new tables, the restored ones first, at their index.
-    tables: Vec<u8>,
+    /// The restored tables as the guest left them, in scratch.
+    guest_tables: &'a [u8],
+    /// The new tables, the restored ones first, at their index: a copy
+    /// of the guest's, made when an entry of it is rewritten (`None`:
+    /// the guest's, as it is), then the tables the guest made.
+    own_tables: Vec<Option<Box<[u8]>>>,
     restored_tables: usize,
-    /// Index in `tables` of each new table, by its address in scratch.
+    /// Index in the new tables of each table the guest made, by its
+    /// address in scratch.
     new_tables: HashMap<u64, usize>,
     visited: Vec<bool>,
+    /// The restored tables found unchanged, whole, on the way: by
+    /// [`Builder::kept_as_is`] and [`Builder::unchanged`].
+    same_tables: Vec<bool>,
     pages: Vec<u8>,
     /// Address in the new snapshot of each page copied, by the address
     /// it was copied from.
@@ -153,6 +175,7 @@ impl Builder<'_, '_> {
                 continue;
             }
             if level == 1 && self.kept_as_is(index) {
+                self.same_tables[index] = true;
                 continue;
             }
             for slot in 0..ENTRIES {
@@ -201,11 +224,21 @@ impl Builder<'_, '_> {
             return self.unchanged(index, level, slot).then_some(None);
         }
         if level == 1 {
-            if let Some(original) = self.written_back(index, slot, entry & ADDR) {
-                self.set_entry(index, slot, original);
-                return Some(None);
-            }
-            let mapped = self.page(entry & ADDR)?;
+            // A page the new snapshot has already (kept in place, copied,
+            // or the previous snapshot's copy, unchanged) before comparing
+            // it with the restored snapshot's: most pages a session wrote
+            // are unchanged since its previous snapshot.
+            let gpa = entry & ADDR;
+            let mapped = match self.known(gpa) {
+                Some(mapped) => mapped,
+                None => {
+                    if let Some(original) = self.written_back(index, slot, gpa) {
+                        self.set_entry(index, slot, original);
+                        return Some(None);
+                    }
+                    self.copy(gpa)
+                }
+            };
             self.set_entry(index, slot, leaf(entry, mapped));
             return Some(None);
         }
@@ -218,10 +251,10 @@ impl Builder<'_, '_> {
         Some(Some((child, level - 1, start)))
     }
 
-    /// The address in the new snapshot of the page at `gpa`: where it is
-    /// if it is kept, else a copy's (0: the page is nowhere, and the
-    /// entry is dropped, as the full rebuild drops it).
-    fn page(&mut self, gpa: u64) -> Option<u64> {
+    /// The address in the new snapshot of the page at `gpa` if it has
+    /// the page already: where it is if it is kept, or a copy's, this
+    /// snapshot's or the previous one's.
+    fn known(&mut self, gpa: u64) -> Option<u64> {
         let at = gpa as usize;
         if self.inputs.restored.contains(&at) && self.inputs.kept.contains(&at) {
             return Some(gpa);
@@ -229,10 +262,15 @@ impl Builder<'_, '_> {
         if let Some(&copy) = self.copies.get(&gpa) {
             return Some(copy);
         }
-        if let Some(copy) = self.previous_copy(gpa) {
-            self.copies.insert(gpa, copy);
-            return Some(copy);
-        }
+        let copy = self.previous_copy(gpa)?;
+        self.copies.insert(gpa, copy);
+        Some(copy)
+    }
+
+    /// The address of a new copy of the page at `gpa`, appended to the
+    /// new pages (0: the page is nowhere, and the entry is dropped, as
+    /// the full rebuild drops it).
+    fn copy(&mut self, gpa: u64) -> u64 {
         // SAFETY: the memories are the sandbox's, not mutated while the
         // snapshot is taken (the caller holds them).
         let contents = unsafe {
@@ -257,7 +295,7 @@ impl Builder<'_, '_> {
             Some(page) => self.append(page),
         };
         self.copies.insert(gpa, copy);
-        Some(copy)
+        copy
     }
 
     /// The restored snapshot's own entry `slot` of its table at `index`,
@@ -321,8 +359,8 @@ impl Builder<'_, '_> {
         }
         let at = (gpa - self.scratch.start) as usize;
         let table = self.inputs.scratch.get(at..at + PAGE_SIZE)?;
-        let index = self.tables.len() / PAGE_SIZE;
-        self.tables.extend_from_slice(table);
+        let index = self.own_tables.len();
+        self.own_tables.push(Some(table.into()));
         self.visited.push(false);
         self.new_tables.insert(gpa, index);
         Some(index)
@@ -330,7 +368,7 @@ impl Builder<'_, '_> {
 
     /// Whether entry `slot` of the table at `index` and what it points
     /// to are the restored snapshot's own, unchanged.
-    fn unchanged(&self, index: usize, level: u32, slot: usize) -> bool {
+    fn unchanged(&mut self, index: usize, level: u32, slot: usize) -> bool {
         if index >= self.restored_tables {
             return false;
         }
@@ -347,12 +385,21 @@ impl Builder<'_, '_> {
             return false;
         }
         let child = ((gpa - self.pt_base) as usize) / PAGE_SIZE;
-        self.table(child) == self.parent_table(child)
-            && (0..ENTRIES).all(|s| self.unchanged(child, level - 1, s))
+        if self.table(child) != self.parent_table(child) {
+            return false;
+        }
+        // A leaf table the same as the parent's maps what the parent's
+        // maps: only tables of tables are walked further.
+        let unchanged = level == 2 || (0..ENTRIES).all(|s| self.unchanged(child, level - 1, s));
+        self.same_tables[child] |= unchanged;
+        unchanged
     }
 
     fn table(&self, index: usize) -> &[u8] {
-        &self.tables[index * PAGE_SIZE..(index + 1) * PAGE_SIZE]
+        match &self.own_tables[index] {
+            Some(table) => table,
+            None => &self.guest_tables[index * PAGE_SIZE..(index + 1) * PAGE_SIZE],
+        }
     }
 
     fn parent_table(&self, index: usize) -> &[u8] {
@@ -368,8 +415,13 @@ impl Builder<'_, '_> {
     }
 
     fn set_entry(&mut self, index: usize, slot: usize, entry: u64) {
-        let at = index * PAGE_SIZE + slot * 8;
-        self.tables[at..at + 8].copy_from_slice(&entry.to_le_bytes());
+        if self.entry(index, slot) == entry {
+            return;
+        }
+        let guest = self.guest_tables;
+        let table = self.own_tables[index]
+            .get_or_insert_with(|| guest[index * PAGE_SIZE..(index + 1) * PAGE_SIZE].into());
+        table[slot * 8..slot * 8 + 8].copy_from_slice(&entry.to_le_bytes());
     }
 }
 

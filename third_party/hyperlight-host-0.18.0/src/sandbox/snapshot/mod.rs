@@ -357,13 +357,48 @@ pub(crate) struct Taken {
 #[cfg(all(unix, not(unshared_snapshot_mem)))]
 const MAX_TABLE_RUNS: usize = 32;
 
-/// The page tables a new snapshot may share with the snapshot its
-/// sandbox was restored from, `parent` (whose tables follow the pages
-/// its guest sees): `unchanged` says which of the new ones equal the
-/// parent's at the same index.
-struct SharedTables<'a, M> {
-    parent: &'a M,
-    unchanged: &'a [bool],
+/// A new snapshot's own memory: the pages it copied, which the guest
+/// sees after the kept ones, and its page tables, which follow them in
+/// the host mapping.
+struct NewMemory {
+    pages: Vec<u8>,
+    tables: PageTables,
+}
+
+/// A new snapshot's page tables: `count` of them, each either in
+/// `bytes` (at `at[i]`, in pages) or, where `at[i]` is `None`, the
+/// parent's table at the same index, unchanged (none is, after a full
+/// rebuild), which the new snapshot shares rather than copies.
+pub(super) struct PageTables {
+    count: usize,
+    bytes: Vec<u8>,
+    at: Vec<Option<usize>>,
+}
+
+impl PageTables {
+    /// Tables all of their own, in order.
+    fn whole(bytes: Vec<u8>) -> Self {
+        let count = bytes.len() / PAGE_SIZE;
+        PageTables {
+            count,
+            bytes,
+            at: (0..count).map(Some).collect(),
+        }
+    }
+
+    fn unchanged(&self, table: usize) -> bool {
+        matches!(self.at.get(table), Some(None))
+    }
+
+    /// Table `table`: its own, or `parent`'s (the tables the parent's
+    /// memory holds from `from`).
+    #[cfg(all(unix, not(unshared_snapshot_mem)))]
+    fn table<'a>(&'a self, table: usize, parent: &'a [u8], from: usize) -> &'a [u8] {
+        match self.at[table] {
+            Some(k) => &self.bytes[k * PAGE_SIZE..(k + 1) * PAGE_SIZE],
+            None => &parent[from + table * PAGE_SIZE..from + (table + 1) * PAGE_SIZE],
+        }
+    }
 }
 
 /// What a new snapshot shares with the snapshot memory its sandbox
@@ -400,28 +435,29 @@ impl Kept {
         Kept { len: 0 }
     }
 
-    /// The new snapshot's memory: the kept runs, then `contents`, of
-    /// which the guest sees `new_guest_bytes` (the rest is the page
-    /// tables' host-side tail), the tables that `tables` says are
-    /// unchanged shared with the parent rather than copied.
+    /// The new snapshot's memory: the kept runs, then `pages`, which
+    /// the guest sees, then the page tables' host-side tail, the tables
+    /// that are `parent`'s (the snapshot memory its sandbox was restored
+    /// from, whose tables follow the pages its guest sees) unchanged
+    /// shared with it rather than copied.
     #[cfg(all(unix, not(unshared_snapshot_mem)))]
     fn extend(
         self,
-        contents: &[u8],
-        new_guest_bytes: usize,
-        tables: SharedTables<'_, ReadonlySharedMemory>,
+        pages: Vec<u8>,
+        tables: &PageTables,
+        parent: &ReadonlySharedMemory,
     ) -> Result<ReadonlySharedMemory> {
         use crate::mem::shared_mem::{Piece, SnapshotRun};
+        let new_guest_bytes = pages.len();
         let guest = self.len + new_guest_bytes;
-        let at = tables.parent.guest_mapped_size();
-        let (pages, tail) = contents.split_at(new_guest_bytes);
-        let count = tail.len() / PAGE_SIZE;
+        let at = parent.guest_mapped_size();
+        let count = tables.count;
         // The stretches of tables the parent has unchanged, and its runs
         // that hold each; the shortest copied until the tables fit.
         let mut shared: Vec<(std::ops::Range<usize>, Vec<SnapshotRun>)> = Vec::new();
         let mut i = 0;
         while i < count {
-            let unchanged = |t: usize| tables.unchanged.get(t) == Some(&true);
+            let unchanged = |t: usize| tables.unchanged(t);
             if !unchanged(i) {
                 i += 1;
                 continue;
@@ -431,7 +467,7 @@ impl Kept {
                 i += 1;
             }
             let bytes = at + start * PAGE_SIZE..at + i * PAGE_SIZE;
-            if let Some(runs) = tables.parent.runs_of(bytes.start, bytes.len()) {
+            if let Some(runs) = parent.runs_of(bytes.start, bytes.len()) {
                 shared.push((start..i, runs));
             }
         }
@@ -444,15 +480,18 @@ impl Kept {
             };
             shared.remove(shortest);
         }
-        let mut own = pages.to_vec();
+        let mut own = pages;
         let mut pieces = vec![Piece::Shared(self.runs), Piece::Own(0..new_guest_bytes)];
-        let mut copy = |pieces: &mut Vec<Piece>, tables: std::ops::Range<usize>| {
-            if tables.is_empty() {
+        let parent_bytes = parent.as_slice();
+        let mut copy = |pieces: &mut Vec<Piece>, range: std::ops::Range<usize>| {
+            if range.is_empty() {
                 return;
             }
-            let bytes = &tail[tables.start * PAGE_SIZE..tables.end * PAGE_SIZE];
-            pieces.push(Piece::Own(own.len()..own.len() + bytes.len()));
-            own.extend_from_slice(bytes);
+            let start = own.len();
+            for t in range {
+                own.extend_from_slice(tables.table(t, parent_bytes, at));
+            }
+            pieces.push(Piece::Own(start..own.len()));
         };
         let mut next = 0;
         for (stretch, runs) in shared {
@@ -464,14 +503,17 @@ impl Kept {
         Ok(ReadonlySharedMemory::compose(pieces, &own, guest)?)
     }
 
+    /// Elsewhere every table is the snapshot's own (a full rebuild).
     #[cfg(not(all(unix, not(unshared_snapshot_mem))))]
     fn extend<M>(
         self,
-        contents: &[u8],
-        new_guest_bytes: usize,
-        _tables: SharedTables<'_, M>,
+        mut pages: Vec<u8>,
+        tables: &PageTables,
+        _parent: &M,
     ) -> Result<ReadonlySharedMemory> {
-        Ok(ReadonlySharedMemory::from_bytes(contents, new_guest_bytes)?)
+        let new_guest_bytes = pages.len();
+        pages.extend_from_slice(&tables.bytes);
+        Ok(ReadonlySharedMemory::from_bytes(&pages, new_guest_bytes)?)
     }
 }
 
@@ -670,12 +712,8 @@ impl Snapshot {
         )?;
 
         let is_incremental = incremental.is_some();
-        let mut unchanged_tables = Vec::new();
-        let memory = match incremental {
-            Some((memory, unchanged)) => {
-                unchanged_tables = unchanged;
-                memory
-            }
+        let new = match incremental {
+            Some(new) => new,
             None => shared_mem.with_contents(|snap_c| {
             scratch_mem.with_contents(|scratch_c| {
                 // Phase 1: walk every PT root together. This detects
@@ -820,8 +858,10 @@ impl Snapshot {
                 // Phase 4: finalize PT bytes.
                 let pt_data = pt_buf.into_bytes();
                 layout.set_pt_size(pt_data.len())?;
-                snapshot_memory.extend(&pt_data);
-                Ok::<_, crate::HyperlightError>(snapshot_memory)
+                Ok::<_, crate::HyperlightError>(NewMemory {
+                    pages: snapshot_memory,
+                    tables: PageTables::whole(pt_data.into_vec()),
+                })
             })
         })???,
         };
@@ -834,23 +874,27 @@ impl Snapshot {
         if !is_incremental {
             copies = phys_seen.into_iter().map(|(from, to)| (from, to as u64)).collect();
         }
-        let new_guest_bytes = memory.len() - layout.get_pt_size();
+        let new_guest_bytes = new.pages.len();
         debug_assert!(new_guest_bytes.is_multiple_of(page_size::get()));
+        let built = started.elapsed();
+        let kept_len = kept.len;
+        let pt_bytes = layout.get_pt_size();
+        let tables_shared = (0..new.tables.count)
+            .filter(|&t| new.tables.unchanged(t))
+            .count();
+        layout.set_snapshot_size(kept.len + new_guest_bytes);
+        let shares_restored = kept.len >= restored_len;
+        let memory = kept.extend(new.pages, &new.tables, &*shared_mem)?;
         tracing::debug!(
             incremental = is_incremental,
-            kept_bytes = kept.len,
+            kept_bytes = kept_len,
             copied_bytes = new_guest_bytes,
-            pt_bytes = layout.get_pt_size(),
+            pt_bytes,
+            tables_shared,
+            built_ms = built.as_secs_f64() * 1e3,
             elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
             "snapshot taken"
         );
-        layout.set_snapshot_size(kept.len + new_guest_bytes);
-        let shares_restored = kept.len >= restored_len;
-        let tables = SharedTables {
-            parent: &*shared_mem,
-            unchanged: &unchanged_tables,
-        };
-        let memory = kept.extend(&memory, new_guest_bytes, tables)?;
         *since_restore = Some(Taken {
             memory: memory.clone(),
             copies: Arc::new(copies),
@@ -963,7 +1007,7 @@ impl Snapshot {
         }))
     }
 
-    /// The memory of the new snapshot (its copied pages, then its page
+    /// The memory of the new snapshot (its copied pages, and its page
     /// tables) built by [`incremental::build`], with the layout's page
     /// table size set: when the sandbox shares pages with the snapshot it
     /// was restored from and its page tables are of a shape that handles.
@@ -978,7 +1022,7 @@ impl Snapshot {
         kept: &Kept,
         previous: Option<&Taken>,
         copies: &mut HashMap<u64, u64>,
-    ) -> Result<Option<(Vec<u8>, Vec<bool>)>> {
+    ) -> Result<Option<NewMemory>> {
         #[cfg(all(target_arch = "x86_64", unix, not(unshared_snapshot_mem)))]
         {
             let [root] = root_pt_gpas else {
@@ -1010,10 +1054,11 @@ impl Snapshot {
                 return Ok(None);
             };
             *copies = built.copies;
-            layout.set_pt_size(built.tables.len())?;
-            let mut memory = built.pages;
-            memory.extend_from_slice(&built.tables);
-            return Ok(Some((memory, built.unchanged_tables)));
+            layout.set_pt_size(built.tables.count * PAGE_SIZE)?;
+            return Ok(Some(NewMemory {
+                pages: built.pages,
+                tables: built.tables,
+            }));
         }
         #[allow(unreachable_code)]
         Ok(None)
