@@ -12,7 +12,8 @@
 //! the snapshot's, which are unchanged, and some in scratch.
 //!
 //! [`build`] starts from the restored tables as the guest left them
-//! (copying a table only when it rewrites an entry of it) and visits the tables reachable from the root once each: a leaf
+//! (copying a table only when it rewrites an entry of it) and visits
+//! the tables reachable from the root once each: a leaf
 //! table identical to the snapshot's own is left as it is, with every page
 //! it maps; in the others, each entry that maps a page outside the kept
 //! part of the snapshot gets the address of a copy of that page, appended
@@ -114,8 +115,8 @@ pub(super) fn build(inputs: &Inputs<'_>) -> Option<Built> {
     };
     builder.visit_tree()?;
     // A table found unchanged on the way (kept as it is, or under the
-    // scratch mapping) was compared whole then; the others are compared as
-    // they are now, rewritten.
+    // scratch mapping) and not rewritten since was compared whole then; the
+    // others are compared as they are now.
     let count = builder.own_tables.len();
     let mut tables = PageTables {
         count,
@@ -124,7 +125,8 @@ pub(super) fn build(inputs: &Inputs<'_>) -> Option<Built> {
     };
     for i in 0..count {
         let unchanged = i < builder.restored_tables
-            && (builder.same_tables[i] || builder.table(i) == builder.parent_table(i));
+            && ((builder.same_tables[i] && builder.own_tables[i].is_none())
+                || builder.table(i) == builder.parent_table(i));
         if unchanged {
             tables.at.push(None);
         } else {
