@@ -22,7 +22,7 @@ use crate::{Tool, cargo, install_tool, step, workspace_root};
 /// How long installing a tool from crates.io may take.
 const INSTALL_LIMIT: Duration = Duration::from_secs(1800);
 
-/// mdBook and a link checker, installed from crates.io into target/tools (once).
+/// mdBook, installed from crates.io into target/tools (once), as the link checker below.
 const MDBOOK: Tool = Tool {
     krate: "mdbook",
     version: "0.4.52",

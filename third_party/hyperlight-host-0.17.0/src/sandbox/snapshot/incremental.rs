@@ -119,7 +119,6 @@ pub(super) fn build(inputs: &Inputs<'_>) -> Option<Built> {
     // others are compared as they are now.
     let count = builder.own_tables.len();
     let mut tables = PageTables {
-        count,
         bytes: Vec::new(),
         at: Vec::with_capacity(count),
     };

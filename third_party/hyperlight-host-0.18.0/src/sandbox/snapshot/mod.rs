@@ -365,12 +365,11 @@ struct NewMemory {
     tables: PageTables,
 }
 
-/// A new snapshot's page tables: `count` of them, each either in
+/// A new snapshot's page tables, one for each entry of `at`: in
 /// `bytes` (at `at[i]`, in pages) or, where `at[i]` is `None`, the
 /// parent's table at the same index, unchanged (none is, after a full
 /// rebuild), which the new snapshot shares rather than copies.
 pub(super) struct PageTables {
-    count: usize,
     bytes: Vec<u8>,
     at: Vec<Option<usize>>,
 }
@@ -380,10 +379,13 @@ impl PageTables {
     fn whole(bytes: Vec<u8>) -> Self {
         let count = bytes.len() / PAGE_SIZE;
         PageTables {
-            count,
             bytes,
             at: (0..count).map(Some).collect(),
         }
+    }
+
+    fn count(&self) -> usize {
+        self.at.len()
     }
 
     fn unchanged(&self, table: usize) -> bool {
@@ -451,7 +453,7 @@ impl Kept {
         let new_guest_bytes = pages.len();
         let guest = self.len + new_guest_bytes;
         let at = parent.guest_mapped_size();
-        let count = tables.count;
+        let count = tables.count();
         // The stretches of tables the parent has unchanged, and its runs
         // that hold each; the shortest copied until the tables fit.
         let mut shared: Vec<(std::ops::Range<usize>, Vec<SnapshotRun>)> = Vec::new();
@@ -879,7 +881,7 @@ impl Snapshot {
         let built = started.elapsed();
         let kept_len = kept.len;
         let pt_bytes = layout.get_pt_size();
-        let tables_shared = (0..new.tables.count)
+        let tables_shared = (0..new.tables.count())
             .filter(|&t| new.tables.unchanged(t))
             .count();
         layout.set_snapshot_size(kept.len + new_guest_bytes);
@@ -1054,7 +1056,7 @@ impl Snapshot {
                 return Ok(None);
             };
             *copies = built.copies;
-            layout.set_pt_size(built.tables.count * PAGE_SIZE)?;
+            layout.set_pt_size(built.tables.count() * PAGE_SIZE)?;
             return Ok(Some(NewMemory {
                 pages: built.pages,
                 tables: built.tables,
