@@ -193,9 +193,10 @@ function asyncProgram(code, persistent) {
 }
 
 // The program with its top-level `let`, `const` and `class` declarations made `var`s, which
-// outlive its eval (a `let` or `const` would be local to it); unchanged when it does not parse,
-// so that the eval reports why. A session's `const` can be assigned again in a later program,
-// as in a notebook's later cell.
+// outlive its eval (a `let` or `const` would be local to it). A program that does not compile
+// stays one that does not (the runner then evaluates it as it is, so that the eval reports
+// why). A session's `const` can be assigned again in a later program, as in a notebook's later
+// cell.
 function sessionDeclarations(code) {
   const edits = scanDeclarations(code) ?? parsedDeclarations(code);
   return edits === null || edits.length === 0 ? code : edited(code, edits);
@@ -225,9 +226,10 @@ const classEdits = (start, end, name) => [[start, start, "var " + name + " = "],
 // times what running the cell takes, and a session's every program needs its declarations
 // found. So they are found from the program's tokens, which QuickJS's native regular
 // expressions read: a declaration is a `let`, `const` or `class` outside every bracket where a
-// statement starts. The scan answers only for a program that QuickJS compiles (so that it never
-// makes a program that would fail run: `const x;` stays an error, as `let x; let x;` does) and
-// gives up (null) wherever a token alone does not say what it is: a `/` after `}`, `++`, `--` or
+// statement starts. The scan never makes a program that would fail run (`const x;` stays an
+// error, as `let x; let x;` does): it answers for a program whose tokens show that the edits
+// cannot (Scan.certain), or, failing that, one that QuickJS compiles (which costs about what
+// running a short program does). It gives up (null) wherever a token alone does not say what it is: a `/` after `}`, `++`, `--` or
 // a word that may be a name or a keyword (a regular expression or a division), a `let` after
 // `)`, a declaration's keyword after `++`, `--` or a keyword, a class whose heritage is more
 // than names, calls and members, an escape or a character outside ASCII between tokens,
@@ -273,10 +275,14 @@ const HEADS = new Set(["if", "while", "for", "with"]);
 
 function scanDeclarations(code) {
   if (!/\b(?:let|const|class)\b/.test(code)) return [];
-  if (code.includes("<!--") || code.includes("-->") || code.startsWith("#!") || !compiles(code)) return null;
+  if (code.includes("<!--") || code.includes("-->") || code.startsWith("#!")) return null;
   const scan = new Scan(code);
-  return scan.run() ? scan.edits : null;
+  if (!scan.run()) return null;
+  return scan.certain() || compiles(code) ? scan.edits : null;
 }
+
+// A name after `function` (and a `*`, spaces and comments): every function's, at any depth.
+const FUNCTION_NAME = /\bfunction\b(?:[\s*]|\/\*[\s\S]*?\*\/|\/\/[^\n\r]*)*([\w$]+)/g;
 
 // The constructor as the runtime made it, whatever a session's program does to `Function`.
 const FunctionConstructor = Function;
@@ -307,8 +313,32 @@ class Scan {
     // Whether a line ends between the last token and this one.
     this.newline = false;
     // A declaration being read: {keyword: "let", start} until the token after `let` says;
-    // {keyword: "class", start, name?, heritage?} until its body opens.
+    // {keyword: "const", start, name?} until the token after its name; {keyword: "class",
+    // start, name?, heritage?} until its body opens.
     this.pending = null;
+    // The names the edited declarations declare, when each declares one name (see certain).
+    this.names = [];
+    // Whether the tokens leave open an early error that the edits would take away.
+    this.uncertain = false;
+  }
+
+  // Whether the edits cannot make a program that does not compile compile, so that it need not
+  // be compiled to know (compiling costs about as much as running a short program): none of the
+  // early errors that a `let`, `const` or `class` has and a `var` does not (ECMA-262 14.3.1.1,
+  // 16.1.1) can be in it. Each edited declaration declares one name, a `const` with its
+  // initializer (no top-level comma, so no second declarator; no pattern, whose names the scan
+  // does not read; not `let` or another word), the names differ, none is a function's (a
+  // top-level function's is var-declared), and no `var` is anywhere; and each declaration
+  // was where a statement starts for certain (not after a statement's head: `if (a) const b =
+  // 1`).
+  certain() {
+    if (this.uncertain || /\bvar\b/.test(this.code)) return false;
+    const names = new Set(this.names);
+    if (names.size !== this.names.length) return false;
+    for (const match of this.code.matchAll(FUNCTION_NAME)) {
+      if (names.has(match[1])) return false;
+    }
+    return true;
   }
 
   // Reads every token; false to give up.
@@ -367,6 +397,7 @@ class Scan {
   // A run: nothing in it opens or closes; what it ends with is the last token, unless a
   // declaration being read must see its tokens. RAN, or SPACE for spaces alone.
   stretch(text) {
+    if (this.open.length === 0 && text.includes(",")) this.uncertain = true;
     if (this.pending !== null) {
       for (const part of text.match(RUN_TOKENS)) {
         const token = runToken(part);
@@ -380,6 +411,17 @@ class Scan {
     if (end[2] === ".") return null;
     this.last = end[1] !== undefined ? wordToken(end[1]) : { kind: "punctuator", text: end[2] };
     return RAN;
+  }
+
+  // Takes `token`, the first after a declaration's keyword, as the name it declares: false,
+  // and the scan uncertain, when it is not one name (a pattern, a word).
+  declares(token) {
+    if (token.kind === "name") {
+      this.names.push(token.text);
+      return true;
+    }
+    this.uncertain = true;
+    return false;
   }
 
   // A punctuator, with the bracket it opens or closes.
@@ -468,9 +510,10 @@ class Scan {
       return false;
     }
     if (starts === false) return true;
+    if (starts === null) this.uncertain = true;
     const start = this.at - token.text.length;
     if (token.text === "const") this.edits.push(declarationEdit(start, "const"));
-    else this.pending = { keyword: token.text, start };
+    this.pending = { keyword: token.text, start };
     return true;
   }
 
@@ -481,12 +524,24 @@ class Scan {
       // The `[` or `{` was pushed as opened: a pattern, as the grammar takes it after `let`.
       if (token.kind === "name" || token.kind === "word" || token.text === "[" || token.text === "{") {
         this.edits.push(declarationEdit(pending.start, "let"));
+        this.declares(token);
       }
+      return true;
+    }
+    if (pending.keyword === "const") {
+      // Edited already: read on only to know whether it has its initializer.
+      if (pending.name === undefined && this.declares(token)) {
+        pending.name = token.text;
+        return true;
+      }
+      this.pending = null;
+      if (pending.name === undefined || token.text !== "=") this.uncertain = true;
       return true;
     }
     if (pending.name === undefined) {
       if (token.kind !== "name") return false;
       pending.name = token.text;
+      this.names.push(pending.name);
       return true;
     }
     if (token.text === "extends" && pending.heritage === undefined) {

@@ -345,6 +345,22 @@ function evaluateInSession(text) {
   return step.value;
 }
 
+// Evaluates a session's program with its top-level declarations made the session's. Where the
+// edited text does not parse, neither does the program (the edits make no program run that
+// would not: guest/javascript/tests/), which is then evaluated as it is, so that the error
+// reported is its own, where it is.
+function evaluateDeclaring(code) {
+  const text = sessionDeclarations(code);
+  if (text !== code) {
+    try {
+      return evaluateInSession(text);
+    } catch (e) {
+      if (!isParseError(e)) throw e;
+    }
+  }
+  return evaluateInSession(code);
+}
+
 // Evaluates the program, in the session's scope if `persistent`: its value, or throws what it
 // throws.
 function evaluateProgram(code, persistent) {
@@ -352,7 +368,7 @@ function evaluateProgram(code, persistent) {
     ? evaluateInSession
     : (text) => evaluate(programConsole, programPrint, text);
   try {
-    return evaluateText(persistent ? sessionDeclarations(code) : code);
+    return persistent ? evaluateDeclaring(code) : evaluateText(code);
   } catch (e) {
     // Only a program that does not parse as a script may have top-level await.
     const rewritten = isParseError(e) && /\bawait\b/.test(code) ? asyncProgram(code, persistent) : null;

@@ -24,7 +24,7 @@ const guest = path.join(__dirname, "..");
 const rewrite = vm.runInThisContext(
   fs.readFileSync(path.join(guest, "web-apis.js"), "utf8") + "\n" +
   fs.readFileSync(path.join(guest, "program.js"), "utf8") +
-  "\n;({ asyncProgram, scanDeclarations, parsedDeclarations, sessionDeclarations })",
+  "\n;({ asyncProgram, scanDeclarations, parsedDeclarations, sessionDeclarations, Scan })",
 );
 
 // What a direct `eval` of `text` in a fresh realm comes to, as the runner evaluates a program:
@@ -184,9 +184,26 @@ const tricky = [
   "let\n[a] = [1]", "let\n{b} = {b: 1}", "if (true) { } else { } const z = 3",
 ];
 
-// Programs that do not run: the rewrite must leave them as they are, so that the eval says why.
+// Programs that do not run: the rewrite must not make them run. The runner evaluates a
+// program as it is when its rewritten text does not parse, so that the eval says why.
 const invalid = ["const x;", "let x; let x;", "if (true) let x = 1", "let x = 1; var x = 2", "class { }",
   "const y = ;", "let z = `${`", "const a = 1\nconst a = 2"];
+
+// Whether V8 compiles `text`, as the runner's `compiles` asks QuickJS.
+function compiles(text) {
+  try {
+    new Function(text);
+    return true;
+  } catch (_) {
+    return false;
+  }
+}
+
+// Whether the scan answers for `program` without compiling it.
+function certain(program) {
+  const scan = new rewrite.Scan(program);
+  return scan.run() && scan.certain();
+}
 
 function agree(program) {
   const scanned = rewrite.scanDeclarations(program);
@@ -199,11 +216,63 @@ test("session declarations: the scan agrees with the parse on tricky programs", 
   assert.ok(answered >= tricky.length - 6, `the scan answered ${answered} of ${tricky.length}`);
 });
 
-test("session declarations: a program that does not run is left as it is", () => {
+test("session declarations: a program that does not run is not made to run", () => {
   for (const program of invalid) {
-    assert.equal(rewrite.scanDeclarations(program), null, program);
-    assert.equal(rewrite.sessionDeclarations(program), program);
+    assert.equal(compiles(program), false, program);
+    assert.equal(compiles(rewrite.sessionDeclarations(program)), false, program);
   }
+});
+
+// Programs of a few declarations of a few names, of every kind whose early errors a `let`,
+// `const` or `class` has and a `var` lacks: the same name twice, a `var` or a function of the
+// same name (nested too, and behind comments), a `const` without its initializer, a second
+// declarator, a pattern, `let` as a name, a declaration after a statement's head or a label.
+function declarations(seed) {
+  let state = seed >>> 0;
+  const random = (n) => {
+    state = (Math.imul(state, 1664525) + 1013904223) >>> 0;
+    return state % n;
+  };
+  const name = () => ["a", "b", "c", "$d"][random(4)];
+  const kinds = [
+    () => "let " + name() + " = 1;", () => "let " + name() + ";", () => "const " + name() + " = 1;",
+    () => "const " + name() + ";", () => "class " + name() + " {}", () => "var " + name() + " = 1;",
+    () => "function " + name() + "() {}", () => "function /* f */ " + name() + "() {}",
+    () => "async function* " + name() + "() {}", () => "{ var " + name() + " = 2 }",
+    () => "{ function " + name() + "() {} }", () => "if (1) const " + name() + " = 1;",
+    () => "l: const " + name() + " = 1;", () => "let " + name() + " = 1, " + name() + " = 2;",
+    () => "const " + name() + " = 1, " + name() + ";", () => "let [" + name() + "] = [1];",
+    () => "const { " + name() + " } = {};", () => "let let = 1;", () => "f(" + name() + ", 1);",
+    () => "const " + name() + "\n= 1", () => "x = { " + name() + ": 1 }",
+  ];
+  return () => {
+    const n = 1 + random(4);
+    const parts = [];
+    for (let i = 0; i < n; i++) parts.push(kinds[random(kinds.length)]());
+    return parts.join(random(2) === 0 ? " " : "\n");
+  };
+}
+
+test("session declarations: a scan that does not compile the program makes none run", () => {
+  const next = declarations(20261203);
+  let answered = 0, valid = 0;
+  for (let i = 0; i < 20000; i++) {
+    const program = next();
+    const text = rewrite.sessionDeclarations(program);
+    if (compiles(text)) assert.ok(compiles(program), `${program}\nrewritten:\n${text}`);
+    if (compiles(program)) {
+      valid++;
+      if (certain(program)) answered++;
+    }
+  }
+  assert.ok(answered >= valid / 4, `the scan answered ${answered} of ${valid} valid programs without compiling`);
+});
+
+test("session declarations: common programs need no compiling to be scanned", () => {
+  const common = [tricky[0], "const x = 1; let y = x + 1\nclass P { m() { return 1 } }",
+    "import_ = 1; const total = [1, 2, 3].reduce((a, b) => a + b, 0); total",
+    "function helper(v) { return v * 2 }\nconst doubled = helper(21); doubled"];
+  for (const program of common) assert.ok(certain(program), program);
 });
 
 test("session declarations: the scan agrees with the parse on random programs", () => {
