@@ -8,6 +8,8 @@
 //! /v1/sessions/{id}` (204) do the rest. An unknown, deleted or expired id is 404
 //! `session_not_found`.
 
+use std::collections::BTreeMap;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -23,6 +25,13 @@ pub struct CreateSessionRequest {
     /// default applies when absent; values above its maximum are capped; 0 is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_timeout_s: Option<u64>,
+    /// Names and values to find the session by later (`GET /v1/sessions?label=NAME=VALUE`):
+    /// what it is for, a conversation, a user. At most 32. A name is letters, digits, `-`, `_`
+    /// and `.`, beginning and ending with a letter or digit, at most 128 bytes with an optional
+    /// prefix and `/` (`example.com/user`); a value any text without control characters, at
+    /// most 1,024 bytes; 8,192 bytes in all. A fork has its origin's labels.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 impl CreateSessionRequest {
@@ -31,7 +40,14 @@ impl CreateSessionRequest {
         CreateSessionRequest {
             language,
             idle_timeout_s: None,
+            labels: BTreeMap::new(),
         }
+    }
+
+    /// The same, with the label `name` set to `value`.
+    pub fn with_label(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.labels.insert(name.into(), value.into());
+        self
     }
 }
 
@@ -150,6 +166,9 @@ pub struct SessionInfo {
     pub expires_at: String,
     /// Seconds it may stay idle, as granted.
     pub idle_timeout_s: u64,
+    /// Its labels, as created (a fork's are its origin's).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
     /// Execs that ran in it (not counting those of the session it was forked from).
     pub execs: u64,
     /// Host memory its checkpoints hold, in bytes (0 before its first exec: a new session

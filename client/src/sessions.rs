@@ -1,6 +1,8 @@
 //! Typed calls for sessions: an interpreter whose state carries over from one exec to the next
 //! (see `hyperlightd_api`'s session types).
 
+use std::collections::BTreeMap;
+
 use bytes::Bytes;
 use hyper::Method;
 use hyperlightd_api::{
@@ -8,7 +10,7 @@ use hyperlightd_api::{
     RollbackRequest, SessionExecRequest, SessionInfo, SessionList, paths,
 };
 
-use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
+use percent_encoding::{AsciiSet, CONTROLS, NON_ALPHANUMERIC, utf8_percent_encode};
 
 use crate::{Client, DEFAULT_RESPONSE_TIMEOUT, Error, decode, encode, session_exec_wait};
 
@@ -167,13 +169,27 @@ impl Client {
 
     /// Every live session.
     pub async fn sessions(&self) -> Result<Vec<SessionInfo>, Error> {
+        self.sessions_labelled(&BTreeMap::new()).await
+    }
+
+    /// Every live session that has all of `labels` (each name with its value).
+    pub async fn sessions_labelled(
+        &self,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<Vec<SessionInfo>, Error> {
+        let query: Vec<String> = labels
+            .iter()
+            .map(|(name, value)| {
+                let label = format!("{name}={value}");
+                format!("label={}", utf8_percent_encode(&label, NON_ALPHANUMERIC))
+            })
+            .collect();
+        let path = match query.is_empty() {
+            true => paths::SESSIONS.to_owned(),
+            false => format!("{}?{}", paths::SESSIONS, query.join("&")),
+        };
         let (status, bytes) = self
-            .call(
-                Method::GET,
-                paths::SESSIONS,
-                Bytes::new(),
-                DEFAULT_RESPONSE_TIMEOUT,
-            )
+            .call(Method::GET, &path, Bytes::new(), DEFAULT_RESPONSE_TIMEOUT)
             .await?;
         decode::<SessionList>(status, &bytes).map(|list| list.sessions)
     }

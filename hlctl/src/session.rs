@@ -19,6 +19,9 @@ pub enum SessionCommand {
         /// cap, apply).
         #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
         idle_timeout_s: Option<u64>,
+        /// A label to find the session by later (`hlctl session ls --label`); repeatable.
+        #[arg(long, value_name = "NAME=VALUE", value_parser = label)]
+        label: Vec<(String, String)>,
         /// Print the whole session as JSON instead of its id.
         #[arg(long)]
         json: bool,
@@ -71,6 +74,9 @@ pub enum SessionCommand {
     /// List the live sessions: id, language, execs, memory, where the state is (memory,
     /// durable, parked, lost), expiry.
     Ls {
+        /// Only the sessions with this label; repeatable (all of them).
+        #[arg(long, value_name = "NAME=VALUE", value_parser = label)]
+        label: Vec<(String, String)>,
         /// Print them as JSON.
         #[arg(long)]
         json: bool,
@@ -93,16 +99,26 @@ pub enum SessionCommand {
     },
 }
 
+/// `NAME=VALUE`, as `--label` takes it (the daemon checks the name and the value).
+fn label(given: &str) -> Result<(String, String), String> {
+    match given.split_once('=') {
+        Some((name, value)) => Ok((name.to_owned(), value.to_owned())),
+        None => Err(format!("{given:?}: a label is NAME=VALUE")),
+    }
+}
+
 pub async fn run(client: &Client, command: SessionCommand) -> u8 {
     match command {
         SessionCommand::New {
             lang,
             idle_timeout_s,
+            label,
             json,
         } => {
             let request = CreateSessionRequest {
                 language: lang,
                 idle_timeout_s,
+                labels: label.into_iter().collect(),
             };
             print_session(client.create_session(&request).await, json)
         }
@@ -133,14 +149,16 @@ pub async fn run(client: &Client, command: SessionCommand) -> u8 {
             Err(e) => report(&e),
         },
         SessionCommand::Show { id } => print_session(client.session(&id).await, true),
-        SessionCommand::Ls { json } => match client.sessions().await {
-            Ok(sessions) if json => print_json(&sessions),
-            Ok(sessions) => {
-                println!("{}", table(&sessions));
-                exit::OK
+        SessionCommand::Ls { label, json } => {
+            match client.sessions_labelled(&label.into_iter().collect()).await {
+                Ok(sessions) if json => print_json(&sessions),
+                Ok(sessions) => {
+                    println!("{}", table(&sessions));
+                    exit::OK
+                }
+                Err(e) => report(&e),
             }
-            Err(e) => report(&e),
-        },
+        }
         SessionCommand::Files { id, path, json } => {
             files::session_files(client, &id, path, json).await
         }
@@ -178,18 +196,20 @@ async fn exec(client: &Client, id: &str, args: ProgramArgs) -> u8 {
 /// The sessions as a table, one per line.
 fn table(sessions: &[SessionInfo]) -> String {
     let mut lines = vec![format!(
-        "{:<32}  {:<10}  {:>6}  {:>10}  {:<8}  {}",
+        "{:<32}  {:<10}  {:>6}  {:>10}  {:<8}  {:<20}  LABELS",
         "ID", "LANGUAGE", "EXECS", "MEMORY", "STATE", "EXPIRES"
     )];
     for s in sessions {
+        let labels: Vec<String> = s.labels.iter().map(|(n, v)| format!("{n}={v}")).collect();
         lines.push(format!(
-            "{:<32}  {:<10}  {:>6}  {:>9.1}M  {:<8}  {}",
+            "{:<32}  {:<10}  {:>6}  {:>9.1}M  {:<8}  {:<20}  {}",
             s.id,
             s.language,
             s.execs,
             s.memory_bytes as f64 / f64::from(1 << 20),
             state(s),
-            s.expires_at
+            s.expires_at,
+            labels.join(",")
         ));
     }
     lines.join("\n")

@@ -6,11 +6,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hyperlightd_client::{
     Client, CreateSessionRequest, Error, ErrorKind, ExecRequest, ExecResponse, ExecStatus,
-    Language, SessionExecRequest,
+    Language, SessionExecRequest, SessionInfo,
 };
 use hyperlightd_e2e::{Daemon, STEP_LIMIT, within};
 use serde_json::{Value, json};
@@ -189,7 +190,19 @@ async fn state_carries_over_execs_and_an_exception_keeps_what_ran_before_it() {
     assert!(info.memory_bytes > 0, "{info:?}");
 
     // The same through hlctl.
-    let new = daemon.hlctl(&["session", "new", "--lang", "js"], "").await;
+    let new = daemon
+        .hlctl(
+            &[
+                "session",
+                "new",
+                "--lang",
+                "js",
+                "--label",
+                "purpose=e2e test",
+            ],
+            "",
+        )
+        .await;
     assert!(new.status.success(), "{new:?}");
     let id = String::from_utf8(new.stdout).unwrap().trim().to_owned();
     assert_eq!(id.len(), 32, "{id}");
@@ -216,6 +229,28 @@ async fn state_carries_over_execs_and_an_exception_keeps_what_ran_before_it() {
     assert!(
         String::from_utf8_lossy(&listed.stdout).contains(&id),
         "{listed:?}"
+    );
+    // Found by its label, and only by its own.
+    for (label, found) in [("purpose=e2e test", true), ("purpose=other", false)] {
+        let listed = daemon
+            .hlctl(&["session", "ls", "--label", label, "--json"], "")
+            .await;
+        let listed: Vec<SessionInfo> = serde_json::from_slice(&listed.stdout).unwrap();
+        let ids: Vec<&str> = listed.iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(ids.contains(&id.as_str()), found, "{label}: {ids:?}");
+        if found {
+            assert_eq!(listed[0].labels["purpose"], "e2e test");
+        }
+    }
+    let refused = daemon
+        .hlctl(
+            &["session", "new", "--lang", "js", "--label", "bad name=1"],
+            "",
+        )
+        .await;
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("label name"),
+        "{refused:?}"
     );
     let removed = daemon.hlctl(&["session", "rm", &id], "").await;
     assert!(removed.status.success(), "{removed:?}");

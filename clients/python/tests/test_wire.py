@@ -99,3 +99,30 @@ def test_requests_with_every_option_are_what_the_api_takes() -> None:
     validate(exec_request("/v1/sessions/s/exec", "1", stream=True, **options).body, "SessionExecRequest")
     validate(lookup.spec(), "ToolSpec")
     assert set(options) == set(SCHEMAS["SessionExecRequest"]["properties"]) - {"code", "stream"}
+
+
+def test_labels_go_in_the_body_and_the_list_query_percent_encoded() -> None:
+    from hyperlightd._wire import new_session, sessions_path
+
+    body = new_session("python", None, {"conversation": "c 1", "example.com/user": "ana"})
+    validate(body, "CreateSessionRequest")
+    assert body == {"language": "python", "labels": {"conversation": "c 1", "example.com/user": "ana"}}
+    assert new_session("python", 60, None) == {"language": "python", "idle_timeout_s": 60}
+    assert sessions_path(None) == "/v1/sessions"
+    assert (
+        sessions_path({"conversation": "c 1", "u": "a&b=c"})
+        == "/v1/sessions?label=conversation%3Dc%201&label=u%3Da%26b%3Dc"
+    )
+    info = SessionInfo.from_json(
+        {
+            "id": "s",
+            "language": "python",
+            "created_at": "t",
+            "expires_at": "t",
+            "idle_timeout_s": 1,
+            "execs": 0,
+            "memory_bytes": 0,
+            "labels": {"a": "1"},
+        }
+    )
+    assert info.labels == {"a": "1"}

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::job::{
-    CheckpointInfo, ExecError, ExecutorHealth, Files, Job, Language, Outcome, Principal,
+    CheckpointInfo, ExecError, ExecutorHealth, Files, Job, Labels, Language, Outcome, Principal,
     SessionInfo,
 };
 
@@ -50,16 +50,17 @@ pub trait Executor: Send + Sync + 'static {
     }
 
     /// Creates a session of `language` for `owner`, idle for at most `idle_timeout` (the
-    /// default when None).
+    /// default when None), with `labels`.
     fn create_session(
         &self,
         owner: &Principal,
         language: Language,
         idle_timeout: Option<Duration>,
+        labels: Labels,
     ) -> Result<SessionInfo, ExecError> {
         let table = self.session_table();
         let table = table.ok_or(ExecError::LanguageNotServed(language))?;
-        table.create(owner, language, idle_timeout)
+        table.create(owner, language, idle_timeout, labels)
     }
 
     /// `owner`'s session `id`, and its language, to run an exec in.
@@ -126,10 +127,10 @@ pub trait Executor: Send + Sync + 'static {
         table(self, id)?.get(owner, id)
     }
 
-    /// Every live session of `owner`, oldest first.
-    fn sessions(&self, owner: &Principal) -> Vec<SessionInfo> {
+    /// Every live session of `owner` that has all of `labels`, oldest first.
+    fn sessions(&self, owner: &Principal, labels: &Labels) -> Vec<SessionInfo> {
         self.session_table()
-            .map(|table| table.list(owner))
+            .map(|table| table.list(owner, labels))
             .unwrap_or_default()
     }
 

@@ -241,7 +241,7 @@ impl<E: Executor> Api<E> {
             (Method::GET, Route::Health(probe)) => Ok(whole(self.health(probe))),
             (Method::GET, Route::Metrics) => self.render_metrics().map(whole),
             (Method::POST, Route::Sessions) => self.create_session(request, &call).await.map(whole),
-            (Method::GET, Route::Sessions) => Ok(whole(self.list_sessions(&call))),
+            (Method::GET, Route::Sessions) => self.list_sessions(&request, &call).map(whole),
             (Method::GET, Route::Session(id)) => self.get_session(&call, id).map(whole),
             (Method::DELETE, Route::Session(id)) => self.delete_session(&call, id).map(whole),
             (Method::POST, Route::SessionExec(id)) => self.session_exec(request, id, call).await,

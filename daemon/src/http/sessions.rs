@@ -3,6 +3,8 @@
 //! calls the service, and answers with the API's wire types; errors go through the one mapping
 //! in [`ApiError::status`].
 
+use std::collections::BTreeMap;
+
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::header::{HeaderValue, LOCATION};
@@ -11,6 +13,7 @@ use hyperlightd_api::{
     CheckpointList, CreateSessionRequest, ForkRequest, RollbackRequest, SessionExecRequest,
     SessionList, paths,
 };
+use percent_encoding::percent_decode_str;
 
 use super::{Api, ApiError, Body, BoxError, json_response};
 use crate::executor::Executor;
@@ -29,9 +32,12 @@ impl<E: Executor> Api<E> {
         B::Error: Into<BoxError>,
     {
         let create: CreateSessionRequest = self.read_json(request).await?;
-        let info = self
-            .service
-            .create_session(call, create.language, create.idle_timeout_s)?;
+        let info = self.service.create_session(
+            call,
+            create.language,
+            create.idle_timeout_s,
+            create.labels,
+        )?;
         Ok(created(info))
     }
 
@@ -124,13 +130,19 @@ impl<E: Executor> Api<E> {
         Ok(json_response(StatusCode::OK, &wire::session_info(info)))
     }
 
-    /// `GET /v1/sessions`: the caller's sessions.
-    pub(super) fn list_sessions(&self, call: &Call) -> Response<Full<Bytes>> {
-        let sessions = self.service.sessions(call);
+    /// `GET /v1/sessions`: the caller's sessions; with `?label=NAME=VALUE` (repeatable), those
+    /// that have every such label.
+    pub(super) fn list_sessions<B>(
+        &self,
+        request: &Request<B>,
+        call: &Call,
+    ) -> Result<Response<Full<Bytes>>, ApiError> {
+        let wanted = label_filter(request.uri().query())?;
+        let sessions = self.service.sessions(call, wanted)?;
         let list = SessionList {
             sessions: sessions.into_iter().map(wire::session_info).collect(),
         };
-        json_response(StatusCode::OK, &list)
+        Ok(json_response(StatusCode::OK, &list))
     }
 
     /// `DELETE /v1/sessions/{id}`: 204.
@@ -144,6 +156,38 @@ impl<E: Executor> Api<E> {
         *response.status_mut() = StatusCode::NO_CONTENT;
         Ok(response)
     }
+}
+
+/// The labels a list asks for: its query's `label=NAME=VALUE` pairs, percent-encoded (a `+`
+/// is a space, as in a form).
+fn label_filter(query: Option<&str>) -> Result<BTreeMap<String, String>, ApiError> {
+    let invalid = |why: String| ApiError::InvalidRequest(why);
+    let mut labels = BTreeMap::new();
+    for pair in query
+        .unwrap_or("")
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+    {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if key != "label" {
+            return Err(invalid(format!(
+                "unknown query parameter {key:?}: a list of sessions takes label=NAME=VALUE"
+            )));
+        }
+        let value = percent_decode_str(&value.replace('+', " "))
+            .decode_utf8()
+            .map_err(|_| invalid("a label in the query is not UTF-8".to_owned()))?
+            .into_owned();
+        let Some((name, value)) = value.split_once('=') else {
+            return Err(invalid(format!(
+                "label={value:?}: a label is asked for as label=NAME=VALUE"
+            )));
+        };
+        if labels.insert(name.to_owned(), value.to_owned()).is_some() {
+            return Err(invalid(format!("label {name:?} is asked for twice")));
+        }
+    }
+    Ok(labels)
 }
 
 /// 201 with `info`, and where the session is.

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use super::Language;
+use super::{Labels, Language};
 
 /// What the executor reports for health and metrics.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +73,8 @@ pub struct SessionInfo {
     pub expires_at: SystemTime,
     /// How long it may stay idle, as granted.
     pub idle_timeout: Duration,
+    /// What its creator named it by.
+    pub labels: Labels,
     /// Execs that ran in it.
     pub execs: u64,
     /// Host memory its checkpoints hold, in bytes.

@@ -13,6 +13,7 @@ pub mod egress;
 mod error;
 pub mod files;
 mod health;
+pub mod labels;
 mod outcome;
 mod state;
 pub mod tools;
@@ -31,6 +32,7 @@ pub use self::health::{
     CheckpointInfo, ExecutorHealth, Loss, PoolCounts, Runtime, SessionCounts, SessionInfo,
     SessionSettings,
 };
+pub use self::labels::Labels;
 pub use self::outcome::{Failure, FailureKind, Outcome, SessionRef, Status, Violation};
 pub use self::state::{
     After, Answer, ExistingBlob, FileIdentity, Footprint, KeyMismatch, MemoryFile, Ran, Resume,

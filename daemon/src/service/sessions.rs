@@ -2,22 +2,24 @@
 //! checkpoints. Creating and forking take new work (refused while draining); every change is
 //! audited. A session belongs to the caller that created it: to anyone else it does not exist.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Call, Refusal, Service};
 use crate::audit::{Owner, SessionRecord};
 use crate::executor::Executor;
-use crate::job::{CheckpointInfo, Files, Language, SessionInfo};
+use crate::job::{CheckpointInfo, Files, Labels, Language, SessionInfo};
 
 impl<E: Executor> Service<E> {
     /// A new session of `language` for the caller, idle for at most `idle_timeout_s` seconds
-    /// (the daemon's default when None, capped at its maximum).
+    /// (the daemon's default when None, capped at its maximum), with `labels`.
     pub fn create_session(
         &self,
         call: &Call,
         language: Language,
         idle_timeout_s: Option<u64>,
+        labels: BTreeMap<String, String>,
     ) -> Result<SessionInfo, Refusal> {
         self.taking_work()?;
         if idle_timeout_s == Some(0) {
@@ -26,10 +28,11 @@ impl<E: Executor> Service<E> {
                     .to_owned(),
             ));
         }
+        let labels = Labels::new(labels).map_err(Refusal::InvalidRequest)?;
         let idle = idle_timeout_s.map(Duration::from_secs);
-        let info = self
-            .executor
-            .create_session(&call.caller.principal(), language, idle)?;
+        let info =
+            self.executor
+                .create_session(&call.caller.principal(), language, idle, labels)?;
         self.audit_session(
             "session_created",
             call,
@@ -104,9 +107,14 @@ impl<E: Executor> Service<E> {
         Ok(self.executor.session(&call.caller.principal(), id)?)
     }
 
-    /// The caller's sessions, oldest first.
-    pub fn sessions(&self, call: &Call) -> Vec<SessionInfo> {
-        self.executor.sessions(&call.caller.principal())
+    /// The caller's sessions that have all of `labels`, oldest first.
+    pub fn sessions(
+        &self,
+        call: &Call,
+        labels: BTreeMap<String, String>,
+    ) -> Result<Vec<SessionInfo>, Refusal> {
+        let labels = Labels::new(labels).map_err(Refusal::InvalidRequest)?;
+        Ok(self.executor.sessions(&call.caller.principal(), &labels))
     }
 
     /// Deletes the caller's session `id`.

@@ -185,7 +185,7 @@ async fn a_session_exec_runs_in_the_caller_s_session_and_names_it() {
     let dir = tempfile::tempdir().unwrap();
     let (service, _, _, audit) = service(echo(), &dir, 4);
     let info = service
-        .create_session(&call(), Language::Javascript, None)
+        .create_session(&call(), Language::Javascript, None, BTreeMap::new())
         .unwrap();
     let executed = service
         .session_exec(&call(), &info.id, program("x"))
@@ -223,7 +223,7 @@ async fn while_draining_new_work_is_refused_and_reads_are_still_served() {
     let dir = tempfile::tempdir().unwrap();
     let (service, executor, _, _) = service(echo(), &dir, 4);
     let info = service
-        .create_session(&call(), Language::Javascript, None)
+        .create_session(&call(), Language::Javascript, None, BTreeMap::new())
         .unwrap();
     service.drain();
     let refused = service
@@ -232,14 +232,14 @@ async fn while_draining_new_work_is_refused_and_reads_are_still_served() {
         .unwrap_err();
     assert!(matches!(refused, Refusal::ShuttingDown));
     assert!(matches!(
-        service.create_session(&call(), Language::Javascript, None),
+        service.create_session(&call(), Language::Javascript, None, BTreeMap::new()),
         Err(Refusal::ShuttingDown)
     ));
     assert!(matches!(
         service.session_exec(&call(), &info.id, program("1")).await,
         Err(Refusal::ShuttingDown)
     ));
-    assert_eq!(service.sessions(&call()).len(), 1);
+    assert_eq!(service.sessions(&call(), BTreeMap::new()).unwrap().len(), 1);
     assert!(!service.health().ready());
     assert_eq!(service.health().status(), "stopping");
     assert!(executor.seen().is_empty());

@@ -108,6 +108,7 @@ pub fn session_info(info: SessionInfo) -> api::SessionInfo {
         created_at: rfc3339(info.created_at),
         expires_at: rfc3339(info.expires_at),
         idle_timeout_s: info.idle_timeout.as_secs(),
+        labels: info.labels.as_map().clone(),
         execs: info.execs,
         memory_bytes: info.memory_bytes,
         checkpoint: info.checkpoint,

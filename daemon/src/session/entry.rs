@@ -12,7 +12,7 @@ use super::durable::SessionDisk;
 use super::durable::journal::{Progress, at_millis, millis};
 use super::history::History;
 use super::saving::SaveClock;
-use crate::job::{ExecError, Language, Loss, Principal, SessionInfo};
+use crate::job::{ExecError, Labels, Language, Loss, Principal, SessionInfo};
 
 /// One session: found by [`super::Sessions::find`], and handed back to
 /// [`super::Sessions::turn`] for an exec.
@@ -27,6 +27,8 @@ pub struct Session {
     pub(super) lifetime_end: Instant,
     pub(super) lifetime_end_at: SystemTime,
     pub(super) idle_timeout: Duration,
+    /// What its creator named it by; a fork has its origin's.
+    pub(super) labels: Labels,
     /// Its checkpoints: taken for a whole exec, from its turn until the state it leaves is
     /// saved.
     pub(super) history: Arc<tokio::sync::Mutex<History>>,
@@ -199,6 +201,7 @@ impl Session {
             created_at: self.created_at,
             expires_at: (meta.last_used_at + self.idle_timeout).min(self.lifetime_end_at),
             idle_timeout: self.idle_timeout,
+            labels: self.labels.clone(),
             execs: meta.execs,
             memory_bytes: meta.memory_bytes,
             checkpoint: meta.checkpoint,

@@ -196,7 +196,7 @@ use tracing::info;
 
 use crate::audit::{AuditLog, Owner, SessionRecord};
 use crate::job::{
-    ExecError, Language, MemoryFile, Principal, SessionCounts, SessionInfo, SessionSettings,
+    ExecError, Labels, Language, MemoryFile, Principal, SessionCounts, SessionInfo, SessionSettings,
 };
 use crate::metrics::SessionMetrics;
 
@@ -302,13 +302,14 @@ impl Sessions {
     }
 
     /// Creates a session of `language` for `owner`, idle for at most `idle_timeout` (the
-    /// default when None, capped at the maximum). Refused past the session limits; nothing else
-    /// changes then.
+    /// default when None, capped at the maximum), with `labels`. Refused past the session
+    /// limits; nothing else changes then.
     pub fn create(
         &self,
         owner: &Principal,
         language: Language,
         idle_timeout: Option<Duration>,
+        labels: Labels,
     ) -> Result<SessionInfo, ExecError> {
         if !self.ledgers.contains_key(&language) {
             return Err(ExecError::LanguageNotServed(language));
@@ -316,7 +317,7 @@ impl Sessions {
         let idle = idle_timeout
             .unwrap_or(self.settings.default_idle)
             .min(self.settings.max_idle);
-        let session = self.insert(owner, language, idle, Start::default())?;
+        let session = self.insert(owner, (language, labels), idle, Start::default())?;
         self.metrics.created(language, "new");
         info!(session = %session.id, %language, idle_s = idle.as_secs(), "session created");
         Ok(session.info())
@@ -327,7 +328,7 @@ impl Sessions {
     fn insert(
         &self,
         owner: &Principal,
-        language: Language,
+        (language, labels): (Language, Labels),
         idle_timeout: Duration,
         start: Start,
     ) -> Result<Arc<Session>, ExecError> {
@@ -349,6 +350,7 @@ impl Sessions {
                 language,
                 created_at_ms: millis(now),
                 idle_timeout_ms: u64::try_from(idle_timeout.as_millis()).unwrap_or(u64::MAX),
+                labels: labels.as_map().clone(),
             };
             let progress = Progress {
                 execs: 0,
@@ -377,6 +379,7 @@ impl Sessions {
             lifetime_end: clock::now() + self.settings.max_lifetime,
             lifetime_end_at: now + self.settings.max_lifetime,
             idle_timeout,
+            labels,
             history: Arc::new(tokio::sync::Mutex::new(history)),
             saving: SaveClock::default(),
             meta: Mutex::new(meta),
@@ -491,12 +494,12 @@ impl Sessions {
         Ok(self.find(owner, id)?.info())
     }
 
-    /// Every live session of `owner`, oldest first.
-    pub fn list(&self, owner: &Principal) -> Vec<SessionInfo> {
+    /// Every live session of `owner` that has all of `labels`, oldest first.
+    pub fn list(&self, owner: &Principal, labels: &Labels) -> Vec<SessionInfo> {
         let mut sessions: Vec<Arc<Session>> = self
             .table()
             .values()
-            .filter(|s| s.owner == *owner)
+            .filter(|s| s.owner == *owner && s.labels.has_all(labels))
             .cloned()
             .collect();
         sessions.sort_by_key(|s| s.created_at);

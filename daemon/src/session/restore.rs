@@ -49,6 +49,7 @@ impl Sessions {
     fn session_of(&self, one: Recovered) -> Arc<Session> {
         let Recovered {
             file,
+            labels,
             progress,
             disk,
             checkpoints,
@@ -87,6 +88,7 @@ impl Sessions {
             lifetime_end: clock::now() + left,
             lifetime_end_at: now + left,
             idle_timeout,
+            labels,
             history: Arc::new(tokio::sync::Mutex::new(history)),
             saving: SaveClock::default(),
             meta: Mutex::new(meta),

@@ -224,7 +224,9 @@ async fn settled(sessions: &Arc<Sessions>, id: &str) {
 #[tokio::test(start_paused = true)]
 async fn state_carries_from_one_exec_to_the_next_and_memory_is_counted() {
     let sessions = sessions(settings());
-    let info = sessions.create(OWNER, Language::Python, None).unwrap();
+    let info = sessions
+        .create(OWNER, Language::Python, None, Labels::default())
+        .unwrap();
     assert_eq!(info.id.len(), 32);
     assert!(info.id.chars().all(|c| c.is_ascii_hexdigit()));
     assert_eq!(exec_saving(&sessions, &info.id, 1, 100).await, None);
@@ -249,7 +251,7 @@ async fn state_carries_from_one_exec_to_the_next_and_memory_is_counted() {
 async fn a_rolled_back_exec_leaves_the_state_from_before_it() {
     let sessions = sessions(settings());
     let id = sessions
-        .create(OWNER, Language::Javascript, None)
+        .create(OWNER, Language::Javascript, None, Labels::default())
         .unwrap()
         .id;
     exec_saving(&sessions, &id, 7, 10).await;
@@ -262,7 +264,10 @@ async fn a_rolled_back_exec_leaves_the_state_from_before_it() {
 #[tokio::test(start_paused = true)]
 async fn a_fork_shares_the_state_until_either_changes_and_memory_is_counted_once() {
     let sessions = sessions(settings());
-    let origin = sessions.create(OWNER, Language::Python, None).unwrap().id;
+    let origin = sessions
+        .create(OWNER, Language::Python, None, Labels::default())
+        .unwrap()
+        .id;
     exec_saving(&sessions, &origin, 5, 400).await;
     let fork = sessions
         .fork(OWNER, &origin, None, Duration::from_secs(5))
@@ -283,7 +288,10 @@ async fn a_fork_shares_the_state_until_either_changes_and_memory_is_counted_once
 #[tokio::test(start_paused = true)]
 async fn execs_of_one_session_run_one_at_a_time_in_arrival_order() {
     let sessions = sessions(settings());
-    let id = sessions.create(OWNER, Language::Python, None).unwrap().id;
+    let id = sessions
+        .create(OWNER, Language::Python, None, Labels::default())
+        .unwrap()
+        .id;
     let running = Arc::new(AtomicUsize::new(0));
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut execs = Vec::new();
@@ -376,7 +384,10 @@ async fn exec_with_slow_save(
 #[tokio::test(start_paused = true)]
 async fn an_exec_sent_after_the_last_answer_waits_for_the_save_outside_its_time_limit() {
     let sessions = sessions(settings());
-    let id = sessions.create(OWNER, Language::Python, None).unwrap().id;
+    let id = sessions
+        .create(OWNER, Language::Python, None, Labels::default())
+        .unwrap()
+        .id;
     let save = Duration::from_millis(600);
     let limit = Duration::from_millis(200);
     // Three execs back to back, each sent the moment the last one's answer came, each with a
@@ -403,7 +414,10 @@ async fn an_exec_sent_after_the_last_answer_waits_for_the_save_outside_its_time_
 #[tokio::test(start_paused = true)]
 async fn waiting_for_a_turn_past_the_deadline_is_session_busy_and_nothing_runs() {
     let sessions = sessions(settings());
-    let id = sessions.create(OWNER, Language::Python, None).unwrap().id;
+    let id = sessions
+        .create(OWNER, Language::Python, None, Labels::default())
+        .unwrap()
+        .id;
     let session = sessions.find(OWNER, &id).unwrap();
     let held = session.history.clone().lock_owned().await;
     let ran = Arc::new(AtomicUsize::new(0));
@@ -437,10 +451,15 @@ async fn waiting_for_a_turn_past_the_deadline_is_session_busy_and_nothing_runs()
 async fn limits_refuse_new_sessions_and_change_nothing_else() {
     let sessions = sessions(settings());
     let ids: Vec<String> = (0..4)
-        .map(|_| sessions.create(OWNER, Language::Python, None).unwrap().id)
+        .map(|_| {
+            sessions
+                .create(OWNER, Language::Python, None, Labels::default())
+                .unwrap()
+                .id
+        })
         .collect();
     assert!(matches!(
-        sessions.create(OWNER, Language::Python, None),
+        sessions.create(OWNER, Language::Python, None, Labels::default()),
         Err(ExecError::TooManySessions { limit: 4 })
     ));
     assert!(matches!(
@@ -449,19 +468,19 @@ async fn limits_refuse_new_sessions_and_change_nothing_else() {
             .await,
         Err(ExecError::TooManySessions { .. })
     ));
-    assert_eq!(sessions.list(OWNER).len(), 4);
+    assert_eq!(sessions.list(OWNER, &Labels::default()).len(), 4);
     sessions.delete(OWNER, &ids[3]).unwrap();
     // Memory: one session holding the whole budget refuses the next.
     exec_saving(&sessions, &ids[0], 1, 1000).await;
     settled(&sessions, &ids[0]).await;
     assert!(matches!(
-        sessions.create(OWNER, Language::Javascript, None),
+        sessions.create(OWNER, Language::Javascript, None, Labels::default()),
         Err(ExecError::SessionMemoryFull {
             held: 1000,
             budget: 1000
         })
     ));
-    assert_eq!(sessions.list(OWNER).len(), 3);
+    assert_eq!(sessions.list(OWNER, &Labels::default()).len(), 3);
     // An exec in an existing session still runs.
     assert_eq!(exec_saving(&sessions, &ids[0], 2, 10).await, Some(1));
 }
@@ -473,9 +492,16 @@ async fn idle_timeouts_are_defaulted_capped_and_expired_sessions_are_reaped() {
         max_idle: Duration::from_millis(200),
         ..settings()
     });
-    let short = sessions.create(OWNER, Language::Python, None).unwrap();
+    let short = sessions
+        .create(OWNER, Language::Python, None, Labels::default())
+        .unwrap();
     let long = sessions
-        .create(OWNER, Language::Python, Some(Duration::from_secs(3600)))
+        .create(
+            OWNER,
+            Language::Python,
+            Some(Duration::from_secs(3600)),
+            Labels::default(),
+        )
         .unwrap();
     assert_eq!(short.idle_timeout, Duration::from_millis(100));
     exec_saving(&sessions, &short.id, 1, 50).await;
@@ -492,7 +518,7 @@ async fn idle_timeouts_are_defaulted_capped_and_expired_sessions_are_reaped() {
     );
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(sessions.reap(), 1);
-    assert!(sessions.list(OWNER).is_empty());
+    assert!(sessions.list(OWNER, &Labels::default()).is_empty());
     assert_eq!(sessions.counts()[&Language::Python].memory_bytes, 0);
 }
 
@@ -502,7 +528,9 @@ async fn the_reaper_runs_without_requests() {
         default_idle: Duration::from_millis(50),
         ..settings()
     });
-    sessions.create(OWNER, Language::Javascript, None).unwrap();
+    sessions
+        .create(OWNER, Language::Javascript, None, Labels::default())
+        .unwrap();
     sessions.reap_every(
         Duration::from_millis(20),
         &tokio::runtime::Handle::current(),
@@ -516,7 +544,7 @@ async fn a_language_without_a_pool_has_no_sessions() {
     let metrics = Metrics::new().unwrap().sessions();
     let sessions = Sessions::new(settings(), &[Language::Javascript], metrics, audit_off());
     assert!(matches!(
-        sessions.create(OWNER, Language::Python, None),
+        sessions.create(OWNER, Language::Python, None, Labels::default()),
         Err(ExecError::LanguageNotServed(Language::Python))
     ));
 }
@@ -524,17 +552,23 @@ async fn a_language_without_a_pool_has_no_sessions() {
 #[tokio::test(start_paused = true)]
 async fn a_session_is_its_creators_alone_and_others_are_told_it_does_not_exist() {
     let sessions = sessions(settings());
-    let id = sessions.create(OWNER, Language::Python, None).unwrap().id;
+    let id = sessions
+        .create(OWNER, Language::Python, None, Labels::default())
+        .unwrap()
+        .id;
     // Another uid; with --pod-identity, another pod (whatever its uids), or the same uid
     // outside the pod that created it.
     let pod = Principal::Pod("pod-a".into());
-    let id_of_pod = sessions.create(&pod, Language::Python, None).unwrap().id;
+    let id_of_pod = sessions
+        .create(&pod, Language::Python, None, Labels::default())
+        .unwrap()
+        .id;
     for other in [&Principal::Uid(1001), &Principal::Pod("pod-b".into())] {
         assert!(sessions.get(other, &id_of_pod).is_err());
     }
     assert!(sessions.get(OWNER, &id_of_pod).is_err());
     assert!(sessions.get(&pod, &id).is_err());
-    assert_eq!(sessions.list(&pod).len(), 1);
+    assert_eq!(sessions.list(&pod, &Labels::default()).len(), 1);
     sessions.delete(&pod, &id_of_pod).unwrap();
     let other = &Principal::Uid(1001);
     let not_found = |result: Result<SessionInfo, ExecError>| matches!(result, Err(ExecError::SessionNotFound(ref x)) if *x == id);
@@ -562,9 +596,9 @@ async fn a_session_is_its_creators_alone_and_others_are_told_it_does_not_exist()
         exec_with(&sessions, other, &id, deadline, Duration::from_secs(5), run).await,
         Err(ExecError::SessionNotFound(_))
     ));
-    assert!(sessions.list(other).is_empty());
+    assert!(sessions.list(other, &Labels::default()).is_empty());
     // The owner still has it, untouched.
-    assert_eq!(sessions.list(OWNER).len(), 1);
+    assert_eq!(sessions.list(OWNER, &Labels::default()).len(), 1);
     assert_eq!(sessions.get(OWNER, &id).unwrap().execs, 0);
     assert_eq!(sessions.delete(OWNER, &id).unwrap(), Language::Python);
 }
@@ -577,13 +611,16 @@ async fn each_caller_holds_at_most_its_quota_of_sessions_forks_included() {
         default_idle: Duration::from_secs(30),
         ..settings()
     });
-    let first = sessions.create(OWNER, Language::Python, None).unwrap().id;
+    let first = sessions
+        .create(OWNER, Language::Python, None, Labels::default())
+        .unwrap()
+        .id;
     sessions
         .fork(OWNER, &first, None, Duration::from_secs(1))
         .await
         .unwrap();
     let over = sessions
-        .create(OWNER, Language::Javascript, None)
+        .create(OWNER, Language::Javascript, None, Labels::default())
         .unwrap_err();
     let ExecError::SessionQuota {
         caller,
@@ -607,13 +644,22 @@ async fn each_caller_holds_at_most_its_quota_of_sessions_forks_included() {
     ));
     // Another caller is not affected (another uid, a pod), and a deletion makes room.
     sessions
-        .create(&Principal::Uid(1001), Language::Python, None)
+        .create(
+            &Principal::Uid(1001),
+            Language::Python,
+            None,
+            Labels::default(),
+        )
         .unwrap();
     let pod = Principal::Pod("pod-a".into());
     for _ in 0..2 {
-        sessions.create(&pod, Language::Python, None).unwrap();
+        sessions
+            .create(&pod, Language::Python, None, Labels::default())
+            .unwrap();
     }
-    let pods_over = sessions.create(&pod, Language::Python, None).unwrap_err();
+    let pods_over = sessions
+        .create(&pod, Language::Python, None, Labels::default())
+        .unwrap_err();
     assert!(
         pods_over
             .to_string()
@@ -621,7 +667,9 @@ async fn each_caller_holds_at_most_its_quota_of_sessions_forks_included() {
         "{pods_over}"
     );
     sessions.delete(OWNER, &first).unwrap();
-    sessions.create(OWNER, Language::Javascript, None).unwrap();
+    sessions
+        .create(OWNER, Language::Javascript, None, Labels::default())
+        .unwrap();
 }
 
 #[tokio::test(start_paused = true)]
@@ -632,13 +680,25 @@ async fn the_daemons_own_user_is_held_to_no_session_quota() {
         ..settings()
     });
     for _ in 0..3 {
-        sessions.create(OWNER, Language::Python, None).unwrap();
+        sessions
+            .create(OWNER, Language::Python, None, Labels::default())
+            .unwrap();
     }
     sessions
-        .create(&Principal::Uid(1001), Language::Python, None)
+        .create(
+            &Principal::Uid(1001),
+            Language::Python,
+            None,
+            Labels::default(),
+        )
         .unwrap();
     assert!(matches!(
-        sessions.create(&Principal::Uid(1001), Language::Python, None),
+        sessions.create(
+            &Principal::Uid(1001),
+            Language::Python,
+            None,
+            Labels::default()
+        ),
         Err(ExecError::SessionQuota { .. } | ExecError::TooManySessions { .. })
     ));
 }
@@ -655,7 +715,7 @@ async fn an_expiry_is_written_to_the_audit_log() {
     };
     let sessions = Sessions::new(settings, &[Language::Javascript], metrics, audit);
     let id = sessions
-        .create(OWNER, Language::Javascript, None)
+        .create(OWNER, Language::Javascript, None, Labels::default())
         .unwrap()
         .id;
     tokio::time::sleep(Duration::from_millis(30)).await;
@@ -670,7 +730,10 @@ async fn an_expiry_is_written_to_the_audit_log() {
 #[tokio::test(start_paused = true)]
 async fn files_follow_the_state_through_rollback_and_fork() {
     let sessions = sessions(settings());
-    let id = sessions.create(OWNER, Language::Python, None).unwrap().id;
+    let id = sessions
+        .create(OWNER, Language::Python, None, Labels::default())
+        .unwrap()
+        .id;
     let wait = Duration::from_secs(1);
     assert!(sessions.files(OWNER, &id, wait).await.unwrap().is_empty());
     exec_saving(&sessions, &id, 7, 10).await;

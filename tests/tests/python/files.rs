@@ -254,10 +254,7 @@ async fn a_session_keeps_its_files_through_rollback_and_fork() {
         ),
     ];
     for (language, increment, spin) in programs {
-        let create = CreateSessionRequest {
-            language,
-            idle_timeout_s: None,
-        };
+        let create = CreateSessionRequest::new(language);
         let session: SessionInfo = client.create_session(&create).await.unwrap();
         let id = session.id.as_str();
         let first = session_exec(&daemon, id, increment, &[("count.txt", text("1"))]).await;

@@ -76,7 +76,9 @@ async fn sessions_outlive_a_clean_restart_and_a_kill_during_an_exec_and_say_what
     let client = daemon.client();
     let mut ids = Vec::new();
     for language in [Language::Python, Language::Javascript] {
-        let id = create(&client, language).await;
+        let labelled =
+            CreateSessionRequest::new(language).with_label("language", language.to_string());
+        let id = client.create_session(&labelled).await.unwrap().id;
         for n in 1..=2 {
             value(&client, &id, &set_x(language, n)).await;
         }
@@ -102,6 +104,10 @@ async fn sessions_outlive_a_clean_restart_and_a_kill_during_an_exec_and_say_what
     for (language, id) in &ids {
         let info = client.session(id).await.unwrap();
         assert_eq!((info.checkpoint, info.execs, info.lost_execs), (2, 2, 0));
+        let wanted = BTreeMap::from([("language".to_owned(), language.to_string())]);
+        let found = client.sessions_labelled(&wanted).await.unwrap();
+        let found: Vec<&str> = found.iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(found, [id.as_str()], "{language}: its labels kept on disk");
         assert!(info.durable && info.parked, "{language}: {info:?}");
         assert_eq!(value(&client, id, "x").await, json!(2), "{language}");
         // The state read back from disk is shared by the next checkpoint, not copied.

@@ -112,6 +112,22 @@ def fork_body(checkpoint: int | None) -> dict[str, int] | None:
     return None if checkpoint is None else {"checkpoint": checkpoint}
 
 
+def new_session(language: str, idle_timeout_s: int | None, labels: Mapping[str, str] | None) -> dict[str, Any]:
+    """The body of ``POST /v1/sessions``."""
+    body: dict[str, Any] = {"language": language}
+    if idle_timeout_s is not None:
+        body["idle_timeout_s"] = idle_timeout_s
+    if labels:
+        body["labels"] = dict(labels)
+    return body
+
+
+def sessions_path(labels: Mapping[str, str] | None) -> str:
+    """``GET /v1/sessions``, asking for the sessions with all of ``labels``."""
+    query = "&".join("label=" + quote(f"{name}={value}", safe="") for name, value in (labels or {}).items())
+    return "/v1/sessions" + ("?" + query if query else "")
+
+
 def session_path(session_id: str, *rest: str) -> str:
     return "/".join(["/v1/sessions", quote(session_id, safe=""), *rest])
 

@@ -59,20 +59,20 @@ class AsyncClient:
         request = _wire.exec_request("/v1/exec", code, language=language, stream=True, **options)
         return self._stream(request)
 
-    async def session(self, language: str, *, idle_timeout_s: int | None = None) -> AsyncSession:
+    async def session(
+        self, language: str, *, idle_timeout_s: int | None = None, labels: Mapping[str, str] | None = None
+    ) -> AsyncSession:
         """A new session (``async with`` deletes it at the end); see :meth:`Client.session`."""
-        body: dict[str, Any] = {"language": language}
-        if idle_timeout_s is not None:
-            body["idle_timeout_s"] = idle_timeout_s
+        body = _wire.new_session(language, idle_timeout_s, labels)
         return AsyncSession(self, SessionInfo.from_json(await self._json("POST", "/v1/sessions", body)))
 
     async def attach(self, session_id: str) -> AsyncSession:
         """The session ``session_id``."""
         return AsyncSession(self, SessionInfo.from_json(await self._json("GET", _wire.session_path(session_id))))
 
-    async def sessions(self) -> list[SessionInfo]:
-        """This caller's live sessions, oldest first."""
-        return [SessionInfo.from_json(s) for s in (await self._json("GET", "/v1/sessions"))["sessions"]]
+    async def sessions(self, labels: Mapping[str, str] | None = None) -> list[SessionInfo]:
+        """This caller's live sessions, oldest first; with ``labels``, those that have them all."""
+        return [SessionInfo.from_json(s) for s in (await self._json("GET", _wire.sessions_path(labels)))["sessions"]]
 
     async def health(self) -> dict[str, Any]:
         """The daemon's health; see :meth:`Client.health`."""

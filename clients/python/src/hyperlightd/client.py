@@ -66,21 +66,22 @@ class Client:
         request = _wire.exec_request("/v1/exec", code, language=language, stream=True, **options)
         return self._stream(request)
 
-    def session(self, language: str, *, idle_timeout_s: int | None = None) -> Session:
+    def session(
+        self, language: str, *, idle_timeout_s: int | None = None, labels: Mapping[str, str] | None = None
+    ) -> Session:
         """A new session: execs that share their state, files included. Use it as a context
-        manager to delete it at the end (it also expires when idle)."""
-        body: dict[str, Any] = {"language": language}
-        if idle_timeout_s is not None:
-            body["idle_timeout_s"] = idle_timeout_s
+        manager to delete it at the end (it also expires when idle). ``labels`` name it, to
+        find it by later (:meth:`sessions`)."""
+        body = _wire.new_session(language, idle_timeout_s, labels)
         return Session(self, SessionInfo.from_json(self._json("POST", "/v1/sessions", body)))
 
     def attach(self, session_id: str) -> Session:
         """The session ``session_id`` (which another process may have created)."""
         return Session(self, SessionInfo.from_json(self._json("GET", _wire.session_path(session_id))))
 
-    def sessions(self) -> list[SessionInfo]:
-        """This caller's live sessions, oldest first."""
-        return [SessionInfo.from_json(s) for s in self._json("GET", "/v1/sessions")["sessions"]]
+    def sessions(self, labels: Mapping[str, str] | None = None) -> list[SessionInfo]:
+        """This caller's live sessions, oldest first; with ``labels``, those that have them all."""
+        return [SessionInfo.from_json(s) for s in self._json("GET", _wire.sessions_path(labels))["sessions"]]
 
     def health(self) -> dict[str, Any]:
         """The daemon's health: whether it is ready, its languages, limits, packages, counts.

@@ -123,6 +123,7 @@ class SessionInfo:
     durable: bool = False
     parked: bool = False
     lost: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     @staticmethod
     def from_json(body: Mapping[str, Any]) -> SessionInfo:
@@ -141,6 +142,7 @@ class SessionInfo:
             durable=body.get("durable", False),
             parked=body.get("parked", False),
             lost=body.get("lost"),
+            labels=dict(body.get("labels", {})),
         )
 
 

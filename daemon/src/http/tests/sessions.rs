@@ -249,3 +249,105 @@ async fn checkpoints_are_listed_rolled_back_to_and_forked_from_and_bad_requests_
         "an empty body forks the newest"
     );
 }
+
+#[tokio::test]
+async fn sessions_are_found_by_their_labels() {
+    let (api, _) = api(echo_executor());
+    let (status, a) = create(
+        &api,
+        r#"{"language":"python","labels":{"conversation":"c 1","example.com/user":"ana"}}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{a}");
+    assert_eq!(a["labels"]["conversation"], "c 1");
+    let (_, b) = create(
+        &api,
+        r#"{"language":"python","labels":{"conversation":"c2"}}"#,
+    )
+    .await;
+    let (_, plain) = create(&api, r#"{"language":"javascript"}"#).await;
+    assert!(
+        plain.get("labels").is_none(),
+        "no labels, no field: {plain}"
+    );
+    let ids = |list: &serde_json::Value| -> Vec<String> {
+        let sessions = list["sessions"].as_array().unwrap();
+        sessions
+            .iter()
+            .map(|s| s["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    for (query, expected) in [
+        ("", vec![&a, &b, &plain]),
+        ("?label=conversation=c%201", vec![&a]),
+        (
+            "?label=conversation=c+1&label=example.com%2Fuser=ana",
+            vec![&a],
+        ),
+        ("?label=conversation=c2", vec![&b]),
+        ("?label=conversation=c3", vec![]),
+    ] {
+        let path = format!("{}{query}", paths::SESSIONS);
+        let (status, list) = call(&api, request(Method::GET, &path, "")).await;
+        assert_eq!(status, StatusCode::OK, "{query}: {list}");
+        // Oldest first, to the millisecond: those made in the same one come in any order.
+        let mut expected: Vec<String> = expected
+            .iter()
+            .map(|s| s["id"].as_str().unwrap().to_owned())
+            .collect();
+        let mut found = ids(&list);
+        expected.sort();
+        found.sort();
+        assert_eq!(found, expected, "{query}");
+    }
+    // The stub's limit is three sessions a caller: room for the fork.
+    let plain = paths::session(plain["id"].as_str().unwrap());
+    call(&api, request(Method::DELETE, &plain, "")).await;
+    let fork = paths::session_fork(a["id"].as_str().unwrap());
+    let (status, forked) = call(&api, request(Method::POST, &fork, "")).await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(
+        forked["labels"], a["labels"],
+        "a fork has its origin's labels"
+    );
+}
+
+#[tokio::test]
+async fn bad_labels_and_bad_filters_are_refused_and_change_nothing() {
+    let (api, _) = api(echo_executor());
+    for (body, needle) in [
+        (
+            r#"{"language":"python","labels":{"a b":"1"}}"#,
+            r#"label name "a b""#,
+        ),
+        (
+            r#"{"language":"python","labels":{"a":"x\ny"}}"#,
+            "control character",
+        ),
+        (r#"{"language":"python","labels":{"a":1}}"#, "invalid type"),
+    ] {
+        let (status, response) = create(&api, body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        let message = response["error"]["message"].as_str().unwrap();
+        assert!(message.contains(needle), "{body}: {message}");
+    }
+    for (query, needle) in [
+        ("?color=red", "unknown query parameter \"color\""),
+        ("?label=conversation", "label=NAME=VALUE"),
+        ("?label=a=1&label=a=2", "asked for twice"),
+        ("?label=-a=1", "label name \"-a\""),
+        ("?label=a=%FF", "not UTF-8"),
+    ] {
+        let path = format!("{}{query}", paths::SESSIONS);
+        let (status, response) = call(&api, request(Method::GET, &path, "")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}");
+        let message = response["error"]["message"].as_str().unwrap();
+        assert!(message.contains(needle), "{query}: {message}");
+    }
+    let (_, list) = call(&api, request(Method::GET, paths::SESSIONS, "")).await;
+    assert_eq!(
+        list["sessions"].as_array().unwrap().len(),
+        0,
+        "nothing was created"
+    );
+}

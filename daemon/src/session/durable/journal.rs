@@ -4,6 +4,7 @@
 //! progress, so that the last whole line is the session's state. A line is synced before the
 //! change is answered; a line cut short by a crash is one nobody was told of, and is skipped.
 
+use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -30,6 +31,9 @@ pub struct SessionFile {
     pub language: Language,
     pub created_at_ms: u64,
     pub idle_timeout_ms: u64,
+    /// Its labels (`job::Labels`' rules, checked again when read back).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 /// One line of the journal: the session's progress after a change.
@@ -196,6 +200,7 @@ mod tests {
             language: Language::Javascript,
             created_at_ms: 1,
             idle_timeout_ms: 600_000,
+            labels: BTreeMap::new(),
         }
     }
 
@@ -231,6 +236,25 @@ mod tests {
             serde_json::from_str::<SessionFile>(&earlier).unwrap(),
             session()
         );
+    }
+
+    #[test]
+    fn labels_are_kept_and_a_record_without_them_has_none() {
+        let labelled = SessionFile {
+            labels: BTreeMap::from([("conversation".to_owned(), "c-1".to_owned())]),
+            ..session()
+        };
+        let text = serde_json::to_string(&labelled).unwrap();
+        assert!(
+            text.contains(r#""labels":{"conversation":"c-1"}"#),
+            "{text}"
+        );
+        assert_eq!(
+            serde_json::from_str::<SessionFile>(&text).unwrap(),
+            labelled
+        );
+        let plain = serde_json::to_string(&session()).unwrap();
+        assert!(!plain.contains("labels"), "{plain}");
     }
 
     #[test]

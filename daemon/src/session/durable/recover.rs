@@ -16,13 +16,15 @@ use tracing::{info, warn};
 use super::checkpoint::{self, Refused};
 use super::journal::{self, Journal, Mark, Progress, SessionFile};
 use super::{Durable, OnDisk, SessionDisk};
-use crate::job::Loss;
+use crate::job::{Labels, Loss};
 use crate::sys::durable;
 
 /// A session read back.
 #[derive(Debug)]
 pub struct Recovered {
     pub file: SessionFile,
+    /// Its labels, checked.
+    pub labels: Labels,
     /// Its progress, as recovery left it (and wrote it).
     pub progress: Progress,
     pub disk: Arc<SessionDisk>,
@@ -60,6 +62,10 @@ impl Durable {
             Ok(_) => return self.unreadable(dir, "session.json names another session"),
             Err(why) => return self.unreadable(dir, &why),
         };
+        let labels = match Labels::new(file.labels.clone()) {
+            Ok(labels) => labels,
+            Err(why) => return self.unreadable(dir, &format!("its labels: {why}")),
+        };
         let Some(codec) = self.codec(file.language) else {
             info!(session = %name, language = %file.language, "a saved session of a language this daemon does not serve: left on disk");
             return None;
@@ -95,7 +101,7 @@ impl Durable {
             }
         }
         remove_others(&disk, &kept);
-        let recovered = settle(file, progress, disk, kept, &refused);
+        let recovered = settle((file, labels), progress, disk, kept, &refused);
         let outcome = match (&recovered.gone, refused.is_empty()) {
             (Some(_), _) => "lost",
             (None, true) => "intact",
@@ -120,7 +126,7 @@ impl Durable {
 /// The session's progress once the `refused` checkpoints are gone from it: at its newest kept
 /// checkpoint, with the answered execs newer than that one reported lost.
 fn settle(
-    file: SessionFile,
+    (file, labels): (SessionFile, Labels),
     mut progress: Progress,
     disk: Arc<SessionDisk>,
     kept: Vec<(Mark, Option<Arc<OnDisk>>, u64)>,
@@ -134,6 +140,7 @@ fn settle(
             .collect();
         return Recovered {
             file,
+            labels,
             progress,
             disk,
             checkpoints: kept,
@@ -153,6 +160,7 @@ fn settle(
     }
     Recovered {
         file,
+        labels,
         progress,
         disk,
         checkpoints: kept,

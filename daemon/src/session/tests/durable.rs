@@ -148,7 +148,7 @@ fn counter(metrics: &Metrics, series: &str) -> f64 {
 /// A new JavaScript session of the owner's in `sessions`.
 fn create(sessions: &Arc<Sessions>) -> String {
     sessions
-        .create(OWNER, Language::Javascript, None)
+        .create(OWNER, Language::Javascript, None, Labels::default())
         .unwrap()
         .id
 }
@@ -470,4 +470,71 @@ async fn a_damaged_blob_is_refused_in_every_checkpoint_that_shares_it() {
     assert_eq!((lost.restored_from_checkpoint, lost.lost_execs), (1, 2));
     let series = "hyperlightd_session_checkpoint_load_failures_total{reason=\"corrupt\"}";
     assert_eq!(counter(&metrics, series), 2.0, "each said");
+}
+
+/// The labels `conversation=c-7`.
+fn conversation() -> Labels {
+    Labels::new(BTreeMap::from([(
+        "conversation".to_owned(),
+        "c-7".to_owned(),
+    )]))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn labels_outlive_the_daemon_and_a_fork_has_its_origins() {
+    let root = tempfile::tempdir().unwrap();
+    let (sessions, _) = daemon(root.path(), "1", Duration::MAX);
+    let labels = conversation();
+    let id = sessions
+        .create(OWNER, Language::Javascript, None, labels.clone())
+        .unwrap()
+        .id;
+    exec(&sessions, &id, 1).await;
+    let fork = sessions.fork(OWNER, &id, None, WAIT).await.unwrap();
+    assert_eq!(fork.labels, labels);
+    let unlabelled = create(&sessions);
+    stop(sessions);
+
+    let (sessions, _) = daemon(root.path(), "1", Duration::MAX);
+    assert_eq!(sessions.get(OWNER, &id).unwrap().labels, labels);
+    let found: Vec<String> = sessions
+        .list(OWNER, &labels)
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    let mut expected = vec![id, fork.id];
+    expected.sort_by_key(|id| sessions.get(OWNER, id).unwrap().created_at);
+    assert_eq!(found, expected);
+    assert_eq!(sessions.list(OWNER, &Labels::default()).len(), 3);
+    assert!(sessions.get(OWNER, &unlabelled).unwrap().labels.is_empty());
+}
+
+#[tokio::test]
+async fn a_saved_session_whose_labels_break_the_rules_is_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let (sessions, _) = daemon(root.path(), "1", Duration::MAX);
+    let id = sessions
+        .create(OWNER, Language::Javascript, None, conversation())
+        .unwrap()
+        .id;
+    stop(sessions);
+    let file = root.path().join("sessions").join(&id).join("session.json");
+    let text = fs::read_to_string(&file).unwrap();
+    assert!(text.contains(r#""c-7""#), "{text}");
+    fs::write(&file, text.replace(r#""c-7""#, r#""c\n7""#)).unwrap();
+
+    let (sessions, metrics) = daemon(root.path(), "1", Duration::MAX);
+    assert!(matches!(
+        sessions.get(OWNER, &id),
+        Err(ExecError::SessionNotFound(_))
+    ));
+    assert_eq!(
+        counter(
+            &metrics,
+            "hyperlightd_sessions_recovered_total{outcome=\"unreadable\"}"
+        ),
+        1.0
+    );
+    assert!(!file.exists(), "an unreadable session is removed");
 }

@@ -7,7 +7,10 @@ use super::*;
 #[tokio::test(start_paused = true)]
 async fn a_fork_asked_while_a_save_runs_waits_for_it_and_copies_what_was_saved() {
     let sessions = sessions(settings());
-    let id = sessions.create(OWNER, Language::Python, None).unwrap().id;
+    let id = sessions
+        .create(OWNER, Language::Python, None, Labels::default())
+        .unwrap()
+        .id;
     exec_saving(&sessions, &id, 1, 10).await;
     // The next exec answers at once and saves for 500 ms; the fork is asked meanwhile.
     let slow = Duration::from_millis(500);
@@ -37,7 +40,10 @@ async fn a_fork_asked_while_a_save_runs_waits_for_it_and_copies_what_was_saved()
 #[tokio::test(start_paused = true)]
 async fn a_job_sees_its_files_over_the_sessions_and_over_the_cap_nothing_runs() {
     let sessions = sessions(settings());
-    let id = sessions.create(OWNER, Language::Python, None).unwrap().id;
+    let id = sessions
+        .create(OWNER, Language::Python, None, Labels::default())
+        .unwrap()
+        .id;
     exec_saving(&sessions, &id, 7, 10).await;
     // The session holds state.txt; the job brings another file, and a new state.txt.
     let mine = Files::from([
@@ -82,7 +88,10 @@ async fn a_job_sees_its_files_over_the_sessions_and_over_the_cap_nothing_runs() 
 #[tokio::test(start_paused = true)]
 async fn an_exec_whose_caller_goes_away_runs_to_its_end_and_its_state_is_kept() {
     let sessions = sessions(settings());
-    let id = sessions.create(OWNER, Language::Python, None).unwrap().id;
+    let id = sessions
+        .create(OWNER, Language::Python, None, Labels::default())
+        .unwrap()
+        .id;
     let (started, running) = oneshot::channel();
     let run = move |_state, _job| async move {
         started.send(()).unwrap();
