@@ -8,6 +8,7 @@
 
 #![forbid(unsafe_code)]
 
+mod e2b;
 mod files;
 mod mcp;
 mod session;
@@ -96,6 +97,9 @@ enum Command {
         #[arg(long = "server", value_name = "NAME=COMMAND")]
         server: Vec<String>,
     },
+    /// Serve E2B's API on a TCP address, so that E2B's SDKs run unchanged against this
+    /// daemon: set E2B_API_URL and E2B_SANDBOX_URL to the address, E2B_API_KEY to the key.
+    E2bGateway(e2b::Args),
 }
 
 fn main() -> ExitCode {
@@ -145,6 +149,13 @@ fn main() -> ExitCode {
                         exit::USAGE
                     }
                 },
+            },
+            Command::E2bGateway(args) => match e2b::serve(client, args).await {
+                Ok(()) => exit::OK,
+                Err(message) => {
+                    eprintln!("hlctl e2b-gateway: {message}");
+                    exit::USAGE
+                }
             },
         }
     });

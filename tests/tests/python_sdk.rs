@@ -1,7 +1,8 @@
 //! End-to-end tests of the Python client (clients/python): its own pytest suites in
 //! clients/python/e2e, run against a real daemon with Python and JavaScript pools: every method
-//! of the sync and async clients, the quickstart example, and each framework adapter with the
-//! real framework and a scripted model, printing the conversations. One daemon serves them all
+//! of the sync and async clients, the quickstart example, each framework adapter with the real
+//! framework and a scripted model, printing the conversations, and E2B's own SDK through `hlctl
+//! e2b-gateway`. One daemon serves them all
 //! (starting one takes half a minute under emulation); pytest names each test that fails.
 //!
 //! Needs a KVM that runs Hyperlight guests (`cargo xtask test` runs them in the nested-KVM VM),
@@ -12,7 +13,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use hyperlightd_e2e::{Daemon, python_sdk_python, within};
+use hyperlightd_e2e::{Daemon, binary, python_sdk_python, within};
 
 /// Time limit for the pytest run: a few dozen execs, sessions saving state under emulation.
 const PYTEST_LIMIT: Duration = Duration::from_secs(480);
@@ -25,6 +26,8 @@ async fn the_python_client_and_its_framework_adapters_against_the_daemon() {
     let run = tokio::process::Command::new(python_sdk_python())
         .args(["-m", "pytest", "-v", "-s", "-p", "no:cacheprovider", suite])
         .env("HYPERLIGHTD_SOCKET", daemon.socket())
+        // test_e2e_e2b.py puts `hlctl e2b-gateway` in front of the daemon for E2B's SDK.
+        .env("HLCTL", binary("hlctl"))
         .env("PYTHONDONTWRITEBYTECODE", "1")
         // The frameworks write caches and settings under HOME; the VM's root is read-only.
         .env("HOME", home.path())

@@ -1,0 +1,140 @@
+"""E2B's own SDK (``e2b-code-interpreter``, pinned in requirements.txt), unmodified, against
+``hlctl e2b-gateway`` in front of the daemon: only the environment says where E2B is. The
+programs are those of E2B's documentation for the code interpreter."""
+
+from __future__ import annotations
+
+import os
+import socket as sockets
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from e2b import AuthenticationException, SandboxException
+from e2b_code_interpreter import Sandbox
+
+from hyperlightd import Client
+
+KEY = "e2b_test_key_0123456789abcdef"
+
+
+def free_port() -> int:
+    with sockets.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def gateway(socket: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``hlctl e2b-gateway`` on a free loopback port, with a key of the test's; its URL."""
+    hlctl = os.environ.get("HLCTL")
+    if not hlctl:
+        pytest.fail("HLCTL must name the hlctl binary (tests/tests/python_sdk.rs sets it)")
+    key_file = tmp_path_factory.mktemp("gateway") / "key"
+    key_file.write_text(KEY + "\n")
+    port = free_port()
+    process = subprocess.Popen(
+        [hlctl, "--socket", socket, "e2b-gateway", "--listen", f"127.0.0.1:{port}", "--api-key-file", str(key_file)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            sockets.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                pytest.fail(f"the gateway did not start: {process.communicate()[1]}")
+            time.sleep(0.1)
+    url = f"http://127.0.0.1:{port}"
+    saved = {name: os.environ.get(name) for name in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY")}
+    os.environ.update(E2B_API_URL=url, E2B_SANDBOX_URL=url, E2B_API_KEY=KEY)
+    yield url
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    process.terminate()
+    process.wait(timeout=10)
+
+
+@pytest.fixture
+def leaves_nothing(socket: str) -> Iterator[None]:
+    yield
+    with Client(socket) as check:
+        assert check.sessions() == [], "a test left a sandbox's session behind"
+
+
+def test_state_carries_over_and_output_errors_and_languages_come_back_as_e2b_says(
+    gateway: str, leaves_nothing: None
+) -> None:
+    # E2B's quickstart and "Run code" pages.
+    with Sandbox.create() as sandbox:
+        sandbox.run_code("x = 1")
+        execution = sandbox.run_code("x+=1; x")
+        assert execution.text == "2", execution
+        assert execution.results[0].is_main_result
+
+        printed = sandbox.run_code("print('hello world')")
+        assert printed.logs.stdout == ["hello world\n"], printed.logs
+
+        seen: list[str] = []
+        sandbox.run_code(
+            "for i in range(3):\n    print(i)",
+            on_stdout=lambda message: seen.append(message.line),
+        )
+        assert "".join(seen) == "0\n1\n2\n", seen
+
+        failed = sandbox.run_code("undefined_name")
+        assert failed.error is not None and failed.error.name == "NameError", failed.error
+        assert "undefined_name" in failed.error.value
+
+        js = sandbox.run_code("const a = 40; a + 2", language="js")
+        assert js.text == "42", js
+        again = sandbox.run_code("a - 2", language="javascript")
+        assert again.text == "38", "the JavaScript context keeps its state"
+
+        context = sandbox.create_code_context(language="python")
+        sandbox.run_code("x = 100", context=context)
+        assert sandbox.run_code("x").text == "2", "a context has its own state"
+        assert sandbox.run_code("x", context=context).text == "100"
+        ids = {c.id for c in sandbox.list_code_contexts()}
+        assert {sandbox.sandbox_id, context.id} <= ids
+        sandbox.remove_code_context(context)
+        assert context.id not in {c.id for c in sandbox.list_code_contexts()}
+
+
+def test_sandboxes_are_listed_described_and_killed(gateway: str, leaves_nothing: None) -> None:
+    sandbox = Sandbox.create(metadata={"user": "ana"})
+    listed = Sandbox.list().next_items()
+    assert sandbox.sandbox_id in [s.sandbox_id for s in listed]
+    info = sandbox.get_info()
+    assert (info.sandbox_id, info.metadata) == (sandbox.sandbox_id, {"user": "ana"})
+    assert sandbox.is_running()
+    assert Sandbox.kill(sandbox.sandbox_id) is True
+    assert Sandbox.kill(sandbox.sandbox_id) is False, "a killed sandbox is not found"
+
+
+def test_what_cannot_be_done_is_refused_with_why(gateway: str, leaves_nothing: None) -> None:
+    with pytest.raises(AuthenticationException):
+        Sandbox.create(api_key="e2b_not_the_key_0000000000000000")
+    with Sandbox.create() as sandbox:
+        with pytest.raises(SandboxException) as refused:
+            sandbox.commands.run("ls")
+        assert "run_code" in str(refused.value), refused.value
+
+
+def test_the_gateway_refuses_requests_without_its_key(gateway: str) -> None:
+    import httpx
+
+    for headers in ({}, {"X-API-Key": "e2b_wrong_key_000000000000000"}):
+        answer = httpx.get(f"{gateway}/v2/sandboxes", headers=headers)
+        assert answer.status_code == 401, answer.text
+        assert answer.json()["code"] == 401
+    assert Path(os.environ["HLCTL"]).exists()

@@ -1,0 +1,248 @@
+//! E2B's control plane: sandboxes created, described, listed and killed, as the daemon's
+//! sessions (see the module's design, [`super`]).
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use hyper::{Method, Response, StatusCode};
+use hyperlightd_client::{Client, CreateSessionRequest, SessionInfo};
+use serde_json::{Value, json};
+
+use super::wire::{self, KIND, METADATA, NETWORK, SANDBOX, TEMPLATE};
+use super::{Body, Refusal, empty};
+
+/// What a sandbox's session is: the sandbox itself (its default context), or a context of one.
+pub const SANDBOX_KIND: &str = "sandbox";
+pub const CONTEXT_KIND: &str = "context";
+
+pub async fn route(
+    (client, key): (&Client, &str),
+    method: &Method,
+    segments: &[&str],
+    query: &str,
+    body: Bytes,
+) -> Result<Response<Body>, Refusal> {
+    let segments = match segments {
+        ["v2", rest @ ..] => rest,
+        rest => rest,
+    };
+    match (method, segments) {
+        (&Method::POST, ["sandboxes"]) => create(client, key, &body).await,
+        (&Method::GET, ["sandboxes"]) => list(client, query).await,
+        (&Method::GET, ["sandboxes", id]) => {
+            let info = sandbox(client, id).await?;
+            Ok(super::json(StatusCode::OK, &wire::detail(&info)))
+        }
+        (&Method::DELETE, ["sandboxes", id]) => kill(client, id).await,
+        (&Method::POST, ["sandboxes", id, "connect"]) => {
+            let info = sandbox(client, id).await?;
+            Ok(super::json(StatusCode::OK, &wire::created(&info, key)))
+        }
+        (&Method::POST, ["sandboxes", _, "timeout" | "refreshes"]) => Err(Refusal::Unsupported(
+            "changing a sandbox's timeout is not supported yet: it is idle for at most the \
+             timeout it was created with (capped by the daemon)"
+                .to_owned(),
+        )),
+        (&Method::POST, ["sandboxes", _, "pause" | "resume"]) => Err(Refusal::Unsupported(
+            "pausing a sandbox is not supported by this gateway yet: an idle sandbox's state is \
+             parked to disk by the daemon itself when it runs with --state-dir"
+                .to_owned(),
+        )),
+        _ => Err(Refusal::NotFound(format!(
+            "{method} /{} is not part of the E2B API this gateway serves",
+            segments.join("/")
+        ))),
+    }
+}
+
+/// `POST /sandboxes`: a session of the template's language, labelled as a sandbox.
+async fn create(client: &Client, key: &str, body: &Bytes) -> Result<Response<Body>, Refusal> {
+    let body: BTreeMap<String, Value> = serde_json::from_slice(body)
+        .map_err(|e| Refusal::BadRequest(format!("the new sandbox's body: {e}")))?;
+    let template = match body.get("templateID") {
+        Some(Value::String(template)) => template.clone(),
+        _ => return Err(Refusal::BadRequest("templateID is required".to_owned())),
+    };
+    let language = wire::template_language(&template).ok_or_else(|| {
+        Refusal::NotFound(format!(
+            "template {template:?} is not served: the templates are {}",
+            wire::TEMPLATES
+        ))
+    })?;
+    refuse_what_cannot_be_honoured(&body)?;
+    let mut request = CreateSessionRequest::new(language)
+        .with_label(KIND, SANDBOX_KIND)
+        .with_label(TEMPLATE, template);
+    // No internet: every program of the sandbox reaches nothing over HTTP, whatever the daemon
+    // allows (the daemon's rules apply otherwise).
+    let offline = ["allow_internet_access", "allowInternetAccess"]
+        .iter()
+        .any(|field| body.get(*field) == Some(&Value::Bool(false)));
+    if offline {
+        request = request.with_label(NETWORK, "none");
+    }
+    if let Some(timeout) = body.get("timeout").and_then(Value::as_u64) {
+        request.idle_timeout_s = Some(timeout.max(1));
+    }
+    if let Some(metadata) = body.get("metadata").filter(|m| !is_empty(m)) {
+        let Value::Object(fields) = metadata else {
+            return Err(Refusal::BadRequest("metadata must be an object".to_owned()));
+        };
+        if fields.values().any(|v| !v.is_string()) {
+            return Err(Refusal::BadRequest(
+                "metadata's values must be strings".to_owned(),
+            ));
+        }
+        request = request.with_label(METADATA, metadata.to_string());
+    }
+    let info = client.create_session(&request).await?;
+    Ok(super::json(StatusCode::CREATED, &wire::created(&info, key)))
+}
+
+/// Fields of a new sandbox that ask for what hyperlightd does not do: refused rather than
+/// accepted and ignored. Those left at their default are fine.
+fn refuse_what_cannot_be_honoured(body: &BTreeMap<String, Value>) -> Result<(), Refusal> {
+    const KNOWN: [&str; 6] = [
+        "templateID",
+        "timeout",
+        "metadata",
+        "allow_internet_access",
+        "allowInternetAccess",
+        "secure",
+    ];
+    for (field, value) in body {
+        if KNOWN.contains(&field.as_str()) || is_empty(value) {
+            continue;
+        }
+        let why = match field.as_str() {
+            "envVars" => "environment variables for programs are not supported yet",
+            "autoPause" | "autoResume" | "autoPauseMemory" => {
+                "pausing is the daemon's (--state-dir parks idle sessions to disk), not asked per sandbox"
+            }
+            _ => "it is not supported by hyperlightd's E2B gateway",
+        };
+        return Err(Refusal::Unsupported(format!("{field}: {why}")));
+    }
+    Ok(())
+}
+
+/// Null, false, an empty string, list or object: what an SDK sends for "not asked".
+fn is_empty(value: &Value) -> bool {
+    match value {
+        Value::Null | Value::Bool(false) => true,
+        Value::String(s) => s.is_empty(),
+        Value::Array(items) => items.is_empty(),
+        Value::Object(fields) => fields.is_empty(),
+        Value::Number(_) | Value::Bool(true) => false,
+    }
+}
+
+/// `GET /v2/sandboxes`: the caller's sandboxes, filtered by `metadata` and `state` as asked.
+async fn list(client: &Client, query: &str) -> Result<Response<Body>, Refusal> {
+    let mut metadata = BTreeMap::new();
+    let mut states: Option<Vec<String>> = None;
+    for (key, value) in form_pairs(query) {
+        match key.as_str() {
+            "metadata" => metadata.extend(form_pairs(&value)),
+            "state" => states = Some(value.split(',').map(str::to_owned).collect()),
+            // Paging and ordering: every sandbox comes in one page, oldest first.
+            _ => {}
+        }
+    }
+    let wanted = BTreeMap::from([(KIND.to_owned(), SANDBOX_KIND.to_owned())]);
+    let sessions = client.sessions_labelled(&wanted).await?;
+    let listed: Vec<Value> = sessions
+        .iter()
+        .map(wire::detail)
+        .filter(|detail| {
+            metadata
+                .iter()
+                .all(|(k, v)| detail["metadata"][k].as_str() == Some(v.as_str()))
+        })
+        .filter(|detail| {
+            states.as_ref().is_none_or(|states| {
+                states
+                    .iter()
+                    .any(|s| detail["state"].as_str() == Some(s.as_str()))
+            })
+        })
+        .collect();
+    Ok(super::json(StatusCode::OK, &json!(listed)))
+}
+
+/// `DELETE /sandboxes/{id}`: its contexts' sessions, then its own.
+async fn kill(client: &Client, id: &str) -> Result<Response<Body>, Refusal> {
+    sandbox(client, id).await?;
+    let wanted = BTreeMap::from([(SANDBOX.to_owned(), id.to_owned())]);
+    for context in client.sessions_labelled(&wanted).await? {
+        client.delete_session(&context.id).await?;
+    }
+    client.delete_session(id).await?;
+    Ok(empty(StatusCode::NO_CONTENT))
+}
+
+/// The caller's sandbox `id`: its default session. 404 for any other id, a context's included.
+pub async fn sandbox(client: &Client, id: &str) -> Result<SessionInfo, Refusal> {
+    let not_found = || Refusal::NotFound(format!("sandbox {id:?} not found"));
+    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return Err(not_found());
+    }
+    match client.session(id).await {
+        Ok(info) if info.labels.get(KIND).map(String::as_str) == Some(SANDBOX_KIND) => Ok(info),
+        Ok(_) => Err(not_found()),
+        Err(e) if super::daemon_status(&e) == StatusCode::NOT_FOUND => Err(not_found()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `a=1&b=2`, percent-decoded, `+` a space.
+fn form_pairs(text: &str) -> Vec<(String, String)> {
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(&s.replace('+', " "))
+            .decode_utf8_lossy()
+            .into_owned()
+    };
+    text.split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            (decode(k), decode(v))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_cannot_be_honoured_is_refused_and_defaults_pass() {
+        let body = |v: Value| -> BTreeMap<String, Value> { serde_json::from_value(v).unwrap() };
+        let fine = body(json!({"templateID": "code-interpreter-v1", "timeout": 300,
+            "autoPause": false, "envVars": {}, "metadata": {"a": "b"}, "secure": true,
+            "allow_internet_access": true}));
+        assert!(refuse_what_cannot_be_honoured(&fine).is_ok());
+        for (field, value) in [
+            ("envVars", json!({"A": "1"})),
+            ("autoPause", json!(true)),
+            ("network", json!({"allowOut": ["x"]})),
+        ] {
+            let mut asked = fine.clone();
+            asked.insert(field.to_owned(), value);
+            let refused = refuse_what_cannot_be_honoured(&asked);
+            assert!(matches!(refused, Err(Refusal::Unsupported(ref m)) if m.starts_with(field)));
+        }
+    }
+
+    #[test]
+    fn form_pairs_are_decoded() {
+        assert_eq!(
+            form_pairs("metadata=user%3Dana%26team%3Dx&state=running"),
+            [
+                ("metadata".to_owned(), "user=ana&team=x".to_owned()),
+                ("state".to_owned(), "running".to_owned())
+            ]
+        );
+        assert_eq!(form_pairs("a=b+c"), [("a".to_owned(), "b c".to_owned())]);
+    }
+}

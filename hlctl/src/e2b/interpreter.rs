@@ -1,0 +1,231 @@
+//! The code interpreter's half of a sandbox: `/execute`, streamed as E2B's SDKs read it, and
+//! contexts, each a session of the daemon's labelled with its sandbox.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use http_body_util::channel::Channel;
+use hyper::{Method, Response, StatusCode};
+use hyperlightd_client::{
+    Client, CreateSessionRequest, Language, Network, SessionExecRequest, SessionInfo,
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::control::{self, CONTEXT_KIND};
+use super::wire::{self, DEFAULT_CONTEXT, KIND, NETWORK, SANDBOX};
+use super::{Body, Refusal, empty};
+
+/// Lines of output the stream holds for a slow reader before the program waits for it.
+const BUFFERED_LINES: usize = 64;
+
+pub async fn route(
+    client: &Client,
+    sandbox_id: &str,
+    method: &Method,
+    segments: &[&str],
+    body: Bytes,
+) -> Result<Response<Body>, Refusal> {
+    let sandbox = control::sandbox(client, sandbox_id).await?;
+    match (method, segments) {
+        (&Method::POST, ["execute"]) => execute(client, &sandbox, &body).await,
+        (&Method::POST, ["contexts"]) => {
+            let context = new_context(client, &sandbox, &body).await?;
+            Ok(super::json(StatusCode::OK, &wire::context(&context)))
+        }
+        (&Method::GET, ["contexts"]) => {
+            let mut contexts = vec![wire::context(&sandbox)];
+            contexts.extend(
+                contexts_of(client, &sandbox)
+                    .await?
+                    .iter()
+                    .map(wire::context),
+            );
+            Ok(super::json(StatusCode::OK, &json!(contexts)))
+        }
+        (&Method::DELETE, ["contexts", id]) => {
+            context(client, &sandbox, id).await?;
+            if *id == sandbox.id {
+                return Err(Refusal::BadRequest(
+                    "the sandbox's default context cannot be removed: kill the sandbox".to_owned(),
+                ));
+            }
+            client.delete_session(id).await?;
+            Ok(empty(StatusCode::NO_CONTENT))
+        }
+        (&Method::POST, ["contexts", _, "restart"]) => Err(Refusal::Unsupported(
+            "restarting a context is not supported yet: remove it and create another".to_owned(),
+        )),
+        (&Method::GET, ["health"]) => Ok(empty(StatusCode::OK)),
+        _ => Err(Refusal::NotFound(format!(
+            "{method} /{} is not part of the code interpreter this gateway serves",
+            segments.join("/")
+        ))),
+    }
+}
+
+/// The body of `POST /execute`.
+#[derive(Debug, Deserialize)]
+struct Execute {
+    code: String,
+    #[serde(default)]
+    context_id: Option<String>,
+    #[serde(default)]
+    language: Option<String>,
+    #[serde(default)]
+    env_vars: Option<BTreeMap<String, String>>,
+}
+
+/// `POST /execute`: the program in its context's session, its output streamed as E2B's lines.
+async fn execute(
+    client: &Client,
+    sandbox: &SessionInfo,
+    body: &Bytes,
+) -> Result<Response<Body>, Refusal> {
+    let execute: Execute = serde_json::from_slice(body)
+        .map_err(|e| Refusal::BadRequest(format!("the execution's body: {e}")))?;
+    if execute
+        .env_vars
+        .as_ref()
+        .is_some_and(|vars| !vars.is_empty())
+    {
+        return Err(Refusal::Unsupported(
+            "environment variables for programs are not supported yet".to_owned(),
+        ));
+    }
+    let context = match (&execute.context_id, &execute.language) {
+        (Some(_), Some(_)) => {
+            return Err(Refusal::BadRequest(
+                "give a context or a language, not both".to_owned(),
+            ));
+        }
+        (Some(id), None) => context(client, sandbox, id).await?,
+        (None, Some(name)) => default_context(client, sandbox, language(name)?).await?,
+        (None, None) => sandbox.clone(),
+    };
+    let mut request = SessionExecRequest::new(execute.code);
+    if sandbox.labels.get(NETWORK).map(String::as_str) == Some("none") {
+        request.network = Some(Network { allow: Vec::new() });
+    }
+    let mut stream = client.session_exec_stream(&context.id, &request).await?;
+    let (mut lines, body) = Channel::<Bytes>::new(BUFFERED_LINES);
+    let language = context.language;
+    tokio::spawn(async move {
+        while let Some(event) = stream.next().await {
+            let lines_of = match event {
+                Ok(event) => wire::lines(event, language),
+                Err(e) => vec![json!({"type": "error", "name": "GatewayError",
+                    "value": e.to_string(), "traceback": ""})],
+            };
+            let mut text = String::new();
+            for line in lines_of {
+                text.push_str(&line.to_string());
+                text.push('\n');
+            }
+            // A reader that went away ends the stream, and the daemon stops the program.
+            if !text.is_empty() && lines.send_data(Bytes::from(text)).await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut response = Response::new(body.boxed());
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/x-ndjson"),
+    );
+    Ok(response)
+}
+
+fn language(name: &str) -> Result<Language, Refusal> {
+    wire::language(name).ok_or_else(|| {
+        Refusal::BadRequest(format!(
+            "language {name:?} is not served: python and javascript (js) are"
+        ))
+    })
+}
+
+/// `POST /contexts`: a new session of the language asked for, labelled with the sandbox.
+async fn new_context(
+    client: &Client,
+    sandbox: &SessionInfo,
+    body: &Bytes,
+) -> Result<SessionInfo, Refusal> {
+    let body: BTreeMap<String, Value> = if body.is_empty() {
+        BTreeMap::new()
+    } else {
+        serde_json::from_slice(body)
+            .map_err(|e| Refusal::BadRequest(format!("the context's body: {e}")))?
+    };
+    if let Some(cwd) = body.get("cwd").and_then(Value::as_str)
+        && cwd != "/home/user"
+    {
+        return Err(Refusal::Unsupported(format!(
+            "cwd {cwd:?}: a context's working directory is /home/user, its files the session's"
+        )));
+    }
+    let language = match body.get("language").and_then(Value::as_str) {
+        Some(name) => language(name)?,
+        None => Language::Python,
+    };
+    create_context(client, sandbox, language, None).await
+}
+
+/// A new context of `language` in `sandbox`: its default for the language if `default`.
+async fn create_context(
+    client: &Client,
+    sandbox: &SessionInfo,
+    language: Language,
+    default: Option<&str>,
+) -> Result<SessionInfo, Refusal> {
+    let mut request = CreateSessionRequest::new(language)
+        .with_label(KIND, CONTEXT_KIND)
+        .with_label(SANDBOX, sandbox.id.clone());
+    request.idle_timeout_s = Some(sandbox.idle_timeout_s);
+    if let Some(network) = sandbox.labels.get(NETWORK) {
+        request = request.with_label(NETWORK, network.clone());
+    }
+    if let Some(default) = default {
+        request = request.with_label(DEFAULT_CONTEXT, default);
+    }
+    Ok(client.create_session(&request).await?)
+}
+
+/// The sandbox's contexts besides its default one.
+async fn contexts_of(client: &Client, sandbox: &SessionInfo) -> Result<Vec<SessionInfo>, Refusal> {
+    let wanted = BTreeMap::from([(SANDBOX.to_owned(), sandbox.id.clone())]);
+    Ok(client.sessions_labelled(&wanted).await?)
+}
+
+/// The context `id` of `sandbox` (the sandbox itself is its default context).
+async fn context(client: &Client, sandbox: &SessionInfo, id: &str) -> Result<SessionInfo, Refusal> {
+    if id == sandbox.id {
+        return Ok(sandbox.clone());
+    }
+    contexts_of(client, sandbox)
+        .await?
+        .into_iter()
+        .find(|context| context.id == id)
+        .ok_or_else(|| Refusal::NotFound(format!("context {id:?} not found in this sandbox")))
+}
+
+/// The sandbox's default context for `language`: the sandbox itself for its own language,
+/// otherwise one made on first use.
+async fn default_context(
+    client: &Client,
+    sandbox: &SessionInfo,
+    language: Language,
+) -> Result<SessionInfo, Refusal> {
+    if language == sandbox.language {
+        return Ok(sandbox.clone());
+    }
+    let name = language.to_string();
+    let found = contexts_of(client, sandbox)
+        .await?
+        .into_iter()
+        .find(|c| c.labels.get(DEFAULT_CONTEXT) == Some(&name));
+    match found {
+        Some(context) => Ok(context),
+        None => create_context(client, sandbox, language, Some(&name)).await,
+    }
+}

@@ -1,0 +1,380 @@
+//! `hlctl e2b-gateway`: E2B's API on a TCP address, so that code written for E2B's code
+//! interpreter (its official SDKs, unmodified) runs on hyperlightd by a change of environment:
+//! `E2B_API_URL` and `E2B_SANDBOX_URL` both this gateway's address, `E2B_API_KEY` its key.
+//!
+//! # Design
+//!
+//! **Where it runs.** A process of the caller's own, beside the agent (as `hlctl mcp` is), that
+//! talks to the daemon's Unix socket with the client crate. Every request therefore goes through
+//! the daemon's one API and service layer, with the caller's identity from the socket's peer
+//! credentials (in Kubernetes the pod's, since the gateway runs in the pod): its policies,
+//! quotas, audit lines and sessions are the caller's own, and the daemon, which runs guests and
+//! holds secrets, opens no TCP port and knows nothing of E2B.
+//!
+//! **Who may use it.** A TCP port, even on loopback, is open to every user of the host, and the
+//! gateway acts as whoever runs it: it answers only requests that carry its key (`X-API-Key`, as
+//! the SDKs send `E2B_API_KEY`), read from `--api-key-file` or made at start and printed. No
+//! key or another key is 401, as E2B answers it.
+//!
+//! **No state of its own.** A sandbox is the daemon's sessions: its default context (Python,
+//! or the language its template names) is the session whose id is the sandbox's id, and every
+//! other context a session labelled `e2b.dev/sandbox=<id>`. A restarted gateway, or a second one
+//! of the same caller, sees the same sandboxes; a sandbox ends when its sessions do.
+//!
+//! **One listener for both halves.** The SDKs send a sandbox's requests with `E2b-Sandbox-Id`
+//! and `E2b-Sandbox-Port` (49999 the code interpreter, 49983 envd, E2B's in-sandbox daemon);
+//! a request without them is for the control plane. [`route`] is the one routing table and
+//! [`Refusal`] the one mapping of errors to E2B's statuses and bodies.
+
+mod control;
+mod interpreter;
+mod wire;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use hyperlightd_client::{Client, Error as DaemonError, ErrorKind};
+
+/// What an answer's body is: whole, or a stream of lines.
+pub type Body = BoxBody<Bytes, Infallible>;
+
+/// The port the SDKs name for the code interpreter, and for envd.
+const INTERPRETER_PORT: &str = "49999";
+const ENVD_PORT: &str = "49983";
+
+/// The largest request body the gateway reads (a program, a context's settings).
+const MAX_BODY_BYTES: usize = 16 << 20;
+
+/// `hlctl e2b-gateway`'s options.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The TCP address to listen on. Loopback by default: anything that can reach it and has
+    /// the key acts as you.
+    #[arg(long, default_value = "127.0.0.1:49999")]
+    listen: SocketAddr,
+    /// A file whose first line is the key requests must carry (`E2B_API_KEY`). Without it, a
+    /// key is made at start and printed on stderr.
+    #[arg(long, value_name = "FILE")]
+    api_key_file: Option<PathBuf>,
+}
+
+/// The gateway: the daemon's client and the key.
+struct Gateway {
+    client: Client,
+    key: String,
+}
+
+/// Serves E2B's API on `args.listen` until the process is stopped. An error: it could not
+/// start (the key file, the address).
+pub async fn serve(client: Client, args: Args) -> Result<(), String> {
+    let key = match &args.api_key_file {
+        Some(path) => read_key(path)?,
+        None => {
+            let key = new_key()?;
+            eprintln!("hlctl e2b-gateway: E2B_API_KEY={key}");
+            key
+        }
+    };
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    eprintln!(
+        "hlctl e2b-gateway: E2B_API_URL=http://{0} E2B_SANDBOX_URL=http://{0}",
+        args.listen
+    );
+    let gateway = Arc::new(Gateway { client, key });
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                eprintln!("hlctl e2b-gateway: accepting a connection failed: {e}");
+                continue;
+            }
+        };
+        let gateway = gateway.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |request| {
+                let gateway = gateway.clone();
+                async move { Ok::<_, Infallible>(gateway.handle(request).await) }
+            });
+            // A client that goes away mid-answer is its own business.
+            let _ = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+fn read_key(path: &PathBuf) -> Result<String, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the key file {}: {e}", path.display()))?;
+    let key = text.lines().next().unwrap_or("").trim().to_owned();
+    if key.len() < 16 {
+        return Err(format!(
+            "the key in {} is shorter than 16 characters",
+            path.display()
+        ));
+    }
+    Ok(key)
+}
+
+/// 128 random bits from the kernel, in hex, with E2B's key prefix.
+fn new_key() -> Result<String, String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| format!("cannot read /dev/urandom for a key: {e}"))?;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!("e2b_{hex}"))
+}
+
+impl Gateway {
+    async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
+        match self.route(request).await {
+            Ok(response) => response,
+            Err(refusal) => refusal.response(),
+        }
+    }
+
+    /// The one routing table.
+    async fn route(&self, request: Request<Incoming>) -> Result<Response<Body>, Refusal> {
+        if !self.authorized(&request) {
+            return Err(Refusal::Unauthorized);
+        }
+        let method = request.method().clone();
+        let path = request.uri().path().to_owned();
+        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let sandbox = header(&request, "e2b-sandbox-id");
+        let port = header(&request, "e2b-sandbox-port");
+        match (sandbox, port.as_deref()) {
+            (Some(id), Some(INTERPRETER_PORT)) => {
+                let body = read_body(request).await?;
+                interpreter::route(&self.client, &id, &method, &segments, body).await
+            }
+            (Some(_), Some(ENVD_PORT)) => {
+                let content_type = header(&request, "content-type").unwrap_or_default();
+                envd(&method, &segments, &content_type)
+            }
+            (Some(_), port) => Err(Refusal::NotFound(format!(
+                "no service on port {} of a sandbox: 49999 (code interpreter) and 49983 (envd) \
+                 are served",
+                port.unwrap_or("(none)")
+            ))),
+            (None, _) => {
+                let query = request.uri().query().unwrap_or("").to_owned();
+                let body = read_body(request).await?;
+                let gateway = (&self.client, self.key.as_str());
+                control::route(gateway, &method, &segments, &query, body).await
+            }
+        }
+    }
+
+    /// Whether `request` carries the key: as the API key, or as a sandbox's access token (see
+    /// [`wire::created`]).
+    fn authorized<B>(&self, request: &Request<B>) -> bool {
+        ["x-api-key", "x-access-token", "e2b-traffic-access-token"]
+            .iter()
+            .filter_map(|name| header(request, name))
+            .any(|given| {
+                // Compared in full whatever the first difference, so that timing says nothing.
+                given.len() == self.key.len()
+                    && given
+                        .bytes()
+                        .zip(self.key.bytes())
+                        .fold(0u8, |d, (a, b)| d | (a ^ b))
+                        == 0
+            })
+    }
+}
+
+/// envd's own services: health answers; its RPCs (Connect protocol, `/<service>/<method>`)
+/// are refused as Connect refuses, with why and what to use instead.
+fn envd(method: &Method, segments: &[&str], content_type: &str) -> Result<Response<Body>, Refusal> {
+    match (method, segments) {
+        (&Method::GET, ["health"]) => Ok(empty(StatusCode::NO_CONTENT)),
+        (&Method::POST, [service, _]) if service.starts_with("process.") => Ok(connect_error(
+            content_type,
+            "hyperlightd's sandboxes are micro-VMs that run one interpreter, not processes: \
+             commands and terminals are not available; run code with run_code instead",
+        )),
+        (&Method::POST, [service, rpc]) => Ok(connect_error(
+            content_type,
+            &format!("{service}/{rpc} is not served by hyperlightd's E2B gateway yet"),
+        )),
+        _ => Err(Refusal::Unsupported(format!(
+            "{method} /{} of envd is not served by hyperlightd's E2B gateway yet",
+            segments.join("/")
+        ))),
+    }
+}
+
+/// A Connect RPC refused as `unimplemented` with `message`: for a streaming call (its body
+/// `application/connect+...`), a 200 whose one message ends the stream with the error; for a
+/// unary one, 501 and the error as JSON.
+fn connect_error(content_type: &str, message: &str) -> Response<Body> {
+    let error = serde_json::json!({"code": "unimplemented", "message": message});
+    if !content_type.starts_with("application/connect+") {
+        return json(StatusCode::NOT_IMPLEMENTED, &error);
+    }
+    let end = serde_json::json!({"error": error}).to_string();
+    let mut framed = Vec::with_capacity(5 + end.len());
+    // Flags (end of stream), then the length, big-endian.
+    framed.push(0x02);
+    framed.extend_from_slice(&u32::try_from(end.len()).unwrap_or(u32::MAX).to_be_bytes());
+    framed.extend_from_slice(end.as_bytes());
+    let mut response = Response::new(Full::new(Bytes::from(framed)).boxed());
+    if let Ok(value) = hyper::header::HeaderValue::from_str(content_type) {
+        response
+            .headers_mut()
+            .insert(hyper::header::CONTENT_TYPE, value);
+    }
+    response
+}
+
+fn header<B>(request: &Request<B>, name: &str) -> Option<String> {
+    request
+        .headers()
+        .get(name)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned)
+}
+
+async fn read_body(request: Request<Incoming>) -> Result<Bytes, Refusal> {
+    let limited = http_body_util::Limited::new(request.into_body(), MAX_BODY_BYTES);
+    match limited.collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) => Err(Refusal::BadRequest(format!(
+            "the request's body could not be read (at most {MAX_BODY_BYTES} bytes): {e}"
+        ))),
+    }
+}
+
+/// Why a request was not served, as E2B answers it: a status and `{"code", "message"}`.
+#[derive(Debug)]
+pub enum Refusal {
+    Unauthorized,
+    BadRequest(String),
+    NotFound(String),
+    /// What hyperlightd's sandboxes cannot do, or the gateway does not yet.
+    Unsupported(String),
+    /// The daemon refused, or could not be reached.
+    Daemon(DaemonError),
+}
+
+impl Refusal {
+    fn response(&self) -> Response<Body> {
+        let (status, message) = match self {
+            Refusal::Unauthorized => (
+                StatusCode::UNAUTHORIZED,
+                "missing or unknown API key: send the gateway's key as X-API-Key (E2B_API_KEY)"
+                    .to_owned(),
+            ),
+            Refusal::BadRequest(why) => (StatusCode::BAD_REQUEST, why.clone()),
+            Refusal::NotFound(why) => (StatusCode::NOT_FOUND, why.clone()),
+            Refusal::Unsupported(why) => (StatusCode::NOT_IMPLEMENTED, why.clone()),
+            Refusal::Daemon(error) => (daemon_status(error), error.to_string()),
+        };
+        json(
+            status,
+            &serde_json::json!({"code": status.as_u16(), "message": message}),
+        )
+    }
+}
+
+impl From<DaemonError> for Refusal {
+    fn from(error: DaemonError) -> Refusal {
+        Refusal::Daemon(error)
+    }
+}
+
+/// The status E2B gives what the daemon said.
+fn daemon_status(error: &DaemonError) -> StatusCode {
+    let DaemonError::Rejected { error, .. } = error else {
+        return StatusCode::SERVICE_UNAVAILABLE;
+    };
+    match error.kind {
+        ErrorKind::SessionNotFound => StatusCode::NOT_FOUND,
+        ErrorKind::InvalidRequest | ErrorKind::PayloadTooLarge => StatusCode::BAD_REQUEST,
+        ErrorKind::TooManySessions | ErrorKind::Overloaded | ErrorKind::QuotaExceeded => {
+            StatusCode::TOO_MANY_REQUESTS
+        }
+        _ => StatusCode::BAD_GATEWAY,
+    }
+}
+
+fn json(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(value.to_string())).boxed());
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+fn empty(status: StatusCode) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::new()).boxed());
+    *response.status_mut() = status;
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    async fn body(response: Response<Body>) -> Bytes {
+        response.into_body().collect().await.unwrap().to_bytes()
+    }
+
+    #[tokio::test]
+    async fn a_refused_connect_rpc_says_why_as_connect_does() {
+        let streaming = connect_error("application/connect+proto", "no processes");
+        assert_eq!(streaming.status(), StatusCode::OK);
+        let bytes = body(streaming).await;
+        assert_eq!(bytes[0], 0x02, "one message, ending the stream");
+        let length = u32::from_be_bytes(bytes[1..5].try_into().unwrap()) as usize;
+        assert_eq!(length, bytes.len() - 5);
+        let end: serde_json::Value = serde_json::from_slice(&bytes[5..]).unwrap();
+        assert_eq!(end["error"]["code"], "unimplemented");
+        assert_eq!(end["error"]["message"], "no processes");
+
+        let unary = connect_error("application/json", "no processes");
+        assert_eq!(unary.status(), StatusCode::NOT_IMPLEMENTED);
+        let error: serde_json::Value = serde_json::from_slice(&body(unary).await).unwrap();
+        assert_eq!(error["code"], "unimplemented");
+    }
+
+    #[tokio::test]
+    async fn refusals_are_e2bs_status_and_body() {
+        let response = Refusal::Unauthorized.response();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        let error: serde_json::Value = serde_json::from_slice(&body(response).await).unwrap();
+        assert_eq!(error["code"], 401);
+        assert!(error["message"].as_str().unwrap().contains("X-API-Key"));
+    }
+
+    #[test]
+    fn a_key_file_gives_its_first_line_and_a_short_key_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("key");
+        std::fs::write(&path, "e2b_0123456789abcdef\nignored\n").unwrap();
+        assert_eq!(read_key(&path).unwrap(), "e2b_0123456789abcdef");
+        std::fs::write(&path, "short\n").unwrap();
+        assert!(read_key(&path).unwrap_err().contains("shorter than 16"));
+        let made = new_key().unwrap();
+        assert!(made.starts_with("e2b_") && made.len() == 36, "{made}");
+    }
+}
