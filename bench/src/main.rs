@@ -34,6 +34,7 @@ mod common;
 mod concurrency;
 mod direct;
 mod durable;
+mod e2b;
 mod egress;
 mod latency;
 mod native;
@@ -80,6 +81,7 @@ enum Part {
     Baseline,
     Native,
     Tools,
+    E2b,
     Egress,
     Capacity,
     Load,
@@ -207,6 +209,7 @@ async fn run(part: Part, args: &Args) -> Result<PartReport> {
         Part::Library => library(args).await,
         Part::Native => native::run(args).await,
         Part::Tools => tools::run(args).await,
+        Part::E2b => e2b::run(args).await,
         Part::Egress => egress::run(args).await,
         Part::Durable => durable::run(args).await,
         Part::Capacity => capacity::run(args).await,

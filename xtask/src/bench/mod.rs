@@ -31,6 +31,7 @@ const BENCH_PARTS: &[BenchPart] = &[
     ("baseline", vm::Tcg::Single),
     ("native", vm::Tcg::Single),
     ("tools", vm::Tcg::Single),
+    ("e2b", vm::Tcg::Single),
     ("egress", vm::Tcg::Single),
     ("capacity", vm::Tcg::Single),
     // Sixteen clients on pools of two and four: both vCPUs at work.
@@ -57,6 +58,9 @@ pub fn bench(args: &[String]) -> Result<()> {
             "hyperlightd",
             "-p",
             "hyperlightd-bench",
+            // `e2b` runs `hlctl e2b-gateway`.
+            "-p",
+            "hlctl",
         ]),
         Duration::from_secs(3600),
     )?;
