@@ -150,7 +150,9 @@ async fn start_gateway(hlctl: &Path, socket: &Path) -> Result<Gateway> {
     let dir = tempfile::tempdir()?;
     let key = dir.path().join("key");
     std::fs::write(&key, format!("{KEY}\n"))?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
     let child = Command::new(hlctl)
         .arg("--socket")
         .arg(socket)
@@ -171,9 +173,16 @@ async fn start_gateway(hlctl: &Path, socket: &Path) -> Result<Gateway> {
     Ok(Gateway {
         child,
         url: format!("http://127.0.0.1:{port}"),
-        http: HttpClient::builder(TokioExecutor::new()).build_http(),
+        http: HttpClient::builder(TokioExecutor::new()).build(nodelay()),
         _dir: dir,
     })
+}
+
+/// A connector that sends each write at once, as E2B's SDKs' clients do.
+fn nodelay() -> HttpConnector {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector
 }
 
 impl Gateway {
@@ -220,7 +229,10 @@ impl Gateway {
         let status = response.status();
         let bytes = response.into_body().collect().await?.to_bytes();
         if !status.is_success() {
-            bail!("the gateway answered {status}: {}", String::from_utf8_lossy(&bytes));
+            bail!(
+                "the gateway answered {status}: {}",
+                String::from_utf8_lossy(&bytes)
+            );
         }
         Ok(bytes)
     }

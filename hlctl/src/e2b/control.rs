@@ -9,14 +9,14 @@ use hyperlightd_client::{Client, CreateSessionRequest, SessionInfo};
 use serde_json::{Value, json};
 
 use super::wire::{self, KIND, METADATA, NETWORK, SANDBOX, TEMPLATE};
-use super::{Body, Refusal, empty};
+use super::{Body, Known, Refusal, empty};
 
 /// What a sandbox's session is: the sandbox itself (its default context), or a context of one.
 pub const SANDBOX_KIND: &str = "sandbox";
 pub const CONTEXT_KIND: &str = "context";
 
 pub async fn route(
-    (client, key): (&Client, &str),
+    (client, key, known): (&Client, &str, &Known),
     method: &Method,
     segments: &[&str],
     query: &str,
@@ -27,13 +27,20 @@ pub async fn route(
         rest => rest,
     };
     match (method, segments) {
-        (&Method::POST, ["sandboxes"]) => create(client, key, &body).await,
+        (&Method::POST, ["sandboxes"]) => {
+            let info = create(client, &body).await?;
+            known.insert(info.clone());
+            Ok(super::json(StatusCode::CREATED, &wire::created(&info, key)))
+        }
         (&Method::GET, ["sandboxes"]) => list(client, query).await,
         (&Method::GET, ["sandboxes", id]) => {
             let info = sandbox(client, id).await?;
             Ok(super::json(StatusCode::OK, &wire::detail(&info)))
         }
-        (&Method::DELETE, ["sandboxes", id]) => kill(client, id).await,
+        (&Method::DELETE, ["sandboxes", id]) => {
+            known.forget(id);
+            kill(client, id).await
+        }
         (&Method::POST, ["sandboxes", id, "connect"]) => {
             let info = sandbox(client, id).await?;
             Ok(super::json(StatusCode::OK, &wire::created(&info, key)))
@@ -56,7 +63,7 @@ pub async fn route(
 }
 
 /// `POST /sandboxes`: a session of the template's language, labelled as a sandbox.
-async fn create(client: &Client, key: &str, body: &Bytes) -> Result<Response<Body>, Refusal> {
+async fn create(client: &Client, body: &Bytes) -> Result<SessionInfo, Refusal> {
     let body: BTreeMap<String, Value> = serde_json::from_slice(body)
         .map_err(|e| Refusal::BadRequest(format!("the new sandbox's body: {e}")))?;
     let template = match body.get("templateID") {
@@ -95,8 +102,7 @@ async fn create(client: &Client, key: &str, body: &Bytes) -> Result<Response<Bod
         }
         request = request.with_label(METADATA, metadata.to_string());
     }
-    let info = client.create_session(&request).await?;
-    Ok(super::json(StatusCode::CREATED, &wire::created(&info, key)))
+    Ok(client.create_session(&request).await?)
 }
 
 /// Fields of a new sandbox that ask for what hyperlightd does not do: refused rather than

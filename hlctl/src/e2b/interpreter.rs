@@ -15,29 +15,38 @@ use serde_json::{Value, json};
 
 use super::control::{self, CONTEXT_KIND};
 use super::wire::{self, DEFAULT_CONTEXT, KIND, NETWORK, SANDBOX};
-use super::{Body, Refusal, empty};
+use super::{Body, Known, Refusal, empty};
 
 /// Lines of output the stream holds for a slow reader before the program waits for it.
 const BUFFERED_LINES: usize = 64;
 
+/// The caller's sandbox `id`, as `known` has it, else as the daemon describes it.
+pub async fn sandbox(client: &Client, known: &Known, id: &str) -> Result<SessionInfo, Refusal> {
+    if let Some(info) = known.get(id) {
+        return Ok(info);
+    }
+    let info = control::sandbox(client, id).await?;
+    known.insert(info.clone());
+    Ok(info)
+}
+
 pub async fn route(
     client: &Client,
-    sandbox_id: &str,
+    sandbox: &SessionInfo,
     method: &Method,
     segments: &[&str],
     body: Bytes,
 ) -> Result<Response<Body>, Refusal> {
-    let sandbox = control::sandbox(client, sandbox_id).await?;
     match (method, segments) {
-        (&Method::POST, ["execute"]) => execute(client, &sandbox, &body).await,
+        (&Method::POST, ["execute"]) => execute(client, sandbox, &body).await,
         (&Method::POST, ["contexts"]) => {
-            let context = new_context(client, &sandbox, &body).await?;
+            let context = new_context(client, sandbox, &body).await?;
             Ok(super::json(StatusCode::OK, &wire::context(&context)))
         }
         (&Method::GET, ["contexts"]) => {
-            let mut contexts = vec![wire::context(&sandbox)];
+            let mut contexts = vec![wire::context(sandbox)];
             contexts.extend(
-                contexts_of(client, &sandbox)
+                contexts_of(client, sandbox)
                     .await?
                     .iter()
                     .map(wire::context),
@@ -45,7 +54,7 @@ pub async fn route(
             Ok(super::json(StatusCode::OK, &json!(contexts)))
         }
         (&Method::DELETE, ["contexts", id]) => {
-            context(client, &sandbox, id).await?;
+            context(client, sandbox, id).await?;
             if *id == sandbox.id {
                 return Err(Refusal::BadRequest(
                     "the sandbox's default context cannot be removed: kill the sandbox".to_owned(),

@@ -68,10 +68,51 @@ pub struct Args {
     api_key_file: Option<PathBuf>,
 }
 
-/// The gateway: the daemon's client and the key.
+/// The gateway: the daemon's client, the key, and the sandboxes it has seen.
 struct Gateway {
     client: Client,
     key: String,
+    known: Known,
+}
+
+/// The sandboxes the gateway has seen, for the code interpreter's requests: a sandbox's
+/// language and labels never change, so they are kept rather than asked of the daemon on every
+/// `run_code`. Only this process's caller's, so nothing crosses callers; a sandbox the daemon
+/// no longer has is forgotten when it says so (its `run_code` is 404 either way), and the
+/// table is emptied should it ever fill.
+#[derive(Debug, Default)]
+pub struct Known(
+    std::sync::Mutex<std::collections::HashMap<String, hyperlightd_client::SessionInfo>>,
+);
+
+/// The most sandboxes [`Known`] keeps.
+const MAX_KNOWN: usize = 4096;
+
+impl Known {
+    fn table(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, hyperlightd_client::SessionInfo>>
+    {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub fn get(&self, id: &str) -> Option<hyperlightd_client::SessionInfo> {
+        self.table().get(id).cloned()
+    }
+
+    pub fn insert(&self, info: hyperlightd_client::SessionInfo) {
+        let mut table = self.table();
+        if table.len() >= MAX_KNOWN {
+            table.clear();
+        }
+        table.insert(info.id.clone(), info);
+    }
+
+    pub fn forget(&self, id: &str) {
+        self.table().remove(id);
+    }
 }
 
 /// Serves E2B's API on `args.listen` until the process is stopped. An error: it could not
@@ -92,7 +133,11 @@ pub async fn serve(client: Client, args: Args) -> Result<(), String> {
         "hlctl e2b-gateway: E2B_API_URL=http://{0} E2B_SANDBOX_URL=http://{0}",
         args.listen
     );
-    let gateway = Arc::new(Gateway { client, key });
+    let gateway = Arc::new(Gateway {
+        client,
+        key,
+        known: Known::default(),
+    });
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -101,6 +146,9 @@ pub async fn serve(client: Client, args: Args) -> Result<(), String> {
                 continue;
             }
         };
+        // Answers go out as they are written: a stream's lines are small, and Nagle's
+        // algorithm would hold each behind the client's delayed acknowledgement.
+        let _ = stream.set_nodelay(true);
         let gateway = gateway.clone();
         tokio::spawn(async move {
             let service = service_fn(move |request| {
@@ -160,7 +208,14 @@ impl Gateway {
         match (sandbox, port.as_deref()) {
             (Some(id), Some(INTERPRETER_PORT)) => {
                 let body = read_body(request).await?;
-                interpreter::route(&self.client, &id, &method, &segments, body).await
+                let sandbox = interpreter::sandbox(&self.client, &self.known, &id).await?;
+                let routed = interpreter::route(&self.client, &sandbox, &method, &segments, body);
+                let answer = routed.await;
+                if matches!(&answer, Err(Refusal::Daemon(e)) if daemon_status(e) == StatusCode::NOT_FOUND)
+                {
+                    self.known.forget(&id);
+                }
+                answer
             }
             (Some(_), Some(ENVD_PORT)) => {
                 let content_type = header(&request, "content-type").unwrap_or_default();
@@ -174,7 +229,7 @@ impl Gateway {
             (None, _) => {
                 let query = request.uri().query().unwrap_or("").to_owned();
                 let body = read_body(request).await?;
-                let gateway = (&self.client, self.key.as_str());
+                let gateway = (&self.client, self.key.as_str(), &self.known);
                 control::route(gateway, &method, &segments, &query, body).await
             }
         }
