@@ -9,6 +9,8 @@
 
 use std::collections::BTreeMap;
 
+use serde::{Deserialize, Serialize};
+
 /// At most this many labels on a session.
 pub const MAX_LABELS: usize = 32;
 /// A name's longest, prefix included, in bytes.
@@ -18,9 +20,27 @@ pub const MAX_VALUE_BYTES: usize = 1024;
 /// All names and values of a session together, in bytes.
 pub const MAX_TOTAL_BYTES: usize = 8192;
 
-/// A session's labels, checked.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// A session's labels, checked: made only by [`Labels::new`], read from disk included.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(
+    try_from = "BTreeMap<String, String>",
+    into = "BTreeMap<String, String>"
+)]
 pub struct Labels(BTreeMap<String, String>);
+
+impl TryFrom<BTreeMap<String, String>> for Labels {
+    type Error = String;
+
+    fn try_from(labels: BTreeMap<String, String>) -> Result<Labels, String> {
+        Labels::new(labels)
+    }
+}
+
+impl From<Labels> for BTreeMap<String, String> {
+    fn from(labels: Labels) -> Self {
+        labels.0
+    }
+}
 
 impl Labels {
     /// `labels` if they follow the rules; otherwise which one does not, and why.
@@ -180,6 +200,16 @@ mod tests {
         let names: Vec<String> = (0..9).map(|i| format!("l{i}")).collect();
         let big: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), value.as_str())).collect();
         assert!(labels(&big).unwrap_err().contains("come to"));
+    }
+
+    #[test]
+    fn labels_read_back_from_json_are_checked_as_given_ones_are() {
+        let kept = labels(&[("a", "1")]).unwrap();
+        let text = serde_json::to_string(&kept).unwrap();
+        assert_eq!(text, r#"{"a":"1"}"#);
+        assert_eq!(serde_json::from_str::<Labels>(&text).unwrap(), kept);
+        let error = serde_json::from_str::<Labels>(r#"{"a b":"1"}"#).unwrap_err();
+        assert!(error.to_string().contains(r#"label name "a b""#), "{error}");
     }
 
     #[test]

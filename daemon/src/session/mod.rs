@@ -317,7 +317,7 @@ impl Sessions {
         let idle = idle_timeout
             .unwrap_or(self.settings.default_idle)
             .min(self.settings.max_idle);
-        let session = self.insert(owner, (language, labels), idle, Start::default())?;
+        let session = self.insert(owner, language, labels, idle, Start::default())?;
         self.metrics.created(language, "new");
         info!(session = %session.id, %language, idle_s = idle.as_secs(), "session created");
         Ok(session.info())
@@ -328,7 +328,8 @@ impl Sessions {
     fn insert(
         &self,
         owner: &Principal,
-        (language, labels): (Language, Labels),
+        language: Language,
+        labels: Labels,
         idle_timeout: Duration,
         start: Start,
     ) -> Result<Arc<Session>, ExecError> {
@@ -350,7 +351,7 @@ impl Sessions {
                 language,
                 created_at_ms: millis(now),
                 idle_timeout_ms: u64::try_from(idle_timeout.as_millis()).unwrap_or(u64::MAX),
-                labels: labels.as_map().clone(),
+                labels: labels.clone(),
             };
             let progress = Progress {
                 execs: 0,

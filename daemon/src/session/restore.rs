@@ -49,7 +49,6 @@ impl Sessions {
     fn session_of(&self, one: Recovered) -> Arc<Session> {
         let Recovered {
             file,
-            labels,
             progress,
             disk,
             checkpoints,
@@ -88,7 +87,7 @@ impl Sessions {
             lifetime_end: clock::now() + left,
             lifetime_end_at: now + left,
             idle_timeout,
-            labels,
+            labels: file.labels,
             history: Arc::new(tokio::sync::Mutex::new(history)),
             saving: SaveClock::default(),
             meta: Mutex::new(meta),

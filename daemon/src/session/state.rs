@@ -46,8 +46,8 @@ impl Sessions {
             image,
             from_disk: start.disk().cloned(),
         };
-        let language = (origin.language, origin.labels.clone());
-        let fork = self.insert(owner, language, origin.idle_timeout, start)?;
+        let labels = origin.labels.clone();
+        let fork = self.insert(owner, origin.language, labels, origin.idle_timeout, start)?;
         self.metrics.created(origin.language, "fork");
         info!(session = %fork.id, origin = %id, checkpoint = number, "session forked");
         Ok(fork.info())

@@ -4,7 +4,6 @@
 //! progress, so that the last whole line is the session's state. A line is synced before the
 //! change is answered; a line cut short by a crash is one nobody was told of, and is skipped.
 
-use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -12,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::job::{Language, Loss, Principal};
+use crate::job::{Labels, Language, Loss, Principal};
 use crate::sys::durable;
 
 /// Bumped when the shape of `session.json` or of a journal line changes.
@@ -31,9 +30,10 @@ pub struct SessionFile {
     pub language: Language,
     pub created_at_ms: u64,
     pub idle_timeout_ms: u64,
-    /// Its labels (`job::Labels`' rules, checked again when read back).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub labels: BTreeMap<String, String>,
+    /// Its labels, checked again when read back: a record whose labels break the rules does
+    /// not read.
+    #[serde(default, skip_serializing_if = "Labels::is_empty")]
+    pub labels: Labels,
 }
 
 /// One line of the journal: the session's progress after a change.
@@ -200,7 +200,7 @@ mod tests {
             language: Language::Javascript,
             created_at_ms: 1,
             idle_timeout_ms: 600_000,
-            labels: BTreeMap::new(),
+            labels: Labels::default(),
         }
     }
 
@@ -241,7 +241,12 @@ mod tests {
     #[test]
     fn labels_are_kept_and_a_record_without_them_has_none() {
         let labelled = SessionFile {
-            labels: BTreeMap::from([("conversation".to_owned(), "c-1".to_owned())]),
+            labels: Labels::new(
+                [("conversation".to_owned(), "c-1".to_owned())]
+                    .into_iter()
+                    .collect(),
+            )
+            .unwrap(),
             ..session()
         };
         let text = serde_json::to_string(&labelled).unwrap();

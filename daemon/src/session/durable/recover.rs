@@ -16,15 +16,13 @@ use tracing::{info, warn};
 use super::checkpoint::{self, Refused};
 use super::journal::{self, Journal, Mark, Progress, SessionFile};
 use super::{Durable, OnDisk, SessionDisk};
-use crate::job::{Labels, Loss};
+use crate::job::Loss;
 use crate::sys::durable;
 
 /// A session read back.
 #[derive(Debug)]
 pub struct Recovered {
     pub file: SessionFile,
-    /// Its labels, checked.
-    pub labels: Labels,
     /// Its progress, as recovery left it (and wrote it).
     pub progress: Progress,
     pub disk: Arc<SessionDisk>,
@@ -62,10 +60,6 @@ impl Durable {
             Ok(_) => return self.unreadable(dir, "session.json names another session"),
             Err(why) => return self.unreadable(dir, &why),
         };
-        let labels = match Labels::new(file.labels.clone()) {
-            Ok(labels) => labels,
-            Err(why) => return self.unreadable(dir, &format!("its labels: {why}")),
-        };
         let Some(codec) = self.codec(file.language) else {
             info!(session = %name, language = %file.language, "a saved session of a language this daemon does not serve: left on disk");
             return None;
@@ -101,7 +95,7 @@ impl Durable {
             }
         }
         remove_others(&disk, &kept);
-        let recovered = settle((file, labels), progress, disk, kept, &refused);
+        let recovered = settle(file, progress, disk, kept, &refused);
         let outcome = match (&recovered.gone, refused.is_empty()) {
             (Some(_), _) => "lost",
             (None, true) => "intact",
@@ -126,7 +120,7 @@ impl Durable {
 /// The session's progress once the `refused` checkpoints are gone from it: at its newest kept
 /// checkpoint, with the answered execs newer than that one reported lost.
 fn settle(
-    (file, labels): (SessionFile, Labels),
+    file: SessionFile,
     mut progress: Progress,
     disk: Arc<SessionDisk>,
     kept: Vec<(Mark, Option<Arc<OnDisk>>, u64)>,
@@ -140,7 +134,6 @@ fn settle(
             .collect();
         return Recovered {
             file,
-            labels,
             progress,
             disk,
             checkpoints: kept,
@@ -160,7 +153,6 @@ fn settle(
     }
     Recovered {
         file,
-        labels,
         progress,
         disk,
         checkpoints: kept,
