@@ -9,19 +9,20 @@ use hyperlightd_client::{Client, CreateSessionRequest, SessionInfo};
 use serde_json::{Value, json};
 
 use super::wire::{self, KIND, METADATA, NETWORK, SANDBOX, TEMPLATE};
-use super::{Body, Known, Refusal, empty};
+use super::{Body, Gateway, Refusal, empty};
 
 /// What a sandbox's session is: the sandbox itself (its default context), or a context of one.
 pub const SANDBOX_KIND: &str = "sandbox";
 pub const CONTEXT_KIND: &str = "context";
 
 pub async fn route(
-    (client, key, known): (&Client, &str, &Known),
+    gateway: &Gateway,
     method: &Method,
     segments: &[&str],
     query: &str,
     body: Bytes,
 ) -> Result<Response<Body>, Refusal> {
+    let Gateway { client, key, known } = gateway;
     let segments = match segments {
         ["v2", rest @ ..] => rest,
         rest => rest,

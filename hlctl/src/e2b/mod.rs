@@ -30,10 +30,11 @@ mod control;
 mod interpreter;
 mod wire;
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
@@ -43,7 +44,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use hyperlightd_client::{Client, Error as DaemonError, ErrorKind};
+use hyperlightd_client::{Client, Error as DaemonError, ErrorKind, SessionInfo};
 
 /// What an answer's body is: whole, or a stream of lines.
 pub type Body = BoxBody<Bytes, Infallible>;
@@ -69,7 +70,7 @@ pub struct Args {
 }
 
 /// The gateway: the daemon's client, the key, and the sandboxes it has seen.
-struct Gateway {
+pub struct Gateway {
     client: Client,
     key: String,
     known: Known,
@@ -81,28 +82,21 @@ struct Gateway {
 /// no longer has is forgotten when it says so (its `run_code` is 404 either way), and the
 /// table is emptied should it ever fill.
 #[derive(Debug, Default)]
-pub struct Known(
-    std::sync::Mutex<std::collections::HashMap<String, hyperlightd_client::SessionInfo>>,
-);
+pub struct Known(Mutex<HashMap<String, SessionInfo>>);
 
 /// The most sandboxes [`Known`] keeps.
 const MAX_KNOWN: usize = 4096;
 
 impl Known {
-    fn table(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, hyperlightd_client::SessionInfo>>
-    {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn table(&self) -> MutexGuard<'_, HashMap<String, SessionInfo>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub fn get(&self, id: &str) -> Option<hyperlightd_client::SessionInfo> {
+    pub fn get(&self, id: &str) -> Option<SessionInfo> {
         self.table().get(id).cloned()
     }
 
-    pub fn insert(&self, info: hyperlightd_client::SessionInfo) {
+    pub fn insert(&self, info: SessionInfo) {
         let mut table = self.table();
         if table.len() >= MAX_KNOWN {
             table.clear();
@@ -163,7 +157,7 @@ pub async fn serve(client: Client, args: Args) -> Result<(), String> {
     }
 }
 
-fn read_key(path: &PathBuf) -> Result<String, String> {
+fn read_key(path: &Path) -> Result<String, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read the key file {}: {e}", path.display()))?;
     let key = text.lines().next().unwrap_or("").trim().to_owned();
@@ -176,13 +170,11 @@ fn read_key(path: &PathBuf) -> Result<String, String> {
     Ok(key)
 }
 
-/// 128 random bits from the kernel, in hex, with E2B's key prefix.
+/// 128 random bits from the host's entropy source, in hex, with E2B's key prefix.
 fn new_key() -> Result<String, String> {
-    use std::io::Read;
     let mut bytes = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .map_err(|e| format!("cannot read /dev/urandom for a key: {e}"))?;
+    getrandom::fill(&mut bytes)
+        .map_err(|e| format!("the host's entropy source failed, no key: {e}"))?;
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     Ok(format!("e2b_{hex}"))
 }
@@ -229,8 +221,7 @@ impl Gateway {
             (None, _) => {
                 let query = request.uri().query().unwrap_or("").to_owned();
                 let body = read_body(request).await?;
-                let gateway = (&self.client, self.key.as_str(), &self.known);
-                control::route(gateway, &method, &segments, &query, body).await
+                control::route(self, &method, &segments, &query, body).await
             }
         }
     }
