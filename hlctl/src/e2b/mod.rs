@@ -296,7 +296,11 @@ fn header<B>(request: &Request<B>, name: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-async fn read_body(request: Request<Incoming>) -> Result<Bytes, Refusal> {
+async fn read_body<B>(request: Request<B>) -> Result<Bytes, Refusal>
+where
+    B: hyper::body::Body,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let limited = http_body_util::Limited::new(request.into_body(), MAX_BODY_BYTES);
     match limited.collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
@@ -410,6 +414,57 @@ mod tests {
         let error: serde_json::Value = serde_json::from_slice(&body(response).await).unwrap();
         assert_eq!(error["code"], 401);
         assert!(error["message"].as_str().unwrap().contains("X-API-Key"));
+    }
+
+    #[tokio::test]
+    async fn a_body_past_the_limit_is_refused_and_one_at_it_read() {
+        let sized = |n: usize| Request::new(Full::new(Bytes::from(vec![b'x'; n])));
+        assert_eq!(
+            read_body(sized(MAX_BODY_BYTES)).await.unwrap().len(),
+            MAX_BODY_BYTES
+        );
+        let refused = read_body(sized(MAX_BODY_BYTES + 1)).await.unwrap_err();
+        assert!(
+            matches!(&refused, Refusal::BadRequest(m) if m.contains("at most 16777216 bytes")),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn known_sandboxes_are_forgotten_when_gone_and_the_table_stays_bounded() {
+        let known = Known::default();
+        let info = |id: String| SessionInfo {
+            id,
+            language: hyperlightd_client::Language::Python,
+            created_at: String::new(),
+            expires_at: String::new(),
+            idle_timeout_s: 1,
+            labels: Default::default(),
+            execs: 0,
+            memory_bytes: 0,
+            checkpoint: 0,
+            checkpoints: 1,
+            restored_from_checkpoint: None,
+            lost_execs: 0,
+            durable: false,
+            parked: false,
+            lost: None,
+        };
+        known.insert(info("a".to_owned()));
+        assert!(known.get("a").is_some());
+        known.forget("a");
+        assert!(known.get("a").is_none());
+        for i in 0..MAX_KNOWN {
+            known.insert(info(i.to_string()));
+        }
+        assert_eq!(known.table().len(), MAX_KNOWN);
+        known.insert(info("one more".to_owned()));
+        assert_eq!(
+            known.table().len(),
+            1,
+            "emptied when full, then the new one kept"
+        );
+        assert!(known.get("one more").is_some());
     }
 
     #[test]
