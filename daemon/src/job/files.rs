@@ -1,14 +1,14 @@
 //! A working directory's files and the rules they live under: which paths are allowed, and
 //! the caps on entries and bytes. The same rules check a request's files before it runs (the
 //! service), a session's files laid under an exec's (the executor), and every write a program
-//! makes (the sandbox's workspace).
+//! makes (the working directory a sandbox keeps, `job/workspace.rs`).
 //!
 //! # Design: a working directory in the host's memory
 //! A request's `files` are decoded at the API (`http/files.rs`: text, or base64) and checked by the
 //! service with the vocabulary's rules (`job/files.rs`: plain relative paths, no path both a file
 //! and a directory, within `--max-files` and `--max-file-bytes`); they travel in the `Job` as
 //! `Files` (bytes by path). The worker hands them to the guest with the program
-//! (`Program::files`); each sandbox owns a `Workspace` (`sandbox/workspace.rs`), filled from them
+//! (`Program::files`); each sandbox owns a `Workspace` (`job/workspace.rs`), filled from them
 //! at the start of a call and emptied after it (`Guest::take_files`). Every path a guest names is
 //! resolved lexically by `job::files::resolve`, against the directory a call starts from; an
 //! absolute path, `..` above the working directory, a control character or an over-long name is

@@ -17,6 +17,7 @@ pub mod labels;
 mod outcome;
 mod state;
 pub mod tools;
+pub mod workspace;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

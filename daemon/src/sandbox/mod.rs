@@ -18,7 +18,6 @@ pub mod python;
 pub mod run_host;
 pub mod stored;
 pub mod watchdog;
-pub mod workspace;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

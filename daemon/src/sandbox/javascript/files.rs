@@ -11,7 +11,7 @@ use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 
 use crate::job::files::{self, FileError};
-use crate::sandbox::workspace::{Entry, Workspace};
+use crate::job::workspace::{Entry, Workspace};
 
 /// The host functions, by name.
 pub const FUNCTIONS: &[&str] = &[

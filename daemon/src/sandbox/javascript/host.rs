@@ -28,7 +28,7 @@ use super::files;
 use crate::job::Deadline;
 use crate::sandbox::guest::{OutputCapture, Stream};
 use crate::sandbox::run_host::RunHost;
-use crate::sandbox::workspace::Workspace;
+use crate::job::workspace::Workspace;
 
 /// Host module the runner imports.
 pub const MODULE: &str = "hyperlightd";

@@ -48,7 +48,7 @@ use super::guest::{
 use super::run_host::RunHost;
 use super::stored::{self, Codec, Key, SnapshotStore, StateFiles, Stored};
 use super::watchdog::{self, Interrupt};
-use super::workspace::Workspace;
+use crate::job::workspace::Workspace;
 use crate::job::files::FileError;
 use crate::job::{Deadline, Files, Footprint, MemoryFile, Runtime, StateCodec};
 

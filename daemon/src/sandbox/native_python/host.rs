@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 use crate::job::{Display, Files, Stream};
 use crate::sandbox::guest::OutputCapture;
 use crate::sandbox::run_host::RunHost;
-use crate::sandbox::workspace::Workspace;
+use crate::job::workspace::Workspace;
 
 /// Bytes of a file, an event or a reply per call (60,000 characters of base64).
 pub const PIECE: usize = 45_000;

@@ -88,7 +88,7 @@ use super::guest::{
 };
 use super::stored::{self, Codec, Key, SnapshotStore, StateFiles, Stored};
 use super::watchdog::{self, Interrupt, Watchdog};
-use super::workspace::Workspace;
+use crate::job::workspace::Workspace;
 use crate::job::files::FileError;
 use crate::job::{Deadline, Files, Footprint, MemoryFile, Runtime, StateCodec};
 

@@ -25,7 +25,7 @@ use crate::job::files::{self, FileError};
 use crate::sandbox::python::bindings::wasi::clocks::wall_clock::Datetime;
 use crate::sandbox::python::bindings::wasi::filesystem;
 use crate::sandbox::python::library::{Library, Lookup, Node};
-use crate::sandbox::workspace::{Entry, window};
+use crate::job::workspace::{Entry, window};
 
 use filesystem::types::{
     Advice, DescriptorFlags, DescriptorStat, DescriptorType, DirectoryEntry, ErrorCode as FsError,

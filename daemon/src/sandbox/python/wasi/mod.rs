@@ -36,7 +36,7 @@ use super::bindings::root::component::RootImports;
 use super::bindings::wasi::{cli, clocks, io, random};
 use super::library::Library;
 use crate::sandbox::guest::{OutputCapture, Stream};
-use crate::sandbox::workspace::Workspace;
+use crate::job::workspace::Workspace;
 
 use io::streams::StreamError;
 

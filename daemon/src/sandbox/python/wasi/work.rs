@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::job::files::FileError;
 use crate::sandbox::python::bindings::wasi::filesystem;
-use crate::sandbox::workspace::{self, Entry};
+use crate::job::workspace::{self, Entry};
 
 use filesystem::types::{DescriptorType, DirectoryEntry, ErrorCode as FsError, MetadataHashValue};
 
