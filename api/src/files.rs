@@ -113,6 +113,48 @@ pub struct FileList {
     pub files: Vec<FileInfo>,
 }
 
+/// One change to a session's working directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum FileChange {
+    /// Writes the file `path`, replacing it, making its directories.
+    Write {
+        /// The file's path in the working directory (`data.csv`, `in/a.json`).
+        path: String,
+        /// The file's content.
+        data: FileData,
+    },
+    /// Removes the file or directory `path`, with everything in it.
+    Remove {
+        /// The path in the working directory.
+        path: String,
+    },
+    /// Renames `from` to `to`, replacing a file there (or an empty directory, for a
+    /// directory), as POSIX's `rename` does. The directory `to` is in must exist.
+    Move {
+        /// The path renamed.
+        from: String,
+        /// Its new path.
+        to: String,
+    },
+}
+
+/// Body of `POST /v1/sessions/{id}/files`: changes made in order, all or none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FileChanges {
+    /// The changes, made in order; the first refused refuses them all.
+    pub changes: Vec<FileChange>,
+}
+
+/// Answer of `POST /v1/sessions/{id}/files`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct FilesChanged {
+    /// The checkpoint the changes made: the session's state with its files as changed (roll
+    /// back to the one before to undo them).
+    pub checkpoint: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,7 +22,9 @@ mod session;
 mod tools;
 
 pub use self::caller::{AuditHealth, CallerLimits};
-pub use self::files::{FileData, FileInfo, FileList, FileMap};
+pub use self::files::{
+    FileChange, FileChanges, FileData, FileInfo, FileList, FileMap, FilesChanged,
+};
 pub use self::network::{AllowRule, EgressHealth, Network};
 pub use self::policy::{Policy, Violation};
 pub use self::session::{

@@ -167,6 +167,7 @@ pub fn document() -> Value {
     requests.subschema_for::<crate::ToolResult>();
     requests.subschema_for::<crate::ForkRequest>();
     requests.subschema_for::<crate::RollbackRequest>();
+    requests.subschema_for::<crate::FileChanges>();
     schemas.extend(requests.take_definitions(true));
     let mut responses = generator(SchemaSettings::draft2020_12().for_serialize());
     responses.subschema_for::<ExecResponse>();
@@ -176,6 +177,7 @@ pub fn document() -> Value {
     responses.subschema_for::<SessionInfo>();
     responses.subschema_for::<SessionList>();
     responses.subschema_for::<crate::FileList>();
+    responses.subschema_for::<crate::FilesChanged>();
     responses.subschema_for::<crate::CheckpointList>();
     schemas.extend(responses.take_definitions(true));
 
@@ -215,7 +217,11 @@ pub fn document() -> Value {
             },
             SESSION_EXEC_PATH: { "parameters": [session_id()], "post": session_exec_operation() },
             SESSION_FORK_PATH: { "parameters": [session_id()], "post": fork_session_operation() },
-            SESSION_FILES_PATH: { "parameters": [session_id()], "get": session_files_operation() },
+            SESSION_FILES_PATH: {
+                "parameters": [session_id()],
+                "get": session_files_operation(),
+                "post": change_session_files_operation(),
+            },
             SESSION_CHECKPOINTS_PATH: {
                 "parameters": [session_id()],
                 "get": session_checkpoints_operation(),
@@ -349,6 +355,26 @@ fn session_files_operation() -> Value {
         "description": "The files in the session's working directory as its last exec left \
             them (after the execs that arrived before), by path.",
         "responses": responses(("200", success("The files.", "FileList")), &[404, 409]),
+    })
+}
+
+fn change_session_files_operation() -> Value {
+    json!({
+        "operationId": "changeSessionFiles",
+        "summary": "Change a session's files",
+        "description": "Writes, removes (a directory with all it holds) and renames files in \
+            the session's working directory, in order, after the execs that arrived before, by \
+            the rules a program's own writes follow: all the changes or none. The change is an \
+            exec that runs no program: its checkpoint is the session's state with its files \
+            changed (roll back to the one before to undo it). A path with nothing at it is \
+            answered 404 with error kind `not_found`; a path the working directory does not \
+            allow, or a change POSIX refuses (a file where a directory is needed, a directory \
+            into itself), 400 `invalid_request`; past the caps, 413.",
+        "requestBody": json_body("FileChanges"),
+        "responses": responses(
+            ("200", success("The changes were made.", "FilesChanged")),
+            &[400, 404, 408, 409, 413, 500, 503],
+        ),
     })
 }
 

@@ -67,9 +67,10 @@ const SESSION_SAVE_WAIT: Duration = Duration::from_secs(60);
 pub use hyperlightd_api::{
     AllowRule, CheckpointInfo, CreateSessionRequest, DEFAULT_SOCKET, DisplayData, EgressHealth,
     ErrorBody, ErrorKind, ExecEvent, ExecLimits, ExecRequest, ExecResponse, ExecSession,
-    ExecStatus, FileData, FileInfo, FileList, FileMap, HealthResponse, Language, Network, Policy,
-    Runtime, SOCKET_ENV, SandboxCounts, SessionCounts, SessionExecRequest, SessionInfo,
-    SessionLimits, SessionList, ToolResult as ToolAnswer, ToolSpec, Violation,
+    ExecStatus, FileChange, FileData, FileInfo, FileList, FileMap, FilesChanged, HealthResponse,
+    Language, Network, Policy, Runtime, SOCKET_ENV, SandboxCounts, SessionCounts,
+    SessionExecRequest, SessionInfo, SessionLimits, SessionList, ToolResult as ToolAnswer,
+    ToolSpec, Violation,
 };
 
 /// What can go wrong talking to the daemon.

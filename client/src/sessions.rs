@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use hyper::Method;
 use hyperlightd_api::{
-    CheckpointInfo, CheckpointList, CreateSessionRequest, ExecResponse, FileList, ForkRequest,
-    RollbackRequest, SessionExecRequest, SessionInfo, SessionList, paths,
+    CheckpointInfo, CheckpointList, CreateSessionRequest, ExecResponse, FileChange, FileChanges,
+    FileList, FilesChanged, ForkRequest, RollbackRequest, SessionExecRequest, SessionInfo,
+    SessionList, paths,
 };
 
 use percent_encoding::{AsciiSet, CONTROLS, NON_ALPHANUMERIC, utf8_percent_encode};
@@ -129,6 +130,26 @@ impl Client {
                 Method::GET,
                 &paths::session_files(id),
                 Bytes::new(),
+                DEFAULT_RESPONSE_TIMEOUT,
+            )
+            .await?;
+        decode(status, &bytes)
+    }
+
+    /// Makes `changes` to session `id`'s files, in order, all or none (after the execs that
+    /// arrived before this call): the checkpoint they made. A path with nothing at it is
+    /// `not_found`; one the working directory does not allow, `invalid_request`.
+    pub async fn change_session_files(
+        &self,
+        id: &str,
+        changes: Vec<FileChange>,
+    ) -> Result<FilesChanged, Error> {
+        let body = encode(&FileChanges { changes })?;
+        let (status, bytes) = self
+            .call(
+                Method::POST,
+                &paths::session_files(id),
+                body,
                 DEFAULT_RESPONSE_TIMEOUT,
             )
             .await?;

@@ -7,8 +7,8 @@
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use hyperlightd_client::{
-    CreateSessionRequest, ErrorKind, ExecRequest, ExecStatus, FileData, Language, Policy,
-    SessionExecRequest,
+    CreateSessionRequest, ErrorKind, ExecRequest, ExecStatus, FileChange, FileData, Language,
+    Policy, SessionExecRequest,
 };
 use hyperlightd_e2e::{Daemon, STEP_LIMIT, py, run, within};
 use serde_json::{Value, json};
@@ -364,6 +364,21 @@ async fn a_session_keeps_a_data_frame_survives_a_rolled_back_timeout_and_forks()
             "draw {i}: the halves of a fork share a random sequence"
         );
     }
+
+    // A CSV written between execs is read by the next, beside the frame the session kept.
+    let changes = vec![FileChange::Write {
+        path: "in/more.csv".into(),
+        data: FileData::Text("n\n10\n20\n".into()),
+    }];
+    within(
+        "change",
+        STEP_LIMIT,
+        client.change_session_files(&id, changes),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("changing files failed: {e}\n{}", daemon.log()));
+    let read = "int(pd.concat([frame, pd.read_csv('in/more.csv')])['n'].sum())";
+    assert_eq!(value(&daemon, &id, read).await, json!(36));
 }
 
 /// The guest's kernel grants any mapping and backs it page by page; the driver refuses at once

@@ -1,16 +1,19 @@
 //! Files on the wire: a request's files decoded for the service (which checks their paths and
-//! caps), and a session's working directory listed and fetched.
+//! caps), and a session's working directory listed, fetched and changed.
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
-use hyper::{Response, StatusCode};
-use hyperlightd_api::{FileInfo, FileList, FileMap};
+use hyper::{Request, Response, StatusCode};
+use hyperlightd_api::{
+    FileChange as WireChange, FileChanges, FileInfo, FileList, FileMap, FilesChanged,
+};
 use percent_encoding::percent_decode_str;
 
-use super::{Api, ApiError, json_response};
+use super::{Api, ApiError, BoxError, json_response};
 use crate::executor::Executor;
 use crate::job::Files;
+use crate::job::files::FileChange;
 use crate::service::Call;
 
 /// The request's files as bytes, by path: text as it is, base64 decoded.
@@ -42,6 +45,37 @@ impl<E: Executor> Api<E> {
                 .collect(),
         };
         Ok(json_response(StatusCode::OK, &list))
+    }
+
+    /// `POST /v1/sessions/{id}/files`: changes to the session's files, all or none; the
+    /// checkpoint they made.
+    pub(super) async fn change_session_files<B>(
+        &self,
+        request: Request<B>,
+        call: &Call,
+        id: &str,
+    ) -> Result<Response<Full<Bytes>>, ApiError>
+    where
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: Into<BoxError>,
+    {
+        let asked: FileChanges = self.read_json(request).await?;
+        let changes = asked
+            .changes
+            .into_iter()
+            .map(|change| match change {
+                WireChange::Write { path, data } => match data.to_bytes() {
+                    Ok(bytes) => Ok(FileChange::Write { path, bytes }),
+                    Err(why) => Err(ApiError::InvalidRequest(format!(
+                        "changes: {path:?}: {why}"
+                    ))),
+                },
+                WireChange::Remove { path } => Ok(FileChange::Remove { path }),
+                WireChange::Move { from, to } => Ok(FileChange::Move { from, to }),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let checkpoint = self.service.change_session_files(call, id, changes).await?;
+        Ok(json_response(StatusCode::OK, &FilesChanged { checkpoint }))
     }
 
     /// `GET /v1/sessions/{id}/files/{path}`: one file's bytes.

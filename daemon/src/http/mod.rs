@@ -257,6 +257,10 @@ impl<E: Executor> Api<E> {
             (Method::GET, Route::SessionFiles(id)) => {
                 self.list_session_files(&call, id).await.map(whole)
             }
+            (Method::POST, Route::SessionFiles(id)) => self
+                .change_session_files(request, &call, id)
+                .await
+                .map(whole),
             (Method::GET, Route::SessionFile(id, path)) => {
                 self.get_session_file(&call, id, path).await.map(whole)
             }

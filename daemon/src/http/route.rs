@@ -93,7 +93,11 @@ impl<'a> Route<'a> {
         *method == hyper::Method::POST
             && matches!(
                 self,
-                Route::Exec | Route::Sessions | Route::SessionExec(_) | Route::SessionFork(_)
+                Route::Exec
+                    | Route::Sessions
+                    | Route::SessionExec(_)
+                    | Route::SessionFork(_)
+                    | Route::SessionFiles(_)
             )
     }
 
@@ -127,10 +131,9 @@ impl<'a> Route<'a> {
             | Route::ToolResults(_) => "POST",
             Route::Health(_)
             | Route::Metrics
-            | Route::SessionFiles(_)
             | Route::SessionFile(..)
             | Route::SessionCheckpoints(_) => "GET",
-            Route::Sessions => "GET, POST",
+            Route::Sessions | Route::SessionFiles(_) => "GET, POST",
             Route::Session(_) => "GET, DELETE",
         }
     }

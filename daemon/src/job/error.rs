@@ -125,6 +125,10 @@ pub enum ExecError {
          hold ({0}); nothing ran. Send fewer or smaller files, or remove some in the session"
     )]
     FilesOverCap(String),
+    /// A change to a session's files was refused (no such file, a file where a directory is
+    /// needed, past a cap, ...). Nothing changed.
+    #[error("the session's files were not changed: {0}")]
+    FileRefused(crate::job::files::FileRefused),
     /// The language's pool has no worker left to take jobs. A bug, reported as a 500.
     #[error("the {0} pool has no workers left (a fault in the daemon; see its log)")]
     PoolGone(Language),

@@ -30,6 +30,28 @@ use std::collections::{BTreeMap, BTreeSet};
 /// with [`check_given`].
 pub type Files = BTreeMap<String, Vec<u8>>;
 
+/// A change to a session's working directory made between its execs (`POST
+/// /v1/sessions/{id}/files`), by the rules a program's own writes follow. Paths are given in
+/// resolved form ([`check_given`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileChange {
+    /// Writes `bytes` to the file `path`, replacing it, making its directories.
+    Write { path: String, bytes: Vec<u8> },
+    /// Removes the file or the directory (with all it holds) `path`.
+    Remove { path: String },
+    /// Renames `from` to `to`, replacing a file (or an empty directory, for a directory) there,
+    /// as POSIX's `rename` does; `to`'s directory must exist.
+    Move { from: String, to: String },
+}
+
+/// A [`FileChange`] refused: the path it was refused at, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path:?}: {error}")]
+pub struct FileRefused {
+    pub path: String,
+    pub error: FileError,
+}
+
 /// What a program's working directory may hold; the default, nothing.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FileLimits {

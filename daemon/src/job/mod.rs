@@ -65,6 +65,9 @@ pub struct Job {
     pub output: Option<OutputSink>,
     /// Its working directory's files (for a session's exec, added to the session's).
     pub files: Files,
+    /// Changes made to a session's files, in order, after `files` are laid over them (a session's
+    /// exec only; empty for every other job).
+    pub file_changes: Vec<files::FileChange>,
     /// What the working directory may hold.
     pub file_limits: FileLimits,
     /// The tools the program may call, and the exchange that carries its calls to the caller

@@ -13,12 +13,15 @@
 //!
 //! One [`Workspace`] belongs to one sandbox. [`Workspace::begin`] fills it for a call from the
 //! job's files; [`Workspace::take`] empties it afterwards, so nothing of one request is left for
-//! the next.
+//! the next. A session's files changed between its execs ([`changed`]) go through one of its
+//! own, so that they follow the same rules.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use crate::job::files::{FileError, FileLimits, Files, ancestors, parent};
+use crate::job::files::{
+    FileChange, FileError, FileLimits, FileRefused, Files, ancestors, check_given, parent,
+};
 
 /// What a path names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -248,6 +251,29 @@ impl Workspace {
         Ok(())
     }
 
+    /// Removes the file or the directory `path` with everything in it (not the working
+    /// directory itself).
+    pub fn remove_all(&self, path: &str) -> Result<(), FileError> {
+        let mut tree = self.tree();
+        let tree = &mut *tree;
+        match tree.entry(path)? {
+            Entry::Dir if path.is_empty() => return Err(FileError::BadName),
+            Entry::Dir | Entry::File { .. } => {}
+        }
+        let prefix = format!("{path}/");
+        let gone = |p: &str| p == path || p.starts_with(&prefix);
+        let freed: u64 = tree
+            .files
+            .iter()
+            .filter(|(p, _)| gone(p))
+            .map(|(_, bytes)| bytes.len() as u64)
+            .sum();
+        tree.files.retain(|p, _| !gone(p));
+        tree.dirs.retain(|p| !gone(p));
+        tree.bytes -= freed;
+        Ok(())
+    }
+
     /// Removes the empty directory `path`.
     pub fn remove_dir(&self, path: &str) -> Result<(), FileError> {
         let mut tree = self.tree();
@@ -333,6 +359,40 @@ impl Workspace {
             .map(|(path, bytes)| (path.clone(), bytes.len() as u64))
             .collect()
     }
+}
+
+/// `files` with `changes` made to them in order, each by the rules a program's own writes
+/// follow and within `limits`. The first change refused refuses them all: `files` are as they
+/// were.
+pub fn changed(
+    files: &Files,
+    changes: &[FileChange],
+    limits: FileLimits,
+) -> Result<Files, FileRefused> {
+    let work = Workspace::default();
+    work.begin(files, limits);
+    for change in changes {
+        let refused = |path: &str, error| FileRefused {
+            path: path.to_owned(),
+            error,
+        };
+        match change {
+            FileChange::Write { path, bytes } => {
+                check_given(path).map_err(|e| refused(path, e))?;
+                work.put(path, bytes).map_err(|e| refused(path, e))?;
+            }
+            FileChange::Remove { path } => {
+                check_given(path).map_err(|e| refused(path, e))?;
+                work.remove_all(path).map_err(|e| refused(path, e))?;
+            }
+            FileChange::Move { from, to } => {
+                check_given(from).map_err(|e| refused(from, e))?;
+                check_given(to).map_err(|e| refused(to, e))?;
+                work.rename(from, to).map_err(|e| refused(from, e))?;
+            }
+        }
+    }
+    Ok(work.take().0)
 }
 
 impl Tree {

@@ -8,6 +8,7 @@ use tracing::info;
 use std::sync::Arc;
 
 use super::code_policy::{self, CodePolicy};
+use super::sessions::Audited;
 use super::tools::{self, Declared};
 use super::{Call, Refusal, Service, wire};
 use crate::audit::{Code, ExecRecord};
@@ -15,8 +16,11 @@ use crate::egress::ExecContext;
 use crate::egress::rules::Rule;
 use crate::executor::Executor;
 use crate::job::egress::Outbound;
+use crate::job::files::FileChange;
 use crate::job::tools::{ToolExchange, ToolResult};
-use crate::job::{ExecError, Files, Job, Language, Outcome, OutputChunk, OutputSink, files};
+use crate::job::{
+    ExecError, Files, Job, Language, Outcome, OutputChunk, OutputSink, Status, files,
+};
 
 /// What a request asks to run, whatever carried it.
 #[derive(Debug)]
@@ -80,6 +84,63 @@ impl<E: Executor> Service<E> {
         self.run(call, job, Some((id, session))).await
     }
 
+    /// Makes `changes` to the files of `call`'s caller's session `id`, in order and all or
+    /// none, after the execs that arrived before: an exec that runs no program, whose
+    /// checkpoint (the number answered) is the session's state with its files changed.
+    pub async fn change_session_files(
+        &self,
+        call: &Call,
+        id: &str,
+        changes: Vec<FileChange>,
+    ) -> Result<u64, Refusal> {
+        self.taking_work()?;
+        for change in &changes {
+            let paths = match change {
+                FileChange::Write { path, .. } | FileChange::Remove { path } => [path, path],
+                FileChange::Move { from, to } => [from, to],
+            };
+            for path in paths {
+                files::check_given(path).map_err(|e| {
+                    Refusal::InvalidRequest(format!(
+                        "changes: {path:?} is not a path the working directory allows ({e}): give \
+                         a relative path of plain names joined by '/'"
+                    ))
+                })?;
+            }
+        }
+        let (session, language) = self.executor.find_session(&call.caller.principal(), id)?;
+        let nothing = Program {
+            code: String::new(),
+            timeout_ms: None,
+            max_output_bytes: None,
+            policy: None,
+            files: Files::new(),
+            output: None,
+            tools: Vec::new(),
+            tool_timeout_ms: None,
+            network: None,
+        };
+        let mut job = self.job(call, language, nothing)?;
+        job.file_changes = changes;
+        let outcome = self.run(call, job, Some((id, session))).await?.outcome;
+        match (&outcome.session, outcome.status) {
+            (Some(session), Status::Ok) if !session.rolled_back => {
+                let made = Audited {
+                    from: None,
+                    checkpoint: Some(session.checkpoint),
+                };
+                self.audit_session("session_files_changed", call, id, language, made);
+                Ok(session.checkpoint)
+            }
+            _ => Err(Refusal::Exec(ExecError::Internal(format!(
+                "the session's files were not changed: saving them failed ({})",
+                outcome
+                    .error
+                    .map_or_else(|| "no error told".to_owned(), |e| e.message)
+            )))),
+        }
+    }
+
     /// The job for `program` (its files checked) in `language`: its size and policy checked,
     /// with the limits granted.
     fn job(&self, call: &Call, language: Language, program: Program) -> Result<Job, Refusal> {
@@ -107,6 +168,7 @@ impl<E: Executor> Service<E> {
             policy: code_policy::effective(&self.code_policy, policy, language),
             output: program.output,
             files: program.files,
+            file_changes: Vec::new(),
             file_limits: limits.files,
             timeout,
             deadline: call.received + timeout,

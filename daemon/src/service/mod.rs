@@ -40,6 +40,7 @@ use crate::audit::{AuditLog, DeniedRecord};
 use crate::caller::{Access, ExecQuota, OverQuota};
 use crate::egress::Egress;
 use crate::executor::Executor;
+use crate::job::files::FileError;
 use crate::job::tools::AnswerError;
 use crate::job::{Caller, ExecError, ExecutorHealth, PodOf};
 use crate::metrics::Metrics;
@@ -172,6 +173,17 @@ fn exec_error_kind(error: &ExecError) -> ErrorKind {
         ExecError::SessionQuota { .. } => ErrorKind::QuotaExceeded,
         ExecError::SessionBusy { .. } | ExecError::SessionSaving { .. } => ErrorKind::SessionBusy,
         ExecError::FilesOverCap(_) => ErrorKind::PayloadTooLarge,
+        ExecError::FileRefused(refused) => match refused.error {
+            FileError::NotFound => ErrorKind::NotFound,
+            FileError::TooManyFiles | FileError::TooLarge => ErrorKind::PayloadTooLarge,
+            FileError::NotDirectory
+            | FileError::IsDirectory
+            | FileError::Exists
+            | FileError::NotEmpty
+            | FileError::Escapes
+            | FileError::BadName
+            | FileError::NoLinks => ErrorKind::InvalidRequest,
+        },
         ExecError::PoolGone(_) | ExecError::Internal(_) => ErrorKind::Internal,
     }
 }

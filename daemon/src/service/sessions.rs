@@ -134,7 +134,7 @@ impl<E: Executor> Service<E> {
             .await?)
     }
 
-    fn audit_session(
+    pub(super) fn audit_session(
         &self,
         event: &str,
         call: &Call,
@@ -161,9 +161,9 @@ impl<E: Executor> Service<E> {
 
 /// What a session's audit line says beyond the session itself.
 #[derive(Debug, Default)]
-struct Audited<'a> {
+pub(super) struct Audited<'a> {
     /// The session a fork copies.
-    from: Option<&'a str>,
-    /// The checkpoint a fork starts from, or a rollback returns to.
-    checkpoint: Option<u64>,
+    pub from: Option<&'a str>,
+    /// The checkpoint a fork starts from, a rollback returns to, or a change of files made.
+    pub checkpoint: Option<u64>,
 }

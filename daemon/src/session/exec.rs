@@ -1,6 +1,6 @@
 //! A session's exec, written once for every executor: wait for the session's turn, resume its
 //! state (brought back from disk when it is parked), lay the request's files over the
-//! session's, check them against the caps, run the job from that state with a [`Runner`], and
+//! session's and make its changes to them, check them against the caps, run the job from that state with a [`Runner`], and
 //! give the turn the answer, which keeps the state the exec left. Once its turn has come, an
 //! exec runs to its end in a task of its own, whether or not its caller still waits, so that a
 //! session's state is always that of every exec it accepted.
@@ -15,7 +15,7 @@ use std::sync::Arc;
 use tracing::Instrument;
 
 use super::{Session, Sessions};
-use crate::job::{ExecError, Job, Outcome, Ran, SavedState, files};
+use crate::job::{ExecError, Job, Outcome, Ran, SavedState, files, workspace};
 
 /// What runs a session's job: the language's pool in the daemon, a fake in tests.
 pub trait Runner: Send + Sync + 'static {
@@ -51,6 +51,12 @@ impl Sessions {
                 resume.state
             });
             let limits = job.file_limits;
+            if !job.file_changes.is_empty() {
+                job.files = match workspace::changed(&job.files, &job.file_changes, limits) {
+                    Ok(files) => files,
+                    Err(refused) => return turn.finish(Err(ExecError::FileRefused(refused))),
+                };
+            }
             if let Err(cap) = files::check_fits(&job.files, limits) {
                 let cap = files::cap_in_words(cap, limits);
                 return turn.finish(Err(ExecError::FilesOverCap(format!("at most {cap}"))));

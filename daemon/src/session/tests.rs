@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::oneshot;
 
 use super::*;
+use crate::job::files::{FileChange, FileError};
 use crate::job::{
     After, Caller, FileLimits, Files, Job, Outcome, PodOf, Principal, Ran, Saved, SavedState,
     Status,
@@ -101,6 +102,7 @@ fn job(request_id: u64, deadline: Instant, timeout: Duration, files: Files) -> J
         policy: None,
         output: None,
         files,
+        file_changes: Vec::new(),
         file_limits: FileLimits {
             max_entries: 10,
             max_bytes: 1000,

@@ -1,9 +1,9 @@
 //! Files in and out (issue 16): a request's files are the program's working directory in both
 //! languages, what it writes comes back, the caps hold, paths cannot leave the directory, and a
-//! session keeps its files through rollback and fork.
+//! session keeps its files through rollback and fork, and has them changed between execs.
 
 use hyperlightd_client::{
-    CreateSessionRequest, Error, FileData, FileMap, SessionExecRequest, SessionInfo,
+    CreateSessionRequest, Error, FileChange, FileData, FileMap, SessionExecRequest, SessionInfo,
 };
 
 use super::*;
@@ -283,5 +283,71 @@ async fn a_session_keeps_its_files_through_rollback_and_fork() {
             Err(Error::Rejected { error, .. }) => assert_eq!(error.kind, ErrorKind::NotFound),
             other => panic!("{language}: the origin has no new.txt: {other:?}"),
         }
+        changed_between_execs(&daemon, id, language, increment).await;
     }
+}
+
+/// Files changed between a session's execs: the next program sees them as changed, and the
+/// interpreter's state as the last exec left it; a change refused changes nothing.
+async fn changed_between_execs(daemon: &Daemon, id: &str, language: Language, increment: &str) {
+    let client = daemon.client();
+    let keep = match language {
+        Language::Python => "kept = 41",
+        _ => "const kept = 41",
+    };
+    session_exec(daemon, id, keep, &[]).await;
+    let changes = vec![
+        FileChange::Write {
+            path: "in/n.txt".into(),
+            data: text("10"),
+        },
+        FileChange::Move {
+            from: "in/n.txt".into(),
+            to: "count.txt".into(),
+        },
+        FileChange::Write {
+            path: "in/gone.txt".into(),
+            data: text(""),
+        },
+        FileChange::Remove { path: "in".into() },
+    ];
+    let changed = within(
+        "change",
+        STEP_LIMIT * 3,
+        client.change_session_files(id, changes),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{language}: changing files failed: {e}\n{}", daemon.log()));
+    let listed = client.session_files(id).await.unwrap();
+    let paths: Vec<&str> = listed.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(paths, ["count.txt"], "{language}");
+    let after = session_exec(daemon, id, increment, &[]).await;
+    assert_eq!(after.result, json!(11), "{language}: {after:?}");
+    assert!(after.session.unwrap().checkpoint > changed.checkpoint);
+    let kept = session_exec(daemon, id, "kept + 1", &[]).await;
+    assert_eq!(
+        kept.result,
+        json!(42),
+        "{language}: the state stayed: {kept:?}"
+    );
+    let refused = vec![
+        FileChange::Write {
+            path: "count.txt".into(),
+            data: text("0"),
+        },
+        FileChange::Remove {
+            path: "nope".into(),
+        },
+    ];
+    match within(
+        "change",
+        STEP_LIMIT,
+        client.change_session_files(id, refused),
+    )
+    .await
+    {
+        Err(Error::Rejected { error, .. }) => assert_eq!(error.kind, ErrorKind::NotFound),
+        other => panic!("{language}: removing nothing is refused: {other:?}"),
+    }
+    assert_eq!(file_of(daemon, id, "count.txt").await, "11", "{language}");
 }

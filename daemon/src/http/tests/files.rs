@@ -128,6 +128,83 @@ async fn a_session_s_files_are_listed_and_fetched_by_path() {
     .await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
     assert_eq!(body["error"]["kind"], ErrorKind::SessionNotFound.as_str());
-    let (status, _) = call(&api, request(Method::POST, &files, "")).await;
+    let (status, _) = call(&api, request(Method::PUT, &files, "")).await;
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+}
+
+#[tokio::test]
+async fn a_session_s_files_are_changed_all_or_none_and_bad_changes_are_refused() {
+    let (api, executor) = api(files_echo());
+    let body = r#"{"language": "python"}"#;
+    let (_, created) = call(&api, request(Method::POST, paths::SESSIONS, body)).await;
+    let id = created["id"].as_str().unwrap();
+    let files = paths::session_files(id);
+    let changes = r#"{"changes": [
+        {"write": {"path": "in/a.txt", "data": "hi"}},
+        {"write": {"path": "b.bin", "data": {"base64": "AP8="}}},
+        {"move": {"from": "in/a.txt", "to": "a.txt"}},
+        {"remove": {"path": "in"}}
+    ]}"#;
+    let (status, body) = call(&api, request(Method::POST, &files, changes)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["checkpoint"], 0, "the stub's runner keeps no state");
+    // The change is an exec that runs nothing, over the changed files.
+    let seen = executor.seen();
+    assert_eq!(seen.last().unwrap().1, "");
+    drop(seen);
+    for (changes, status, kind, says) in [
+        (
+            r#"{"changes": [{"remove": {"path": "nope"}}]}"#,
+            StatusCode::NOT_FOUND,
+            ErrorKind::NotFound,
+            "\"nope\": no such file",
+        ),
+        (
+            r#"{"changes": [{"write": {"path": "../x", "data": ""}}]}"#,
+            StatusCode::BAD_REQUEST,
+            ErrorKind::InvalidRequest,
+            "\"../x\" is not a path",
+        ),
+        (
+            r#"{"changes": [{"move": {"from": "a", "to": "/etc/x"}}]}"#,
+            StatusCode::BAD_REQUEST,
+            ErrorKind::InvalidRequest,
+            "\"/etc/x\" is not a path",
+        ),
+        (
+            r#"{"changes": [{"write": {"path": "a", "data": {"base64": "@"}}}]}"#,
+            StatusCode::BAD_REQUEST,
+            ErrorKind::InvalidRequest,
+            "base64",
+        ),
+        (
+            r#"{"changes": [{"chmod": {"path": "a"}}]}"#,
+            StatusCode::BAD_REQUEST,
+            ErrorKind::InvalidRequest,
+            "chmod",
+        ),
+        (
+            r#"{"changes": [{"write": {"path": "big", "data": "65 bytes is more than the tests' cap of sixty-four bytes of files"}}]}"#,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorKind::PayloadTooLarge,
+            "as many bytes",
+        ),
+    ] {
+        let (got, body) = call(&api, request(Method::POST, &files, changes)).await;
+        assert_eq!(got, status, "{changes}: {body}");
+        assert_eq!(body["error"]["kind"], kind.as_str(), "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{message}");
+    }
+    let (status, body) = call(
+        &api,
+        request(
+            Method::POST,
+            &paths::session_files("nope"),
+            r#"{"changes": []}"#,
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(body["error"]["kind"], ErrorKind::SessionNotFound.as_str());
 }

@@ -115,3 +115,57 @@ fn a_rename_replaces_a_file_and_keeps_the_byte_count() {
     );
     assert_eq!(w.write("b", None, b"x"), Err(FileError::TooLarge));
 }
+
+#[test]
+fn changes_follow_a_programs_rules_and_one_refused_changes_nothing() {
+    let write = |path: &str, text: &str| FileChange::Write {
+        path: path.to_owned(),
+        bytes: text.as_bytes().to_vec(),
+    };
+    let moving = |from: &str, to: &str| FileChange::Move {
+        from: from.to_owned(),
+        to: to.to_owned(),
+    };
+    let remove = |path: &str| FileChange::Remove {
+        path: path.to_owned(),
+    };
+    let base = files(&[("a", "1"), ("d/b", "2")]);
+    let made = changed(
+        &base,
+        &[
+            write("a", "new"),
+            moving("d", "e"),
+            write("e/c", "3"),
+            remove("a"),
+        ],
+        LIMITS,
+    );
+    assert_eq!(made, Ok(files(&[("e/b", "2"), ("e/c", "3")])));
+    for (changes, path, error) in [
+        (vec![remove("x")], "x", FileError::NotFound),
+        (vec![moving("x", "y")], "x", FileError::NotFound),
+        (vec![moving("a", "nowhere/a")], "a", FileError::NotFound),
+        (vec![moving("d", "d/inside")], "d", FileError::BadName),
+        (vec![moving("a", "d")], "a", FileError::IsDirectory),
+        (vec![write("a/b", "x")], "a/b", FileError::NotDirectory),
+        (vec![write("d", "x")], "d", FileError::IsDirectory),
+        (vec![write("../x", "x")], "../x", FileError::Escapes),
+        (vec![remove("./a")], "./a", FileError::BadName),
+        (
+            vec![write("big", &"x".repeat(9))],
+            "big",
+            FileError::TooLarge,
+        ),
+        (vec![write("p/q/r", "")], "p/q/r", FileError::TooManyFiles),
+    ] {
+        let refused = changed(&base, &changes, LIMITS);
+        assert_eq!(
+            refused,
+            Err(FileRefused {
+                path: path.to_owned(),
+                error
+            }),
+            "{changes:?}"
+        );
+    }
+}

@@ -26,9 +26,9 @@ use serde::de::DeserializeOwned;
 
 use super::files;
 use crate::job::Deadline;
+use crate::job::workspace::Workspace;
 use crate::sandbox::guest::{OutputCapture, Stream};
 use crate::sandbox::run_host::RunHost;
-use crate::job::workspace::Workspace;
 
 /// Host module the runner imports.
 pub const MODULE: &str = "hyperlightd";

@@ -48,8 +48,8 @@ use super::guest::{
 use super::run_host::RunHost;
 use super::stored::{self, Codec, Key, SnapshotStore, StateFiles, Stored};
 use super::watchdog::{self, Interrupt};
-use crate::job::workspace::Workspace;
 use crate::job::files::FileError;
+use crate::job::workspace::Workspace;
 use crate::job::{Deadline, Files, Footprint, MemoryFile, Runtime, StateCodec};
 
 /// The runner, compiled into the daemon so that the daemon and its guest protocol always match:

@@ -10,10 +10,10 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use hyperlight_unikraft::SandboxBuilder;
 use serde::de::DeserializeOwned;
 
+use crate::job::workspace::Workspace;
 use crate::job::{Display, Files, Stream};
 use crate::sandbox::guest::OutputCapture;
 use crate::sandbox::run_host::RunHost;
-use crate::job::workspace::Workspace;
 
 /// Bytes of a file, an event or a reply per call (60,000 characters of base64).
 pub const PIECE: usize = 45_000;

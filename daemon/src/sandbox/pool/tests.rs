@@ -337,6 +337,7 @@ fn job_of(uid: u32, code: &str, timeout_ms: u64) -> Job {
         policy: None,
         output: None,
         files: Files::new(),
+        file_changes: Vec::new(),
         file_limits: FileLimits {
             max_entries: 10,
             max_bytes: 100,

@@ -88,8 +88,8 @@ use super::guest::{
 };
 use super::stored::{self, Codec, Key, SnapshotStore, StateFiles, Stored};
 use super::watchdog::{self, Interrupt, Watchdog};
-use crate::job::workspace::Workspace;
 use crate::job::files::FileError;
+use crate::job::workspace::Workspace;
 use crate::job::{Deadline, Files, Footprint, MemoryFile, Runtime, StateCodec};
 
 #[allow(missing_debug_implementations, clippy::all)]

@@ -86,6 +86,85 @@ async fn a_job_sees_its_files_over_the_sessions_and_over_the_cap_nothing_runs() 
 }
 
 #[tokio::test(start_paused = true)]
+async fn file_changes_are_made_in_order_over_the_sessions_files_and_one_refused_changes_none() {
+    let sessions = sessions(settings());
+    let id = sessions
+        .create(OWNER, Language::Python, None, Labels::default())
+        .unwrap()
+        .id;
+    exec_saving(&sessions, &id, 7, 10).await;
+    let deadline = clock::now() + Duration::from_secs(5);
+    let write = |path: &str, text: &str| FileChange::Write {
+        path: path.to_owned(),
+        bytes: text.as_bytes().to_vec(),
+    };
+    let mut changing = job(2, deadline, Duration::from_secs(5), Files::new());
+    changing.file_changes = vec![
+        write("d/x", "x"),
+        write("d/e/y", "y"),
+        FileChange::Move {
+            from: "state.txt".to_owned(),
+            to: "d/e/s".to_owned(),
+        },
+        FileChange::Remove {
+            path: "d/e".to_owned(),
+        },
+        write("state.txt", "new"),
+    ];
+    let (tx, saw) = oneshot::channel();
+    let run = move |_state, seen: Job| async move {
+        tx.send(seen.files).unwrap();
+        Ok(Ran {
+            outcome: outcome(),
+            after: After::Unchanged,
+        })
+    };
+    exec_job(&sessions, OWNER, &id, changing, run)
+        .await
+        .unwrap();
+    let expected = Files::from([
+        ("d/x".to_owned(), b"x".to_vec()),
+        ("state.txt".to_owned(), b"new".to_vec()),
+    ]);
+    assert_eq!(saw.await.unwrap(), expected);
+
+    // A change refused (the second: nothing at its path) refuses the first too; nothing runs.
+    for (refused_at, error, changes) in [
+        (
+            "nope",
+            FileError::NotFound,
+            vec![
+                write("a", "1"),
+                FileChange::Remove {
+                    path: "nope".into(),
+                },
+            ],
+        ),
+        (
+            "state.txt/b",
+            FileError::NotDirectory,
+            vec![write("a", "1"), write("state.txt/b", "2")],
+        ),
+        (
+            "big",
+            FileError::TooLarge,
+            vec![write("big", &"x".repeat(1001))],
+        ),
+    ] {
+        let mut refused = job(3, deadline, Duration::from_secs(5), Files::new());
+        refused.file_changes = changes;
+        let run = |_state, _job| async { panic!("a refused change runs nothing") };
+        let answer = exec_job(&sessions, OWNER, &id, refused, run).await;
+        let Err(ExecError::FileRefused(why)) = answer else {
+            panic!("{answer:?}");
+        };
+        assert_eq!((why.path.as_str(), why.error), (refused_at, error));
+    }
+    let wait = Duration::from_secs(1);
+    assert_eq!(sessions.files(OWNER, &id, wait).await.unwrap(), files_of(7));
+}
+
+#[tokio::test(start_paused = true)]
 async fn an_exec_whose_caller_goes_away_runs_to_its_end_and_its_state_is_kept() {
     let sessions = sessions(settings());
     let id = sessions

@@ -22,10 +22,10 @@ use hyperlight_common::resource::BorrowedResourceGuard as B;
 use super::work::{self, MAX_READ, WorkListing, WorkReader, WorkWriter};
 use super::{Input, Output, Portable, ToPortable, WasiHost};
 use crate::job::files::{self, FileError};
+use crate::job::workspace::{Entry, window};
 use crate::sandbox::python::bindings::wasi::clocks::wall_clock::Datetime;
 use crate::sandbox::python::bindings::wasi::filesystem;
 use crate::sandbox::python::library::{Library, Lookup, Node};
-use crate::job::workspace::{Entry, window};
 
 use filesystem::types::{
     Advice, DescriptorFlags, DescriptorStat, DescriptorType, DirectoryEntry, ErrorCode as FsError,

@@ -35,8 +35,8 @@ use super::bindings::hyperlightd::guest as hl;
 use super::bindings::root::component::RootImports;
 use super::bindings::wasi::{cli, clocks, io, random};
 use super::library::Library;
-use crate::sandbox::guest::{OutputCapture, Stream};
 use crate::job::workspace::Workspace;
+use crate::sandbox::guest::{OutputCapture, Stream};
 
 use io::streams::StreamError;
 

@@ -9,8 +9,8 @@ use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::job::files::FileError;
-use crate::sandbox::python::bindings::wasi::filesystem;
 use crate::job::workspace::{self, Entry};
+use crate::sandbox::python::bindings::wasi::filesystem;
 
 use filesystem::types::{DescriptorType, DirectoryEntry, ErrorCode as FsError, MetadataHashValue};
 
