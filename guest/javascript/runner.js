@@ -7,6 +7,8 @@
 // Contract with the daemon (the same for every language):
 //   event:  {"code": "<program text>", "max_result_bytes": N, "seed": "<32 hex digits>",
 //            "session": <bool: run in the session's scope, which lives on in its saved state>,
+//            "declared": "<the program with its top-level declarations made the session's>"
+//              (a session's program, when the host's scan could tell them; else null),
 //            "policy": {"blocked_globals": [...]} (optional: checked before the program runs)}
 //          or {"continue": true}: the job queue ran dry while the program's reply was pending
 //            (see web.js, the event loop)
@@ -345,12 +347,13 @@ function evaluateInSession(text) {
   return step.value;
 }
 
-// Evaluates a session's program with its top-level declarations made the session's. Where the
-// edited text does not parse, neither does the program (the edits make no program run that
-// would not: guest/javascript/tests/), which is then evaluated as it is, so that the error
-// reported is its own, where it is.
-function evaluateDeclaring(code) {
-  const text = sessionDeclarations(code);
+// Evaluates a session's program with its top-level declarations made the session's: `declared`
+// when the host found them (daemon/src/sandbox/javascript/declarations.rs, the same scan in a
+// fraction of the time), else found here. Where the edited text does not parse, neither does
+// the program (the edits make no program run that would not: guest/javascript/tests/), which is
+// then evaluated as it is, so that the error reported is its own, where it is.
+function evaluateDeclaring(code, declared) {
+  const text = typeof declared === "string" ? declared : sessionDeclarations(code);
   if (text !== code) {
     try {
       return evaluateInSession(text);
@@ -361,14 +364,14 @@ function evaluateDeclaring(code) {
   return evaluateInSession(code);
 }
 
-// Evaluates the program, in the session's scope if `persistent`: its value, or throws what it
-// throws.
-function evaluateProgram(code, persistent) {
+// Evaluates the program, in the session's scope if `persistent` (with its declarations as the
+// host `declared` them, if it did): its value, or throws what it throws.
+function evaluateProgram(code, persistent, declared) {
   const evaluateText = persistent
     ? evaluateInSession
     : (text) => evaluate(programConsole, programPrint, text);
   try {
-    return persistent ? evaluateDeclaring(code) : evaluateText(code);
+    return persistent ? evaluateDeclaring(code, declared) : evaluateText(code);
   } catch (e) {
     // Only a program that does not parse as a script may have top-level await.
     const rewritten = isParseError(e) && /\bawait\b/.test(code) ? asyncProgram(code, persistent) : null;
@@ -495,7 +498,7 @@ function run(event) {
   fetchMaxRequest = event.max_result_bytes; // fetch.js: a request travels as the result does
   let value;
   try {
-    value = evaluateProgram(event.code, event.session === true);
+    value = evaluateProgram(event.code, event.session === true, event.declared);
   } catch (e) {
     return failure(isParseError(e) ? "syntax_error" : "exception", e);
   }

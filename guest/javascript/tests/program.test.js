@@ -24,7 +24,7 @@ const guest = path.join(__dirname, "..");
 const rewrite = vm.runInThisContext(
   fs.readFileSync(path.join(guest, "web-apis.js"), "utf8") + "\n" +
   fs.readFileSync(path.join(guest, "program.js"), "utf8") +
-  "\n;({ asyncProgram, scanDeclarations, parsedDeclarations, sessionDeclarations, Scan, compiles })",
+  "\n;({ asyncProgram, scanDeclarations, parsedDeclarations, sessionDeclarations, Scan, compiles, edited })",
 );
 
 // What a direct `eval` of `text` in a fresh realm comes to, as the runner evaluates a program:
@@ -278,4 +278,73 @@ test("session declarations: the scan agrees with the parse on random programs", 
     if (agree(program)) answered++;
   }
   assert.ok(answered >= programs * 0.95, `the scan answered ${answered} of ${programs}`);
+});
+
+// ---- The host's scan: the runner's answers, for daemon/src/sandbox/javascript/declarations.rs ---
+//
+// The daemon scans a session's program itself (the same scan in Rust) and answers where this
+// scan answers without compiling. declaration-cases.json holds this scan's answers for the
+// programs above, their prefixes (which end anywhere: in a string, a comment, a template, a
+// regular expression) and others with characters outside ASCII; the Rust tests check the
+// daemon's against it. `UPDATE_DECLARATION_CASES=1 node --test guest/javascript/tests/`
+// writes it anew after program.js changes.
+
+function hostAnswer(program) {
+  if (!/\b(?:let|const|class)\b/.test(program)) return program;
+  if (program.includes("<!--") || program.includes("-->") || program.startsWith("#!")) return null;
+  const scan = new rewrite.Scan(program);
+  if (!scan.run() || !scan.certain()) return null;
+  return scan.edits.length === 0 ? program : rewrite.edited(program, scan.edits);
+}
+
+// Programs of random fragments: every kind of token, next to every other, where most of the
+// scan's decisions are made (a keyword against `$` or `.`, a run that ends in `.` or holds a
+// comma, a `/` after each kind of token, brackets that do not match).
+function tokenSoup(seed) {
+  let state = seed >>> 0;
+  const random = (n) => {
+    state = (Math.imul(state, 1664525) + 1013904223) >>> 0;
+    return state % n;
+  };
+  const fragments = ["let ", "const ", "class ", "let", "const", "class", "x", "$", "$d", "a.b", ".", ",",
+    " ", "\n", "\r\n", "(", ")", "{", "}", "[", "]", ";", "/", "/re/g", "'s'", '"t"', "`a`", "`${", "}`",
+    "++", "--", "=", " = 1", "1", "1.", ".5", "if", "for", "while", "with", "in", "of", "await", "yield",
+    "extends ", "function ", "var ", "//c\n", "/*c*/", "/*\n*/", "=>", "+", "-", "*", "?", ":", "!",
+    "#", "@", "\\", "\t", "\u00e9", "\u2028", "A", "return ", "new ", "this", "true", "typeof ", "static"];
+  return () => {
+    const n = 2 + random(12);
+    let program = "";
+    for (let i = 0; i < n; i++) program += fragments[random(fragments.length)];
+    return program;
+  };
+}
+
+function hostCorpus() {
+  const programs = new Set([...tricky, ...invalid]);
+  const outsideAscii = ["const s = 'h\u00e9llo \u2028'; let t = s", "// \u00e9\nconst a = 1",
+    "let x = `\u00e9${1}`; const y = /\u00e9/u", "const \u00e9 = 1", "let a = 1\u00a0", "let a = '\\\u2028'",
+    "/* \u2028 */ let b = 2", "const c = 1 // \u2029 x", "let d = 1; x\u2028let e = 2",
+    "x--\n/re/.test(1); let a = 1", "x++\n/re/.test(1); let a = 1", "let s = 'a\\\r\nb'; const t = s", "x++ / 2; let q = 1", "a--\n/ 2; let q = 1",
+    "let u = \"\\\r\n\"; let v = u", "const w = `\\${x}`; let z = w", "let r = /[\\]/]/; const y = r"];
+  for (const program of outsideAscii) programs.add(program);
+  for (const program of [...tricky, ...outsideAscii]) {
+    for (let end = 1; end < program.length; end += 2) programs.add(program.slice(0, end));
+  }
+  const next = declarations(20261204);
+  for (let i = 0; i < 1200; i++) programs.add(next());
+  const soup = tokenSoup(20261206);
+  for (let i = 0; i < 3000; i++) programs.add(soup());
+  const generate = generator(20261205);
+  for (let i = 0; i < 300; i++) {
+    programs.add(withoutAwait(generate()) + "\nlet l" + i + " = " + i + "; class C" + i + " {} const k = `${" + i + "}`");
+  }
+  return [...programs];
+}
+
+test("session declarations: declaration-cases.json holds the runner's answers", () => {
+  const file = path.join(__dirname, "declaration-cases.json");
+  const cases = hostCorpus().map((code) => ({ code, declared: hostAnswer(code) }));
+  const text = "[\n" + cases.map((c) => JSON.stringify(c)).join(",\n") + "\n]\n";
+  if (process.env.UPDATE_DECLARATION_CASES === "1") fs.writeFileSync(file, text);
+  assert.equal(fs.readFileSync(file, "utf8"), text, "run with UPDATE_DECLARATION_CASES=1 to write it anew");
 });

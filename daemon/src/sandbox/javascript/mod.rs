@@ -30,6 +30,7 @@
 //! (promises, functions, small objects and arrays), in the template's shared pages, so that a
 //! program's objects are split from larger blocks and freed next to their buddies.
 
+mod declarations;
 mod files;
 mod host;
 
@@ -183,6 +184,9 @@ fn event(program: &Program<'_>, max_result_bytes: usize) -> String {
         // Every request starts from the same snapshot: Math.random is reseeded from this.
         "seed": seed(),
         "session": program.session,
+        // A session's program with its declarations made the session's, where the host's scan
+        // can tell them; null: the runner finds them.
+        "declared": program.session.then(|| declarations::session_program(program.code)).flatten(),
         "tools": program.tool_names(),
     })
     .to_string()
