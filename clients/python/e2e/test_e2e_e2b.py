@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2b import AuthenticationException, SandboxException
+from e2b import AuthenticationException, FileNotFoundException, FileType, SandboxException
 from e2b_code_interpreter import Sandbox
 
 from hyperlightd import Client
@@ -119,6 +119,44 @@ def test_sandboxes_are_listed_described_and_killed(gateway: str, leaves_nothing:
     assert sandbox.is_running()
     assert Sandbox.kill(sandbox.sandbox_id) is True
     assert Sandbox.kill(sandbox.sandbox_id) is False, "a killed sandbox is not found"
+
+
+def test_files_are_written_read_listed_renamed_and_removed(gateway: str, leaves_nothing: None) -> None:
+    # E2B's "Read & write files" and "Upload data" pages; programs see the files where they run.
+    with Sandbox.create() as sandbox:
+        written = sandbox.files.write("/home/user/data.csv", "n\n1\n2\n")
+        assert (written.name, written.path, written.type) == ("data.csv", "/home/user/data.csv", FileType.FILE)
+        assert sandbox.files.read("/home/user/data.csv") == "n\n1\n2\n"
+        many = sandbox.files.write_files([{"path": "in/a.bin", "data": b"\x00\xff"}, {"path": "in/b.txt", "data": "b"}])
+        assert [w.path for w in many] == ["/home/user/in/a.bin", "/home/user/in/b.txt"]
+        assert sandbox.files.read("in/a.bin", format="bytes") == bytearray(b"\x00\xff")
+        assert b"".join(sandbox.files.read("in/b.txt", format="stream")) == b"b"
+        assert [(e.name, e.type) for e in sandbox.files.list("/home/user")] == [
+            ("data.csv", FileType.FILE),
+            ("in", FileType.DIR),
+        ]
+        assert sandbox.files.exists("in/b.txt") and not sandbox.files.exists("nope.txt")
+        info = sandbox.files.get_info("/home/user/data.csv")
+        assert (info.type, info.size) == (FileType.FILE, 6)
+
+        total = sandbox.run_code("import csv\nsum(int(r['n']) for r in csv.DictReader(open('data.csv')))")
+        assert (total.error, total.text) == (None, "3"), total
+        sandbox.run_code("open('out.txt', 'w').write('from the program')")
+        assert sandbox.files.read("/home/user/out.txt") == "from the program"
+
+        moved = sandbox.files.rename("in/b.txt", "/home/user/c.txt")
+        assert (moved.path, moved.size) == ("/home/user/c.txt", 1)
+        sandbox.files.remove("/home/user/in")
+        assert [e.name for e in sandbox.files.list("/home/user")] == ["c.txt", "data.csv", "out.txt"]
+        for missing in ("in/a.bin", "/etc/passwd"):
+            with pytest.raises(FileNotFoundException):
+                sandbox.files.read(missing)
+        with pytest.raises(FileNotFoundException):
+            sandbox.files.remove("in")
+        assert sandbox.files.make_dir("/home/user") is False, "it exists"
+        with pytest.raises(SandboxException) as refused:
+            sandbox.files.make_dir("empty")
+        assert "write a file into it" in str(refused.value), refused.value
 
 
 def test_what_cannot_be_done_is_refused_with_why(gateway: str, leaves_nothing: None) -> None:

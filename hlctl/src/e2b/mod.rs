@@ -24,9 +24,15 @@
 //! **One listener for both halves.** The SDKs send a sandbox's requests with `E2b-Sandbox-Id`
 //! and `E2b-Sandbox-Port` (49999 the code interpreter, 49983 envd, E2B's in-sandbox daemon);
 //! a request without them is for the control plane. [`route`] is the one routing table and
-//! [`Refusal`] the one mapping of errors to E2B's statuses and bodies.
+//! [`Refusal`] the one mapping of errors to E2B's statuses and bodies (envd's Connect calls
+//! answer Connect's errors, `files::Rpc`).
+//!
+//! **Files are the default context's.** envd's files API and `filesystem` service are the
+//! working directory of the sandbox's default context, changed through the daemon's session
+//! files API (`files.rs`): what the SDK writes, that context's next program reads.
 
 mod control;
+mod files;
 mod interpreter;
 mod wire;
 
@@ -209,9 +215,18 @@ impl Gateway {
                 }
                 answer
             }
-            (Some(_), Some(ENVD_PORT)) => {
+            (Some(id), Some(ENVD_PORT)) => {
                 let content_type = header(&request, "content-type").unwrap_or_default();
-                envd(&method, &segments, &content_type)
+                if !matches!(
+                    segments.as_slice(),
+                    ["files"] | ["filesystem.Filesystem", _]
+                ) {
+                    return envd(&method, &segments, &content_type);
+                }
+                let query = request.uri().query().unwrap_or("").to_owned();
+                let body = read_body(request).await?;
+                let (client, segments) = (&self.client, segments.as_slice());
+                files::route(client, &id, &method, segments, &query, &content_type, body).await
             }
             (Some(_), port) => Err(Refusal::NotFound(format!(
                 "no service on port {} of a sandbox: 49999 (code interpreter) and 49983 (envd) \
