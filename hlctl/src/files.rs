@@ -1,6 +1,6 @@
 //! Files for `hlctl exec` and `hlctl session exec`: `--input` reads local files into the
-//! request, `--output-dir` saves the files the program wrote; `hlctl session files` lists and
-//! fetches a session's.
+//! request, `--output-dir` saves the files the program wrote; `hlctl session files` lists,
+//! fetches and changes a session's.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -8,7 +8,7 @@ use std::path::{Component, Path, PathBuf};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use hyperlightd_client::{Client, DisplayData, FileData, FileMap};
+use hyperlightd_client::{Client, DisplayData, FileChange, FileData, FileMap};
 
 use super::{exit, print_json, report};
 
@@ -169,9 +169,80 @@ pub async fn session_files(client: &Client, id: &str, path: Option<String>, json
     }
 }
 
+/// `hlctl session files ID --put/--mv/--rm`: the changes, puts first, then renames, then
+/// removals, made all or none; prints the checkpoint they made.
+pub async fn change_session_files(
+    client: &Client,
+    id: &str,
+    puts: &[String],
+    moves: &[String],
+    removes: Vec<String>,
+) -> u8 {
+    let changes = match changes(puts, moves, removes) {
+        Ok(changes) => changes,
+        Err(why) => {
+            eprintln!("hlctl: {why}");
+            return exit::USAGE;
+        }
+    };
+    match client.change_session_files(id, changes).await {
+        Ok(changed) => {
+            println!("checkpoint {}", changed.checkpoint);
+            exit::OK
+        }
+        Err(e) => report(&e),
+    }
+}
+
+fn changes(
+    puts: &[String],
+    moves: &[String],
+    removes: Vec<String>,
+) -> Result<Vec<FileChange>, String> {
+    let mut changes: Vec<FileChange> = inputs(puts)?
+        .into_iter()
+        .map(|(path, data)| FileChange::Write { path, data })
+        .collect();
+    for spec in moves {
+        let (from, to) = spec
+            .split_once('=')
+            .ok_or_else(|| format!("--mv {spec}: give FROM=TO"))?;
+        changes.push(FileChange::Move {
+            from: from.to_owned(),
+            to: to.to_owned(),
+        });
+    }
+    changes.extend(removes.into_iter().map(|path| FileChange::Remove { path }));
+    Ok(changes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn changes_are_puts_then_renames_then_removals() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.txt");
+        std::fs::write(&path, "a").unwrap();
+        let put = [format!("in/a.txt={}", path.display())];
+        let made = changes(&put, &["in/a.txt=b.txt".to_owned()], vec!["in".to_owned()]);
+        assert_eq!(
+            made.unwrap(),
+            [
+                FileChange::Write {
+                    path: "in/a.txt".into(),
+                    data: FileData::Text("a".into())
+                },
+                FileChange::Move {
+                    from: "in/a.txt".into(),
+                    to: "b.txt".into()
+                },
+                FileChange::Remove { path: "in".into() },
+            ]
+        );
+        assert!(changes(&[], &["no-equals".to_owned()], Vec::new()).is_err());
+    }
 
     #[test]
     fn inputs_are_named_by_file_name_or_as_asked() {

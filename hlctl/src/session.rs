@@ -82,15 +82,27 @@ pub enum SessionCommand {
         json: bool,
     },
     /// List the files in a session's working directory (size and path), or with PATH print
-    /// that file's bytes.
+    /// that file's bytes; with --put, --mv or --rm, change them between execs (puts, then
+    /// renames, then removals, all or none), printing the checkpoint the change made.
     Files {
         /// The session's id.
         id: String,
         /// A file's path in the working directory.
+        #[arg(conflicts_with_all = ["put", "mv", "rm"])]
         path: Option<String>,
         /// Print the list as JSON.
         #[arg(long)]
         json: bool,
+        /// Write a local file into the working directory: PATH (under its file name) or
+        /// NAME=PATH (under NAME, which may name directories). Repeatable.
+        #[arg(long, value_name = "[NAME=]PATH")]
+        put: Vec<String>,
+        /// Rename FROM to TO in the working directory. Repeatable.
+        #[arg(long, value_name = "FROM=TO")]
+        mv: Vec<String>,
+        /// Remove a file, or a directory with all it holds. Repeatable.
+        #[arg(long, value_name = "PATH")]
+        rm: Vec<String>,
     },
     /// Delete a session and its state.
     Rm {
@@ -159,8 +171,19 @@ pub async fn run(client: &Client, command: SessionCommand) -> u8 {
                 Err(e) => report(&e),
             }
         }
-        SessionCommand::Files { id, path, json } => {
-            files::session_files(client, &id, path, json).await
+        SessionCommand::Files {
+            id,
+            path,
+            json,
+            put,
+            mv,
+            rm,
+        } => {
+            if put.is_empty() && mv.is_empty() && rm.is_empty() {
+                files::session_files(client, &id, path, json).await
+            } else {
+                files::change_session_files(client, &id, &put, &mv, rm).await
+            }
         }
         SessionCommand::Rm { id } => match client.delete_session(&id).await {
             Ok(()) => exit::OK,

@@ -350,4 +350,10 @@ async fn changed_between_execs(daemon: &Daemon, id: &str, language: Language, in
         other => panic!("{language}: removing nothing is refused: {other:?}"),
     }
     assert_eq!(file_of(daemon, id, "count.txt").await, "11", "{language}");
+    let renamed = daemon
+        .hlctl(&["session", "files", id, "--mv", "count.txt=n.txt"], "")
+        .await;
+    assert!(renamed.status.success(), "{renamed:?}");
+    assert!(String::from_utf8_lossy(&renamed.stdout).starts_with("checkpoint "));
+    assert_eq!(file_of(daemon, id, "n.txt").await, "11", "{language}");
 }
