@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2b import AuthenticationException, FileNotFoundException, FileType, SandboxException
+from e2b import AuthenticationException, FileNotFoundException, FileType, SandboxException, TimeoutException
 from e2b_code_interpreter import Sandbox
 
 from hyperlightd import Client
@@ -157,6 +157,23 @@ def test_files_are_written_read_listed_renamed_and_removed(gateway: str, leaves_
         with pytest.raises(SandboxException) as refused:
             sandbox.files.make_dir("empty")
         assert "write a file into it" in str(refused.value), refused.value
+
+
+def test_a_run_past_the_sdks_timeout_raises_its_error_and_is_stopped(
+    gateway: str, socket: str, leaves_nothing: None
+) -> None:
+    with Sandbox.create() as sandbox:
+        sandbox.run_code("x = 1")
+        with pytest.raises(TimeoutException):
+            sandbox.run_code("while True:\n    pass", timeout=3)
+        # Stopped when the SDK gave up, not at the daemon's own limit (60 s): the pool's one
+        # Python sandbox is free again, and the sandbox's state is as its last run left it.
+        with Client(socket) as daemon:
+            deadline = time.monotonic() + 30
+            while daemon.health()["sandboxes"]["python"]["ready"] < 1:
+                assert time.monotonic() < deadline, "the program ran on after the SDK gave up"
+                time.sleep(0.2)
+        assert sandbox.run_code("x + 1").text == "2"
 
 
 def test_what_cannot_be_done_is_refused_with_why(gateway: str, leaves_nothing: None) -> None:

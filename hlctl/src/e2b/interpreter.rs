@@ -12,6 +12,7 @@ use hyperlightd_client::{
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tokio::sync::oneshot;
 
 use super::control::{self, CONTEXT_KIND};
 use super::wire::{self, DEFAULT_CONTEXT, KIND, NETWORK, SANDBOX};
@@ -114,14 +115,33 @@ async fn execute(
         (None, None) => sandbox.clone(),
     };
     let mut request = SessionExecRequest::new(execute.code);
+    // As long as the daemon lets a program run (it caps what is asked): the SDK's own
+    // `timeout` ends a run sooner, by going away, which stops the program (below).
+    request.timeout_ms = Some(u64::MAX);
     if sandbox.labels.get(NETWORK).map(String::as_str) == Some("none") {
         request.network = Some(Network { allow: Vec::new() });
     }
     let mut stream = client.session_exec_stream(&context.id, &request).await?;
     let (mut lines, body) = Channel::<Bytes>::new(BUFFERED_LINES);
+    // The answer's body holds `gone`: when hyper drops it (the client went away, or gave up at
+    // its deadline), the task below stops at once, output or none, and drops the daemon's
+    // stream, which stops the program.
+    let (watched, gone) = oneshot::channel::<()>();
+    let body = body.map_frame(move |frame| {
+        let _held = &gone;
+        frame
+    });
     let language = context.language;
     tokio::spawn(async move {
-        while let Some(event) = stream.next().await {
+        let mut watched = watched;
+        loop {
+            let event = tokio::select! {
+                event = stream.next() => event,
+                () = watched.closed() => return,
+            };
+            let Some(event) = event else {
+                return;
+            };
             let lines_of = match event {
                 Ok(event) => wire::lines(event, language),
                 Err(e) => vec![json!({"type": "error", "name": "GatewayError",
@@ -132,7 +152,6 @@ async fn execute(
                 text.push_str(&line.to_string());
                 text.push('\n');
             }
-            // A reader that went away ends the stream, and the daemon stops the program.
             if !text.is_empty() && lines.send_data(Bytes::from(text)).await.is_err() {
                 return;
             }
