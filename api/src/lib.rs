@@ -30,6 +30,7 @@ pub use self::policy::{Policy, Violation};
 pub use self::session::{
     CheckpointInfo, CheckpointList, CreateSessionRequest, ExecSession, ForkRequest,
     RollbackRequest, SessionCounts, SessionExecRequest, SessionInfo, SessionLimits, SessionList,
+    UpdateSessionRequest,
 };
 pub use self::tools::{ToolResult, ToolSpec};
 

@@ -167,6 +167,7 @@ pub fn document() -> Value {
     requests.subschema_for::<crate::ToolResult>();
     requests.subschema_for::<crate::ForkRequest>();
     requests.subschema_for::<crate::RollbackRequest>();
+    requests.subschema_for::<crate::UpdateSessionRequest>();
     requests.subschema_for::<crate::FileChanges>();
     schemas.extend(requests.take_definitions(true));
     let mut responses = generator(SchemaSettings::draft2020_12().for_serialize());
@@ -213,6 +214,7 @@ pub fn document() -> Value {
             SESSION_PATH: {
                 "parameters": [session_id()],
                 "get": get_session_operation(),
+                "patch": update_session_operation(),
                 "delete": delete_session_operation(),
             },
             SESSION_EXEC_PATH: { "parameters": [session_id()], "post": session_exec_operation() },
@@ -497,6 +499,18 @@ fn get_session_operation() -> Value {
         "operationId": "getSession",
         "summary": "Read a session",
         "responses": responses(("200", success("The session.", "SessionInfo")), &[404]),
+    })
+}
+
+fn update_session_operation() -> Value {
+    json!({
+        "operationId": "updateSession",
+        "summary": "Set a session's idle timeout",
+        "description": "The session's idle timeout becomes `idle_timeout_s` (capped by the \
+            daemon's maximum), counted from now: it expires once idle that long, or at the end \
+            of its lifetime. A durable session keeps it across a restart.",
+        "requestBody": json_body("UpdateSessionRequest"),
+        "responses": responses(("200", success("The session.", "SessionInfo")), &[400, 404]),
     })
 }
 

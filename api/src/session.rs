@@ -232,6 +232,15 @@ pub struct CheckpointList {
     pub checkpoints: Vec<CheckpointInfo>,
 }
 
+/// Body of `PATCH /v1/sessions/{id}`: what changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateSessionRequest {
+    /// Its idle timeout, in seconds (at least 1, capped by the daemon's maximum), counted from
+    /// now: the session expires once idle that long.
+    pub idle_timeout_s: u64,
+}
+
 /// Body of `POST /v1/sessions/{id}/rollback`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

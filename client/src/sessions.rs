@@ -8,7 +8,7 @@ use hyper::Method;
 use hyperlightd_api::{
     CheckpointInfo, CheckpointList, CreateSessionRequest, ExecResponse, FileChange, FileChanges,
     FileList, FilesChanged, ForkRequest, RollbackRequest, SessionExecRequest, SessionInfo,
-    SessionList, paths,
+    SessionList, UpdateSessionRequest, paths,
 };
 
 use percent_encoding::{AsciiSet, CONTROLS, NON_ALPHANUMERIC, utf8_percent_encode};
@@ -213,6 +213,25 @@ impl Client {
             .call(Method::GET, &path, Bytes::new(), DEFAULT_RESPONSE_TIMEOUT)
             .await?;
         decode::<SessionList>(status, &bytes).map(|list| list.sessions)
+    }
+
+    /// Sets session `id`'s idle timeout to `idle_timeout_s` seconds (capped by the daemon's
+    /// maximum), counted from now.
+    pub async fn set_session_idle_timeout(
+        &self,
+        id: &str,
+        idle_timeout_s: u64,
+    ) -> Result<SessionInfo, Error> {
+        let body = encode(&UpdateSessionRequest { idle_timeout_s })?;
+        let (status, bytes) = self
+            .call(
+                Method::PATCH,
+                &paths::session(id),
+                body,
+                DEFAULT_RESPONSE_TIMEOUT,
+            )
+            .await?;
+        decode(status, &bytes)
     }
 
     /// Deletes session `id` and its state.

@@ -134,6 +134,16 @@ pub trait Executor: Send + Sync + 'static {
             .unwrap_or_default()
     }
 
+    /// Sets `owner`'s session `id`'s idle timeout, counted from now (capped at the maximum).
+    fn set_session_idle_timeout(
+        &self,
+        owner: &Principal,
+        id: &str,
+        idle: Duration,
+    ) -> Result<SessionInfo, ExecError> {
+        table(self, id)?.set_idle_timeout(owner, id, idle)
+    }
+
     /// Deletes `owner`'s session `id`; an exec already running finishes. Returns its language.
     fn delete_session(&self, owner: &Principal, id: &str) -> Result<Language, ExecError> {
         table(self, id)?.delete(owner, id)

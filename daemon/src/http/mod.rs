@@ -243,6 +243,9 @@ impl<E: Executor> Api<E> {
             (Method::POST, Route::Sessions) => self.create_session(request, &call).await.map(whole),
             (Method::GET, Route::Sessions) => self.list_sessions(&request, &call).map(whole),
             (Method::GET, Route::Session(id)) => self.get_session(&call, id).map(whole),
+            (Method::PATCH, Route::Session(id)) => {
+                self.update_session(request, &call, id).await.map(whole)
+            }
             (Method::DELETE, Route::Session(id)) => self.delete_session(&call, id).map(whole),
             (Method::POST, Route::SessionExec(id)) => self.session_exec(request, id, call).await,
             (Method::POST, Route::SessionFork(id)) => {

@@ -134,7 +134,7 @@ impl<'a> Route<'a> {
             | Route::SessionFile(..)
             | Route::SessionCheckpoints(_) => "GET",
             Route::Sessions | Route::SessionFiles(_) => "GET, POST",
-            Route::Session(_) => "GET, DELETE",
+            Route::Session(_) => "GET, PATCH, DELETE",
         }
     }
 }

@@ -11,7 +11,7 @@ use hyper::header::{HeaderValue, LOCATION};
 use hyper::{Request, Response, StatusCode};
 use hyperlightd_api::{
     CheckpointList, CreateSessionRequest, ForkRequest, RollbackRequest, SessionExecRequest,
-    SessionList, paths,
+    SessionList, UpdateSessionRequest, paths,
 };
 use percent_encoding::percent_decode_str;
 
@@ -146,6 +146,24 @@ impl<E: Executor> Api<E> {
     }
 
     /// `DELETE /v1/sessions/{id}`: 204.
+    /// `PATCH /v1/sessions/{id}`: sets its idle timeout, counted from now.
+    pub(super) async fn update_session<B>(
+        &self,
+        request: Request<B>,
+        call: &Call,
+        id: &str,
+    ) -> Result<Response<Full<Bytes>>, ApiError>
+    where
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: Into<BoxError>,
+    {
+        let update: UpdateSessionRequest = self.read_json(request).await?;
+        let info = self
+            .service
+            .update_session(call, id, update.idle_timeout_s)?;
+        Ok(json_response(StatusCode::OK, &wire::session_info(info)))
+    }
+
     pub(super) fn delete_session(
         &self,
         call: &Call,

@@ -117,6 +117,34 @@ impl<E: Executor> Service<E> {
         Ok(self.executor.sessions(&call.caller.principal(), &labels))
     }
 
+    /// Sets the caller's session `id`'s idle timeout to `idle_timeout_s` seconds (capped at the
+    /// daemon's maximum), counted from now.
+    pub fn update_session(
+        &self,
+        call: &Call,
+        id: &str,
+        idle_timeout_s: u64,
+    ) -> Result<SessionInfo, Refusal> {
+        if idle_timeout_s == 0 {
+            return Err(Refusal::InvalidRequest(
+                "idle_timeout_s must be at least 1 second; delete the session to end it now"
+                    .to_owned(),
+            ));
+        }
+        let idle = Duration::from_secs(idle_timeout_s);
+        let info = self
+            .executor
+            .set_session_idle_timeout(&call.caller.principal(), id, idle)?;
+        self.audit_session(
+            "session_updated",
+            call,
+            id,
+            info.language,
+            Audited::default(),
+        );
+        Ok(info)
+    }
+
     /// Deletes the caller's session `id`.
     pub fn delete_session(&self, call: &Call, id: &str) -> Result<(), Refusal> {
         let language = self.executor.delete_session(&call.caller.principal(), id)?;

@@ -9,7 +9,7 @@ use tokio::sync::OwnedMutexGuard;
 use super::SAVE_WAIT_LIMIT;
 use super::clock;
 use super::durable::SessionDisk;
-use super::durable::journal::{Progress, at_millis, millis};
+use super::durable::journal::{Progress, at_millis, millis, millis_of};
 use super::history::History;
 use super::saving::SaveClock;
 use crate::job::{ExecError, Labels, Language, Loss, Principal, SessionInfo};
@@ -26,7 +26,6 @@ pub struct Session {
     /// When its maximum lifetime ends, by the monotonic clock and by the wall clock.
     pub(super) lifetime_end: Instant,
     pub(super) lifetime_end_at: SystemTime,
-    pub(super) idle_timeout: Duration,
     /// What its creator named it by; a fork has its origin's.
     pub(super) labels: Labels,
     /// Its checkpoints: taken for a whole exec, from its turn until the state it leaves is
@@ -45,6 +44,8 @@ pub struct Session {
 
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Meta {
+    /// How long it may be idle: as created, or as last set.
+    pub(super) idle_timeout: Duration,
     /// When it was last used, and when its idle timeout ends.
     pub(super) last_used: Instant,
     pub(super) last_used_at: SystemTime,
@@ -67,6 +68,7 @@ impl Meta {
     pub(super) fn new(idle_timeout: Duration, idle: Duration, last_used_at: SystemTime) -> Meta {
         let now = clock::now();
         Meta {
+            idle_timeout,
             last_used: now.checked_sub(idle).unwrap_or(now),
             last_used_at,
             idle_end: now + idle_timeout.saturating_sub(idle),
@@ -98,12 +100,12 @@ impl Meta {
     }
 
     /// Used now: its idle timeout starts again.
-    pub(super) fn touch(&mut self, idle_timeout: Duration) {
+    pub(super) fn touch(&mut self) {
         let now = clock::now();
         self.last_used = now;
         // To the millisecond, as the journal keeps it: a restart reports the same expiry.
         self.last_used_at = at_millis(millis(SystemTime::now()));
-        self.idle_end = now + idle_timeout;
+        self.idle_end = now + self.idle_timeout;
     }
 }
 
@@ -175,6 +177,7 @@ impl Session {
         Progress {
             execs: meta.execs,
             last_used_ms: millis(meta.last_used_at),
+            idle_timeout_ms: Some(millis_of(meta.idle_timeout)),
             next: history.next(),
             checkpoints: history.marks(),
             lost: meta.lost.map(Into::into),
@@ -199,8 +202,8 @@ impl Session {
             id: self.id.clone(),
             language: self.language,
             created_at: self.created_at,
-            expires_at: (meta.last_used_at + self.idle_timeout).min(self.lifetime_end_at),
-            idle_timeout: self.idle_timeout,
+            expires_at: (meta.last_used_at + meta.idle_timeout).min(self.lifetime_end_at),
+            idle_timeout: meta.idle_timeout,
             labels: self.labels.clone(),
             execs: meta.execs,
             memory_bytes: meta.memory_bytes,

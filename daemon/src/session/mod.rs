@@ -323,6 +323,29 @@ impl Sessions {
         Ok(session.info())
     }
 
+    /// Sets `owner`'s session `id`'s idle timeout to `idle` (capped at the maximum), counted
+    /// from now: it expires once idle that long, or at the end of its lifetime. A durable
+    /// session's journal keeps it (at once, or when an exec running meanwhile ends).
+    pub fn set_idle_timeout(
+        &self,
+        owner: &Principal,
+        id: &str,
+        idle: Duration,
+    ) -> Result<SessionInfo, ExecError> {
+        let session = self.find(owner, id)?;
+        let idle = idle.min(self.settings.max_idle);
+        {
+            let mut meta = session.meta();
+            meta.idle_timeout = idle;
+            meta.touch();
+        }
+        if let Ok(history) = session.history.try_lock() {
+            session.record(&history);
+        }
+        info!(session = %id, idle_s = idle.as_secs(), "session idle timeout set");
+        Ok(session.info())
+    }
+
     /// Adds a session after checking the limits, and writes its directory when sessions are
     /// kept on disk.
     fn insert(
@@ -356,6 +379,7 @@ impl Sessions {
             let progress = Progress {
                 execs: 0,
                 last_used_ms: file.created_at_ms,
+                idle_timeout_ms: None,
                 next: history.next(),
                 checkpoints: history.marks(),
                 lost: None,
@@ -379,7 +403,6 @@ impl Sessions {
             created_at: now,
             lifetime_end: clock::now() + self.settings.max_lifetime,
             lifetime_end_at: now + self.settings.max_lifetime,
-            idle_timeout,
             labels,
             history: Arc::new(tokio::sync::Mutex::new(history)),
             saving: SaveClock::default(),

@@ -69,7 +69,8 @@ impl Sessions {
         let lived = now.duration_since(created_at).unwrap_or(Duration::ZERO);
         let last_used_at = at_millis(progress.last_used_ms);
         let idle = now.duration_since(last_used_at).unwrap_or(Duration::ZERO);
-        let idle_timeout = Duration::from_millis(file.idle_timeout_ms);
+        let idle_timeout =
+            Duration::from_millis(progress.idle_timeout_ms.unwrap_or(file.idle_timeout_ms));
         let left = self.settings.max_lifetime.saturating_sub(lived);
         let mut meta = Meta::new(idle_timeout, idle, last_used_at);
         meta.execs = progress.execs;
@@ -86,7 +87,6 @@ impl Sessions {
             created_at,
             lifetime_end: clock::now() + left,
             lifetime_end_at: now + left,
-            idle_timeout,
             labels: file.labels,
             history: Arc::new(tokio::sync::Mutex::new(history)),
             saving: SaveClock::default(),

@@ -47,7 +47,8 @@ impl Sessions {
             from_disk: start.disk().cloned(),
         };
         let labels = origin.labels.clone();
-        let fork = self.insert(owner, origin.language, labels, origin.idle_timeout, start)?;
+        let idle_timeout = origin.meta().idle_timeout;
+        let fork = self.insert(owner, origin.language, labels, idle_timeout, start)?;
         self.metrics.created(origin.language, "fork");
         info!(session = %fork.id, origin = %id, checkpoint = number, "session forked");
         Ok(fork.info())

@@ -525,6 +525,46 @@ async fn idle_timeouts_are_defaulted_capped_and_expired_sessions_are_reaped() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_idle_timeout_set_again_counts_from_then_is_capped_and_forks_keep_it() {
+    let sessions = sessions(SessionSettings {
+        default_idle: Duration::from_millis(100),
+        max_idle: Duration::from_millis(1000),
+        ..settings()
+    });
+    let id = sessions
+        .create(OWNER, Language::Python, None, Labels::default())
+        .unwrap()
+        .id;
+    exec_saving(&sessions, &id, 1, 10).await;
+    settled(&sessions, &id).await;
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    let set = sessions
+        .set_idle_timeout(OWNER, &id, Duration::from_millis(300))
+        .unwrap();
+    assert_eq!(set.idle_timeout, Duration::from_millis(300));
+    // Past the timeout it was created with, within the one set, counted from when it was set.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert!(sessions.get(OWNER, &id).is_ok());
+    let capped = sessions
+        .set_idle_timeout(OWNER, &id, Duration::from_secs(3600))
+        .unwrap();
+    assert_eq!(capped.idle_timeout, Duration::from_millis(1000));
+    let wait = Duration::from_secs(1);
+    let fork = sessions.fork(OWNER, &id, None, wait).await.unwrap();
+    assert_eq!(fork.idle_timeout, Duration::from_millis(1000));
+    let stranger = &Principal::Uid(1001);
+    assert!(matches!(
+        sessions.set_idle_timeout(stranger, &id, wait),
+        Err(ExecError::SessionNotFound(_))
+    ));
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert!(matches!(
+        sessions.get(OWNER, &id),
+        Err(ExecError::SessionNotFound(_))
+    ));
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_reaper_runs_without_requests() {
     let sessions = sessions(SessionSettings {
         default_idle: Duration::from_millis(50),

@@ -137,7 +137,7 @@ impl Turn {
         let lost = {
             let mut meta = session.meta();
             meta.execs += 1;
-            meta.touch(session.idle_timeout);
+            meta.touch();
             meta.lost.take()
         };
         // On disk before the answer goes: a daemon that stops before the checkpoint itself is
@@ -164,7 +164,7 @@ impl Turn {
                     sessions.keep(&session, &mut history, checkpoint, saved, answered);
                     let mut meta = session.meta();
                     meta.record(&history);
-                    meta.touch(session.idle_timeout);
+                    meta.touch();
                     drop(meta);
                     // Its idle timeout counts from now on, on disk too.
                     session.record(&history);

@@ -122,6 +122,53 @@ async fn bad_session_requests_are_refused_with_what_was_wrong() {
 }
 
 #[tokio::test]
+async fn a_session_s_idle_timeout_is_set_again_and_bad_settings_change_nothing() {
+    let (api, _) = api(echo_executor());
+    let (_, info) = create(&api, r#"{"language":"python","idle_timeout_s":60}"#).await;
+    let session = paths::session(info["id"].as_str().unwrap());
+    let patch = |body: &'static str| request(Method::PATCH, &session, body);
+    let (status, set) = call(&api, patch(r#"{"idle_timeout_s": 30}"#)).await;
+    assert_eq!(status, StatusCode::OK, "{set}");
+    assert_eq!(set["idle_timeout_s"], 30);
+    let (_, capped) = call(&api, patch(r#"{"idle_timeout_s": 99999}"#)).await;
+    assert_eq!(capped["idle_timeout_s"], 600, "capped at the maximum");
+    for (body, needle) in [
+        (r#"{"idle_timeout_s": 0}"#, "at least 1 second"),
+        (
+            r#"{"idle_timeout_s": 5, "labels": {}}"#,
+            "unknown field `labels`",
+        ),
+        (r#"{}"#, "missing field `idle_timeout_s`"),
+    ] {
+        let (status, refused) = call(&api, patch(body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {refused}");
+        let message = refused["error"]["message"].as_str().unwrap();
+        assert!(message.contains(needle), "{body}: {message}");
+    }
+    let (_, kept) = call(&api, request(Method::GET, &session, "")).await;
+    assert_eq!(kept["idle_timeout_s"], 600);
+    let (status, _) = call(
+        &api,
+        request(
+            Method::PATCH,
+            &paths::session("nope"),
+            r#"{"idle_timeout_s": 5}"#,
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, body) = call(&api, request(Method::PUT, &session, "")).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("GET, PATCH, DELETE"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
 async fn past_the_session_limit_creating_and_forking_are_refused_with_429() {
     let (api, _) = api(echo_executor());
     let mut ids = Vec::new();

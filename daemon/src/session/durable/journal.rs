@@ -41,6 +41,9 @@ pub struct SessionFile {
 pub struct Progress {
     pub execs: u64,
     pub last_used_ms: u64,
+    /// Its idle timeout as last set (`PATCH /v1/sessions/{id}`); absent: as created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_ms: Option<u64>,
     /// The number its next checkpoint takes.
     pub next: u64,
     /// Its checkpoints, oldest first: the last is its state. A checkpoint an answered exec made
@@ -94,6 +97,11 @@ impl From<LostRecord> for Loss {
 pub fn millis(at: SystemTime) -> u64 {
     at.duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// `duration` in milliseconds, as the journal keeps durations.
+pub fn millis_of(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The time `ms` milliseconds after the epoch.
@@ -208,6 +216,7 @@ mod tests {
         Progress {
             execs,
             last_used_ms: 2 + execs,
+            idle_timeout_ms: None,
             next: execs + 1,
             checkpoints: vec![Mark {
                 number: execs,

@@ -511,6 +511,33 @@ async fn labels_outlive_the_daemon_and_a_fork_has_its_origins() {
 }
 
 #[tokio::test]
+async fn an_idle_timeout_set_again_outlives_the_daemon() {
+    let root = tempfile::tempdir().unwrap();
+    let (sessions, _) = daemon(root.path(), "1", Duration::MAX);
+    let id = create(&sessions);
+    exec(&sessions, &id, 1).await;
+    let untouched = create(&sessions);
+    let before = sessions.get(OWNER, &untouched).unwrap().idle_timeout;
+    let set = Duration::from_secs(42);
+    assert_eq!(
+        sessions
+            .set_idle_timeout(OWNER, &id, set)
+            .unwrap()
+            .idle_timeout,
+        set
+    );
+    stop(sessions);
+
+    let (sessions, _) = daemon(root.path(), "1", Duration::MAX);
+    assert_eq!(sessions.get(OWNER, &id).unwrap().idle_timeout, set);
+    assert_eq!(
+        sessions.get(OWNER, &untouched).unwrap().idle_timeout,
+        before
+    );
+    assert_ne!(before, set);
+}
+
+#[tokio::test]
 async fn a_saved_session_whose_labels_break_the_rules_is_refused() {
     let root = tempfile::tempdir().unwrap();
     let (sessions, _) = daemon(root.path(), "1", Duration::MAX);
