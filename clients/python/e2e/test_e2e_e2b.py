@@ -110,8 +110,13 @@ def test_state_carries_over_and_output_errors_and_languages_come_back_as_e2b_say
         assert context.id not in {c.id for c in sandbox.list_code_contexts()}
 
 
-def test_sandboxes_are_listed_described_and_killed(gateway: str, leaves_nothing: None) -> None:
-    sandbox = Sandbox.create(metadata={"user": "ana"})
+def test_sandboxes_are_listed_described_timed_and_killed(gateway: str, socket: str, leaves_nothing: None) -> None:
+    sandbox = Sandbox.create(metadata={"user": "ana"}, timeout=60)
+    sandbox.run_code("1", language="js")  # a second context, which takes the sandbox's timeout too
+    sandbox.set_timeout(120)
+    with Client(socket) as daemon:
+        timeouts = {s.id: s.idle_timeout_s for s in daemon.sessions()}
+    assert len(timeouts) == 2 and set(timeouts.values()) == {120}, timeouts
     listed = Sandbox.list().next_items()
     assert sandbox.sandbox_id in [s.sandbox_id for s in listed]
     info = sandbox.get_info()

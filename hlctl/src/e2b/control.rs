@@ -46,9 +46,14 @@ pub async fn route(
             let info = sandbox(client, id).await?;
             Ok(super::json(StatusCode::OK, &wire::created(&info, key)))
         }
-        (&Method::POST, ["sandboxes", _, "timeout" | "refreshes"]) => Err(Refusal::Unsupported(
-            "changing a sandbox's timeout is not supported yet: it is idle for at most the \
-             timeout it was created with (capped by the daemon)"
+        (&Method::POST, ["sandboxes", id, "timeout"]) => {
+            // Its contexts take the sandbox's timeout: the next one made asks the daemon.
+            known.forget(id);
+            set_timeout(client, id, &body).await
+        }
+        (&Method::POST, ["sandboxes", _, "refreshes"]) => Err(Refusal::Unsupported(
+            "refreshing a sandbox is not supported: set its timeout instead (set_timeout), or \
+             use it: every run_code starts its timeout again"
                 .to_owned(),
         )),
         (&Method::POST, ["sandboxes", _, "pause" | "resume"]) => Err(Refusal::Unsupported(
@@ -185,6 +190,27 @@ async fn kill(client: &Client, id: &str) -> Result<Response<Body>, Refusal> {
         client.delete_session(&context.id).await?;
     }
     client.delete_session(id).await?;
+    Ok(empty(StatusCode::NO_CONTENT))
+}
+
+/// `POST /sandboxes/{id}/timeout`: the sandbox, and each of its contexts, expire once idle
+/// `timeout` seconds from now (capped by the daemon's maximum).
+async fn set_timeout(client: &Client, id: &str, body: &Bytes) -> Result<Response<Body>, Refusal> {
+    #[derive(serde::Deserialize)]
+    struct Timeout {
+        timeout: u64,
+    }
+    let asked: Timeout = serde_json::from_slice(body)
+        .map_err(|e| Refusal::BadRequest(format!("the timeout's body: {e}")))?;
+    sandbox(client, id).await?;
+    let seconds = asked.timeout.max(1);
+    let wanted = BTreeMap::from([(SANDBOX.to_owned(), id.to_owned())]);
+    for context in client.sessions_labelled(&wanted).await? {
+        client
+            .set_session_idle_timeout(&context.id, seconds)
+            .await?;
+    }
+    client.set_session_idle_timeout(id, seconds).await?;
     Ok(empty(StatusCode::NO_CONTENT))
 }
 
