@@ -145,7 +145,6 @@ impl<E: Executor> Api<E> {
         Ok(json_response(StatusCode::OK, &list))
     }
 
-    /// `DELETE /v1/sessions/{id}`: 204.
     /// `PATCH /v1/sessions/{id}`: sets its idle timeout, counted from now.
     pub(super) async fn update_session<B>(
         &self,
@@ -164,6 +163,7 @@ impl<E: Executor> Api<E> {
         Ok(json_response(StatusCode::OK, &wire::session_info(info)))
     }
 
+    /// `DELETE /v1/sessions/{id}`: 204.
     pub(super) fn delete_session(
         &self,
         call: &Call,

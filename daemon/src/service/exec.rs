@@ -100,12 +100,7 @@ impl<E: Executor> Service<E> {
                 FileChange::Move { from, to } => [from, to],
             };
             for path in paths {
-                files::check_given(path).map_err(|e| {
-                    Refusal::InvalidRequest(format!(
-                        "changes: {path:?} is not a path the working directory allows ({e}): give \
-                         a relative path of plain names joined by '/'"
-                    ))
-                })?;
+                given_path("changes", path)?;
             }
         }
         let (session, language) = self.executor.find_session(&call.caller.principal(), id)?;
@@ -231,13 +226,7 @@ impl<E: Executor> Service<E> {
     /// one given as a file and as a directory, or more than the caps.
     fn check_files(&self, given: &Files) -> Result<(), Refusal> {
         for path in given.keys() {
-            if let Err(e) = files::check_given(path) {
-                return Err(Refusal::InvalidRequest(format!(
-                    "files: {path:?} is not a path the working directory allows ({e}): give a \
-                     relative path of plain names joined by '/' (no '.', '..', empty names, \
-                     leading '/' or control characters)"
-                )));
-            }
+            given_path("files", path)?;
         }
         if let Some((dir, path)) = files::clash(given) {
             return Err(Refusal::InvalidRequest(format!(
@@ -316,6 +305,18 @@ impl<E: Executor> Service<E> {
             duration_ms: ms(duration),
         })
     }
+}
+
+/// Refuses a path a caller gave (under `field` of the request) that is not a plain relative
+/// name the working directory allows.
+fn given_path(field: &str, path: &str) -> Result<(), Refusal> {
+    files::check_given(path).map_err(|e| {
+        Refusal::InvalidRequest(format!(
+            "{field}: {path:?} is not a path the working directory allows ({e}): give a \
+             relative path of plain names joined by '/' (no '.', '..', empty names, leading \
+             '/' or control characters)"
+        ))
+    })
 }
 
 /// How long a request waited before its program started, and how long the program ran. A
