@@ -16,11 +16,13 @@ from hyperlightd import (
     Client,
     Done,
     InvalidRequest,
+    MoveFile,
     Output,
     SessionNotFound,
     Started,
     Tool,
     ToolCall,
+    WriteFile,
     tool,
 )
 
@@ -105,6 +107,11 @@ def test_a_session_keeps_state_forks_lists_files_and_is_deleted_on_exit(client: 
         assert [(f.path, f.size) for f in session.files()] == [("notes.txt", 4)]
         assert session.read_file("notes.txt") == b"kept"
         assert session.describe().execs == 3  # the fork's exec is the fork's
+        moved = session.change_files([MoveFile("notes.txt", "kept.txt"), WriteFile("in/n.txt", "7")])
+        assert session.exec("open('kept.txt').read() + open('in/n.txt').read()", timeout_ms=60_000).result == "kept7"
+        session.rollback(moved - 1)
+        assert [f.path for f in session.files()] == ["notes.txt"]
+        assert session.set_idle_timeout(300).idle_timeout_s == 300
         timed_out = session.exec("while True: pass", timeout_ms=2000)
         assert timed_out.session is not None and timed_out.session.rolled_back
     with pytest.raises(SessionNotFound):
@@ -130,6 +137,9 @@ def test_the_async_client(socket: str) -> None:
                 events = [e async for e in session.exec_stream("console.log(base)", timeout_ms=60_000)]
                 assert Output("stdout", "10\n") in events
                 assert [f.path for f in await session.files()] == []
+                await session.write_files({"n.json": b"[1, 2]"})
+                assert (await session.exec("JSON.parse(files.read('n.json'))[1]")).result == 2
+                assert (await session.set_idle_timeout(60)).idle_timeout_s == 60
             assert await client.sessions() == []
 
     asyncio.run(run())

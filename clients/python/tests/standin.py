@@ -52,7 +52,12 @@ class StandIn:
     """Routes by ``"METHOD /path"``; ``seen`` holds every request as (method, path, body)."""
 
     # Request schemas by route prefix: what the client sends must match.
-    SESSION_REQUESTS = {"/exec": "SessionExecRequest", "/rollback": "RollbackRequest", "/fork": "ForkRequest"}
+    SESSION_REQUESTS = {
+        "/exec": "SessionExecRequest",
+        "/rollback": "RollbackRequest",
+        "/fork": "ForkRequest",
+        "/files": "FileChanges",
+    }
     REQUESTS = {
         "POST /v1/exec": "ExecRequest",
         "POST /v1/sessions": "CreateSessionRequest",
@@ -73,6 +78,8 @@ class StandIn:
         assert not self.invalid, "\n".join(self.invalid)
 
     def request_schema(self, method: str, path: str) -> str | None:
+        if method == "PATCH" and path.startswith("/v1/sessions/"):
+            return "UpdateSessionRequest"
         if method == "POST" and path.startswith("/v1/sessions/"):
             for action, body in self.SESSION_REQUESTS.items():
                 if path.endswith(action):
@@ -148,6 +155,7 @@ class StandIn:
             do_GET = _answer
             do_POST = _answer
             do_DELETE = _answer
+            do_PATCH = _answer
 
         return Handler
 

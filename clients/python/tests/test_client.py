@@ -14,14 +14,19 @@ from hyperlightd import (
     AnswerLost,
     Client,
     Done,
+    FileChange,
     InvalidRequest,
+    MoveFile,
+    NotFound,
     Output,
     Overloaded,
+    RemoveFile,
     SessionNotFound,
     Started,
     Tool,
     ToolCall,
     Unreachable,
+    WriteFile,
     tool,
 )
 
@@ -287,3 +292,43 @@ def test_an_unknown_session_and_a_bad_request_are_their_exceptions(sock: Path) -
         with pytest.raises(InvalidRequest, match="JavaScript's"):
             client.exec("python", "1", policy={"blocked_globals": ["eval"]})
     stand_in.close()
+
+
+def test_file_changes_are_sent_in_order_and_a_refused_one_is_its_exception(sock: Path) -> None:
+    answers = iter([Reply(body={"checkpoint": 2}, schema="FilesChanged"), Reply(404, refusal("not_found", "gone.txt"))])
+    stand_in = StandIn(
+        sock,
+        {
+            "POST /v1/sessions": lambda _: Reply(201, session("s1"), schema="SessionInfo"),
+            "POST /v1/sessions/s1/files": lambda _: next(answers),
+            "PATCH /v1/sessions/s1": lambda _: Reply(body=session("s1"), schema="SessionInfo"),
+        },
+    )
+    with Client(str(sock)) as client:
+        one = client.session("python")
+        changes: list[FileChange] = [
+            WriteFile("in/a.csv", "a\n1\n"),
+            WriteFile("b.bin", b"\0\1"),
+            MoveFile("x", "y"),
+            RemoveFile("z"),
+        ]
+        assert one.change_files(changes) == 2
+        with pytest.raises(NotFound, match="gone.txt"):
+            one.write_files({"gone.txt": "x"})
+        not_a_change: Any = "a.txt"
+        with pytest.raises(TypeError, match="not str"):
+            one.change_files([not_a_change])
+        assert one.set_idle_timeout(600).id == "s1"
+    stand_in.close()
+    assert [body for _, _, body in stand_in.seen[1:]] == [
+        {
+            "changes": [
+                {"write": {"path": "in/a.csv", "data": "a\n1\n"}},
+                {"write": {"path": "b.bin", "data": {"base64": "AAE="}}},
+                {"move": {"from": "x", "to": "y"}},
+                {"remove": {"path": "z"}},
+            ]
+        },
+        {"changes": [{"write": {"path": "gone.txt", "data": "x"}}]},
+        {"idle_timeout_s": 600},
+    ]

@@ -16,7 +16,21 @@ import httpx
 from ._compat import Unpack
 from .errors import AnswerLost, Refused, Timeout, Unreachable, refusal
 from .tools import Handler, Tool, toolset
-from .types import Display, Done, Event, ExecResult, FileContent, Output, Started, ToolCall, encode_file
+from .types import (
+    Display,
+    Done,
+    Event,
+    ExecResult,
+    FileChange,
+    FileContent,
+    MoveFile,
+    Output,
+    RemoveFile,
+    Started,
+    ToolCall,
+    WriteFile,
+    encode_file,
+)
 
 DEFAULT_SOCKET = "/run/hyperlightd/hyperlightd.sock"
 SOCKET_ENV = "HYPERLIGHTD_SOCKET"
@@ -110,6 +124,21 @@ def exec_request(
 def fork_body(checkpoint: int | None) -> dict[str, int] | None:
     """The body of a fork: none for the session's newest state."""
     return None if checkpoint is None else {"checkpoint": checkpoint}
+
+
+def file_changes(changes: Iterable[FileChange]) -> dict[str, Any]:
+    """The body of ``POST /v1/sessions/{id}/files``: the changes in order."""
+    body = []
+    for change in changes:
+        if isinstance(change, WriteFile):
+            body.append({"write": {"path": change.path, "data": encode_file(change.content)}})
+        elif isinstance(change, RemoveFile):
+            body.append({"remove": {"path": change.path}})
+        elif isinstance(change, MoveFile):
+            body.append({"move": {"from": change.source, "to": change.destination}})
+        else:
+            raise TypeError(f"a file change is WriteFile, RemoveFile or MoveFile, not {type(change).__name__}")
+    return {"changes": body}
 
 
 def new_session(language: str, idle_timeout_s: int | None, labels: Mapping[str, str] | None) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 import httpx
@@ -14,7 +14,19 @@ from ._wire import ExecOptions
 from .client import log
 from .errors import Conflict, HyperlightdError, NotFound, SessionNotFound
 from .tools import Tool, call_async
-from .types import Checkpoint, Done, Event, ExecResult, FileInfo, SessionInfo, Started, ToolCall
+from .types import (
+    Checkpoint,
+    Done,
+    Event,
+    ExecResult,
+    FileChange,
+    FileContent,
+    FileInfo,
+    SessionInfo,
+    Started,
+    ToolCall,
+    WriteFile,
+)
 
 
 class AsyncClient:
@@ -203,6 +215,22 @@ class AsyncSession:
     async def read_file(self, path: str) -> bytes:
         """One file's bytes."""
         return (await self.client._send("GET", _wire.file_path(self.id, path), None, _wire.DEFAULT_WAIT_S)).content
+
+    async def change_files(self, changes: Iterable[FileChange]) -> int:
+        """Changes its working directory, all or none; see :meth:`Session.change_files`."""
+        body = _wire.file_changes(changes)
+        wait = _wire.DEFAULT_WAIT_S + _wire.SESSION_SAVE_WAIT_S
+        answer = (await self.client._send("POST", _wire.session_path(self.id, "files"), body, wait)).json()
+        return int(answer["checkpoint"])
+
+    async def write_files(self, files: Mapping[str, FileContent]) -> int:
+        """Writes ``files`` into its working directory; see :meth:`Session.write_files`."""
+        return await self.change_files([WriteFile(path, content) for path, content in files.items()])
+
+    async def set_idle_timeout(self, idle_timeout_s: int) -> SessionInfo:
+        """Makes its idle timeout ``idle_timeout_s``; see :meth:`Session.set_idle_timeout`."""
+        body = {"idle_timeout_s": idle_timeout_s}
+        return SessionInfo.from_json(await self.client._json("PATCH", _wire.session_path(self.id), body))
 
     async def delete(self) -> None:
         """Deletes the session; one already gone is not an error."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -14,7 +14,19 @@ from ._compat import Unpack
 from ._wire import ExecOptions
 from .errors import Conflict, HyperlightdError, NotFound, SessionNotFound
 from .tools import Tool, call_sync
-from .types import Checkpoint, Done, Event, ExecResult, FileInfo, SessionInfo, Started, ToolCall
+from .types import (
+    Checkpoint,
+    Done,
+    Event,
+    ExecResult,
+    FileChange,
+    FileContent,
+    FileInfo,
+    SessionInfo,
+    Started,
+    ToolCall,
+    WriteFile,
+)
 
 log = logging.getLogger("hyperlightd")
 # Tool calls one exec may have answered at once (the daemon keeps them outstanding together).
@@ -217,6 +229,29 @@ class Session:
     def read_file(self, path: str) -> bytes:
         """One file's bytes (:class:`~hyperlightd.NotFound` when the session has no such file)."""
         return self.client._send("GET", _wire.file_path(self.id, path), None, _wire.DEFAULT_WAIT_S).content
+
+    def change_files(self, changes: Iterable[FileChange]) -> int:
+        """Makes ``changes`` (:class:`~hyperlightd.WriteFile`, :class:`~hyperlightd.RemoveFile`,
+        :class:`~hyperlightd.MoveFile`) to its working directory, in order, all or none, and
+        returns the checkpoint they made (roll back to the one before to undo them). A change
+        refused refuses them all: :class:`~hyperlightd.NotFound` for a path that is not there,
+        :class:`~hyperlightd.PayloadTooLarge` past the file limits,
+        :class:`~hyperlightd.InvalidRequest` for a path outside the directory."""
+        body = _wire.file_changes(changes)
+        wait = _wire.DEFAULT_WAIT_S + _wire.SESSION_SAVE_WAIT_S
+        answer = self.client._send("POST", _wire.session_path(self.id, "files"), body, wait).json()
+        return int(answer["checkpoint"])
+
+    def write_files(self, files: Mapping[str, FileContent]) -> int:
+        """Writes ``files`` (by path, as text or bytes) into its working directory; see
+        :meth:`change_files`."""
+        return self.change_files([WriteFile(path, content) for path, content in files.items()])
+
+    def set_idle_timeout(self, idle_timeout_s: int) -> SessionInfo:
+        """Makes its idle timeout ``idle_timeout_s`` (capped by the daemon's maximum), counted
+        from now: it expires once idle that long, or at the end of its lifetime."""
+        body = {"idle_timeout_s": idle_timeout_s}
+        return SessionInfo.from_json(self.client._json("PATCH", _wire.session_path(self.id), body))
 
     def delete(self) -> None:
         """Deletes the session; one that is already gone (deleted, expired) is not an error."""

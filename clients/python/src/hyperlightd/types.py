@@ -180,6 +180,36 @@ class FileInfo:
     size: int
 
 
+# Changes to a session's working directory (:meth:`~hyperlightd.Session.change_files`).
+
+
+@dataclass(frozen=True)
+class WriteFile:
+    """Writes the file ``path`` (text or bytes), replacing it, making its directories."""
+
+    path: str
+    content: FileContent
+
+
+@dataclass(frozen=True)
+class RemoveFile:
+    """Removes the file or directory ``path``, with everything in it."""
+
+    path: str
+
+
+@dataclass(frozen=True)
+class MoveFile:
+    """Renames ``source`` to ``destination``, replacing a file there, as POSIX's ``rename`` does;
+    the directory ``destination`` is in must exist."""
+
+    source: str
+    destination: str
+
+
+FileChange = WriteFile | RemoveFile | MoveFile
+
+
 # The events of a streamed exec, in the order they arrive.
 
 
