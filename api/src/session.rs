@@ -121,8 +121,7 @@ impl SessionExecRequest {
     }
 }
 
-/// What a session exec did to the session's state: part of its
-/// [`ExecResponse`](crate::ExecResponse).
+/// What a session exec did to the session's state: the `session` of its `ExecResponse`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ExecSession {
     /// The session.
