@@ -19,6 +19,7 @@ use hyperlightd_client::{Client, ExecRequest, ExecResponse, Language};
 
 pub mod deltas;
 pub mod disk;
+mod templates;
 pub mod web;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -195,7 +196,7 @@ impl Daemon {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let socket = dir.path().join("hyperlightd.sock");
         let log = std::fs::File::create(dir.path().join("daemon.log")).expect("a log file");
-        let shared = shared_templates(executable, args);
+        let shared = templates::directory_for(args);
         let child = Command::new(executable)
             .arg("--socket")
             .arg(&socket)
@@ -218,8 +219,9 @@ impl Daemon {
             socket,
         };
         daemon.wait_ready_within(limit).await;
-        if shared.is_some() {
+        if let Some(dir) = shared {
             daemon.wait_templates_saved().await;
+            templates::keep_saved(&dir);
         }
         daemon
     }
@@ -628,57 +630,6 @@ impl Drop for Daemon {
 
 /// Time limit for a daemon to save the templates it built (a native Python template is a GiB).
 const TEMPLATE_SAVE_LIMIT: Duration = Duration::from_secs(300);
-
-/// The snapshot directory shared by every daemon of this test process started with the same
-/// `executable` and `args`, or `None` where the test chose its own (`--snapshot-dir`) or names
-/// its own temporary files (a one-off daemon: saving its templates would be wasted). Building a
-/// template (booting the guest, importing its libraries) takes seconds to a minute under
-/// emulation; loading a saved one, a second or two. The templates' own keys still decide
-/// whether a saved one fits; a test's results never depend on which way a template was made.
-fn shared_templates(executable: &Path, args: &[&str]) -> Option<PathBuf> {
-    use std::hash::{Hash, Hasher};
-    let temp = std::env::temp_dir();
-    if args
-        .iter()
-        .any(|arg| *arg == "--snapshot-dir" || Path::new(arg).starts_with(&temp))
-    {
-        return None;
-    }
-    static SWEPT: std::sync::Once = std::sync::Once::new();
-    SWEPT.call_once(|| remove_shared_templates_of_ended_runs(&temp));
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    (executable, args).hash(&mut hasher);
-    let dir = temp.join(format!(
-        "{SHARED_TEMPLATES}{}/{:016x}",
-        std::process::id(),
-        hasher.finish()
-    ));
-    std::fs::create_dir_all(&dir).expect("the shared snapshot directory");
-    Some(dir)
-}
-
-/// The prefix of the shared snapshot directories, followed by the test process's id.
-const SHARED_TEMPLATES: &str = "hyperlightd-e2e-templates-";
-
-/// Removes the shared snapshot directories of test processes that have ended (a GiB each with
-/// native Python): nothing else would, on a host that keeps its temporary directory.
-fn remove_shared_templates_of_ended_runs(temp: &Path) {
-    let Ok(entries) = std::fs::read_dir(temp) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name
-            .strip_prefix(SHARED_TEMPLATES)
-            .and_then(|p| p.parse().ok())
-        else {
-            continue;
-        };
-        if kill(Pid::from_raw(pid), None) == Err(nix::errno::Errno::ESRCH) {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
-}
 
 /// The templates of `language` saved in the snapshot directory `dir` (finished saves only).
 pub fn saved_templates(dir: &Path, language: &str) -> Vec<PathBuf> {
