@@ -9,11 +9,13 @@ use anyhow::Result;
 
 use crate::{Tool, install_tool, vm};
 
-/// hyperlight-unikraft at the version the daemon links (the workspace manifest pins it).
+/// hyperlight-unikraft at the version the daemon links (the workspace manifest pins it),
+/// optimised as released: the benchmark compares the daemon with it.
 const HLUK: Tool = Tool {
     krate: "hyperlight-unikraft",
     version: "0.20.1",
     binary: "hluk",
+    opt_level: "3",
 };
 
 /// Installs `hluk` if need be and returns its path.
