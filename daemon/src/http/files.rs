@@ -6,7 +6,7 @@ use http_body_util::Full;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use hyperlightd_api::{
-    FileChange as WireChange, FileChanges, FileInfo, FileList, FileMap, FilesChanged,
+    FileChange as WireChange, FileChanges, FileData, FileInfo, FileList, FileMap, FilesChanged,
 };
 use percent_encoding::percent_decode_str;
 
@@ -20,11 +20,17 @@ use crate::service::Call;
 pub(super) fn decode(given: FileMap) -> Result<Files, ApiError> {
     given
         .into_iter()
-        .map(|(path, data)| match data.to_bytes() {
-            Ok(bytes) => Ok((path, bytes)),
-            Err(why) => Err(ApiError::InvalidRequest(format!("files: {path:?}: {why}"))),
+        .map(|(path, data)| {
+            let bytes = bytes_of("files", &path, &data)?;
+            Ok((path, bytes))
         })
         .collect()
+}
+
+/// One file's bytes; bad base64 is the request's fault, named by the field and path.
+fn bytes_of(field: &str, path: &str, data: &FileData) -> Result<Vec<u8>, ApiError> {
+    data.to_bytes()
+        .map_err(|why| ApiError::InvalidRequest(format!("{field}: {path:?}: {why}")))
 }
 
 impl<E: Executor> Api<E> {
@@ -64,16 +70,14 @@ impl<E: Executor> Api<E> {
             .changes
             .into_iter()
             .map(|change| match change {
-                WireChange::Write { path, data } => match data.to_bytes() {
-                    Ok(bytes) => Ok(FileChange::Write { path, bytes }),
-                    Err(why) => Err(ApiError::InvalidRequest(format!(
-                        "changes: {path:?}: {why}"
-                    ))),
-                },
+                WireChange::Write { path, data } => Ok(FileChange::Write {
+                    bytes: bytes_of("changes", &path, &data)?,
+                    path,
+                }),
                 WireChange::Remove { path } => Ok(FileChange::Remove { path }),
                 WireChange::Move { from, to } => Ok(FileChange::Move { from, to }),
             })
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Vec<_>, ApiError>>()?;
         let checkpoint = self.service.change_session_files(call, id, changes).await?;
         Ok(json_response(StatusCode::OK, &FilesChanged { checkpoint }))
     }

@@ -45,6 +45,23 @@ pub struct Program {
     pub network: Option<Vec<Rule>>,
 }
 
+impl Program {
+    /// `code`, asking for nothing more: the daemon's defaults, no files, tools or output sink.
+    pub fn new(code: impl Into<String>) -> Program {
+        Program {
+            code: code.into(),
+            timeout_ms: None,
+            max_output_bytes: None,
+            policy: None,
+            files: Files::new(),
+            output: None,
+            tools: Vec::new(),
+            tool_timeout_ms: None,
+            network: None,
+        }
+    }
+}
+
 /// A program that ran, however it ended, and how long it waited and ran.
 #[derive(Debug)]
 pub struct Executed {
@@ -104,18 +121,7 @@ impl<E: Executor> Service<E> {
             }
         }
         let (session, language) = self.executor.find_session(&call.caller.principal(), id)?;
-        let nothing = Program {
-            code: String::new(),
-            timeout_ms: None,
-            max_output_bytes: None,
-            policy: None,
-            files: Files::new(),
-            output: None,
-            tools: Vec::new(),
-            tool_timeout_ms: None,
-            network: None,
-        };
-        let mut job = self.job(call, language, nothing)?;
+        let mut job = self.job(call, language, Program::new(""))?;
         job.file_changes = changes;
         let outcome = self.run(call, job, Some((id, session))).await?.outcome;
         match (&outcome.session, outcome.status) {

@@ -11,7 +11,7 @@ use super::*;
 use crate::audit::testing::{lines, log_in};
 use crate::caller::{Access, ExecQuota};
 use crate::executor::testing::{StubExecutor, ok_outcome};
-use crate::job::{Failure, FailureKind, Files, Outcome, Policy, Status};
+use crate::job::{Failure, FailureKind, Outcome, Policy, Status};
 
 const CALLER: Caller = Caller {
     uid: 1000,
@@ -84,15 +84,8 @@ fn call() -> Call {
 
 fn program(code: &str) -> Program {
     Program {
-        code: code.to_owned(),
         timeout_ms: Some(2_000),
-        max_output_bytes: None,
-        policy: None,
-        files: Files::new(),
-        output: None,
-        tools: Vec::new(),
-        tool_timeout_ms: None,
-        network: None,
+        ..Program::new(code)
     }
 }
 
