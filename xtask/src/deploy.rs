@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use crate::{step, virtualenv, vm, workspace_root};
+use crate::{pip_tool, step, vm, workspace_root};
 
 /// The highest exposure score `systemd-analyze security` may give the unit, in tenths (the form
 /// systemd 252's `--threshold` takes): 2.0.
@@ -172,14 +172,10 @@ fn render_kustomization(k8s: &Path, out: &Path) -> Result<()> {
 
 /// The validator, in its virtualenv under `target/` (installed on first use).
 fn kubernetes_validate() -> Result<PathBuf> {
-    let venv = vm::target_dir()?.join("kubernetes-validate");
-    let stamp = venv.join("installed");
-    let validator = venv.join("bin/kubernetes-validate");
-    if std::fs::read_to_string(&stamp).is_ok_and(|v| v == KUBERNETES_VALIDATE) {
-        return Ok(validator);
-    }
-    virtualenv("Kubernetes validator", &venv, &[KUBERNETES_VALIDATE])?;
-    std::fs::write(&stamp, KUBERNETES_VALIDATE)
-        .with_context(|| format!("writing {}", stamp.display()))?;
-    Ok(validator)
+    pip_tool(
+        "Kubernetes validator",
+        &vm::target_dir()?.join("kubernetes-validate"),
+        KUBERNETES_VALIDATE,
+        "kubernetes-validate",
+    )
 }

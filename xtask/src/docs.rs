@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use crate::{Tool, cargo, install_tool, step, virtualenv, workspace_root};
+use crate::{Tool, cargo, install_tool, pip_tool, step, workspace_root};
 
 /// How long installing a tool from crates.io may take.
 const INSTALL_LIMIT: Duration = Duration::from_secs(1800);
@@ -62,7 +62,12 @@ pub fn docs(check: bool) -> Result<()> {
     }
     let tools = root.join("target/tools");
     let mdbook = install_tool(&tools, &MDBOOK, INSTALL_LIMIT)?;
-    let linkchecker = linkchecker(&tools)?;
+    let linkchecker = pip_tool(
+        "LinkChecker",
+        &tools.join("linkchecker"),
+        LINKCHECKER,
+        "linkchecker",
+    )?;
     let book = root.join("target/book");
     step(
         "mdbook build docs",
@@ -72,18 +77,6 @@ pub fn docs(check: bool) -> Result<()> {
     check_links(&linkchecker, &root, &book)?;
     eprintln!("==> the book: {}", book.join("index.html").display());
     Ok(())
-}
-
-/// LinkChecker, in its virtualenv in `tools` (installed on first use).
-fn linkchecker(tools: &Path) -> Result<std::path::PathBuf> {
-    let venv = tools.join("linkchecker");
-    let stamp = venv.join("installed");
-    if std::fs::read_to_string(&stamp).is_ok_and(|v| v == LINKCHECKER) {
-        return Ok(venv.join("bin/linkchecker"));
-    }
-    virtualenv("LinkChecker", &venv, &[LINKCHECKER])?;
-    std::fs::write(&stamp, LINKCHECKER).with_context(|| format!("writing {}", stamp.display()))?;
-    Ok(venv.join("bin/linkchecker"))
 }
 
 /// Checks the links and anchors of the book built in `book`. LinkChecker run as root reads

@@ -565,6 +565,18 @@ fn mcp_servers() -> Result<()> {
     std::fs::write(&stamp, lock).with_context(|| format!("writing {}", stamp.display()))
 }
 
+/// The program `binary` of the PyPI package pinned by `requirement` (`name==version`), in its
+/// virtualenv at `venv`: installed on first use, again when the pin changes.
+pub fn pip_tool(what: &str, venv: &Path, requirement: &str, binary: &str) -> Result<PathBuf> {
+    let stamp = venv.join("installed");
+    if std::fs::read_to_string(&stamp).is_ok_and(|v| v == requirement) {
+        return Ok(venv.join("bin").join(binary));
+    }
+    virtualenv(what, venv, &[requirement])?;
+    std::fs::write(&stamp, requirement).with_context(|| format!("writing {}", stamp.display()))?;
+    Ok(venv.join("bin").join(binary))
+}
+
 /// A fresh Python virtual environment at `venv`, with `pip install PIP_ARGS` run in it; `what`
 /// names the steps.
 pub fn virtualenv(what: &str, venv: &Path, pip_args: &[&str]) -> Result<()> {
