@@ -219,8 +219,9 @@ class AsyncSession:
     async def change_files(self, changes: Iterable[FileChange]) -> int:
         """Changes its working directory, all or none; see :meth:`Session.change_files`."""
         body = _wire.file_changes(changes)
-        wait = _wire.DEFAULT_WAIT_S + _wire.SESSION_SAVE_WAIT_S
-        answer = (await self.client._send("POST", _wire.session_path(self.id, "files"), body, wait)).json()
+        answer = (
+            await self.client._send("POST", _wire.session_path(self.id, "files"), body, _wire.FILE_CHANGES_WAIT_S)
+        ).json()
         return int(answer["checkpoint"])
 
     async def write_files(self, files: Mapping[str, FileContent]) -> int:

@@ -238,8 +238,7 @@ class Session:
         :class:`~hyperlightd.PayloadTooLarge` past the file limits,
         :class:`~hyperlightd.InvalidRequest` for a path outside the directory."""
         body = _wire.file_changes(changes)
-        wait = _wire.DEFAULT_WAIT_S + _wire.SESSION_SAVE_WAIT_S
-        answer = self.client._send("POST", _wire.session_path(self.id, "files"), body, wait).json()
+        answer = self.client._send("POST", _wire.session_path(self.id, "files"), body, _wire.FILE_CHANGES_WAIT_S).json()
         return int(answer["checkpoint"])
 
     def write_files(self, files: Mapping[str, FileContent]) -> int:
