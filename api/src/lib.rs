@@ -258,7 +258,16 @@ pub struct ExecRequest {
     /// Python), narrowing the daemon's egress rules; the daemon's rules when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<Network>,
+    /// Environment variables the program sees (Python's `os.environ`, JavaScript's
+    /// `process.env`), by name. A name is letters, digits and `_`, not beginning with a digit,
+    /// at most 256 bytes; a value any text without NUL; at most 128 variables and 64 KiB in
+    /// all. Guests run no processes, so nothing else reads them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: EnvMap,
 }
+
+/// Environment variables by name.
+pub type EnvMap = BTreeMap<String, String>;
 
 /// The content type of a streamed exec's answer: one JSON [`ExecEvent`] per line.
 pub const NDJSON: &str = "application/x-ndjson";
@@ -325,6 +334,7 @@ impl ExecRequest {
             tools: Vec::new(),
             tool_timeout_ms: None,
             network: None,
+            env: EnvMap::new(),
         }
     }
 }

@@ -32,6 +32,10 @@ pub struct CreateSessionRequest {
     /// most 1,024 bytes; 8,192 bytes in all. A fork has its origin's labels.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// Environment variables every exec of the session sees, as for `POST /v1/exec` (an
+    /// exec's own `env` adds to them and wins, for that exec only). A fork has its origin's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: crate::EnvMap,
 }
 
 impl CreateSessionRequest {
@@ -41,6 +45,7 @@ impl CreateSessionRequest {
             language,
             idle_timeout_s: None,
             labels: BTreeMap::new(),
+            env: BTreeMap::new(),
         }
     }
 
@@ -86,6 +91,10 @@ pub struct SessionExecRequest {
     /// What the program may reach over HTTP, as for `POST /v1/exec` (this exec only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<crate::Network>,
+    /// Environment variables for this exec only, added to the session's (and winning over
+    /// them), as for `POST /v1/exec`. What a program sets in its environment itself stays.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: crate::EnvMap,
 }
 
 impl SessionExecRequest {
@@ -101,6 +110,7 @@ impl SessionExecRequest {
             tools: Vec::new(),
             tool_timeout_ms: None,
             network: None,
+            env: BTreeMap::new(),
         }
     }
 
@@ -117,6 +127,7 @@ impl SessionExecRequest {
             tools: self.tools,
             tool_timeout_ms: self.tool_timeout_ms,
             network: self.network,
+            env: self.env,
         }
     }
 }
@@ -168,6 +179,9 @@ pub struct SessionInfo {
     /// Its labels, as created (a fork's are its origin's).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// The environment variables its execs see, as created (a fork's are its origin's).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
     /// Execs that ran in it (not counting those of the session it was forked from).
     pub execs: u64,
     /// Host memory its checkpoints hold, in bytes (0 before its first exec: a new session

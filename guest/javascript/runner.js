@@ -9,7 +9,8 @@
 //            "session": <bool: run in the session's scope, which lives on in its saved state>,
 //            "declared": "<the program with its top-level declarations made the session's>"
 //              (a session's program, when the host's scan could tell them; else null),
-//            "policy": {"blocked_globals": [...]} (optional: checked before the program runs)}
+//            "policy": {"blocked_globals": [...]} (optional: checked before the program runs),
+//            "env": {"NAME": "value", ...} (the program's `process.env`, see setEnv)}
 //          or {"continue": true}: the job queue ran dry while the program's reply was pending
 //            (see web.js, the event loop)
 //   reply:  {"ok": true, "result": <JSON value>}
@@ -86,6 +87,28 @@ const files = (() => {
   });
 })();
 Object.defineProperty(globalThis, "files", { value: files, writable: true, configurable: true, enumerable: false });
+
+// The program's environment variables, as Node's `process.env` (nothing else of Node's
+// `process` is here: a guest has no process). An event's `env` is set there before its program
+// runs; what it replaced is put back when the next event starts, unless the program changed it
+// meanwhile, so that an exec's own variables do not outlive it in a session.
+const programProcess = { env: {} };
+Object.defineProperty(globalThis, "process", { value: programProcess, writable: true, configurable: true, enumerable: false });
+let envSet = []; // [name, value set, value replaced (undefined: none)]
+
+function setEnv(env) {
+  const vars = programProcess.env;
+  for (const [name, value, replaced] of envSet) {
+    if (vars[name] !== value) continue;
+    if (replaced === undefined) delete vars[name];
+    else vars[name] = replaced;
+  }
+  envSet = [];
+  for (const [name, value] of Object.entries(env || {})) {
+    envSet.push([name, value, Object.prototype.hasOwnProperty.call(vars, name) ? vars[name] : undefined]);
+    vars[name] = value;
+  }
+}
 
 const STDOUT = 1;
 const STDERR = 2;
@@ -398,6 +421,7 @@ function handler(event) {
 
 function start(event) {
   Object.defineProperty(globalThis, "tools", { value: makeTools(event.tools), writable: true, configurable: true, enumerable: false });
+  setEnv(event.env);
   random.seed(event.seed);
   outputOpen = true;
   linesLeft = LINE_BY_LINE;

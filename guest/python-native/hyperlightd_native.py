@@ -303,6 +303,7 @@ def hyperlightd_run(event: dict):
         code = PRIME if prime else request["code"]
         scope = program.scope(bool(request.get("session")) and not prime)
         program.install_tools(request.get("tools"), scope)
+        program.set_env(request.get("env"))
         policy = None if prime else request.get("policy")
         max_result = int(request["max_result_bytes"])
         reply = program.run(code, max_result, scope, program.stderr, policy, _rich)

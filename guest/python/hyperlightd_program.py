@@ -12,6 +12,7 @@ import ast
 import builtins
 import io
 import json
+import os
 import sys
 import traceback
 import types
@@ -484,6 +485,26 @@ def scope(session: bool) -> dict:
     if _session_scope is None:
         _session_scope = _new_scope()
     return _session_scope
+
+
+# The variables the last request set in os.environ: (name, value set, value replaced or None).
+_env_set: list = []
+
+
+def set_env(env) -> None:
+    """Sets the request's environment variables (`env`, a dict or None) in os.environ, after
+    putting back what the last request's replaced, unless its program changed it meanwhile: an
+    exec's own variables do not outlive it in a session (whose own are in every request)."""
+    global _env_set
+    for name, value, replaced in _env_set:
+        if os.environ.get(name) != value:
+            continue
+        if replaced is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = replaced
+    _env_set = [(name, value, os.environ.get(name)) for name, value in (env or {}).items()]
+    os.environ.update(env or {})
 
 
 def run(code: str, max_result_bytes: int, scope: dict, stderr, policy=None, rich=None) -> str:

@@ -7,7 +7,8 @@ request.
 
 Contract with the daemon (the same for every language, plus Python's "prime"):
   event:  {"code": "<program text>", "max_result_bytes": N, "seed": "<hex>", "session": false,
-           "prime": false, "policy": {"allowed_modules": [...], "blocked_functions": [...]}}
+           "prime": false, "policy": {"allowed_modules": [...], "blocked_functions": [...]},
+           "env": {"NAME": "value", ...} (optional: set in os.environ, see program.set_env)}
   reply:  {"ok": true, "result": <JSON value>}
         | {"ok": false, "error": {"kind": "syntax_error" | "exception" | "result_too_large"
                                           | "out_of_memory" | "policy_violation",
@@ -281,6 +282,7 @@ class WitWorld(wit_world.WitWorld):
         code = PRIME if prime else request["code"]
         scope = program.scope(bool(request.get("session")) and not prime)
         program.install_tools(request.get("tools"), scope)
+        program.set_env(request.get("env"))
         try:
             policy = None if prime else request.get("policy")
             return program.run(code, int(request["max_result_bytes"]), scope, _stderr, policy)

@@ -311,14 +311,34 @@ async fn value(daemon: &Daemon, id: &str, code: &str) -> Value {
 }
 
 #[tokio::test]
-async fn a_session_keeps_a_data_frame_survives_a_rolled_back_timeout_and_forks() {
+async fn a_session_keeps_a_data_frame_and_its_env_survives_a_rolled_back_timeout_and_forks() {
     let daemon = native_daemon(&[]).await;
     let client = daemon.client();
-    let request = CreateSessionRequest::new(Language::Python);
+    let mut request = CreateSessionRequest::new(Language::Python);
+    request.env = [("MODE".to_owned(), "session".to_owned())].into();
     let id = within("create", STEP_LIMIT, client.create_session(&request))
         .await
         .unwrap()
         .id;
+    // The session's env, under an exec's own for that exec only, beside the guest's own
+    // (matplotlib's backend).
+    let read =
+        "import os\n[os.environ.get('MODE'), os.environ.get('ONLY'), os.environ['MPLBACKEND']]";
+    let own = SessionExecRequest {
+        timeout_ms: Some(30_000),
+        env: [
+            ("MODE".to_owned(), "exec".to_owned()),
+            ("ONLY".to_owned(), "1".to_owned()),
+        ]
+        .into(),
+        ..SessionExecRequest::new(read)
+    };
+    let answer = within("session exec", STEP_LIMIT, client.session_exec(&id, &own))
+        .await
+        .unwrap();
+    assert_eq!(answer.result, json!(["exec", "1", "Agg"]), "{answer:?}");
+    let kept = value(&daemon, &id, read).await;
+    assert_eq!(kept, json!(["session", null, "Agg"]));
     value(
         &daemon,
         &id,

@@ -262,6 +262,76 @@ async fn state_carries_over_execs_and_an_exception_keeps_what_ran_before_it() {
     );
 }
 
+/// An environment of `pairs`.
+fn env_of(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+#[tokio::test]
+async fn env_is_the_sessions_under_the_execs_own_which_do_not_outlive_their_exec() {
+    let daemon = both_languages(&[]).await;
+    let client = daemon.client();
+    for (language, read, set_own, listed) in [
+        (
+            Language::Python,
+            "import os\n[os.environ.get(n) for n in ('MODE', 'KEEP', 'ONLY', 'MINE')]",
+            "os.environ['MINE'] = 'mine'",
+            "import os\nsorted(os.environ)",
+        ),
+        (
+            Language::Javascript,
+            "['MODE', 'KEEP', 'ONLY', 'MINE'].map((n) => process.env[n] ?? null)",
+            "process.env.MINE = 'mine'",
+            "Object.keys(process.env).sort()",
+        ),
+    ] {
+        // A plain exec sees its own, and the next one nothing of them.
+        let mut plain = ExecRequest::new(language, listed);
+        plain.env = env_of(&[("ONLY", "plain")]);
+        let seen = within("exec", STEP_LIMIT, client.exec(&plain))
+            .await
+            .unwrap();
+        assert_eq!(seen.result, json!(["ONLY"]), "{language}: {seen:?}");
+        let after = ExecRequest::new(language, listed);
+        let seen = within("exec", STEP_LIMIT, client.exec(&after))
+            .await
+            .unwrap();
+        assert_eq!(seen.result, json!([]), "{language}: {seen:?}");
+
+        let mut request = CreateSessionRequest::new(language);
+        request.env = env_of(&[("MODE", "session"), ("KEEP", "k")]);
+        let info = within("create", STEP_LIMIT, client.create_session(&request))
+            .await
+            .unwrap();
+        assert_eq!(info.env, request.env);
+        let id = info.id;
+        let session = json!(["session", "k", null, null]);
+        assert_eq!(value(&client, &id, read).await, session, "{language}");
+        let own = SessionExecRequest {
+            env: env_of(&[("MODE", "exec"), ("ONLY", "1")]),
+            ..SessionExecRequest::new(read)
+        };
+        let answer = within("exec", STEP_LIMIT, client.session_exec(&id, &own))
+            .await
+            .unwrap();
+        assert_eq!(answer.result, json!(["exec", "k", "1", null]), "{language}");
+        assert_eq!(value(&client, &id, read).await, session, "{language}");
+        // What a program sets itself stays, as any state does; a fork has it, and the
+        // session's own env.
+        value(&client, &id, set_own).await;
+        let mine = json!(["session", "k", null, "mine"]);
+        assert_eq!(value(&client, &id, read).await, mine, "{language}");
+        let fork = within("fork", STEP_LIMIT, client.fork_session(&id))
+            .await
+            .unwrap();
+        assert_eq!(fork.env, info.env);
+        assert_eq!(value(&client, &fork.id, read).await, mine, "{language}");
+    }
+}
+
 #[tokio::test]
 async fn a_fork_copies_the_state_then_the_two_diverge_and_draw_different_random_numbers() {
     let daemon = both_languages(&[]).await;

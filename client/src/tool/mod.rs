@@ -315,16 +315,8 @@ impl CodeTool {
     /// Runs validated arguments.
     pub async fn run(&self, arguments: Arguments) -> ToolResult {
         let request = ExecRequest {
-            language: arguments.language,
-            code: arguments.code,
             timeout_ms: arguments.timeout_ms,
-            max_output_bytes: None,
-            policy: None,
-            stream: false,
-            files: Default::default(),
-            tools: Vec::new(),
-            tool_timeout_ms: None,
-            network: None,
+            ..ExecRequest::new(arguments.language, arguments.code)
         };
         let timeout_ms = self.timeout_in_force(arguments.timeout_ms);
         let answer = match &self.conversation {

@@ -86,6 +86,7 @@ impl CodeTool {
             tools: request.tools.clone(),
             tool_timeout_ms: request.tool_timeout_ms,
             network: request.network.clone(),
+            env: request.env.clone(),
         };
         let mut notice = None;
         if let Some(id) = sessions.get(&language) {

@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::job::{
-    CheckpointInfo, ExecError, ExecutorHealth, Files, Job, Labels, Language, Outcome, Principal,
-    SessionInfo,
+    CheckpointInfo, Env, ExecError, ExecutorHealth, Files, Job, Labels, Language, Outcome,
+    Principal, SessionInfo,
 };
 
 pub use self::hyperlight::{ExecutorStartError, HyperlightExecutor};
@@ -50,17 +50,18 @@ pub trait Executor: Send + Sync + 'static {
     }
 
     /// Creates a session of `language` for `owner`, idle for at most `idle_timeout` (the
-    /// default when None), with `labels`.
+    /// default when None), with `labels` and `env`.
     fn create_session(
         &self,
         owner: &Principal,
         language: Language,
         idle_timeout: Option<Duration>,
         labels: Labels,
+        env: Env,
     ) -> Result<SessionInfo, ExecError> {
         let table = self.session_table();
         let table = table.ok_or(ExecError::LanguageNotServed(language))?;
-        table.create(owner, language, idle_timeout, labels)
+        table.create(owner, language, idle_timeout, labels, env)
     }
 
     /// `owner`'s session `id`, and its language, to run an exec in.

@@ -468,6 +468,7 @@ fn program(exec: ExecRequest) -> Result<(bool, Program), ApiError> {
             .map(|network| crate::egress::options::rules_of(&network.allow))
             .transpose()
             .map_err(ApiError::InvalidRequest)?,
+        env: exec.env,
     };
     Ok((stream, program))
 }

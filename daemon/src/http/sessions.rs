@@ -37,6 +37,7 @@ impl<E: Executor> Api<E> {
             create.language,
             create.idle_timeout_s,
             create.labels,
+            create.env,
         )?;
         Ok(created(info))
     }

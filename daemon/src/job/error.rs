@@ -129,6 +129,10 @@ pub enum ExecError {
     /// needed, past a cap, ...). Nothing changed.
     #[error("the session's files were not changed: {0}")]
     FileRefused(crate::job::files::FileRefused),
+    /// The session's environment and the request's together break the rules of an
+    /// environment (see [`crate::job::env`]). Nothing ran.
+    #[error("{0}; nothing ran")]
+    EnvRefused(String),
     /// The language's pool has no worker left to take jobs. A bug, reported as a 500.
     #[error("the {0} pool has no workers left (a fault in the daemon; see its log)")]
     PoolGone(Language),

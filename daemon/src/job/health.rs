@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use super::{Labels, Language};
+use super::{Env, Labels, Language};
 
 /// What the executor reports for health and metrics.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,6 +75,8 @@ pub struct SessionInfo {
     pub idle_timeout: Duration,
     /// What its creator named it by.
     pub labels: Labels,
+    /// The environment its execs see.
+    pub env: Env,
     /// Execs that ran in it.
     pub execs: u64,
     /// Host memory its checkpoints hold, in bytes.

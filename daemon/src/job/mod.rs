@@ -10,6 +10,7 @@
 mod caller;
 mod deadline;
 pub mod egress;
+pub mod env;
 mod error;
 pub mod files;
 mod health;
@@ -27,6 +28,7 @@ use serde::Serialize;
 
 pub use self::caller::{Caller, Placement, PodOf, Principal};
 pub use self::deadline::{Deadline, Now, Paused};
+pub use self::env::Env;
 pub use self::error::ExecError;
 pub use self::files::{FileLimits, Files};
 pub use self::health::{
@@ -70,6 +72,8 @@ pub struct Job {
     pub file_changes: Vec<files::FileChange>,
     /// What the working directory may hold.
     pub file_limits: FileLimits,
+    /// The environment the program sees (for a session's exec, added to the session's).
+    pub env: Env,
     /// The tools the program may call, and the exchange that carries its calls to the caller
     /// (whose stream is `output`); None: it may call none.
     pub tools: Option<Arc<tools::ToolExchange>>,

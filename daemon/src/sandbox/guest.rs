@@ -16,8 +16,8 @@ use crate::job::egress::Outbound;
 use crate::job::files::FileError;
 use crate::job::tools::ToolExchange;
 use crate::job::{
-    Deadline, FailureKind, FileLimits, Files, Footprint, MemoryFile, Policy, Runtime, StateCodec,
-    Violation,
+    Deadline, Env, FailureKind, FileLimits, Files, Footprint, MemoryFile, Policy, Runtime,
+    StateCodec, Violation,
 };
 
 /// What a guest is asked to run.
@@ -32,6 +32,8 @@ pub struct Program<'a> {
     /// Its working directory's files, and what the directory may hold.
     pub files: &'a Files,
     pub file_limits: FileLimits,
+    /// Its environment variables, which the runner sets before it runs and puts back after.
+    pub env: &'a Env,
     /// The tools it may call, and the exchange its calls go through; None: none.
     pub tools: Option<&'a Arc<ToolExchange>>,
     /// Its way out over HTTP; None: it may reach nothing.
@@ -53,12 +55,14 @@ impl Program<'static> {
     /// A fixed program of the daemon's own: no policy, no files, not in a session.
     pub fn fixed(code: &'static str) -> Self {
         static NO_FILES: Files = Files::new();
+        static NO_ENV: Env = Env::EMPTY;
         Program {
             code,
             policy: None,
             session: false,
             files: &NO_FILES,
             file_limits: FileLimits::default(),
+            env: &NO_ENV,
             tools: None,
             egress: None,
         }

@@ -1,11 +1,11 @@
 //! Execs, plain and in a session: the program checked, the job built with the limits granted,
 //! run within the caller's room, then audited, counted and logged.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tracing::info;
-
-use std::sync::Arc;
 
 use super::code_policy::{self, CodePolicy};
 use super::sessions::Audited;
@@ -19,7 +19,7 @@ use crate::job::egress::Outbound;
 use crate::job::files::FileChange;
 use crate::job::tools::{ToolExchange, ToolResult};
 use crate::job::{
-    ExecError, Files, Job, Language, Outcome, OutputChunk, OutputSink, Status, files,
+    Env, ExecError, Files, Job, Language, Outcome, OutputChunk, OutputSink, Status, files,
 };
 
 /// What a request asks to run, whatever carried it.
@@ -43,6 +43,8 @@ pub struct Program {
     pub tool_timeout_ms: Option<u64>,
     /// What it may reach over HTTP, narrowing the daemon's rules; None: the daemon's.
     pub network: Option<Vec<Rule>>,
+    /// Its environment variables (checked here); in a session, added to the session's.
+    pub env: BTreeMap<String, String>,
 }
 
 impl Program {
@@ -58,6 +60,7 @@ impl Program {
             tools: Vec::new(),
             tool_timeout_ms: None,
             network: None,
+            env: BTreeMap::new(),
         }
     }
 }
@@ -144,7 +147,7 @@ impl<E: Executor> Service<E> {
 
     /// The job for `program` (its files checked) in `language`: its size and policy checked,
     /// with the limits granted.
-    fn job(&self, call: &Call, language: Language, program: Program) -> Result<Job, Refusal> {
+    fn job(&self, call: &Call, language: Language, mut program: Program) -> Result<Job, Refusal> {
         let limits = &self.limits;
         if program.code.len() > limits.max_code_bytes {
             return Err(Refusal::CodeTooLarge {
@@ -157,6 +160,7 @@ impl<E: Executor> Service<E> {
                 .and_then(|()| code_policy::fits(policy, language))
                 .map_err(|e| Refusal::InvalidRequest(e.to_string()))?;
         }
+        let env = Env::new(std::mem::take(&mut program.env)).map_err(Refusal::InvalidRequest)?;
         let timeout = limits.timeout_for(program.timeout_ms);
         let policy = program.policy.as_ref();
         let tools = self.exchange(call, &program)?;
@@ -171,6 +175,7 @@ impl<E: Executor> Service<E> {
             files: program.files,
             file_changes: Vec::new(),
             file_limits: limits.files,
+            env,
             timeout,
             deadline: call.received + timeout,
             span: call.span.clone(),

@@ -163,7 +163,7 @@ fn exec_error_kind(error: &ExecError) -> ErrorKind {
     match error {
         ExecError::Overloaded { .. } => ErrorKind::Overloaded,
         ExecError::NoSandboxAvailable { .. } => ErrorKind::NoSandboxAvailable,
-        ExecError::LanguageNotServed(_) => ErrorKind::InvalidRequest,
+        ExecError::LanguageNotServed(_) | ExecError::EnvRefused(_) => ErrorKind::InvalidRequest,
         ExecError::SessionNotFound(_) => ErrorKind::SessionNotFound,
         ExecError::SessionLost { .. } => ErrorKind::SessionLost,
         ExecError::CheckpointNotFound { .. } => ErrorKind::CheckpointNotFound,

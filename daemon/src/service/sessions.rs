@@ -9,17 +9,18 @@ use std::time::Duration;
 use super::{Call, Refusal, Service};
 use crate::audit::{Owner, SessionRecord};
 use crate::executor::Executor;
-use crate::job::{CheckpointInfo, Files, Labels, Language, SessionInfo};
+use crate::job::{CheckpointInfo, Env, Files, Labels, Language, SessionInfo};
 
 impl<E: Executor> Service<E> {
     /// A new session of `language` for the caller, idle for at most `idle_timeout_s` seconds
-    /// (the daemon's default when None, capped at its maximum), with `labels`.
+    /// (the daemon's default when None, capped at its maximum), with `labels` and `env`.
     pub fn create_session(
         &self,
         call: &Call,
         language: Language,
         idle_timeout_s: Option<u64>,
         labels: BTreeMap<String, String>,
+        env: BTreeMap<String, String>,
     ) -> Result<SessionInfo, Refusal> {
         self.taking_work()?;
         if idle_timeout_s == Some(0) {
@@ -29,10 +30,12 @@ impl<E: Executor> Service<E> {
             ));
         }
         let labels = Labels::new(labels).map_err(Refusal::InvalidRequest)?;
+        let env = Env::new(env).map_err(Refusal::InvalidRequest)?;
         let idle = idle_timeout_s.map(Duration::from_secs);
-        let info =
-            self.executor
-                .create_session(&call.caller.principal(), language, idle, labels)?;
+        let owner = call.caller.principal();
+        let info = self
+            .executor
+            .create_session(&owner, language, idle, labels, env)?;
         self.audit_session(
             "session_created",
             call,

@@ -178,7 +178,13 @@ async fn a_session_exec_runs_in_the_caller_s_session_and_names_it() {
     let dir = tempfile::tempdir().unwrap();
     let (service, _, _, audit) = service(echo(), &dir, 4);
     let info = service
-        .create_session(&call(), Language::Javascript, None, BTreeMap::new())
+        .create_session(
+            &call(),
+            Language::Javascript,
+            None,
+            BTreeMap::new(),
+            Default::default(),
+        )
         .unwrap();
     let executed = service
         .session_exec(&call(), &info.id, program("x"))
@@ -216,7 +222,13 @@ async fn while_draining_new_work_is_refused_and_reads_are_still_served() {
     let dir = tempfile::tempdir().unwrap();
     let (service, executor, _, _) = service(echo(), &dir, 4);
     let info = service
-        .create_session(&call(), Language::Javascript, None, BTreeMap::new())
+        .create_session(
+            &call(),
+            Language::Javascript,
+            None,
+            BTreeMap::new(),
+            Default::default(),
+        )
         .unwrap();
     service.drain();
     let refused = service
@@ -225,7 +237,13 @@ async fn while_draining_new_work_is_refused_and_reads_are_still_served() {
         .unwrap_err();
     assert!(matches!(refused, Refusal::ShuttingDown));
     assert!(matches!(
-        service.create_session(&call(), Language::Javascript, None, BTreeMap::new()),
+        service.create_session(
+            &call(),
+            Language::Javascript,
+            None,
+            BTreeMap::new(),
+            Default::default()
+        ),
         Err(Refusal::ShuttingDown)
     ));
     assert!(matches!(

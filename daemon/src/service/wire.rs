@@ -109,6 +109,7 @@ pub fn session_info(info: SessionInfo) -> api::SessionInfo {
         expires_at: rfc3339(info.expires_at),
         idle_timeout_s: info.idle_timeout.as_secs(),
         labels: info.labels.as_map().clone(),
+        env: info.env.as_map().clone(),
         execs: info.execs,
         memory_bytes: info.memory_bytes,
         checkpoint: info.checkpoint,

@@ -12,7 +12,7 @@ use super::durable::SessionDisk;
 use super::durable::journal::{Progress, at_millis, millis, millis_of};
 use super::history::History;
 use super::saving::SaveClock;
-use crate::job::{ExecError, Labels, Language, Loss, Principal, SessionInfo};
+use crate::job::{Env, ExecError, Labels, Language, Loss, Principal, SessionInfo};
 
 /// One session: found by [`super::Sessions::find`], and handed back to
 /// [`super::Sessions::turn`] for an exec.
@@ -28,6 +28,8 @@ pub struct Session {
     pub(super) lifetime_end_at: SystemTime,
     /// What its creator named it by; a fork has its origin's.
     pub(super) labels: Labels,
+    /// The environment its execs see; a fork has its origin's.
+    pub(super) env: Env,
     /// Its checkpoints: taken for a whole exec, from its turn until the state it leaves is
     /// saved.
     pub(super) history: Arc<tokio::sync::Mutex<History>>,
@@ -205,6 +207,7 @@ impl Session {
             expires_at: (meta.last_used_at + meta.idle_timeout).min(self.lifetime_end_at),
             idle_timeout: meta.idle_timeout,
             labels: self.labels.clone(),
+            env: self.env.clone(),
             execs: meta.execs,
             memory_bytes: meta.memory_bytes,
             checkpoint: meta.checkpoint,

@@ -36,6 +36,10 @@ impl Sessions {
         mut job: Job,
         runner: Arc<R>,
     ) -> Result<Outcome, ExecError> {
+        job.env = session
+            .env
+            .overlaid(&job.env)
+            .map_err(ExecError::EnvRefused)?;
         let mut turn = self
             .turn(session, job.deadline, job.timeout, job.request_id)
             .await?;

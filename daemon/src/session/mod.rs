@@ -196,7 +196,8 @@ use tracing::info;
 
 use crate::audit::{AuditLog, Owner, SessionRecord};
 use crate::job::{
-    ExecError, Labels, Language, MemoryFile, Principal, SessionCounts, SessionInfo, SessionSettings,
+    Env, ExecError, Labels, Language, MemoryFile, Principal, SessionCounts, SessionInfo,
+    SessionSettings,
 };
 use crate::metrics::SessionMetrics;
 
@@ -302,14 +303,15 @@ impl Sessions {
     }
 
     /// Creates a session of `language` for `owner`, idle for at most `idle_timeout` (the
-    /// default when None, capped at the maximum), with `labels`. Refused past the session
-    /// limits; nothing else changes then.
+    /// default when None, capped at the maximum), with `labels` and `env`. Refused past the
+    /// session limits; nothing else changes then.
     pub fn create(
         &self,
         owner: &Principal,
         language: Language,
         idle_timeout: Option<Duration>,
         labels: Labels,
+        env: Env,
     ) -> Result<SessionInfo, ExecError> {
         if !self.ledgers.contains_key(&language) {
             return Err(ExecError::LanguageNotServed(language));
@@ -317,7 +319,7 @@ impl Sessions {
         let idle = idle_timeout
             .unwrap_or(self.settings.default_idle)
             .min(self.settings.max_idle);
-        let session = self.insert(owner, language, labels, idle, Start::default())?;
+        let session = self.insert(owner, language, labels, env, idle, Start::default())?;
         self.metrics.created(language, "new");
         info!(session = %session.id, %language, idle_s = idle.as_secs(), "session created");
         Ok(session.info())
@@ -353,6 +355,7 @@ impl Sessions {
         owner: &Principal,
         language: Language,
         labels: Labels,
+        env: Env,
         idle_timeout: Duration,
         start: Start,
     ) -> Result<Arc<Session>, ExecError> {
@@ -375,6 +378,7 @@ impl Sessions {
                 created_at_ms: millis(now),
                 idle_timeout_ms: u64::try_from(idle_timeout.as_millis()).unwrap_or(u64::MAX),
                 labels: labels.clone(),
+                env: env.clone(),
             };
             let progress = Progress {
                 execs: 0,
@@ -404,6 +408,7 @@ impl Sessions {
             lifetime_end: clock::now() + self.settings.max_lifetime,
             lifetime_end_at: now + self.settings.max_lifetime,
             labels,
+            env,
             history: Arc::new(tokio::sync::Mutex::new(history)),
             saving: SaveClock::default(),
             meta: Mutex::new(meta),

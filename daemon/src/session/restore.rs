@@ -88,6 +88,7 @@ impl Sessions {
             lifetime_end: clock::now() + left,
             lifetime_end_at: now + left,
             labels: file.labels,
+            env: file.env,
             history: Arc::new(tokio::sync::Mutex::new(history)),
             saving: SaveClock::default(),
             meta: Mutex::new(meta),

@@ -46,9 +46,9 @@ impl Sessions {
             image,
             from_disk: start.disk().cloned(),
         };
-        let labels = origin.labels.clone();
+        let (labels, env) = (origin.labels.clone(), origin.env.clone());
         let idle_timeout = origin.meta().idle_timeout;
-        let fork = self.insert(owner, origin.language, labels, idle_timeout, start)?;
+        let fork = self.insert(owner, origin.language, labels, env, idle_timeout, start)?;
         self.metrics.created(origin.language, "fork");
         info!(session = %fork.id, origin = %id, checkpoint = number, "session forked");
         Ok(fork.info())

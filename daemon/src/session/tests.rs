@@ -9,7 +9,7 @@ use tokio::sync::oneshot;
 use super::*;
 use crate::job::files::{FileChange, FileError};
 use crate::job::{
-    After, Caller, FileLimits, Files, Job, Outcome, PodOf, Principal, Ran, Saved, SavedState,
+    After, Caller, Env, FileLimits, Files, Job, Outcome, PodOf, Principal, Ran, Saved, SavedState,
     Status,
 };
 use crate::metrics::Metrics;
@@ -103,6 +103,7 @@ fn job(request_id: u64, deadline: Instant, timeout: Duration, files: Files) -> J
         output: None,
         files,
         file_changes: Vec::new(),
+        env: Default::default(),
         file_limits: FileLimits {
             max_entries: 10,
             max_bytes: 1000,
@@ -227,7 +228,13 @@ async fn settled(sessions: &Arc<Sessions>, id: &str) {
 async fn state_carries_from_one_exec_to_the_next_and_memory_is_counted() {
     let sessions = sessions(settings());
     let info = sessions
-        .create(OWNER, Language::Python, None, Labels::default())
+        .create(
+            OWNER,
+            Language::Python,
+            None,
+            Labels::default(),
+            Default::default(),
+        )
         .unwrap();
     assert_eq!(info.id.len(), 32);
     assert!(info.id.chars().all(|c| c.is_ascii_hexdigit()));
@@ -253,7 +260,13 @@ async fn state_carries_from_one_exec_to_the_next_and_memory_is_counted() {
 async fn a_rolled_back_exec_leaves_the_state_from_before_it() {
     let sessions = sessions(settings());
     let id = sessions
-        .create(OWNER, Language::Javascript, None, Labels::default())
+        .create(
+            OWNER,
+            Language::Javascript,
+            None,
+            Labels::default(),
+            Default::default(),
+        )
         .unwrap()
         .id;
     exec_saving(&sessions, &id, 7, 10).await;
@@ -267,7 +280,13 @@ async fn a_rolled_back_exec_leaves_the_state_from_before_it() {
 async fn a_fork_shares_the_state_until_either_changes_and_memory_is_counted_once() {
     let sessions = sessions(settings());
     let origin = sessions
-        .create(OWNER, Language::Python, None, Labels::default())
+        .create(
+            OWNER,
+            Language::Python,
+            None,
+            Labels::default(),
+            Default::default(),
+        )
         .unwrap()
         .id;
     exec_saving(&sessions, &origin, 5, 400).await;
@@ -291,7 +310,13 @@ async fn a_fork_shares_the_state_until_either_changes_and_memory_is_counted_once
 async fn execs_of_one_session_run_one_at_a_time_in_arrival_order() {
     let sessions = sessions(settings());
     let id = sessions
-        .create(OWNER, Language::Python, None, Labels::default())
+        .create(
+            OWNER,
+            Language::Python,
+            None,
+            Labels::default(),
+            Default::default(),
+        )
         .unwrap()
         .id;
     let running = Arc::new(AtomicUsize::new(0));
@@ -387,7 +412,13 @@ async fn exec_with_slow_save(
 async fn an_exec_sent_after_the_last_answer_waits_for_the_save_outside_its_time_limit() {
     let sessions = sessions(settings());
     let id = sessions
-        .create(OWNER, Language::Python, None, Labels::default())
+        .create(
+            OWNER,
+            Language::Python,
+            None,
+            Labels::default(),
+            Default::default(),
+        )
         .unwrap()
         .id;
     let save = Duration::from_millis(600);
@@ -417,7 +448,13 @@ async fn an_exec_sent_after_the_last_answer_waits_for_the_save_outside_its_time_
 async fn waiting_for_a_turn_past_the_deadline_is_session_busy_and_nothing_runs() {
     let sessions = sessions(settings());
     let id = sessions
-        .create(OWNER, Language::Python, None, Labels::default())
+        .create(
+            OWNER,
+            Language::Python,
+            None,
+            Labels::default(),
+            Default::default(),
+        )
         .unwrap()
         .id;
     let session = sessions.find(OWNER, &id).unwrap();
@@ -455,13 +492,25 @@ async fn limits_refuse_new_sessions_and_change_nothing_else() {
     let ids: Vec<String> = (0..4)
         .map(|_| {
             sessions
-                .create(OWNER, Language::Python, None, Labels::default())
+                .create(
+                    OWNER,
+                    Language::Python,
+                    None,
+                    Labels::default(),
+                    Default::default(),
+                )
                 .unwrap()
                 .id
         })
         .collect();
     assert!(matches!(
-        sessions.create(OWNER, Language::Python, None, Labels::default()),
+        sessions.create(
+            OWNER,
+            Language::Python,
+            None,
+            Labels::default(),
+            Default::default()
+        ),
         Err(ExecError::TooManySessions { limit: 4 })
     ));
     assert!(matches!(
@@ -476,7 +525,13 @@ async fn limits_refuse_new_sessions_and_change_nothing_else() {
     exec_saving(&sessions, &ids[0], 1, 1000).await;
     settled(&sessions, &ids[0]).await;
     assert!(matches!(
-        sessions.create(OWNER, Language::Javascript, None, Labels::default()),
+        sessions.create(
+            OWNER,
+            Language::Javascript,
+            None,
+            Labels::default(),
+            Default::default()
+        ),
         Err(ExecError::SessionMemoryFull {
             held: 1000,
             budget: 1000
@@ -495,7 +550,13 @@ async fn idle_timeouts_are_defaulted_capped_and_expired_sessions_are_reaped() {
         ..settings()
     });
     let short = sessions
-        .create(OWNER, Language::Python, None, Labels::default())
+        .create(
+            OWNER,
+            Language::Python,
+            None,
+            Labels::default(),
+            Default::default(),
+        )
         .unwrap();
     let long = sessions
         .create(
@@ -503,6 +564,7 @@ async fn idle_timeouts_are_defaulted_capped_and_expired_sessions_are_reaped() {
             Language::Python,
             Some(Duration::from_secs(3600)),
             Labels::default(),
+            Default::default(),
         )
         .unwrap();
     assert_eq!(short.idle_timeout, Duration::from_millis(100));
@@ -532,7 +594,13 @@ async fn an_idle_timeout_set_again_counts_from_then_is_capped_and_forks_keep_it(
         ..settings()
     });
     let id = sessions
-        .create(OWNER, Language::Python, None, Labels::default())
+        .create(
+            OWNER,
+            Language::Python,
+            None,
+            Labels::default(),
+            Default::default(),
+        )
         .unwrap()
         .id;
     exec_saving(&sessions, &id, 1, 10).await;
@@ -571,7 +639,13 @@ async fn the_reaper_runs_without_requests() {
         ..settings()
     });
     sessions
-        .create(OWNER, Language::Javascript, None, Labels::default())
+        .create(
+            OWNER,
+            Language::Javascript,
+            None,
+            Labels::default(),
+            Default::default(),
+        )
         .unwrap();
     sessions.reap_every(
         Duration::from_millis(20),
@@ -586,7 +660,13 @@ async fn a_language_without_a_pool_has_no_sessions() {
     let metrics = Metrics::new().unwrap().sessions();
     let sessions = Sessions::new(settings(), &[Language::Javascript], metrics, audit_off());
     assert!(matches!(
-        sessions.create(OWNER, Language::Python, None, Labels::default()),
+        sessions.create(
+            OWNER,
+            Language::Python,
+            None,
+            Labels::default(),
+            Default::default()
+        ),
         Err(ExecError::LanguageNotServed(Language::Python))
     ));
 }
@@ -595,14 +675,26 @@ async fn a_language_without_a_pool_has_no_sessions() {
 async fn a_session_is_its_creators_alone_and_others_are_told_it_does_not_exist() {
     let sessions = sessions(settings());
     let id = sessions
-        .create(OWNER, Language::Python, None, Labels::default())
+        .create(
+            OWNER,
+            Language::Python,
+            None,
+            Labels::default(),
+            Default::default(),
+        )
         .unwrap()
         .id;
     // Another uid; with --pod-identity, another pod (whatever its uids), or the same uid
     // outside the pod that created it.
     let pod = Principal::Pod("pod-a".into());
     let id_of_pod = sessions
-        .create(&pod, Language::Python, None, Labels::default())
+        .create(
+            &pod,
+            Language::Python,
+            None,
+            Labels::default(),
+            Default::default(),
+        )
         .unwrap()
         .id;
     for other in [&Principal::Uid(1001), &Principal::Pod("pod-b".into())] {
@@ -654,7 +746,13 @@ async fn each_caller_holds_at_most_its_quota_of_sessions_forks_included() {
         ..settings()
     });
     let first = sessions
-        .create(OWNER, Language::Python, None, Labels::default())
+        .create(
+            OWNER,
+            Language::Python,
+            None,
+            Labels::default(),
+            Default::default(),
+        )
         .unwrap()
         .id;
     sessions
@@ -662,7 +760,13 @@ async fn each_caller_holds_at_most_its_quota_of_sessions_forks_included() {
         .await
         .unwrap();
     let over = sessions
-        .create(OWNER, Language::Javascript, None, Labels::default())
+        .create(
+            OWNER,
+            Language::Javascript,
+            None,
+            Labels::default(),
+            Default::default(),
+        )
         .unwrap_err();
     let ExecError::SessionQuota {
         caller,
@@ -691,16 +795,29 @@ async fn each_caller_holds_at_most_its_quota_of_sessions_forks_included() {
             Language::Python,
             None,
             Labels::default(),
+            Default::default(),
         )
         .unwrap();
     let pod = Principal::Pod("pod-a".into());
     for _ in 0..2 {
         sessions
-            .create(&pod, Language::Python, None, Labels::default())
+            .create(
+                &pod,
+                Language::Python,
+                None,
+                Labels::default(),
+                Default::default(),
+            )
             .unwrap();
     }
     let pods_over = sessions
-        .create(&pod, Language::Python, None, Labels::default())
+        .create(
+            &pod,
+            Language::Python,
+            None,
+            Labels::default(),
+            Default::default(),
+        )
         .unwrap_err();
     assert!(
         pods_over
@@ -710,7 +827,13 @@ async fn each_caller_holds_at_most_its_quota_of_sessions_forks_included() {
     );
     sessions.delete(OWNER, &first).unwrap();
     sessions
-        .create(OWNER, Language::Javascript, None, Labels::default())
+        .create(
+            OWNER,
+            Language::Javascript,
+            None,
+            Labels::default(),
+            Default::default(),
+        )
         .unwrap();
 }
 
@@ -723,7 +846,13 @@ async fn the_daemons_own_user_is_held_to_no_session_quota() {
     });
     for _ in 0..3 {
         sessions
-            .create(OWNER, Language::Python, None, Labels::default())
+            .create(
+                OWNER,
+                Language::Python,
+                None,
+                Labels::default(),
+                Default::default(),
+            )
             .unwrap();
     }
     sessions
@@ -732,6 +861,7 @@ async fn the_daemons_own_user_is_held_to_no_session_quota() {
             Language::Python,
             None,
             Labels::default(),
+            Default::default(),
         )
         .unwrap();
     assert!(matches!(
@@ -739,7 +869,8 @@ async fn the_daemons_own_user_is_held_to_no_session_quota() {
             &Principal::Uid(1001),
             Language::Python,
             None,
-            Labels::default()
+            Labels::default(),
+            Default::default()
         ),
         Err(ExecError::SessionQuota { .. } | ExecError::TooManySessions { .. })
     ));
@@ -757,7 +888,13 @@ async fn an_expiry_is_written_to_the_audit_log() {
     };
     let sessions = Sessions::new(settings, &[Language::Javascript], metrics, audit);
     let id = sessions
-        .create(OWNER, Language::Javascript, None, Labels::default())
+        .create(
+            OWNER,
+            Language::Javascript,
+            None,
+            Labels::default(),
+            Default::default(),
+        )
         .unwrap()
         .id;
     tokio::time::sleep(Duration::from_millis(30)).await;
@@ -773,7 +910,13 @@ async fn an_expiry_is_written_to_the_audit_log() {
 async fn files_follow_the_state_through_rollback_and_fork() {
     let sessions = sessions(settings());
     let id = sessions
-        .create(OWNER, Language::Python, None, Labels::default())
+        .create(
+            OWNER,
+            Language::Python,
+            None,
+            Labels::default(),
+            Default::default(),
+        )
         .unwrap()
         .id;
     let wait = Duration::from_secs(1);

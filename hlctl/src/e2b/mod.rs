@@ -455,6 +455,7 @@ mod tests {
             expires_at: String::new(),
             idle_timeout_s: 1,
             labels: Default::default(),
+            env: Default::default(),
             execs: 0,
             memory_bytes: 0,
             checkpoint: 0,

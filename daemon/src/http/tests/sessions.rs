@@ -398,3 +398,70 @@ async fn bad_labels_and_bad_filters_are_refused_and_change_nothing() {
         "nothing was created"
     );
 }
+
+#[tokio::test]
+async fn env_reaches_the_program_the_sessions_under_the_execs_and_bad_env_runs_nothing() {
+    let (api, executor) = api(StubExecutor::new(|job| {
+        Ok(ok_outcome("", serde_json::json!(job.env.as_map())))
+    }));
+    let (status, plain) = call(
+        &api,
+        request(
+            Method::POST,
+            paths::EXEC,
+            r#"{"language":"python","code":"x","env":{"A":"1"}}"#,
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{plain}");
+    assert_eq!(plain["result"], serde_json::json!({"A": "1"}));
+
+    let (status, info) = create(
+        &api,
+        r#"{"language":"python","env":{"MODE":"session","KEEP":"k"}}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{info}");
+    assert_eq!(
+        info["env"],
+        serde_json::json!({"MODE": "session", "KEEP": "k"})
+    );
+    let id = info["id"].as_str().unwrap().to_owned();
+    let exec = paths::session_exec(&id);
+    let body = r#"{"code":"x","env":{"MODE":"exec"}}"#;
+    let (status, ran) = call(&api, request(Method::POST, &exec, body)).await;
+    assert_eq!(status, StatusCode::OK, "{ran}");
+    assert_eq!(
+        ran["result"],
+        serde_json::json!({"MODE": "exec", "KEEP": "k"})
+    );
+    let (_, forked) = call(&api, request(Method::POST, &paths::session_fork(&id), "")).await;
+    assert_eq!(forked["env"], info["env"], "a fork has its origin's env");
+
+    // Bounds past the body limit of these tests are the unit tests' (job::env, session's).
+    let runs = executor.seen().len();
+    for (path, body, needle) in [
+        (
+            paths::SESSIONS,
+            r#"{"language":"python","env":{"1A":"x"}}"#,
+            "env: the name \"1A\"",
+        ),
+        (
+            paths::EXEC,
+            r#"{"language":"python","code":"x","env":{"A":"x\u0000"}}"#,
+            "contains NUL",
+        ),
+        (
+            &exec,
+            r#"{"code":"x","env":{"A-B":"x"}}"#,
+            "letters, digits and '_'",
+        ),
+        (&exec, r#"{"code":"x","env":{"A":1}}"#, "invalid type"),
+    ] {
+        let (status, refused) = call(&api, request(Method::POST, path, body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {refused}");
+        let message = refused["error"]["message"].as_str().unwrap();
+        assert!(message.contains(needle), "{needle}: {message}");
+    }
+    assert_eq!(executor.seen().len(), runs, "nothing ran");
+}

@@ -188,6 +188,7 @@ fn event(program: &Program<'_>, max_result_bytes: usize) -> String {
         // can tell them; null: the runner finds them.
         "declared": program.session.then(|| declarations::session_program(program.code)).flatten(),
         "tools": program.tool_names(),
+        "env": program.env,
     })
     .to_string()
 }

@@ -365,6 +365,7 @@ impl Worker {
                 session,
                 files: &job.files,
                 file_limits: job.file_limits,
+                env: &job.env,
                 tools: job.tools.as_ref(),
                 egress: job.egress.as_ref(),
             };

@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::job::{Files, Policy};
+use crate::job::{Env, Files, Policy};
 use crate::sandbox::guest::{Program, seed};
 
 /// A request as a runner reads it.
@@ -27,6 +27,9 @@ pub struct Event<'a> {
     /// The tools the program may call: names and descriptions.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<serde_json::Value>,
+    /// The environment variables to set while the program runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    env: Option<&'a Env>,
 }
 
 #[derive(Serialize)]
@@ -47,6 +50,7 @@ impl<'a> Event<'a> {
             prime: false,
             files: Vec::new(),
             tools: program.tool_names(),
+            env: Some(program.env).filter(|env: &&Env| !env.is_empty()),
         }
     }
 
@@ -61,6 +65,7 @@ impl<'a> Event<'a> {
             prime: true,
             files: Vec::new(),
             tools: Vec::new(),
+            env: None,
         }
     }
 

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::job::{Labels, Language, Loss, Principal};
+use crate::job::{Env, Labels, Language, Loss, Principal};
 use crate::sys::durable;
 
 /// Bumped when the shape of `session.json` or of a journal line changes.
@@ -34,6 +34,9 @@ pub struct SessionFile {
     /// not read.
     #[serde(default, skip_serializing_if = "Labels::is_empty")]
     pub labels: Labels,
+    /// The environment its execs see, checked again when read back.
+    #[serde(default, skip_serializing_if = "Env::is_empty")]
+    pub env: Env,
 }
 
 /// One line of the journal: the session's progress after a change.
@@ -209,6 +212,7 @@ mod tests {
             created_at_ms: 1,
             idle_timeout_ms: 600_000,
             labels: Labels::default(),
+            env: Env::default(),
         }
     }
 

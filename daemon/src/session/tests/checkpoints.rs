@@ -47,7 +47,13 @@ async fn numbers(sessions: &Arc<Sessions>, id: &str) -> Vec<u64> {
 async fn each_exec_whose_state_is_kept_makes_the_next_checkpoint_and_names_it() {
     let sessions = keeping(8, u64::MAX);
     let id = sessions
-        .create(OWNER, Language::Python, None, Labels::default())
+        .create(
+            OWNER,
+            Language::Python,
+            None,
+            Labels::default(),
+            Default::default(),
+        )
         .unwrap()
         .id;
     assert_eq!(numbers(&sessions, &id).await, [0]);
@@ -83,7 +89,13 @@ async fn each_exec_whose_state_is_kept_makes_the_next_checkpoint_and_names_it() 
 async fn a_rollback_returns_to_a_checkpoint_and_drops_the_later_ones() {
     let sessions = keeping(8, u64::MAX);
     let id = sessions
-        .create(OWNER, Language::Javascript, None, Labels::default())
+        .create(
+            OWNER,
+            Language::Javascript,
+            None,
+            Labels::default(),
+            Default::default(),
+        )
         .unwrap()
         .id;
     for value in [1, 2, 3] {
@@ -124,7 +136,13 @@ async fn a_rollback_returns_to_a_checkpoint_and_drops_the_later_ones() {
 async fn a_fork_from_a_checkpoint_starts_there_and_leaves_its_origin_as_it_was() {
     let sessions = keeping(8, u64::MAX);
     let origin = sessions
-        .create(OWNER, Language::Python, None, Labels::default())
+        .create(
+            OWNER,
+            Language::Python,
+            None,
+            Labels::default(),
+            Default::default(),
+        )
         .unwrap()
         .id;
     for value in [1, 2, 3] {
@@ -156,7 +174,13 @@ async fn the_oldest_checkpoints_beyond_the_retention_are_dropped_never_the_newes
     // By count: three kept.
     let sessions = keeping(3, u64::MAX);
     let id = sessions
-        .create(OWNER, Language::Python, None, Labels::default())
+        .create(
+            OWNER,
+            Language::Python,
+            None,
+            Labels::default(),
+            Default::default(),
+        )
         .unwrap()
         .id;
     for value in 1..=5 {
@@ -168,7 +192,13 @@ async fn the_oldest_checkpoints_beyond_the_retention_are_dropped_never_the_newes
     // By bytes: 250 hold two of 100 (and the warm start, 0 bytes, until it is oldest).
     let sessions = keeping(10, 250);
     let id = sessions
-        .create(OWNER, Language::Python, None, Labels::default())
+        .create(
+            OWNER,
+            Language::Python,
+            None,
+            Labels::default(),
+            Default::default(),
+        )
         .unwrap()
         .id;
     exec(&sessions, &id, 1, Some(1), 100).await;
@@ -188,7 +218,13 @@ async fn the_oldest_checkpoints_beyond_the_retention_are_dropped_never_the_newes
 async fn a_save_that_fails_loses_that_exec_and_the_session_says_so_once() {
     let sessions = keeping(8, u64::MAX);
     let id = sessions
-        .create(OWNER, Language::Python, None, Labels::default())
+        .create(
+            OWNER,
+            Language::Python,
+            None,
+            Labels::default(),
+            Default::default(),
+        )
         .unwrap()
         .id;
     exec(&sessions, &id, 1, Some(1), 10).await;

@@ -148,7 +148,13 @@ fn counter(metrics: &Metrics, series: &str) -> f64 {
 /// A new JavaScript session of the owner's in `sessions`.
 fn create(sessions: &Arc<Sessions>) -> String {
     sessions
-        .create(OWNER, Language::Javascript, None, Labels::default())
+        .create(
+            OWNER,
+            Language::Javascript,
+            None,
+            Labels::default(),
+            Default::default(),
+        )
         .unwrap()
         .id
 }
@@ -482,22 +488,32 @@ fn conversation() -> Labels {
 }
 
 #[tokio::test]
-async fn labels_outlive_the_daemon_and_a_fork_has_its_origins() {
+async fn labels_and_env_outlive_the_daemon_and_a_fork_has_its_origins() {
     let root = tempfile::tempdir().unwrap();
     let (sessions, _) = daemon(root.path(), "1", Duration::MAX);
     let labels = conversation();
+    let env = Env::new(BTreeMap::from([("MODE".to_owned(), "kept".to_owned())])).unwrap();
     let id = sessions
-        .create(OWNER, Language::Javascript, None, labels.clone())
+        .create(
+            OWNER,
+            Language::Javascript,
+            None,
+            labels.clone(),
+            env.clone(),
+        )
         .unwrap()
         .id;
     exec(&sessions, &id, 1).await;
     let fork = sessions.fork(OWNER, &id, None, WAIT).await.unwrap();
-    assert_eq!(fork.labels, labels);
+    assert_eq!((&fork.labels, &fork.env), (&labels, &env));
     let unlabelled = create(&sessions);
     stop(sessions);
 
     let (sessions, _) = daemon(root.path(), "1", Duration::MAX);
-    assert_eq!(sessions.get(OWNER, &id).unwrap().labels, labels);
+    let restored = sessions.get(OWNER, &id).unwrap();
+    assert_eq!((&restored.labels, &restored.env), (&labels, &env));
+    assert_eq!(sessions.get(OWNER, &fork.id).unwrap().env, env);
+    assert!(sessions.get(OWNER, &unlabelled).unwrap().env.is_empty());
     let found: Vec<String> = sessions
         .list(OWNER, &labels)
         .into_iter()
@@ -542,7 +558,13 @@ async fn a_saved_session_whose_labels_break_the_rules_is_refused() {
     let root = tempfile::tempdir().unwrap();
     let (sessions, _) = daemon(root.path(), "1", Duration::MAX);
     let id = sessions
-        .create(OWNER, Language::Javascript, None, conversation())
+        .create(
+            OWNER,
+            Language::Javascript,
+            None,
+            conversation(),
+            Default::default(),
+        )
         .unwrap()
         .id;
     stop(sessions);

@@ -8,7 +8,13 @@ use super::*;
 async fn a_fork_asked_while_a_save_runs_waits_for_it_and_copies_what_was_saved() {
     let sessions = sessions(settings());
     let id = sessions
-        .create(OWNER, Language::Python, None, Labels::default())
+        .create(
+            OWNER,
+            Language::Python,
+            None,
+            Labels::default(),
+            Default::default(),
+        )
         .unwrap()
         .id;
     exec_saving(&sessions, &id, 1, 10).await;
@@ -41,7 +47,13 @@ async fn a_fork_asked_while_a_save_runs_waits_for_it_and_copies_what_was_saved()
 async fn a_job_sees_its_files_over_the_sessions_and_over_the_cap_nothing_runs() {
     let sessions = sessions(settings());
     let id = sessions
-        .create(OWNER, Language::Python, None, Labels::default())
+        .create(
+            OWNER,
+            Language::Python,
+            None,
+            Labels::default(),
+            Default::default(),
+        )
         .unwrap()
         .id;
     exec_saving(&sessions, &id, 7, 10).await;
@@ -89,7 +101,13 @@ async fn a_job_sees_its_files_over_the_sessions_and_over_the_cap_nothing_runs() 
 async fn file_changes_are_made_in_order_over_the_sessions_files_and_one_refused_changes_none() {
     let sessions = sessions(settings());
     let id = sessions
-        .create(OWNER, Language::Python, None, Labels::default())
+        .create(
+            OWNER,
+            Language::Python,
+            None,
+            Labels::default(),
+            Default::default(),
+        )
         .unwrap()
         .id;
     exec_saving(&sessions, &id, 7, 10).await;
@@ -168,7 +186,13 @@ async fn file_changes_are_made_in_order_over_the_sessions_files_and_one_refused_
 async fn an_exec_whose_caller_goes_away_runs_to_its_end_and_its_state_is_kept() {
     let sessions = sessions(settings());
     let id = sessions
-        .create(OWNER, Language::Python, None, Labels::default())
+        .create(
+            OWNER,
+            Language::Python,
+            None,
+            Labels::default(),
+            Default::default(),
+        )
         .unwrap()
         .id;
     let (started, running) = oneshot::channel();
@@ -189,4 +213,70 @@ async fn an_exec_whose_caller_goes_away_runs_to_its_end_and_its_state_is_kept() 
     assert!(caller.await.unwrap_err().is_cancelled());
     // The next exec waits for the first to end, and starts from the state it left.
     assert_eq!(exec_saving(&sessions, &id, 10, 1).await, Some(9));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_sees_the_sessions_env_under_its_own_and_a_fork_keeps_the_sessions() {
+    let env = |pairs: &[(&str, &str)]| {
+        Env::new(
+            pairs
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+                .collect(),
+        )
+        .unwrap()
+    };
+    let sessions = sessions(settings());
+    let session_env = env(&[("MODE", "session"), ("KEEP", "1")]);
+    let id = sessions
+        .create(
+            OWNER,
+            Language::Python,
+            None,
+            Labels::default(),
+            session_env.clone(),
+        )
+        .unwrap()
+        .id;
+    assert_eq!(sessions.find(OWNER, &id).unwrap().info().env, session_env);
+    let (tx, saw) = oneshot::channel();
+    let run = move |_state, seen: Job| async move {
+        tx.send(seen.env).unwrap();
+        Ok(Ran {
+            outcome: outcome(),
+            after: After::Unchanged,
+        })
+    };
+    let deadline = clock::now() + Duration::from_secs(5);
+    let mut first = job(1, deadline, Duration::from_secs(5), Files::new());
+    first.env = env(&[("MODE", "exec"), ("ONLY", "this exec")]);
+    exec_job(&sessions, OWNER, &id, first, run).await.unwrap();
+    let expected = env(&[("KEEP", "1"), ("MODE", "exec"), ("ONLY", "this exec")]);
+    assert_eq!(saw.await.unwrap(), expected);
+
+    // Together past the bounds: refused, nothing runs.
+    let ran = Arc::new(AtomicUsize::new(0));
+    let counted = ran.clone();
+    let run = move |_state, _job| async move {
+        counted.fetch_add(1, Ordering::SeqCst);
+        Ok(Ran {
+            outcome: outcome(),
+            after: After::Unchanged,
+        })
+    };
+    let mut big = job(2, deadline, Duration::from_secs(5), Files::new());
+    let half = "x".repeat(crate::job::env::MAX_TOTAL_BYTES - 10);
+    big.env = env(&[("BIG", &half)]);
+    let refused = exec_job(&sessions, OWNER, &id, big, run).await;
+    assert!(
+        matches!(refused, Err(ExecError::EnvRefused(ref why)) if why.contains("bytes")),
+        "{refused:?}"
+    );
+    assert_eq!(ran.load(Ordering::SeqCst), 0);
+
+    let fork = sessions
+        .fork(OWNER, &id, None, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(fork.env, session_env);
 }
