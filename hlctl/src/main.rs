@@ -277,6 +277,18 @@ struct Limits {
     /// The program reaches nothing over HTTP, whatever the daemon allows.
     #[arg(long)]
     no_network: bool,
+    /// An environment variable the program sees (`os.environ`, `process.env`); repeatable. In
+    /// a session, for this exec only, over the session's own.
+    #[arg(long, value_name = "NAME=VALUE", value_parser = env_var)]
+    env: Vec<(String, String)>,
+}
+
+/// `NAME=VALUE`, as `--env` takes it (the daemon checks the name and the value).
+pub(crate) fn env_var(given: &str) -> Result<(String, String), String> {
+    match given.split_once('=') {
+        Some((name, value)) => Ok((name.to_owned(), value.to_owned())),
+        None => Err(format!("{given:?}: an environment variable is NAME=VALUE")),
+    }
 }
 
 fn parse_rule(text: &str) -> Result<hyperlightd_client::AllowRule, String> {
@@ -349,6 +361,7 @@ async fn run_program(
         timeout_ms: limits.timeout_ms,
         max_output_bytes: limits.max_output_bytes,
         files,
+        env: limits.env.into_iter().collect(),
         ..SessionExecRequest::new(code)
     };
     let answered = match (target, json) {

@@ -22,6 +22,10 @@ pub enum SessionCommand {
         /// A label to find the session by later (`hlctl session ls --label`); repeatable.
         #[arg(long, value_name = "NAME=VALUE", value_parser = label)]
         label: Vec<(String, String)>,
+        /// An environment variable every exec of the session sees (`os.environ`,
+        /// `process.env`); repeatable. Its forks have it too.
+        #[arg(long, value_name = "NAME=VALUE", value_parser = crate::env_var)]
+        env: Vec<(String, String)>,
         /// Print the whole session as JSON instead of its id.
         #[arg(long)]
         json: bool,
@@ -125,12 +129,14 @@ pub async fn run(client: &Client, command: SessionCommand) -> u8 {
             lang,
             idle_timeout_s,
             label,
+            env,
             json,
         } => {
             let request = CreateSessionRequest {
                 language: lang,
                 idle_timeout_s,
                 labels: label.into_iter().collect(),
+                env: env.into_iter().collect(),
             };
             print_session(client.create_session(&request).await, json)
         }

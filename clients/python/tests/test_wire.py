@@ -94,6 +94,7 @@ def test_requests_with_every_option_are_what_the_api_takes() -> None:
         "tools": [lookup, Tool("other", print, "d", {"type": "object"})],
         "tool_timeout_ms": 500,
         "network": {"allow": [{"scheme": "https", "host": "*.example.com", "methods": ["GET"]}]},
+        "env": {"API_URL": "https://api.example.com"},
     }
     validate(exec_request("/v1/exec", "1", language="python", **options).body, "ExecRequest")
     validate(exec_request("/v1/sessions/s/exec", "1", stream=True, **options).body, "SessionExecRequest")
@@ -108,6 +109,9 @@ def test_labels_go_in_the_body_and_the_list_query_percent_encoded() -> None:
     validate(body, "CreateSessionRequest")
     assert body == {"language": "python", "labels": {"conversation": "c 1", "example.com/user": "ana"}}
     assert new_session("python", 60, None) == {"language": "python", "idle_timeout_s": 60}
+    with_env = new_session("python", None, None, {"MODE": "test"})
+    validate(with_env, "CreateSessionRequest")
+    assert with_env == {"language": "python", "env": {"MODE": "test"}}
     assert sessions_path(None) == "/v1/sessions"
     assert (
         sessions_path({"conversation": "c 1", "u": "a&b=c"})
@@ -123,6 +127,8 @@ def test_labels_go_in_the_body_and_the_list_query_percent_encoded() -> None:
             "execs": 0,
             "memory_bytes": 0,
             "labels": {"a": "1"},
+            "env": {"MODE": "test"},
         }
     )
     assert info.labels == {"a": "1"}
+    assert info.env == {"MODE": "test"}

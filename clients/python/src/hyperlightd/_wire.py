@@ -77,7 +77,9 @@ class ExecOptions(TypedDict, total=False):
     typed functions), each call answered by its handler. ``tool_timeout_ms``: how long one
     call may wait for its answer. ``network``: what the program may reach over HTTP,
     narrowing the daemon's egress rules (``{"allow": [{"scheme": "https", "host":
-    "api.example.com", "methods": ["GET"], "path_prefix": "/v1/"}]}``)."""
+    "api.example.com", "methods": ["GET"], "path_prefix": "/v1/"}]}``). ``env``: environment
+    variables the program sees (``os.environ``, ``process.env``); in a session, for this exec
+    only, over the session's own."""
 
     timeout_ms: int
     max_output_bytes: int
@@ -86,6 +88,7 @@ class ExecOptions(TypedDict, total=False):
     tools: Iterable[Tool | Handler]
     tool_timeout_ms: int
     network: Mapping[str, Any]
+    env: Mapping[str, str]
 
 
 def exec_request(
@@ -111,6 +114,8 @@ def exec_request(
         body["policy"] = dict(policy)
     if options.get("network") is not None:
         body["network"] = dict(options["network"])
+    if options.get("env"):
+        body["env"] = dict(options["env"])
     if tools:
         body["tools"] = [one.spec() for one in tools.values()]
     if stream or tools:
@@ -143,13 +148,20 @@ def file_changes(changes: Iterable[FileChange]) -> dict[str, Any]:
     return {"changes": body}
 
 
-def new_session(language: str, idle_timeout_s: int | None, labels: Mapping[str, str] | None) -> dict[str, Any]:
+def new_session(
+    language: str,
+    idle_timeout_s: int | None,
+    labels: Mapping[str, str] | None,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """The body of ``POST /v1/sessions``."""
     body: dict[str, Any] = {"language": language}
     if idle_timeout_s is not None:
         body["idle_timeout_s"] = idle_timeout_s
     if labels:
         body["labels"] = dict(labels)
+    if env:
+        body["env"] = dict(env)
     return body
 
 

@@ -72,10 +72,15 @@ class AsyncClient:
         return self._stream(request)
 
     async def session(
-        self, language: str, *, idle_timeout_s: int | None = None, labels: Mapping[str, str] | None = None
+        self,
+        language: str,
+        *,
+        idle_timeout_s: int | None = None,
+        labels: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> AsyncSession:
         """A new session (``async with`` deletes it at the end); see :meth:`Client.session`."""
-        body = _wire.new_session(language, idle_timeout_s, labels)
+        body = _wire.new_session(language, idle_timeout_s, labels, env)
         return AsyncSession(self, SessionInfo.from_json(await self._json("POST", "/v1/sessions", body)))
 
     async def attach(self, session_id: str) -> AsyncSession:

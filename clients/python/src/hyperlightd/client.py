@@ -79,12 +79,18 @@ class Client:
         return self._stream(request)
 
     def session(
-        self, language: str, *, idle_timeout_s: int | None = None, labels: Mapping[str, str] | None = None
+        self,
+        language: str,
+        *,
+        idle_timeout_s: int | None = None,
+        labels: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> Session:
         """A new session: execs that share their state, files included. Use it as a context
         manager to delete it at the end (it also expires when idle). ``labels`` name it, to
-        find it by later (:meth:`sessions`)."""
-        body = _wire.new_session(language, idle_timeout_s, labels)
+        find it by later (:meth:`sessions`); ``env`` is environment variables every exec of it
+        sees."""
+        body = _wire.new_session(language, idle_timeout_s, labels, env)
         return Session(self, SessionInfo.from_json(self._json("POST", "/v1/sessions", body)))
 
     def attach(self, session_id: str) -> Session:

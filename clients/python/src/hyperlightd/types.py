@@ -124,6 +124,7 @@ class SessionInfo:
     parked: bool = False
     lost: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
 
     @staticmethod
     def from_json(body: Mapping[str, Any]) -> SessionInfo:
@@ -143,6 +144,7 @@ class SessionInfo:
             parked=body.get("parked", False),
             lost=body.get("lost"),
             labels=dict(body.get("labels", {})),
+            env=dict(body.get("env", {})),
         )
 
 
