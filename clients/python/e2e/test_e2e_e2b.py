@@ -110,6 +110,23 @@ def test_state_carries_over_and_output_errors_and_languages_come_back_as_e2b_say
         assert context.id not in {c.id for c in sandbox.list_code_contexts()}
 
 
+def test_envs_of_the_sandbox_and_of_a_run_are_what_programs_see(gateway: str, leaves_nothing: None) -> None:
+    # E2B's "Environment variables" page: the sandbox's, and a run's own for that run only.
+    read = "import os\n[os.environ.get(n) for n in ('MODE', 'ONLY')]"
+    with Sandbox.create(envs={"MODE": "sandbox"}) as sandbox:
+        assert sandbox.run_code(read).text == "['sandbox', None]"
+        own = sandbox.run_code(read, envs={"MODE": "run", "ONLY": "1"})
+        assert own.text == "['run', '1']", own
+        assert sandbox.run_code(read).text == "['sandbox', None]"
+        js = sandbox.run_code("[process.env.MODE, process.env.ONLY ?? null]", language="js", envs={"ONLY": "js"})
+        assert js.text == '["sandbox","js"]', js
+        context = sandbox.create_code_context(language="python")
+        assert sandbox.run_code(read, context=context).text == "['sandbox', None]", "a context has the sandbox's"
+        with pytest.raises(SandboxException) as refused:
+            sandbox.run_code("1", envs={"NOT-A-NAME": "x"})
+        assert "letters, digits" in str(refused.value), refused.value
+
+
 def test_sandboxes_are_listed_described_timed_and_killed(gateway: str, socket: str, leaves_nothing: None) -> None:
     sandbox = Sandbox.create(metadata={"user": "ana"}, timeout=60)
     sandbox.run_code("1", language="js")  # a second context, which takes the sandbox's timeout too

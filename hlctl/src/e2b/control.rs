@@ -108,16 +108,21 @@ async fn create(client: &Client, body: &Bytes) -> Result<SessionInfo, Refusal> {
         }
         request = request.with_label(METADATA, metadata.to_string());
     }
+    if let Some(vars) = body.get("envVars").filter(|v| !is_empty(v)) {
+        request.env = serde_json::from_value(vars.clone())
+            .map_err(|_| Refusal::BadRequest("envVars must be an object of strings".to_owned()))?;
+    }
     Ok(client.create_session(&request).await?)
 }
 
 /// Fields of a new sandbox that ask for what hyperlightd does not do: refused rather than
 /// accepted and ignored. Those left at their default are fine.
 fn refuse_what_cannot_be_honoured(body: &BTreeMap<String, Value>) -> Result<(), Refusal> {
-    const KNOWN: [&str; 6] = [
+    const KNOWN: [&str; 7] = [
         "templateID",
         "timeout",
         "metadata",
+        "envVars",
         "allow_internet_access",
         "allowInternetAccess",
         "secure",
@@ -127,7 +132,6 @@ fn refuse_what_cannot_be_honoured(body: &BTreeMap<String, Value>) -> Result<(), 
             continue;
         }
         let why = match field.as_str() {
-            "envVars" => "environment variables for programs are not supported yet",
             "autoPause" | "autoResume" | "autoPauseMemory" => {
                 "pausing is the daemon's (--state-dir parks idle sessions to disk), not asked per sandbox"
             }
@@ -239,8 +243,10 @@ mod tests {
             "autoPause": false, "envVars": {}, "metadata": {"a": "b"}, "secure": true,
             "allow_internet_access": true}));
         assert!(refuse_what_cannot_be_honoured(&fine).is_ok());
+        let mut with_env = fine.clone();
+        with_env.insert("envVars".to_owned(), json!({"A": "1"}));
+        assert!(refuse_what_cannot_be_honoured(&with_env).is_ok());
         for (field, value) in [
-            ("envVars", json!({"A": "1"})),
             ("autoPause", json!(true)),
             ("network", json!({"allowOut": ["x"]})),
         ] {

@@ -95,15 +95,6 @@ async fn execute(
 ) -> Result<Response<Body>, Refusal> {
     let execute: Execute = serde_json::from_slice(body)
         .map_err(|e| Refusal::BadRequest(format!("the execution's body: {e}")))?;
-    if execute
-        .env_vars
-        .as_ref()
-        .is_some_and(|vars| !vars.is_empty())
-    {
-        return Err(Refusal::Unsupported(
-            "environment variables for programs are not supported yet".to_owned(),
-        ));
-    }
     let context = match (&execute.context_id, &execute.language) {
         (Some(_), Some(_)) => {
             return Err(Refusal::BadRequest(
@@ -115,6 +106,8 @@ async fn execute(
         (None, None) => sandbox.clone(),
     };
     let mut request = SessionExecRequest::new(execute.code);
+    // This run's own, over the sandbox's (which its contexts have as their sessions' own).
+    request.env = execute.env_vars.unwrap_or_default();
     // As long as the daemon lets a program run (it caps what is asked): the SDK's own
     // `timeout` ends a run sooner, by going away, which stops the program (below).
     request.timeout_ms = Some(u64::MAX);
@@ -210,6 +203,7 @@ async fn create_context(
         .with_label(KIND, CONTEXT_KIND)
         .with_label(SANDBOX, sandbox.id.clone());
     request.idle_timeout_s = Some(sandbox.idle_timeout_s);
+    request.env = sandbox.env.clone();
     if let Some(network) = sandbox.labels.get(NETWORK) {
         request = request.with_label(NETWORK, network.clone());
     }
