@@ -28,7 +28,7 @@ pub use self::files::{
 pub use self::network::{AllowRule, EgressHealth, Network};
 pub use self::policy::{Policy, Violation};
 pub use self::session::{
-    CheckpointInfo, CheckpointList, CreateSessionRequest, ExecSession, ForkRequest,
+    CheckpointInfo, CheckpointList, CreateSessionRequest, ExecSession, ForkRequest, ParkRequest,
     RollbackRequest, SessionCounts, SessionExecRequest, SessionInfo, SessionLimits, SessionList,
     UpdateSessionRequest,
 };
@@ -80,6 +80,9 @@ pub mod paths {
     /// [`RollbackRequest`](super::RollbackRequest), answered with its
     /// [`SessionInfo`](super::SessionInfo)).
     pub const SESSION_ROLLBACK: &str = "rollback";
+    /// What follows a session's id in the path that parks it now (`POST`, no body, answered
+    /// with its [`SessionInfo`](super::SessionInfo)).
+    pub const SESSION_PARK: &str = "park";
     /// What follows a session's id in the path of its files: `GET` lists them
     /// ([`FileList`](super::FileList)); `GET .../files/{path}` answers one file's bytes
     /// (`application/octet-stream`), its path percent-encoded as a URL path.
@@ -118,6 +121,11 @@ pub mod paths {
     /// `POST`: return the session to a checkpoint.
     pub fn session_rollback(id: &str) -> String {
         format!("{SESSIONS}/{id}/{SESSION_ROLLBACK}")
+    }
+
+    /// `POST`: park the session now (its state to disk, out of memory).
+    pub fn session_park(id: &str) -> String {
+        format!("{SESSIONS}/{id}/{SESSION_PARK}")
     }
 }
 

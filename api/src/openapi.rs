@@ -167,6 +167,7 @@ pub fn document() -> Value {
     requests.subschema_for::<crate::ToolResult>();
     requests.subschema_for::<crate::ForkRequest>();
     requests.subschema_for::<crate::RollbackRequest>();
+    requests.subschema_for::<crate::ParkRequest>();
     requests.subschema_for::<crate::UpdateSessionRequest>();
     requests.subschema_for::<crate::FileChanges>();
     schemas.extend(requests.take_definitions(true));
@@ -232,6 +233,10 @@ pub fn document() -> Value {
                 "parameters": [session_id()],
                 "post": rollback_session_operation(),
             },
+            SESSION_PARK_PATH: {
+                "parameters": [session_id()],
+                "post": park_session_operation(),
+            },
             SESSION_FILE_PATH: {
                 "parameters": [session_id(), file_path()],
                 "get": session_file_operation(),
@@ -296,6 +301,7 @@ pub const SESSION_FILES_PATH: &str = "/v1/sessions/{id}/files";
 pub const SESSION_CHECKPOINTS_PATH: &str = "/v1/sessions/{id}/checkpoints";
 /// See [`SESSION_PATH`].
 pub const SESSION_ROLLBACK_PATH: &str = "/v1/sessions/{id}/rollback";
+pub const SESSION_PARK_PATH: &str = "/v1/sessions/{id}/park";
 /// See [`SESSION_PATH`].
 pub const SESSION_FILE_PATH: &str = "/v1/sessions/{id}/files/{path}";
 
@@ -584,6 +590,26 @@ fn rollback_session_operation() -> Value {
         "requestBody": json_body("RollbackRequest"),
         "responses": responses(
             ("200", success("The session, at the checkpoint.", "SessionInfo")),
+            &[400, 404, 408, 409, 413, 500],
+        ),
+    })
+}
+
+fn park_session_operation() -> Value {
+    let mut body = json_body("ParkRequest");
+    body["required"] = json!(false);
+    json!({
+        "operationId": "parkSession",
+        "summary": "Park a session now",
+        "description": "After the execs that arrived before, the session's newest checkpoint \
+            is written to the state directory and waited for, then every state of the session \
+            leaves memory (`parked`); its next exec, fork or read of its files brings the \
+            newest back from disk, checked. A daemon without `--state-dir` answers 400; a \
+            checkpoint that could not be written, 500 (the session stays in memory, as it \
+            was). A session that has run nothing holds nothing and stays as it is.",
+        "requestBody": body,
+        "responses": responses(
+            ("200", success("The session, parked.", "SessionInfo")),
             &[400, 404, 408, 409, 413, 500],
         ),
     })

@@ -262,6 +262,14 @@ pub struct RollbackRequest {
     pub checkpoint: u64,
 }
 
+/// Body of `POST /v1/sessions/{id}/park`, which may be empty: parking asks for nothing more.
+/// The daemon writes the session's newest checkpoint to its state directory (`--state-dir`;
+/// without one, 400 `invalid_request`), waits until it is on disk, and drops every state of
+/// the session from memory; the next exec, fork or read of its files brings the newest back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ParkRequest {}
+
 /// Body of `POST /v1/sessions/{id}/fork`, which may be empty (a fork of the session's newest
 /// checkpoint).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

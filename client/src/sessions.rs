@@ -122,6 +122,21 @@ impl Client {
         decode(status, &bytes)
     }
 
+    /// Parks session `id` now: its newest state written to the daemon's state directory, then
+    /// out of memory (`parked`); its next exec brings it back. `invalid_request` from a daemon
+    /// that keeps no sessions on disk (no `--state-dir`).
+    pub async fn park_session(&self, id: &str) -> Result<SessionInfo, Error> {
+        let (status, bytes) = self
+            .call(
+                Method::POST,
+                &paths::session_park(id),
+                Bytes::new(),
+                DEFAULT_RESPONSE_TIMEOUT,
+            )
+            .await?;
+        decode(status, &bytes)
+    }
+
     /// The files in session `id`'s working directory, by path, with their sizes (after the
     /// execs that arrived before this call).
     pub async fn session_files(&self, id: &str) -> Result<FileList, Error> {

@@ -70,6 +70,15 @@ pub enum SessionCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Park a session now: its state written to the daemon's state directory (`--state-dir`)
+    /// and out of memory; its next exec brings it back.
+    Park {
+        /// The session's id.
+        id: String,
+        /// Print the session as JSON afterwards.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a session as JSON.
     Show {
         /// The session's id.
@@ -162,6 +171,18 @@ pub async fn run(client: &Client, command: SessionCommand) -> u8 {
             Ok(info) if json => print_json(&info),
             Ok(info) => {
                 println!("session {} is at checkpoint {}", info.id, info.checkpoint);
+                exit::OK
+            }
+            Err(e) => report(&e),
+        },
+        SessionCommand::Park { id, json } => match client.park_session(&id).await {
+            Ok(info) if json => print_json(&info),
+            Ok(info) if info.parked => {
+                println!("session {} is parked at checkpoint {}", info.id, info.checkpoint);
+                exit::OK
+            }
+            Ok(info) => {
+                println!("session {} has run nothing: there is nothing to park", info.id);
                 exit::OK
             }
             Err(e) => report(&e),

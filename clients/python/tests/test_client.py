@@ -254,6 +254,7 @@ def test_checkpoints_are_listed_rolled_back_to_forked_from_and_a_loss_is_reporte
             "POST /v1/sessions/s1/rollback": lambda _: Reply(body=session("s1"), schema="SessionInfo"),
             "POST /v1/sessions/s1/fork": lambda _: Reply(201, session("s2"), schema="SessionInfo"),
             "POST /v1/sessions/s1/exec": lambda _: Reply(body=response(session=lost), schema="ExecResponse"),
+            "POST /v1/sessions/s1/park": lambda _: Reply(body={**session("s1"), "parked": True}, schema="SessionInfo"),
             "DELETE /v1/sessions/s1": lambda _: Reply(204),
         },
     )
@@ -270,12 +271,14 @@ def test_checkpoints_are_listed_rolled_back_to_forked_from_and_a_loss_is_reporte
         state = one.exec("x").session
         assert state is not None
         assert (state.checkpoint, state.restored_from_checkpoint, state.lost_execs) == (4, 1, 2)
+        assert one.park().parked
         one.delete()
     stand_in.close()
     sent = [(m, p, body) for m, p, body in stand_in.seen]
     assert sent[2] == ("POST", "/v1/sessions/s1/rollback", {"checkpoint": 0})
     assert sent[3] == ("POST", "/v1/sessions/s1/fork", {"checkpoint": 1})
     assert sent[4][:2] == ("POST", "/v1/sessions/s1/fork")
+    assert sent[6] == ("POST", "/v1/sessions/s1/park", None)
 
 
 def test_an_unknown_session_and_a_bad_request_are_their_exceptions(sock: Path) -> None:

@@ -100,6 +100,17 @@ pub trait Executor: Send + Sync + 'static {
         async move { table(self, id)?.fork(owner, id, checkpoint, wait).await }
     }
 
+    /// Parks `owner`'s session `id` now, after the execs that arrived before (waiting at most
+    /// `wait` for them and for its state to reach the disk).
+    fn park_session(
+        &self,
+        owner: &Principal,
+        id: &str,
+        wait: Duration,
+    ) -> impl Future<Output = Result<SessionInfo, ExecError>> + Send {
+        async move { table(self, id)?.park_now(owner, id, wait).await }
+    }
+
     /// The checkpoints of `owner`'s session `id`, oldest first, as the execs that arrived
     /// before left them (waiting at most `wait` for them).
     fn session_checkpoints(

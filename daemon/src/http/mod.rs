@@ -257,6 +257,9 @@ impl<E: Executor> Api<E> {
             (Method::POST, Route::SessionRollback(id)) => {
                 self.rollback_session(request, &call, id).await.map(whole)
             }
+            (Method::POST, Route::SessionPark(id)) => {
+                self.park_session(request, &call, id).await.map(whole)
+            }
             (Method::GET, Route::SessionFiles(id)) => {
                 self.list_session_files(&call, id).await.map(whole)
             }

@@ -36,6 +36,8 @@ pub enum Route<'a> {
     SessionCheckpoints(&'a str),
     /// `/v1/sessions/{id}/rollback`
     SessionRollback(&'a str),
+    /// `/v1/sessions/{id}/park`
+    SessionPark(&'a str),
     /// `/v1/sessions/{id}/files/{path}`, the path as sent (percent-encoded).
     SessionFile(&'a str, &'a str),
     ToolResults(&'a str),
@@ -75,6 +77,7 @@ impl<'a> Route<'a> {
                     Some(paths::SESSION_FILES) => Route::SessionFiles(id),
                     Some(paths::SESSION_CHECKPOINTS) => Route::SessionCheckpoints(id),
                     Some(paths::SESSION_ROLLBACK) => Route::SessionRollback(id),
+                    Some(paths::SESSION_PARK) => Route::SessionPark(id),
                     Some(action) => {
                         let file = action
                             .strip_prefix(paths::SESSION_FILES)?
@@ -116,6 +119,7 @@ impl<'a> Route<'a> {
             Route::SessionFiles(_) => "/v1/sessions/{id}/files",
             Route::SessionCheckpoints(_) => "/v1/sessions/{id}/checkpoints",
             Route::SessionRollback(_) => "/v1/sessions/{id}/rollback",
+            Route::SessionPark(_) => "/v1/sessions/{id}/park",
             Route::SessionFile(..) => "/v1/sessions/{id}/files/{path}",
             Route::ToolResults(_) => "/v1/executions/{id}/tool-results",
         }
@@ -128,6 +132,7 @@ impl<'a> Route<'a> {
             | Route::SessionExec(_)
             | Route::SessionFork(_)
             | Route::SessionRollback(_)
+            | Route::SessionPark(_)
             | Route::ToolResults(_) => "POST",
             Route::Health(_)
             | Route::Metrics
@@ -161,6 +166,7 @@ mod tests {
                 Route::SessionCheckpoints("abc"),
             ),
             ("/v1/sessions/abc/rollback", Route::SessionRollback("abc")),
+            ("/v1/sessions/abc/park", Route::SessionPark("abc")),
             ("/v1/executions/abc/tool-results", Route::ToolResults("abc")),
         ] {
             assert_eq!(Route::parse(path), Some(route), "{path}");

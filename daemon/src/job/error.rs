@@ -133,6 +133,13 @@ pub enum ExecError {
     /// environment (see [`crate::job::env`]). Nothing ran.
     #[error("{0}; nothing ran")]
     EnvRefused(String),
+    /// The session cannot be parked: the daemon keeps no sessions on disk, or not this one.
+    #[error("{0}")]
+    NotParkable(String),
+    /// The session's newest checkpoint did not reach the disk, so it was not parked (it stays
+    /// in memory, as it was).
+    #[error("{0}")]
+    ParkFailed(String),
     /// The language's pool has no worker left to take jobs. A bug, reported as a 500.
     #[error("the {0} pool has no workers left (a fault in the daemon; see its log)")]
     PoolGone(Language),

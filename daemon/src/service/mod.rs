@@ -163,7 +163,9 @@ fn exec_error_kind(error: &ExecError) -> ErrorKind {
     match error {
         ExecError::Overloaded { .. } => ErrorKind::Overloaded,
         ExecError::NoSandboxAvailable { .. } => ErrorKind::NoSandboxAvailable,
-        ExecError::LanguageNotServed(_) | ExecError::EnvRefused(_) => ErrorKind::InvalidRequest,
+        ExecError::LanguageNotServed(_) | ExecError::EnvRefused(_) | ExecError::NotParkable(_) => {
+            ErrorKind::InvalidRequest
+        }
         ExecError::SessionNotFound(_) => ErrorKind::SessionNotFound,
         ExecError::SessionLost { .. } => ErrorKind::SessionLost,
         ExecError::CheckpointNotFound { .. } => ErrorKind::CheckpointNotFound,
@@ -184,7 +186,9 @@ fn exec_error_kind(error: &ExecError) -> ErrorKind {
             | FileError::BadName
             | FileError::NoLinks => ErrorKind::InvalidRequest,
         },
-        ExecError::PoolGone(_) | ExecError::Internal(_) => ErrorKind::Internal,
+        ExecError::PoolGone(_) | ExecError::Internal(_) | ExecError::ParkFailed(_) => {
+            ErrorKind::Internal
+        }
     }
 }
 

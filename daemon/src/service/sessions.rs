@@ -105,6 +105,23 @@ impl<E: Executor> Service<E> {
         Ok(info)
     }
 
+    /// Parks the caller's session `id` now (see [`crate::session::Sessions::park_now`]),
+    /// after the execs that arrived before (waiting at most the longest time limit an exec may
+    /// have, and as long again for its state to reach the disk).
+    pub async fn park_session(&self, call: &Call, id: &str) -> Result<SessionInfo, Refusal> {
+        let wait = self.limits.max_timeout;
+        let owner = call.caller.principal();
+        let info = self.executor.park_session(&owner, id, wait).await?;
+        self.audit_session(
+            "session_parked",
+            call,
+            id,
+            info.language,
+            Audited::default(),
+        );
+        Ok(info)
+    }
+
     /// The caller's session `id`.
     pub fn session(&self, call: &Call, id: &str) -> Result<SessionInfo, Refusal> {
         Ok(self.executor.session(&call.caller.principal(), id)?)

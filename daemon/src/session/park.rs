@@ -1,18 +1,19 @@
 //! Sessions whose state leaves memory once it is on disk (*parked*): those idle for
 //! `--session-park-after-s`, and, when the states in memory hold the memory budget, the least
-//! recently used. A parked state comes back when it is needed (an exec, a fork, its files),
-//! read from disk with every byte checked: [`Sessions::bring_back`].
+//! recently used; or one its caller parks now ([`Sessions::park_now`], E2B's pause). A parked
+//! state comes back when it is needed (an exec, a fork, its files), read from disk with every
+//! byte checked: [`Sessions::bring_back`].
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::clock;
 use super::durable::OnDisk;
 use super::durable::checkpoint::{self, Refused};
 use super::{Image, Session, Sessions};
-use crate::job::{Files, Saved};
+use crate::job::{ExecError, Files, Principal, Saved, SessionInfo};
 
 impl Sessions {
     /// Parks the sessions idle for the state directory's `park_after`.
@@ -63,11 +64,57 @@ impl Sessions {
                 debug!(session = %session.id, idle_s = idle.as_secs(), "session parked: its state is on disk only");
             }
         }
-        let parked = self.table().values().filter(|s| s.meta().parked).count();
-        durable
-            .metrics()
-            .parked
-            .set(i64::try_from(parked).unwrap_or(i64::MAX));
+        self.count_parked();
+    }
+
+    /// Parks `owner`'s session `id` now, after the execs that arrived before (waiting at most
+    /// `wait` for them, and as long again for its newest checkpoint to reach the disk): every
+    /// state of it leaves memory, and its next use brings the newest back. A session that has
+    /// run nothing holds nothing and stays as it is.
+    pub async fn park_now(
+        &self,
+        owner: &Principal,
+        id: &str,
+        wait: Duration,
+    ) -> Result<SessionInfo, ExecError> {
+        self.find(owner, id)?;
+        if self.durable.is_none() {
+            return Err(ExecError::NotParkable(
+                "this daemon keeps no sessions on disk: start it with --state-dir DIR to park \
+                 them"
+                    .to_owned(),
+            ));
+        }
+        let (session, mut history) = self.settled(owner, id, wait).await?;
+        if session.durable().is_none() {
+            return Err(ExecError::NotParkable(format!(
+                "session {id} is not kept on disk (its directory could not be written): it \
+                 cannot be parked"
+            )));
+        }
+        if let Some(disk) = history.head().disk().cloned() {
+            disk.wait_written(wait).await.map_err(|why| {
+                ExecError::ParkFailed(format!(
+                    "session {id}'s newest checkpoint is not on disk: {why}; it stays in memory"
+                ))
+            })?;
+        }
+        if history.park() {
+            info!(session = %id, "session parked: its state is on disk only");
+        }
+        session.meta().record(&history);
+        drop(history);
+        self.count_parked();
+        Ok(session.info())
+    }
+
+    /// Says how many sessions are parked.
+    fn count_parked(&self) {
+        if let Some(durable) = &self.durable {
+            let parked = self.table().values().filter(|s| s.meta().parked).count();
+            let parked = i64::try_from(parked).unwrap_or(i64::MAX);
+            durable.metrics().parked.set(parked);
+        }
     }
 
     /// The state of `session`'s checkpoint on `disk`, brought back from disk: every byte

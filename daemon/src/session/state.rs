@@ -113,7 +113,7 @@ impl Sessions {
     /// `owner`'s session `id` and its history, once the execs that arrived before have saved
     /// what they left (waiting at most `wait`); the session may have gone meanwhile, or have
     /// lost its state.
-    async fn settled(
+    pub(super) async fn settled(
         &self,
         owner: &Principal,
         id: &str,

@@ -936,3 +936,23 @@ async fn files_follow_the_state_through_rollback_and_fork() {
         Err(ExecError::SessionNotFound(_))
     ));
 }
+
+#[tokio::test]
+async fn a_daemon_without_a_state_directory_parks_nothing_and_says_why() {
+    let sessions = sessions(settings());
+    let id = sessions
+        .create(
+            OWNER,
+            Language::Python,
+            None,
+            Labels::default(),
+            Default::default(),
+        )
+        .unwrap()
+        .id;
+    let refused = sessions.park_now(OWNER, &id, Duration::from_secs(1)).await;
+    assert!(
+        matches!(refused, Err(ExecError::NotParkable(ref why)) if why.contains("--state-dir")),
+        "{refused:?}"
+    );
+}

@@ -208,6 +208,10 @@ class AsyncSession:
         body = {"checkpoint": checkpoint}
         return SessionInfo.from_json(await self.client._json("POST", _wire.session_path(self.id, "rollback"), body))
 
+    async def park(self) -> SessionInfo:
+        """Parks the session now; see :meth:`Session.park`."""
+        return SessionInfo.from_json(await self.client._json("POST", _wire.session_path(self.id, "park")))
+
     async def describe(self) -> SessionInfo:
         """The session as the daemon describes it now."""
         return SessionInfo.from_json(await self.client._json("GET", _wire.session_path(self.id)))

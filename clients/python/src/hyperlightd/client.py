@@ -223,6 +223,12 @@ class Session:
         body = {"checkpoint": checkpoint}
         return SessionInfo.from_json(self.client._json("POST", _wire.session_path(self.id, "rollback"), body))
 
+    def park(self) -> SessionInfo:
+        """Parks the session now: its state written to the daemon's state directory and out of
+        memory (``parked``); its next exec brings it back. A daemon without ``--state-dir``
+        refuses it (:class:`~hyperlightd.InvalidRequest`)."""
+        return SessionInfo.from_json(self.client._json("POST", _wire.session_path(self.id, "park")))
+
     def describe(self) -> SessionInfo:
         """The session as the daemon describes it now (execs, expiry, memory)."""
         return SessionInfo.from_json(self.client._json("GET", _wire.session_path(self.id)))

@@ -465,3 +465,25 @@ async fn env_reaches_the_program_the_sessions_under_the_execs_and_bad_env_runs_n
     }
     assert_eq!(executor.seen().len(), runs, "nothing ran");
 }
+
+#[tokio::test]
+async fn parking_without_a_state_directory_is_refused_with_why_and_a_body_is_checked() {
+    let (api, _) = api(echo_executor());
+    let (_, info) = create(&api, r#"{"language":"python"}"#).await;
+    let park = paths::session_park(info["id"].as_str().unwrap());
+    for (body, needle) in [
+        ("", "--state-dir"),
+        ("{}", "--state-dir"),
+        (r#"{"now": true}"#, "unknown field `now`"),
+    ] {
+        let (status, refused) = call(&api, request(Method::POST, &park, body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {refused}");
+        let message = refused["error"]["message"].as_str().unwrap();
+        assert!(message.contains(needle), "{body}: {message}");
+    }
+    let (status, _) = call(&api, request(Method::GET, &park, "")).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    let gone = paths::session_park("0123");
+    let (status, _) = call(&api, request(Method::POST, &gone, "")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}

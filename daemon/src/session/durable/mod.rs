@@ -202,6 +202,8 @@ impl SessionDisk {
 pub struct OnDisk {
     dir: PathBuf,
     state: Mutex<DiskState>,
+    /// Told when its state changes: written, failed, dropped.
+    changed: tokio::sync::Notify,
 }
 
 #[derive(Debug, Default)]
@@ -209,6 +211,8 @@ struct DiskState {
     /// Its record, once it is on disk.
     record: Option<Record>,
     dropped: bool,
+    /// Why writing it failed: it is in memory only.
+    failed: Option<String>,
 }
 
 impl OnDisk {
@@ -217,6 +221,7 @@ impl OnDisk {
         Arc::new(OnDisk {
             dir,
             state: Mutex::default(),
+            changed: tokio::sync::Notify::new(),
         })
     }
 
@@ -226,8 +231,9 @@ impl OnDisk {
             dir,
             state: Mutex::new(DiskState {
                 record: Some(record),
-                dropped: false,
+                ..DiskState::default()
             }),
+            changed: tokio::sync::Notify::new(),
         })
     }
 
@@ -250,6 +256,37 @@ impl OnDisk {
         self.state().record.is_some()
     }
 
+    /// Waits until it is on disk, at most `limit`; otherwise why it is not.
+    pub async fn wait_written(&self, limit: Duration) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let state = self.state();
+                if state.record.is_some() {
+                    return Ok(());
+                }
+                if let Some(why) = &state.failed {
+                    return Err(format!("writing it failed ({why})"));
+                }
+                if state.dropped {
+                    return Err("it was dropped".to_owned());
+                }
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return Err(format!("it was not written within {} s", limit.as_secs()));
+            }
+        }
+    }
+
+    /// Marks it failed: it stays in memory only, for `why`.
+    fn mark_failed(&self, why: String) {
+        self.state().failed = Some(why);
+        self.changed.notify_waiters();
+    }
+
     /// Whether it has been dropped.
     fn is_dropped(&self) -> bool {
         self.state().dropped
@@ -263,6 +300,8 @@ impl OnDisk {
             return false;
         }
         state.record = Some(record);
+        drop(state);
+        self.changed.notify_waiters();
         true
     }
 
@@ -270,6 +309,9 @@ impl OnDisk {
     fn drop_it(&self) -> bool {
         let mut state = self.state();
         state.dropped = true;
-        state.record.take().is_some()
+        let written = state.record.take().is_some();
+        drop(state);
+        self.changed.notify_waiters();
+        written
     }
 }

@@ -192,6 +192,7 @@ fn write_one(
     if let Err(why) = checkpoint::write(&dir, header, write.codec.key(), source, existing) {
         metrics.write_failed(write.language);
         error!(session = %write.id, checkpoint = write.number, "writing the checkpoint failed ({why}): it is kept in memory only, and a restart loses it");
+        write.disk.mark_failed(why.to_string());
         return None;
     }
     let record = checkpoint::check(&dir, &write.id, write.number, write.codec.key());
@@ -201,6 +202,9 @@ fn write_one(
             metrics.write_failed(write.language);
             warn!(session = %write.id, checkpoint = write.number, "the checkpoint just written does not read back ({why}): it is kept in memory only");
             durable::discard(&dir);
+            write
+                .disk
+                .mark_failed(format!("it does not read back: {why}"));
             return None;
         }
     };

@@ -26,6 +26,9 @@ fn tens_blob(value: u32) -> (String, Vec<u8>) {
     (sha256, bytes)
 }
 
+/// A state the fake guest's codec fails to write.
+const UNWRITABLE: u32 = 666;
+
 impl StateCodec for Numbers {
     fn key(&self) -> &StateKey {
         &self.0
@@ -38,6 +41,9 @@ impl StateCodec for Numbers {
         existing: crate::job::ExistingBlob<'_>,
     ) -> Result<(), String> {
         let value = state.get::<u32>().ok_or("not a number")?;
+        if *value == UNWRITABLE {
+            return Err("the disk refused it".to_owned());
+        }
         let blobs = dir.join("oci/blobs/sha256");
         fs::create_dir_all(&blobs).map_err(|e| e.to_string())?;
         let (sha256, bytes) = tens_blob(*value);
@@ -586,4 +592,36 @@ async fn a_saved_session_whose_labels_break_the_rules_is_refused() {
         1.0
     );
     assert!(!file.exists(), "an unreadable session is removed");
+}
+
+#[tokio::test]
+async fn a_session_parked_now_waits_for_its_write_and_comes_back_on_use() {
+    let root = tempfile::tempdir().unwrap();
+    let (sessions, _) = daemon(root.path(), "1", Duration::MAX);
+    let fresh = create(&sessions);
+    let info = sessions.park_now(OWNER, &fresh, WAIT).await.unwrap();
+    assert!(!info.parked, "a session that ran nothing holds nothing");
+
+    let id = create(&sessions);
+    exec(&sessions, &id, 7).await;
+    let parked = sessions.park_now(OWNER, &id, WAIT).await.unwrap();
+    assert!(parked.parked, "{parked:?}");
+    assert!(
+        checkpoint_dir(root.path(), &id, 1).exists(),
+        "its state is on disk"
+    );
+    assert_eq!(sessions.counts()[&Language::Javascript].memory_bytes, 0);
+    let (_, started) = exec(&sessions, &id, 8).await;
+    assert_eq!(started, Some(7), "brought back on use");
+
+    // A state the disk refuses is not parked: it stays in memory, and says why.
+    exec(&sessions, &id, UNWRITABLE).await;
+    let refused = sessions.park_now(OWNER, &id, WAIT).await;
+    assert!(
+        matches!(refused, Err(ExecError::ParkFailed(ref why)) if why.contains("the disk refused it")),
+        "{refused:?}"
+    );
+    assert!(!sessions.get(OWNER, &id).unwrap().parked);
+    let (_, started) = exec(&sessions, &id, 9).await;
+    assert_eq!(started, Some(UNWRITABLE));
 }
