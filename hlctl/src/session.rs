@@ -178,11 +178,17 @@ pub async fn run(client: &Client, command: SessionCommand) -> u8 {
         SessionCommand::Park { id, json } => match client.park_session(&id).await {
             Ok(info) if json => print_json(&info),
             Ok(info) if info.parked => {
-                println!("session {} is parked at checkpoint {}", info.id, info.checkpoint);
+                println!(
+                    "session {} is parked at checkpoint {}",
+                    info.id, info.checkpoint
+                );
                 exit::OK
             }
             Ok(info) => {
-                println!("session {} has run nothing: there is nothing to park", info.id);
+                println!(
+                    "session {} has run nothing: there is nothing to park",
+                    info.id
+                );
                 exit::OK
             }
             Err(e) => report(&e),

@@ -2,7 +2,7 @@
 //! clients/python/e2e, run against a real daemon with Python and JavaScript pools: every method
 //! of the sync and async clients, the quickstart example, each framework adapter with the real
 //! framework and a scripted model, printing the conversations, and E2B's own SDK through `hlctl
-//! e2b-gateway`. One daemon serves them all
+//! e2b-gateway`. One daemon serves them all, its sessions kept on disk (`--state-dir`)
 //! (starting one takes half a minute under emulation); pytest names each test that fails.
 //!
 //! Needs a KVM that runs Hyperlight guests (`cargo xtask test` runs them in the nested-KVM VM),
@@ -20,7 +20,11 @@ const PYTEST_LIMIT: Duration = Duration::from_secs(480);
 
 #[tokio::test]
 async fn the_python_client_and_its_framework_adapters_against_the_daemon() {
-    let daemon = Daemon::start_with_python(&["javascript=1", "python=1"], &[]).await;
+    // Sessions kept on disk, so that E2B's pause parks a sandbox there.
+    let state = tempfile::tempdir().unwrap();
+    let state_dir = state.path().to_str().unwrap();
+    let daemon =
+        Daemon::start_with_python(&["javascript=1", "python=1"], &["--state-dir", state_dir]).await;
     let home = tempfile::tempdir().unwrap();
     let suite = concat!(env!("CARGO_MANIFEST_DIR"), "/../clients/python/e2e");
     let run = tokio::process::Command::new(python_sdk_python())

@@ -112,6 +112,8 @@ def test_a_session_keeps_state_forks_lists_files_and_is_deleted_on_exit(client: 
         session.rollback(moved - 1)
         assert [f.path for f in session.files()] == ["notes.txt"]
         assert session.set_idle_timeout(300).idle_timeout_s == 300
+        assert session.park().parked  # the daemon of these tests keeps sessions on disk
+        assert session.exec("x", timeout_ms=60_000).result == 41
         timed_out = session.exec("while True: pass", timeout_ms=2000)
         assert timed_out.session is not None and timed_out.session.rolled_back
     with pytest.raises(SessionNotFound):
@@ -137,6 +139,7 @@ def test_the_async_client(socket: str) -> None:
                 events = [e async for e in session.exec_stream("console.log(base)", timeout_ms=60_000)]
                 assert Output("stdout", "10\n") in events
                 assert [f.path for f in await session.files()] == []
+                assert (await session.park()).parked
                 await session.write_files({"n.json": b"[1, 2]"})
                 assert (await session.exec("JSON.parse(files.read('n.json'))[1]")).result == 2
                 assert (await session.set_idle_timeout(60)).idle_timeout_s == 60

@@ -12,7 +12,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2b import AuthenticationException, FileNotFoundException, FileType, SandboxException, TimeoutException
+from e2b import (
+    AuthenticationException,
+    FileNotFoundException,
+    FileType,
+    SandboxException,
+    SandboxQuery,
+    SandboxState,
+    TimeoutException,
+)
 from e2b_code_interpreter import Sandbox
 
 from hyperlightd import Client
@@ -196,6 +204,33 @@ def test_a_run_past_the_sdks_timeout_raises_its_error_and_is_stopped(
                 assert time.monotonic() < deadline, "the program ran on after the SDK gave up"
                 time.sleep(0.2)
         assert sandbox.run_code("x + 1").text == "2"
+
+
+def test_a_paused_sandbox_keeps_its_state_and_files_and_comes_back_on_connect(
+    gateway: str, socket: str, leaves_nothing: None
+) -> None:
+    # E2B's "Sandbox persistence" page: pause, list the paused, connect, carry on.
+    sandbox = Sandbox.create()
+    sandbox.run_code("kept = 41")
+    sandbox.run_code("const js = 1", language="js")
+    sandbox.files.write("note.txt", "before the pause")
+    assert sandbox.pause() is True
+    assert Sandbox.pause(sandbox.sandbox_id) is False, "paused already"
+    with Client(socket) as daemon:
+        assert all(s.parked for s in daemon.sessions()), "every context's state is on disk only"
+    assert sandbox.get_info().state == SandboxState.PAUSED
+    paused = Sandbox.list(query=SandboxQuery(state=[SandboxState.PAUSED])).next_items()
+    assert [s.sandbox_id for s in paused] == [sandbox.sandbox_id]
+    assert sandbox.files.read("note.txt") == "before the pause", "files read while paused"
+    with pytest.raises(SandboxException) as refused:
+        sandbox.pause(mode="filesystem")
+    assert "paused and resumed whole" in str(refused.value), refused.value
+
+    same = Sandbox.connect(sandbox.sandbox_id, timeout=120)
+    assert same.run_code("kept + 1").text == "42"
+    assert same.run_code("js + 1", language="js").text == "2"
+    assert same.get_info().state == SandboxState.RUNNING
+    same.kill()
 
 
 def test_what_cannot_be_done_is_refused_with_why(gateway: str, leaves_nothing: None) -> None:

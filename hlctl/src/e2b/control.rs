@@ -42,9 +42,14 @@ pub async fn route(
             known.forget(id);
             kill(client, id).await
         }
-        (&Method::POST, ["sandboxes", id, "connect"]) => {
-            let info = sandbox(client, id).await?;
-            Ok(super::json(StatusCode::OK, &wire::created(&info, key)))
+        (&Method::POST, ["sandboxes", id, "connect" | "resume"]) => {
+            known.forget(id);
+            let (info, status) = connect(client, id, &body).await?;
+            Ok(super::json(status, &wire::created(&info, key)))
+        }
+        (&Method::POST, ["sandboxes", id, "pause"]) => {
+            known.forget(id);
+            pause(client, id, &body).await
         }
         (&Method::POST, ["sandboxes", id, "timeout"]) => {
             // Its contexts take the sandbox's timeout: the next one made asks the daemon.
@@ -54,11 +59,6 @@ pub async fn route(
         (&Method::POST, ["sandboxes", _, "refreshes"]) => Err(Refusal::Unsupported(
             "refreshing a sandbox is not supported: set its timeout instead (set_timeout), or \
              use it: every run_code starts its timeout again"
-                .to_owned(),
-        )),
-        (&Method::POST, ["sandboxes", _, "pause" | "resume"]) => Err(Refusal::Unsupported(
-            "pausing a sandbox is not supported by this gateway yet: an idle sandbox's state is \
-             parked to disk by the daemon itself when it runs with --state-dir"
                 .to_owned(),
         )),
         _ => Err(Refusal::NotFound(format!(
@@ -207,15 +207,89 @@ async fn set_timeout(client: &Client, id: &str, body: &Bytes) -> Result<Response
     let asked: Timeout = serde_json::from_slice(body)
         .map_err(|e| Refusal::BadRequest(format!("the timeout's body: {e}")))?;
     sandbox(client, id).await?;
-    let seconds = asked.timeout.max(1);
+    set_timeouts(client, id, asked.timeout).await?;
+    Ok(empty(StatusCode::NO_CONTENT))
+}
+
+/// Sandbox `id`'s sessions, its contexts' first.
+async fn sessions_of(client: &Client, id: &str) -> Result<Vec<String>, Refusal> {
     let wanted = BTreeMap::from([(SANDBOX.to_owned(), id.to_owned())]);
-    for context in client.sessions_labelled(&wanted).await? {
+    let mut ids: Vec<String> = client
+        .sessions_labelled(&wanted)
+        .await?
+        .into_iter()
+        .map(|context| context.id)
+        .collect();
+    ids.push(id.to_owned());
+    Ok(ids)
+}
+
+/// Sandbox `id` and its contexts expire once idle `seconds` from now.
+async fn set_timeouts(client: &Client, id: &str, seconds: u64) -> Result<(), Refusal> {
+    for session in sessions_of(client, id).await? {
         client
-            .set_session_idle_timeout(&context.id, seconds)
+            .set_session_idle_timeout(&session, seconds.max(1))
             .await?;
     }
-    client.set_session_idle_timeout(id, seconds).await?;
+    Ok(())
+}
+
+/// A body of the SDK's whose `memory: false` asks to drop the interpreters' state, which a
+/// sandbox here never does: refused with why.
+fn refuse_dropping_memory(body: &Bytes, what: &str) -> Result<Value, Refusal> {
+    let asked: Value = if body.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        serde_json::from_slice(body)
+            .map_err(|e| Refusal::BadRequest(format!("the {what}'s body: {e}")))?
+    };
+    if asked.get("memory") == Some(&Value::Bool(false)) {
+        return Err(Refusal::Unsupported(format!(
+            "memory=false (mode \"filesystem\") in a {what}: a sandbox here is paused and \
+             resumed whole, its interpreters' state with its files"
+        )));
+    }
+    Ok(asked)
+}
+
+/// `POST /sandboxes/{id}/pause`: each of the sandbox's sessions parked by the daemon (its
+/// state written to `--state-dir` and out of memory) until the next use brings it back. 409
+/// when it is paused already, as E2B answers; a daemon without a state directory refuses.
+async fn pause(client: &Client, id: &str, body: &Bytes) -> Result<Response<Body>, Refusal> {
+    refuse_dropping_memory(body, "pause")?;
+    if sandbox(client, id).await?.parked {
+        return Err(Refusal::Conflict(format!(
+            "sandbox {id:?} is paused already"
+        )));
+    }
+    for session in sessions_of(client, id).await? {
+        client.park_session(&session).await?;
+    }
     Ok(empty(StatusCode::NO_CONTENT))
+}
+
+/// `POST /sandboxes/{id}/connect` (and the older `resume`): the sandbox, 201 if it was paused
+/// (its state comes back from disk with its next use), 200 if it ran; `timeout` sets its
+/// timeout as `set_timeout` does.
+async fn connect(
+    client: &Client,
+    id: &str,
+    body: &Bytes,
+) -> Result<(SessionInfo, StatusCode), Refusal> {
+    let asked = refuse_dropping_memory(body, "connect")?;
+    let info = sandbox(client, id).await?;
+    if let Some(timeout) = asked.get("timeout").filter(|t| !t.is_null()) {
+        let seconds = timeout
+            .as_u64()
+            .ok_or_else(|| Refusal::BadRequest("timeout must be a number of seconds".to_owned()))?;
+        set_timeouts(client, id, seconds).await?;
+    }
+    let status = if info.parked {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((info, status))
 }
 
 /// The caller's sandbox `id`: its default session. 404 for any other id, a context's included.

@@ -331,6 +331,8 @@ pub enum Refusal {
     Unauthorized,
     BadRequest(String),
     NotFound(String),
+    /// The sandbox is already as asked (paused).
+    Conflict(String),
     /// What hyperlightd's sandboxes cannot do, or the gateway does not yet.
     Unsupported(String),
     /// The daemon refused, or could not be reached.
@@ -347,6 +349,7 @@ impl Refusal {
             ),
             Refusal::BadRequest(why) => (StatusCode::BAD_REQUEST, why.clone()),
             Refusal::NotFound(why) => (StatusCode::NOT_FOUND, why.clone()),
+            Refusal::Conflict(why) => (StatusCode::CONFLICT, why.clone()),
             Refusal::Unsupported(why) => (StatusCode::NOT_IMPLEMENTED, why.clone()),
             Refusal::Daemon(error) => (daemon_status(error), error.to_string()),
         };
