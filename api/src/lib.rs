@@ -29,8 +29,8 @@ pub use self::network::{AllowRule, EgressHealth, Network};
 pub use self::policy::{Policy, Violation};
 pub use self::session::{
     CheckpointInfo, CheckpointList, CreateSessionRequest, ExecSession, ForkRequest, ParkRequest,
-    RollbackRequest, SessionCounts, SessionExecRequest, SessionInfo, SessionLimits, SessionList,
-    UpdateSessionRequest,
+    RestartRequest, RollbackRequest, SessionCounts, SessionExecRequest, SessionInfo, SessionLimits,
+    SessionList, UpdateSessionRequest,
 };
 pub use self::tools::{ToolResult, ToolSpec};
 
@@ -83,6 +83,9 @@ pub mod paths {
     /// What follows a session's id in the path that parks it now (`POST`, no body, answered
     /// with its [`SessionInfo`](super::SessionInfo)).
     pub const SESSION_PARK: &str = "park";
+    /// What follows a session's id in the path that starts its interpreter afresh, keeping its
+    /// files (`POST`, no body, answered with its [`SessionInfo`](super::SessionInfo)).
+    pub const SESSION_RESTART: &str = "restart";
     /// What follows a session's id in the path of its files: `GET` lists them
     /// ([`FileList`](super::FileList)); `GET .../files/{path}` answers one file's bytes
     /// (`application/octet-stream`), its path percent-encoded as a URL path.
@@ -126,6 +129,11 @@ pub mod paths {
     /// `POST`: park the session now (its state to disk, out of memory).
     pub fn session_park(id: &str) -> String {
         format!("{SESSIONS}/{id}/{SESSION_PARK}")
+    }
+
+    /// `POST`: start the session's interpreter afresh, keeping its files.
+    pub fn session_restart(id: &str) -> String {
+        format!("{SESSIONS}/{id}/{SESSION_RESTART}")
     }
 }
 

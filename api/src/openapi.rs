@@ -168,6 +168,7 @@ pub fn document() -> Value {
     requests.subschema_for::<crate::ForkRequest>();
     requests.subschema_for::<crate::RollbackRequest>();
     requests.subschema_for::<crate::ParkRequest>();
+    requests.subschema_for::<crate::RestartRequest>();
     requests.subschema_for::<crate::UpdateSessionRequest>();
     requests.subschema_for::<crate::FileChanges>();
     schemas.extend(requests.take_definitions(true));
@@ -237,6 +238,10 @@ pub fn document() -> Value {
                 "parameters": [session_id()],
                 "post": park_session_operation(),
             },
+            SESSION_RESTART_PATH: {
+                "parameters": [session_id()],
+                "post": restart_session_operation(),
+            },
             SESSION_FILE_PATH: {
                 "parameters": [session_id(), file_path()],
                 "get": session_file_operation(),
@@ -302,6 +307,7 @@ pub const SESSION_CHECKPOINTS_PATH: &str = "/v1/sessions/{id}/checkpoints";
 /// See [`SESSION_PATH`].
 pub const SESSION_ROLLBACK_PATH: &str = "/v1/sessions/{id}/rollback";
 pub const SESSION_PARK_PATH: &str = "/v1/sessions/{id}/park";
+pub const SESSION_RESTART_PATH: &str = "/v1/sessions/{id}/restart";
 /// See [`SESSION_PATH`].
 pub const SESSION_FILE_PATH: &str = "/v1/sessions/{id}/files/{path}";
 
@@ -611,6 +617,24 @@ fn park_session_operation() -> Value {
         "responses": responses(
             ("200", success("The session, parked.", "SessionInfo")),
             &[400, 404, 408, 409, 413, 500],
+        ),
+    })
+}
+
+fn restart_session_operation() -> Value {
+    let mut body = json_body("RestartRequest");
+    body["required"] = json!(false);
+    json!({
+        "operationId": "restartSession",
+        "summary": "Start a session's interpreter afresh",
+        "description": "After the execs that arrived before, the session's interpreter starts \
+            as a new session's would (nothing of its programs' variables, imports or module \
+            state), with its files and environment kept. It is an exec that runs no program: \
+            it makes the session's next checkpoint, so a rollback to the one before undoes it.",
+        "requestBody": body,
+        "responses": responses(
+            ("200", success("The session, at its new checkpoint.", "SessionInfo")),
+            &[400, 404, 408, 409, 413, 500, 503],
         ),
     })
 }

@@ -270,6 +270,15 @@ pub struct RollbackRequest {
 #[serde(deny_unknown_fields)]
 pub struct ParkRequest {}
 
+/// Body of `POST /v1/sessions/{id}/restart`, which may be empty: restarting asks for nothing
+/// more. After the execs that arrived before, the session's interpreter starts afresh (as a
+/// new session's: no variable, import or module state of its programs) with its working
+/// directory and environment kept; this makes its next checkpoint, so a rollback to the one
+/// before undoes it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RestartRequest {}
+
 /// Body of `POST /v1/sessions/{id}/fork`, which may be empty (a fork of the session's newest
 /// checkpoint).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

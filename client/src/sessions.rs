@@ -137,6 +137,21 @@ impl Client {
         decode(status, &bytes)
     }
 
+    /// Starts session `id`'s interpreter afresh (after the execs that arrived before), keeping
+    /// its files and environment: its next checkpoint, which a rollback to the one before
+    /// undoes.
+    pub async fn restart_session(&self, id: &str) -> Result<SessionInfo, Error> {
+        let (status, bytes) = self
+            .call(
+                Method::POST,
+                &paths::session_restart(id),
+                Bytes::new(),
+                session_exec_wait(None),
+            )
+            .await?;
+        decode(status, &bytes)
+    }
+
     /// The files in session `id`'s working directory, by path, with their sizes (after the
     /// execs that arrived before this call).
     pub async fn session_files(&self, id: &str) -> Result<FileList, Error> {

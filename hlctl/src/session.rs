@@ -79,6 +79,15 @@ pub enum SessionCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Start a session's interpreter afresh, keeping its files and environment (a rollback to
+    /// the checkpoint before undoes it).
+    Restart {
+        /// The session's id.
+        id: String,
+        /// Print the session as JSON afterwards.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a session as JSON.
     Show {
         /// The session's id.
@@ -188,6 +197,17 @@ pub async fn run(client: &Client, command: SessionCommand) -> u8 {
                 println!(
                     "session {} has run nothing: there is nothing to park",
                     info.id
+                );
+                exit::OK
+            }
+            Err(e) => report(&e),
+        },
+        SessionCommand::Restart { id, json } => match client.restart_session(&id).await {
+            Ok(info) if json => print_json(&info),
+            Ok(info) => {
+                println!(
+                    "session {} starts afresh at checkpoint {}, its files kept",
+                    info.id, info.checkpoint
                 );
                 exit::OK
             }

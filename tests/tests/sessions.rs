@@ -333,6 +333,66 @@ async fn env_is_the_sessions_under_the_execs_own_which_do_not_outlive_their_exec
 }
 
 #[tokio::test]
+async fn a_restart_starts_the_interpreter_afresh_with_files_and_env_kept_and_is_undone() {
+    let daemon = both_languages(&[]).await;
+    let client = daemon.client();
+    for (language, define, defined, read) in [
+        (
+            Language::Python,
+            "import json\nx = 1\nopen('kept.txt', 'w').write('kept')",
+            "['x' in globals(), 'json' in globals()]",
+            "import os\n[open('kept.txt').read(), os.environ['MODE']]",
+        ),
+        (
+            Language::Javascript,
+            "let x = 1; globalThis.y = 2; files.write('kept.txt', 'kept')",
+            "[typeof x !== 'undefined', typeof y !== 'undefined']",
+            "[files.read('kept.txt'), process.env.MODE]",
+        ),
+    ] {
+        let mut request = CreateSessionRequest::new(language);
+        request.env = env_of(&[("MODE", "kept")]);
+        let id = within("create", STEP_LIMIT, client.create_session(&request))
+            .await
+            .unwrap()
+            .id;
+        value(&client, &id, define).await;
+        assert_eq!(value(&client, &id, defined).await, json!([true, true]));
+        let before = within("session", STEP_LIMIT, client.session(&id))
+            .await
+            .unwrap()
+            .checkpoint;
+        let restarted = within("restart", STEP_LIMIT, client.restart_session(&id))
+            .await
+            .unwrap_or_else(|e| panic!("restart failed: {e}\n{}", daemon.log()));
+        assert_eq!(
+            restarted.checkpoint,
+            before + 1,
+            "{language}: its next checkpoint"
+        );
+        assert_eq!(
+            value(&client, &id, defined).await,
+            json!([false, false]),
+            "{language}"
+        );
+        assert_eq!(
+            value(&client, &id, read).await,
+            json!(["kept", "kept"]),
+            "{language}"
+        );
+        // The restart is a checkpoint like any other: rolled back past, the state is back.
+        within("rollback", STEP_LIMIT, client.rollback_session(&id, before))
+            .await
+            .unwrap();
+        assert_eq!(
+            value(&client, &id, defined).await,
+            json!([true, true]),
+            "{language}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_fork_copies_the_state_then_the_two_diverge_and_draw_different_random_numbers() {
     let daemon = both_languages(&[]).await;
     let client = daemon.client();

@@ -114,6 +114,9 @@ def test_a_session_keeps_state_forks_lists_files_and_is_deleted_on_exit(client: 
         assert session.set_idle_timeout(300).idle_timeout_s == 300
         assert session.park().parked  # the daemon of these tests keeps sessions on disk
         assert session.exec("x", timeout_ms=60_000).result == 41
+        session.restart()
+        assert session.exec("'x' in globals()", timeout_ms=60_000).result is False
+        assert session.read_file("notes.txt") == b"kept"
         timed_out = session.exec("while True: pass", timeout_ms=2000)
         assert timed_out.session is not None and timed_out.session.rolled_back
     with pytest.raises(SessionNotFound):

@@ -112,6 +112,8 @@ def test_state_carries_over_and_output_errors_and_languages_come_back_as_e2b_say
         sandbox.run_code("x = 100", context=context)
         assert sandbox.run_code("x").text == "2", "a context has its own state"
         assert sandbox.run_code("x", context=context).text == "100"
+        sandbox.restart_code_context(context)
+        assert sandbox.run_code("'x' in globals()", context=context).text == "False", "restarted afresh"
         ids = {c.id for c in sandbox.list_code_contexts()}
         assert {sandbox.sandbox_id, context.id} <= ids
         sandbox.remove_code_context(context)

@@ -255,6 +255,9 @@ def test_checkpoints_are_listed_rolled_back_to_forked_from_and_a_loss_is_reporte
             "POST /v1/sessions/s1/fork": lambda _: Reply(201, session("s2"), schema="SessionInfo"),
             "POST /v1/sessions/s1/exec": lambda _: Reply(body=response(session=lost), schema="ExecResponse"),
             "POST /v1/sessions/s1/park": lambda _: Reply(body={**session("s1"), "parked": True}, schema="SessionInfo"),
+            "POST /v1/sessions/s1/restart": lambda _: Reply(
+                body={**session("s1"), "checkpoint": 5}, schema="SessionInfo"
+            ),
             "DELETE /v1/sessions/s1": lambda _: Reply(204),
         },
     )
@@ -272,6 +275,7 @@ def test_checkpoints_are_listed_rolled_back_to_forked_from_and_a_loss_is_reporte
         assert state is not None
         assert (state.checkpoint, state.restored_from_checkpoint, state.lost_execs) == (4, 1, 2)
         assert one.park().parked
+        assert one.restart().checkpoint == 5
         one.delete()
     stand_in.close()
     sent = [(m, p, body) for m, p, body in stand_in.seen]
@@ -279,6 +283,7 @@ def test_checkpoints_are_listed_rolled_back_to_forked_from_and_a_loss_is_reporte
     assert sent[3] == ("POST", "/v1/sessions/s1/fork", {"checkpoint": 1})
     assert sent[4][:2] == ("POST", "/v1/sessions/s1/fork")
     assert sent[6] == ("POST", "/v1/sessions/s1/park", None)
+    assert sent[7] == ("POST", "/v1/sessions/s1/restart", None)
 
 
 def test_an_unknown_session_and_a_bad_request_are_their_exceptions(sock: Path) -> None:

@@ -284,7 +284,7 @@ impl AuditLog {
     }
 
     /// Writes a session event's line: `event` is `session_created`, `session_forked`,
-    /// `session_rolled_back`, `session_parked`, `session_files_changed`, `session_deleted` or `session_expired`.
+    /// `session_rolled_back`, `session_parked`, `session_restarted`, `session_files_changed`, `session_deleted` or `session_expired`.
     pub fn session(&self, event: &str, record: &SessionRecord<'_>) {
         self.write(event, record);
     }

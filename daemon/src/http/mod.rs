@@ -260,6 +260,9 @@ impl<E: Executor> Api<E> {
             (Method::POST, Route::SessionPark(id)) => {
                 self.park_session(request, &call, id).await.map(whole)
             }
+            (Method::POST, Route::SessionRestart(id)) => {
+                self.restart_session(request, &call, id).await.map(whole)
+            }
             (Method::GET, Route::SessionFiles(id)) => {
                 self.list_session_files(&call, id).await.map(whole)
             }

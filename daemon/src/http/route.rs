@@ -38,6 +38,8 @@ pub enum Route<'a> {
     SessionRollback(&'a str),
     /// `/v1/sessions/{id}/park`
     SessionPark(&'a str),
+    /// `/v1/sessions/{id}/restart`
+    SessionRestart(&'a str),
     /// `/v1/sessions/{id}/files/{path}`, the path as sent (percent-encoded).
     SessionFile(&'a str, &'a str),
     ToolResults(&'a str),
@@ -78,6 +80,7 @@ impl<'a> Route<'a> {
                     Some(paths::SESSION_CHECKPOINTS) => Route::SessionCheckpoints(id),
                     Some(paths::SESSION_ROLLBACK) => Route::SessionRollback(id),
                     Some(paths::SESSION_PARK) => Route::SessionPark(id),
+                    Some(paths::SESSION_RESTART) => Route::SessionRestart(id),
                     Some(action) => {
                         let file = action
                             .strip_prefix(paths::SESSION_FILES)?
@@ -101,6 +104,7 @@ impl<'a> Route<'a> {
                     | Route::SessionExec(_)
                     | Route::SessionFork(_)
                     | Route::SessionFiles(_)
+                    | Route::SessionRestart(_)
             )
     }
 
@@ -120,6 +124,7 @@ impl<'a> Route<'a> {
             Route::SessionCheckpoints(_) => "/v1/sessions/{id}/checkpoints",
             Route::SessionRollback(_) => "/v1/sessions/{id}/rollback",
             Route::SessionPark(_) => "/v1/sessions/{id}/park",
+            Route::SessionRestart(_) => "/v1/sessions/{id}/restart",
             Route::SessionFile(..) => "/v1/sessions/{id}/files/{path}",
             Route::ToolResults(_) => "/v1/executions/{id}/tool-results",
         }
@@ -133,6 +138,7 @@ impl<'a> Route<'a> {
             | Route::SessionFork(_)
             | Route::SessionRollback(_)
             | Route::SessionPark(_)
+            | Route::SessionRestart(_)
             | Route::ToolResults(_) => "POST",
             Route::Health(_)
             | Route::Metrics
@@ -167,6 +173,7 @@ mod tests {
             ),
             ("/v1/sessions/abc/rollback", Route::SessionRollback("abc")),
             ("/v1/sessions/abc/park", Route::SessionPark("abc")),
+            ("/v1/sessions/abc/restart", Route::SessionRestart("abc")),
             ("/v1/executions/abc/tool-results", Route::ToolResults("abc")),
         ] {
             assert_eq!(Route::parse(path), Some(route), "{path}");

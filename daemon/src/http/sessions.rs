@@ -10,8 +10,8 @@ use http_body_util::Full;
 use hyper::header::{HeaderValue, LOCATION};
 use hyper::{Request, Response, StatusCode};
 use hyperlightd_api::{
-    CheckpointList, CreateSessionRequest, ForkRequest, ParkRequest, RollbackRequest,
-    SessionExecRequest, SessionList, UpdateSessionRequest, paths,
+    CheckpointList, CreateSessionRequest, ForkRequest, ParkRequest, RestartRequest,
+    RollbackRequest, SessionExecRequest, SessionList, UpdateSessionRequest, paths,
 };
 use percent_encoding::percent_decode_str;
 
@@ -139,6 +139,27 @@ impl<E: Executor> Api<E> {
             let _: ParkRequest = super::parse_json(&body)?;
         }
         let info = self.service.park_session(call, id).await?;
+        Ok(json_response(StatusCode::OK, &wire::session_info(info)))
+    }
+
+    /// `POST /v1/sessions/{id}/restart`: the session, its interpreter started afresh with its
+    /// files kept. It takes no body; an empty JSON object is taken too.
+    pub(super) async fn restart_session<B>(
+        &self,
+        request: Request<B>,
+        call: &Call,
+        id: &str,
+    ) -> Result<Response<Full<Bytes>>, ApiError>
+    where
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: Into<BoxError>,
+    {
+        let limit = self.service.limits().max_body_bytes;
+        let body = self.read_body(request, limit).await?;
+        if !body.iter().all(u8::is_ascii_whitespace) {
+            let _: RestartRequest = super::parse_json(&body)?;
+        }
+        let info = self.service.restart_session(call, id).await?;
         Ok(json_response(StatusCode::OK, &wire::session_info(info)))
     }
 

@@ -70,6 +70,9 @@ pub struct Job {
     /// Changes made to a session's files, in order, after `files` are laid over them (a session's
     /// exec only; empty for every other job).
     pub file_changes: Vec<files::FileChange>,
+    /// Run from the warm state rather than the session's, with the session's files: a
+    /// session's interpreter started afresh (a session's exec only).
+    pub fresh_interpreter: bool,
     /// What the working directory may hold.
     pub file_limits: FileLimits,
     /// The environment the program sees (for a session's exec, added to the session's).

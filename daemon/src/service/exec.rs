@@ -19,7 +19,8 @@ use crate::job::egress::Outbound;
 use crate::job::files::FileChange;
 use crate::job::tools::{ToolExchange, ToolResult};
 use crate::job::{
-    Env, ExecError, Files, Job, Language, Outcome, OutputChunk, OutputSink, Status, files,
+    Env, ExecError, Files, Job, Language, Outcome, OutputChunk, OutputSink, SessionInfo, Status,
+    files,
 };
 
 /// What a request asks to run, whatever carried it.
@@ -127,22 +128,33 @@ impl<E: Executor> Service<E> {
         let mut job = self.job(call, language, Program::new(""))?;
         job.file_changes = changes;
         let outcome = self.run(call, job, Some((id, session))).await?.outcome;
-        match (&outcome.session, outcome.status) {
-            (Some(session), Status::Ok) if !session.rolled_back => {
-                let made = Audited {
-                    from: None,
-                    checkpoint: Some(session.checkpoint),
-                };
-                self.audit_session("session_files_changed", call, id, language, made);
-                Ok(session.checkpoint)
-            }
-            _ => Err(Refusal::Exec(ExecError::Internal(format!(
-                "the session's files were not changed: saving them failed ({})",
-                outcome
-                    .error
-                    .map_or_else(|| "no error told".to_owned(), |e| e.message)
-            )))),
-        }
+        let checkpoint = made_checkpoint(outcome, "the session's files were not changed")?;
+        let made = Audited {
+            from: None,
+            checkpoint: Some(checkpoint),
+        };
+        self.audit_session("session_files_changed", call, id, language, made);
+        Ok(checkpoint)
+    }
+
+    /// Starts the interpreter of `call`'s caller's session `id` afresh, keeping its files,
+    /// after the execs that arrived before: an exec that runs no program from the warm state,
+    /// whose checkpoint holds the session's files and nothing of its programs' state. A
+    /// rollback to the checkpoint before undoes it.
+    pub async fn restart_session(&self, call: &Call, id: &str) -> Result<SessionInfo, Refusal> {
+        self.taking_work()?;
+        let owner = call.caller.principal();
+        let (session, language) = self.executor.find_session(&owner, id)?;
+        let mut job = self.job(call, language, Program::new(""))?;
+        job.fresh_interpreter = true;
+        let outcome = self.run(call, job, Some((id, session))).await?.outcome;
+        let checkpoint = made_checkpoint(outcome, "the session was not restarted")?;
+        let made = Audited {
+            from: None,
+            checkpoint: Some(checkpoint),
+        };
+        self.audit_session("session_restarted", call, id, language, made);
+        Ok(self.executor.session(&owner, id)?)
     }
 
     /// The job for `program` (its files checked) in `language`: its size and policy checked,
@@ -174,6 +186,7 @@ impl<E: Executor> Service<E> {
             output: program.output,
             files: program.files,
             file_changes: Vec::new(),
+            fresh_interpreter: false,
             file_limits: limits.files,
             env,
             timeout,
@@ -398,5 +411,19 @@ impl<E: Executor> Service<E> {
         self.executions
             .answer(&call.caller.principal(), execution, id, result)
             .map_err(Refusal::from)
+    }
+}
+
+/// The checkpoint an exec that runs no program made, or why it made none (`what` did not
+/// happen).
+fn made_checkpoint(outcome: Outcome, what: &str) -> Result<u64, Refusal> {
+    match (&outcome.session, outcome.status) {
+        (Some(session), Status::Ok) if !session.rolled_back => Ok(session.checkpoint),
+        _ => Err(Refusal::Exec(ExecError::Internal(format!(
+            "{what}: saving the state failed ({})",
+            outcome
+                .error
+                .map_or_else(|| "no error told".to_owned(), |e| e.message)
+        )))),
     }
 }

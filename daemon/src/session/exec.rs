@@ -50,9 +50,9 @@ impl Sessions {
                 Ok(resume) => resume,
                 Err(e) => return turn.finish(Err(e)),
             };
-            let state = resume.map(|resume| {
+            let state = resume.and_then(|resume| {
                 job.files = files::overlay(&resume.files, &job.files);
-                resume.state
+                (!job.fresh_interpreter).then_some(resume.state)
             });
             let limits = job.file_limits;
             if !job.file_changes.is_empty() {

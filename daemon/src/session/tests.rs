@@ -103,6 +103,7 @@ fn job(request_id: u64, deadline: Instant, timeout: Duration, files: Files) -> J
         output: None,
         files,
         file_changes: Vec::new(),
+        fresh_interpreter: false,
         env: Default::default(),
         file_limits: FileLimits {
             max_entries: 10,

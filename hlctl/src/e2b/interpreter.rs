@@ -64,9 +64,12 @@ pub async fn route(
             client.delete_session(id).await?;
             Ok(empty(StatusCode::NO_CONTENT))
         }
-        (&Method::POST, ["contexts", _, "restart"]) => Err(Refusal::Unsupported(
-            "restarting a context is not supported yet: remove it and create another".to_owned(),
-        )),
+        (&Method::POST, ["contexts", id, "restart"]) => {
+            // A fresh interpreter with the context's files kept: the daemon's restart.
+            let context = context(client, sandbox, id).await?;
+            client.restart_session(&context.id).await?;
+            Ok(empty(StatusCode::NO_CONTENT))
+        }
         (&Method::GET, ["health"]) => Ok(empty(StatusCode::OK)),
         _ => Err(Refusal::NotFound(format!(
             "{method} /{} is not part of the code interpreter this gateway serves",

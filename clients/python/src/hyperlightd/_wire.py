@@ -44,8 +44,9 @@ EXEC_MARGIN_S = 15.0
 # Added again for a session's exec: the daemon moves its deadline on by the time the session
 # spends saving earlier execs' state, up to a minute.
 SESSION_SAVE_WAIT_S = 60.0
-# A change to a session's files: an exec that runs no program, so it may wait for saves too.
-FILE_CHANGES_WAIT_S = DEFAULT_WAIT_S + SESSION_SAVE_WAIT_S
+# A change to a session's files, or a restart: an exec that runs no program, so it may wait
+# for saves too.
+NO_PROGRAM_WAIT_S = DEFAULT_WAIT_S + SESSION_SAVE_WAIT_S
 # A tool call's wait when the request names none: the daemon's default cap on one.
 DEFAULT_TOOL_WAIT_S = 300.0
 CONNECT_TIMEOUT_S = 5.0

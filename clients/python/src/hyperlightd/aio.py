@@ -212,6 +212,11 @@ class AsyncSession:
         """Parks the session now; see :meth:`Session.park`."""
         return SessionInfo.from_json(await self.client._json("POST", _wire.session_path(self.id, "park")))
 
+    async def restart(self) -> SessionInfo:
+        """Starts the session's interpreter afresh; see :meth:`Session.restart`."""
+        path = _wire.session_path(self.id, "restart")
+        return SessionInfo.from_json((await self.client._send("POST", path, None, _wire.NO_PROGRAM_WAIT_S)).json())
+
     async def describe(self) -> SessionInfo:
         """The session as the daemon describes it now."""
         return SessionInfo.from_json(await self.client._json("GET", _wire.session_path(self.id)))
@@ -229,7 +234,7 @@ class AsyncSession:
         """Changes its working directory, all or none; see :meth:`Session.change_files`."""
         body = _wire.file_changes(changes)
         answer = (
-            await self.client._send("POST", _wire.session_path(self.id, "files"), body, _wire.FILE_CHANGES_WAIT_S)
+            await self.client._send("POST", _wire.session_path(self.id, "files"), body, _wire.NO_PROGRAM_WAIT_S)
         ).json()
         return int(answer["checkpoint"])
 

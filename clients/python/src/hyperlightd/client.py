@@ -229,6 +229,12 @@ class Session:
         refuses it (:class:`~hyperlightd.InvalidRequest`)."""
         return SessionInfo.from_json(self.client._json("POST", _wire.session_path(self.id, "park")))
 
+    def restart(self) -> SessionInfo:
+        """Starts the session's interpreter afresh, keeping its files and environment: its next
+        checkpoint, which a rollback to the one before undoes."""
+        path = _wire.session_path(self.id, "restart")
+        return SessionInfo.from_json(self.client._send("POST", path, None, _wire.NO_PROGRAM_WAIT_S).json())
+
     def describe(self) -> SessionInfo:
         """The session as the daemon describes it now (execs, expiry, memory)."""
         return SessionInfo.from_json(self.client._json("GET", _wire.session_path(self.id)))
@@ -250,7 +256,7 @@ class Session:
         :class:`~hyperlightd.PayloadTooLarge` past the file limits,
         :class:`~hyperlightd.InvalidRequest` for a path outside the directory."""
         body = _wire.file_changes(changes)
-        answer = self.client._send("POST", _wire.session_path(self.id, "files"), body, _wire.FILE_CHANGES_WAIT_S).json()
+        answer = self.client._send("POST", _wire.session_path(self.id, "files"), body, _wire.NO_PROGRAM_WAIT_S).json()
         return int(answer["checkpoint"])
 
     def write_files(self, files: Mapping[str, FileContent]) -> int:

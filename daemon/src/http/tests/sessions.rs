@@ -487,3 +487,34 @@ async fn parking_without_a_state_directory_is_refused_with_why_and_a_body_is_che
     let (status, _) = call(&api, request(Method::POST, &gone, "")).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn a_restart_is_an_exec_of_the_session_that_runs_no_program() {
+    let (api, executor) = api(StubExecutor::new(|job| {
+        Ok(ok_outcome("", serde_json::json!(job.fresh_interpreter)))
+    }));
+    let (_, info) = create(&api, r#"{"language":"javascript"}"#).await;
+    let id = info["id"].as_str().unwrap().to_owned();
+    let exec = paths::session_exec(&id);
+    let (_, ran) = call(&api, request(Method::POST, &exec, r#"{"code":"x"}"#)).await;
+    assert_eq!(ran["result"], false);
+    let restart = paths::session_restart(&id);
+    let (status, restarted) = call(&api, request(Method::POST, &restart, "")).await;
+    assert_eq!(status, StatusCode::OK, "{restarted}");
+    // The stub's sessions keep no state, so the restart's checkpoint is the session's own
+    // (session::tests::lifecycle checks what a restart runs from).
+    assert_eq!(
+        restarted["execs"], 2,
+        "an exec that runs no program: {restarted}"
+    );
+    let seen = executor.seen().clone();
+    assert_eq!(seen.last().unwrap().1, "", "no program ran");
+    let (status, refused) = call(&api, request(Method::POST, &restart, r#"{"x":1}"#)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    let (status, _) = call(
+        &api,
+        request(Method::POST, &paths::session_restart("0123"), ""),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}

@@ -338,6 +338,7 @@ fn job_of(uid: u32, code: &str, timeout_ms: u64) -> Job {
         output: None,
         files: Files::new(),
         file_changes: Vec::new(),
+        fresh_interpreter: false,
         env: Default::default(),
         file_limits: FileLimits {
             max_entries: 10,

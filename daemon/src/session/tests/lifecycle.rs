@@ -280,3 +280,34 @@ async fn a_job_sees_the_sessions_env_under_its_own_and_a_fork_keeps_the_sessions
         .unwrap();
     assert_eq!(fork.env, session_env);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_fresh_interpreter_starts_from_the_warm_state_with_the_sessions_files() {
+    let sessions = sessions(settings());
+    let id = sessions
+        .create(
+            OWNER,
+            Language::Python,
+            None,
+            Labels::default(),
+            Default::default(),
+        )
+        .unwrap()
+        .id;
+    exec_saving(&sessions, &id, 7, 10).await;
+    let (tx, saw) = oneshot::channel();
+    let run = move |state: Option<SavedState>, seen: Job| async move {
+        tx.send((state.is_none(), seen.files)).unwrap();
+        Ok(Ran {
+            outcome: outcome(),
+            after: After::Unchanged,
+        })
+    };
+    let deadline = clock::now() + Duration::from_secs(5);
+    let mut fresh = job(8, deadline, Duration::from_secs(5), Files::new());
+    fresh.fresh_interpreter = true;
+    exec_job(&sessions, OWNER, &id, fresh, run).await.unwrap();
+    let (warm, files) = saw.await.unwrap();
+    assert!(warm, "the warm state, not the session's");
+    assert_eq!(files, *files_of(7), "the session's files");
+}
