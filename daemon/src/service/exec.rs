@@ -154,6 +154,9 @@ impl<E: Executor> Service<E> {
             checkpoint: Some(checkpoint),
         };
         self.audit_session("session_restarted", call, id, language, made);
+        // The session as it is once that state is saved (its checkpoint then the newest).
+        let wait = self.limits.max_timeout;
+        self.executor.session_checkpoints(&owner, id, wait).await?;
         Ok(self.executor.session(&owner, id)?)
     }
 
