@@ -90,6 +90,12 @@ pub fn mcp_server_filesystem() -> PathBuf {
     built_by_xtask("mcp-servers/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js")
 }
 
+/// E2B's JavaScript SDK's test (tests/e2b-js/e2b.test.mjs), which `cargo xtask test` copies
+/// into target/e2b-js beside the SDK it installs there (pinned in tests/e2b-js).
+pub fn e2b_js_test() -> PathBuf {
+    built_by_xtask("e2b-js/e2b.test.mjs")
+}
+
 /// `target/<relative>`, which `cargo xtask test` builds before running the tests.
 fn built_by_xtask(relative: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("the test knows its own path");

@@ -2,7 +2,8 @@
 //! clients/python/e2e, run against a real daemon with Python and JavaScript pools: every method
 //! of the sync and async clients, the quickstart example, each framework adapter with the real
 //! framework and a scripted model, printing the conversations, and E2B's own SDK through `hlctl
-//! e2b-gateway`. One daemon serves them all, its sessions kept on disk (`--state-dir`)
+//! e2b-gateway`, then E2B's JavaScript SDK's own test through another gateway. One daemon
+//! serves them all, its sessions kept on disk (`--state-dir`)
 //! (starting one takes half a minute under emulation); pytest names each test that fails.
 //!
 //! Needs a KVM that runs Hyperlight guests (`cargo xtask test` runs them in the nested-KVM VM),
@@ -13,10 +14,14 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use hyperlightd_e2e::{Daemon, binary, python_sdk_python, within};
+use hyperlightd_e2e::{Daemon, STEP_LIMIT, binary, e2b_js_test, python_sdk_python, within};
 
 /// Time limit for the pytest run: a few dozen execs, sessions saving state under emulation.
 const PYTEST_LIMIT: Duration = Duration::from_secs(480);
+/// Time limit for E2B's JavaScript SDK's test: a few sandboxes and a dozen runs.
+const NODE_LIMIT: Duration = Duration::from_secs(300);
+/// The key the JavaScript SDK's gateway takes.
+const JS_KEY: &str = "e2b_test_key_js_0123456789abcdef";
 
 #[tokio::test]
 async fn the_python_client_and_its_framework_adapters_against_the_daemon() {
@@ -48,6 +53,61 @@ async fn the_python_client_and_its_framework_adapters_against_the_daemon() {
     assert!(
         output.status.success(),
         "pytest clients/python/e2e failed:\n{stdout}\n{stderr}\ndaemon log:\n{}",
+        daemon.log()
+    );
+    e2b_javascript_sdk(&daemon, home.path()).await;
+}
+
+/// E2B's JavaScript SDK (`@e2b/code-interpreter` from npm), unmodified, runs its test
+/// (tests/e2b-js/e2b.test.mjs, with node's test runner) through `hlctl e2b-gateway` in front
+/// of `daemon`.
+async fn e2b_javascript_sdk(daemon: &Daemon, home: &std::path::Path) {
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("key");
+    std::fs::write(&key_file, format!("{JS_KEY}\n")).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .unwrap()
+        .port();
+    let _gateway = tokio::process::Command::new(binary("hlctl"))
+        .arg("--socket")
+        .arg(daemon.socket())
+        .args(["e2b-gateway", "--listen", &format!("127.0.0.1:{port}")])
+        .arg("--api-key-file")
+        .arg(&key_file)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("hlctl e2b-gateway starts");
+    within("the gateway listens", STEP_LIMIT, async {
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    let url = format!("http://127.0.0.1:{port}");
+    let run = tokio::process::Command::new("node")
+        .arg("--test")
+        .arg(e2b_js_test())
+        .env("E2B_API_URL", &url)
+        .env("E2B_SANDBOX_URL", &url)
+        .env("E2B_API_KEY", JS_KEY)
+        .env("HOME", home)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let output = within("node --test e2b.test.mjs", NODE_LIMIT, run)
+        .await
+        .expect("node starts");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    println!("{stdout}");
+    assert!(
+        output.status.success(),
+        "E2B's JavaScript SDK test failed:\n{stdout}\n{stderr}\ndaemon log:\n{}",
         daemon.log()
     );
 }

@@ -357,11 +357,15 @@ async fn a_restart_starts_the_interpreter_afresh_with_files_and_env_kept_and_is_
             .unwrap()
             .id;
         value(&client, &id, define).await;
-        assert_eq!(value(&client, &id, defined).await, json!([true, true]));
-        let before = within("session", STEP_LIMIT, client.session(&id))
-            .await
-            .unwrap()
-            .checkpoint;
+        // The checkpoint an exec made, as its answer names it (the session's own listing
+        // names it once the state is saved, after the answer).
+        let answered = exec(&client, &id, defined).await;
+        assert_eq!(
+            answered.result,
+            json!([true, true]),
+            "{language}: {answered:?}"
+        );
+        let before = answered.session.expect("a session exec says so").checkpoint;
         let restarted = within("restart", STEP_LIMIT, client.restart_session(&id))
             .await
             .unwrap_or_else(|e| panic!("restart failed: {e}\n{}", daemon.log()));

@@ -545,23 +545,29 @@ pub fn pinned_virtualenv(what: &str, venv: &Path, requirements: &Path) -> Result
     std::fs::write(&stamp, wanted).with_context(|| format!("writing {}", stamp.display()))
 }
 
-/// The npm MCP servers the end-to-end tests give `hlctl mcp`'s code mode (tests/mcp's
-/// package.json and lock), installed with `npm ci` in target/mcp-servers; again when the lock
-/// changes.
-fn mcp_servers() -> Result<()> {
-    let source = workspace_root()?.join("tests/mcp");
-    let work = vm::target_dir()?.join("mcp-servers");
+/// npm packages the end-to-end tests use, pinned in `source` (its package.json and lock) and
+/// installed with `npm ci` in target/`target`, again when the lock changes; `files` of
+/// `source` (the tests that use them) are copied beside them every time. `what` names the
+/// step: the MCP servers that tests give `hlctl mcp`'s code mode (tests/mcp), E2B's
+/// JavaScript SDK and its test (tests/e2b-js).
+fn npm_packages(what: &str, source: &str, target: &str, files: &[&str]) -> Result<()> {
+    let source = workspace_root()?.join(source);
+    let work = vm::target_dir()?.join(target);
+    std::fs::create_dir_all(&work)?;
+    for file in files {
+        std::fs::copy(source.join(file), work.join(file))
+            .with_context(|| format!("copying {file} into {}", work.display()))?;
+    }
     let lock = std::fs::read_to_string(source.join("package-lock.json"))
-        .context("reading tests/mcp/package-lock.json")?;
+        .with_context(|| format!("reading {}/package-lock.json", source.display()))?;
     let stamp = work.join("package-lock.installed");
     if std::fs::read_to_string(&stamp).is_ok_and(|installed| installed == lock) {
         return Ok(());
     }
-    std::fs::create_dir_all(&work)?;
     for file in ["package.json", "package-lock.json"] {
         std::fs::copy(source.join(file), work.join(file))?;
     }
-    npm_ci("MCP servers: npm ci (pinned servers for code mode)", &work)?;
+    npm_ci(&format!("{what}: npm ci (pinned)"), &work)?;
     std::fs::write(&stamp, lock).with_context(|| format!("writing {}", stamp.display()))
 }
 
@@ -604,7 +610,13 @@ fn test() -> Result<()> {
     python_guest_for_package_tests()?;
     native_python::native_python(None)?;
     mcp_client()?;
-    mcp_servers()?;
+    npm_packages("MCP servers", "tests/mcp", "mcp-servers", &[])?;
+    npm_packages(
+        "E2B's JavaScript SDK",
+        "tests/e2b-js",
+        "e2b-js",
+        &["e2b.test.mjs"],
+    )?;
     python_sdk()?;
     step(
         "unit tests (host), with a short fuzzing pass of the HTTP layer",
