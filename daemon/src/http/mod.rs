@@ -350,6 +350,22 @@ impl<E: Executor> Api<E> {
         self.read_json_up_to(request, limit).await
     }
 
+    /// [`read_json`](Self::read_json) of a body that may be empty (or only whitespace): then
+    /// `T`'s default.
+    async fn read_optional_json<T, B>(&self, request: Request<B>) -> Result<T, ApiError>
+    where
+        T: serde::de::DeserializeOwned + Default,
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: Into<BoxError>,
+    {
+        let limit = self.service.limits().max_body_bytes;
+        let body = self.read_body(request, limit).await?;
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(T::default());
+        }
+        parse_json(&body)
+    }
+
     /// [`read_json`](Self::read_json) of a body of at most `limit` bytes.
     async fn read_json_up_to<T, B>(&self, request: Request<B>, limit: usize) -> Result<T, ApiError>
     where

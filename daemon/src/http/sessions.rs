@@ -78,13 +78,7 @@ impl<E: Executor> Api<E> {
         B: hyper::body::Body<Data = Bytes>,
         B::Error: Into<BoxError>,
     {
-        let limit = self.service.limits().max_body_bytes;
-        let body = self.read_body(request, limit).await?;
-        let fork: ForkRequest = if body.iter().all(u8::is_ascii_whitespace) {
-            ForkRequest::default()
-        } else {
-            super::parse_json(&body)?
-        };
+        let fork: ForkRequest = self.read_optional_json(request).await?;
         let info = self.service.fork_session(call, id, fork.checkpoint).await?;
         Ok(created(info))
     }
@@ -133,11 +127,7 @@ impl<E: Executor> Api<E> {
         B: hyper::body::Body<Data = Bytes>,
         B::Error: Into<BoxError>,
     {
-        let limit = self.service.limits().max_body_bytes;
-        let body = self.read_body(request, limit).await?;
-        if !body.iter().all(u8::is_ascii_whitespace) {
-            let _: ParkRequest = super::parse_json(&body)?;
-        }
+        let ParkRequest {} = self.read_optional_json(request).await?;
         let info = self.service.park_session(call, id).await?;
         Ok(json_response(StatusCode::OK, &wire::session_info(info)))
     }
@@ -154,11 +144,7 @@ impl<E: Executor> Api<E> {
         B: hyper::body::Body<Data = Bytes>,
         B::Error: Into<BoxError>,
     {
-        let limit = self.service.limits().max_body_bytes;
-        let body = self.read_body(request, limit).await?;
-        if !body.iter().all(u8::is_ascii_whitespace) {
-            let _: RestartRequest = super::parse_json(&body)?;
-        }
+        let RestartRequest {} = self.read_optional_json(request).await?;
         let info = self.service.restart_session(call, id).await?;
         Ok(json_response(StatusCode::OK, &wire::session_info(info)))
     }
