@@ -1,4 +1,5 @@
-//! What `/v1/health` says about callers (what one uid may use at once) and the audit log.
+//! What `/v1/health` says about callers (what one uid may use at once) and the audit log, and
+//! how a delegate names the caller it acts for.
 
 use std::collections::BTreeMap;
 
@@ -32,4 +33,48 @@ pub struct AuditHealth {
     /// Why the last failed line failed; absent if none has.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+}
+
+/// The header in which a delegate names the caller it acts for: a gateway the operator trusts
+/// (`hyperlightd --delegate-uid`) that serves several callers on one listener, such as
+/// `hlctl e2b-gateway --api-keys`. The daemon counts each name as a caller of its own (quotas,
+/// sessions, the audit log, tool answers); from any other uid the header is refused.
+pub const ON_BEHALF_OF_HEADER: &str = "hyperlightd-on-behalf-of";
+
+/// The longest name a delegate may act for.
+pub const MAX_DELEGATED_NAME: usize = 64;
+
+/// Checks a name a delegate acts for: 1 to [`MAX_DELEGATED_NAME`] ASCII letters, digits, `.`,
+/// `_`, `-` and `@`, so that it reads the same in a header, a log line and a file name. The
+/// error says what is wrong.
+pub fn check_delegated_name(name: &str) -> Result<(), String> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@');
+    if name.is_empty() || name.len() > MAX_DELEGATED_NAME {
+        return Err(format!(
+            "a caller's name is 1 to {MAX_DELEGATED_NAME} characters; {:?} has {}",
+            name,
+            name.len()
+        ));
+    }
+    match name.chars().find(|&c| !allowed(c)) {
+        Some(c) => Err(format!(
+            "a caller's name is ASCII letters, digits, '.', '_', '-' and '@'; {name:?} has {c:?}"
+        )),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_delegated_name_is_short_and_plain() {
+        for good in ["alice", "team-a.prod", "agent_7@tenant", &"x".repeat(64)] {
+            assert_eq!(check_delegated_name(good), Ok(()), "{good}");
+        }
+        for bad in ["", &"x".repeat(65), "a b", "a/b", "é", "a\nb"] {
+            assert!(check_delegated_name(bad).is_err(), "{bad:?}");
+        }
+    }
 }

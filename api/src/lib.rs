@@ -21,7 +21,9 @@ mod policy;
 mod session;
 mod tools;
 
-pub use self::caller::{AuditHealth, CallerLimits};
+pub use self::caller::{
+    AuditHealth, CallerLimits, MAX_DELEGATED_NAME, ON_BEHALF_OF_HEADER, check_delegated_name,
+};
 pub use self::files::{
     FileChange, FileChanges, FileData, FileInfo, FileList, FileMap, FilesChanged,
 };

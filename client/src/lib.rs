@@ -70,7 +70,7 @@ pub use hyperlightd_api::{
     ExecStatus, FileChange, FileData, FileInfo, FileList, FileMap, FilesChanged, HealthResponse,
     Language, Network, Policy, Runtime, SOCKET_ENV, SandboxCounts, SessionCounts,
     SessionExecRequest, SessionInfo, SessionLimits, SessionList, ToolResult as ToolAnswer,
-    ToolSpec, Violation,
+    ToolSpec, Violation, check_delegated_name,
 };
 
 /// What can go wrong talking to the daemon.
@@ -159,6 +159,8 @@ pub struct Client {
     socket: PathBuf,
     http: HyperClient<TimedConnector, Full<Bytes>>,
     response_timeout: Option<Duration>,
+    /// The caller this client acts for, as a delegate (`hyperlightd-on-behalf-of`).
+    on_behalf_of: Option<HeaderValue>,
 }
 
 impl Client {
@@ -168,7 +170,22 @@ impl Client {
             socket: socket.as_ref().to_owned(),
             http: http_client(DEFAULT_CONNECT_TIMEOUT),
             response_timeout: None,
+            on_behalf_of: None,
         }
+    }
+
+    /// The same client (sharing its connections), acting for the caller `name`: for a gateway
+    /// that serves several callers and that the daemon trusts to (`hyperlightd
+    /// --delegate-uid`). The daemon counts `name` as a caller of its own; from a user it does
+    /// not trust, every request is refused (403 `caller_not_allowed`). `Err`: the name cannot
+    /// be one, and why.
+    pub fn on_behalf_of(&self, name: &str) -> Result<Client, String> {
+        check_delegated_name(name)?;
+        let value = HeaderValue::from_str(name).map_err(|e| e.to_string())?;
+        Ok(Client {
+            on_behalf_of: Some(value),
+            ..self.clone()
+        })
     }
 
     /// The same client, giving up on connecting after `limit` ([`DEFAULT_CONNECT_TIMEOUT`]
@@ -303,6 +320,11 @@ impl Client {
             request
                 .headers_mut()
                 .insert(hyper::header::ACCEPT, HeaderValue::from_static(accept));
+        }
+        if let Some(name) = &self.on_behalf_of {
+            request
+                .headers_mut()
+                .insert(hyperlightd_api::ON_BEHALF_OF_HEADER, name.clone());
         }
         let response = self.http.request(request).await.map_err(|e| {
             let reason = innermost(&e);
@@ -534,5 +556,26 @@ mod tests {
             "{err}"
         );
         assert!(!err.is_retryable());
+    }
+
+    #[tokio::test]
+    async fn a_delegate_s_client_names_whom_it_acts_for_in_every_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("d.sock");
+        let listener = UnixListener::bind(&socket).unwrap();
+        let seen = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut request = vec![0u8; 4096];
+            let n = stream.read(&mut request).await.unwrap();
+            String::from_utf8_lossy(&request[..n]).to_lowercase()
+        });
+        assert!(Client::connect(&socket).on_behalf_of("a b").is_err());
+        let client = Client::connect(&socket).on_behalf_of("alice").unwrap();
+        let _ = client.health().await;
+        let request = seen.await.unwrap();
+        assert!(
+            request.contains("\r\nhyperlightd-on-behalf-of: alice\r\n"),
+            "{request}"
+        );
     }
 }

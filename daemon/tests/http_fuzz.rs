@@ -97,6 +97,7 @@ fn serve(runtime: &tokio::runtime::Runtime, input: &[u8]) -> Vec<u8> {
                 gid: 1000,
                 pid: None,
                 pod: hyperlightd::job::PodOf::Unread,
+                on_behalf_of: None,
             };
             let _ = server::serve_one(daemon, api(), &CONFIG, caller).await;
         });

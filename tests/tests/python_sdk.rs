@@ -2,7 +2,8 @@
 //! clients/python/e2e, run against a real daemon with Python and JavaScript pools: every method
 //! of the sync and async clients, the quickstart example, each framework adapter with the real
 //! framework and a scripted model, printing the conversations, and E2B's own SDK through `hlctl
-//! e2b-gateway`, then E2B's JavaScript SDK's own test through another gateway. One daemon
+//! e2b-gateway` (one of the caller's own, and one shared by two keys, each a caller the daemon
+//! tells apart), then E2B's JavaScript SDK's own test through another gateway. One daemon
 //! serves them all, its sessions kept on disk (`--state-dir`)
 //! (starting one takes half a minute under emulation); pytest names each test that fails.
 //!
@@ -11,6 +12,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::os::unix::fs::MetadataExt;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -28,8 +30,13 @@ async fn the_python_client_and_its_framework_adapters_against_the_daemon() {
     // Sessions kept on disk, so that E2B's pause parks a sandbox there.
     let state = tempfile::tempdir().unwrap();
     let state_dir = state.path().to_str().unwrap();
-    let daemon =
-        Daemon::start_with_python(&["javascript=1", "python=1"], &["--state-dir", state_dir]).await;
+    // The tests' own user may act for others: test_e2e_e2b.py's shared gateway does.
+    let own_uid = std::fs::metadata("/proc/self").unwrap().uid().to_string();
+    let daemon = Daemon::start_with_python(
+        &["javascript=1", "python=1"],
+        &["--state-dir", state_dir, "--delegate-uid", &own_uid],
+    )
+    .await;
     let home = tempfile::tempdir().unwrap();
     let suite = concat!(env!("CARGO_MANIFEST_DIR"), "/../clients/python/e2e");
     let run = tokio::process::Command::new(python_sdk_python())

@@ -16,6 +16,7 @@ from e2b import (
     AuthenticationException,
     FileNotFoundException,
     FileType,
+    NotFoundException,
     SandboxException,
     SandboxQuery,
     SandboxState,
@@ -35,17 +36,14 @@ def free_port() -> int:
         return port
 
 
-@pytest.fixture(scope="module")
-def gateway(socket: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``hlctl e2b-gateway`` on a free loopback port, with a key of the test's; its URL."""
+def start_gateway(socket: str, *args: str) -> tuple[subprocess.Popen[str], str]:
+    """``hlctl e2b-gateway *args`` on a free loopback port, once it listens; and its URL."""
     hlctl = os.environ.get("HLCTL")
     if not hlctl:
         pytest.fail("HLCTL must name the hlctl binary (tests/tests/python_sdk.rs sets it)")
-    key_file = tmp_path_factory.mktemp("gateway") / "key"
-    key_file.write_text(KEY + "\n")
     port = free_port()
     process = subprocess.Popen(
-        [hlctl, "--socket", socket, "e2b-gateway", "--listen", f"127.0.0.1:{port}", "--api-key-file", str(key_file)],
+        [hlctl, "--socket", socket, "e2b-gateway", "--listen", f"127.0.0.1:{port}", *args],
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -53,13 +51,25 @@ def gateway(socket: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[s
     while True:
         try:
             sockets.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
+            return process, f"http://127.0.0.1:{port}"
         except OSError:
             if process.poll() is not None or time.monotonic() > deadline:
                 process.kill()
                 pytest.fail(f"the gateway did not start: {process.communicate()[1]}")
             time.sleep(0.1)
-    url = f"http://127.0.0.1:{port}"
+
+
+def stop(process: subprocess.Popen[str]) -> None:
+    process.terminate()
+    process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def gateway(socket: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``hlctl e2b-gateway`` with a key of the test's, named by the environment as E2B; its URL."""
+    key_file = tmp_path_factory.mktemp("gateway") / "key"
+    key_file.write_text(KEY + "\n")
+    process, url = start_gateway(socket, "--api-key-file", str(key_file))
     saved = {name: os.environ.get(name) for name in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY")}
     os.environ.update(E2B_API_URL=url, E2B_SANDBOX_URL=url, E2B_API_KEY=KEY)
     yield url
@@ -68,8 +78,7 @@ def gateway(socket: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[s
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
-    process.terminate()
-    process.wait(timeout=10)
+    stop(process)
 
 
 @pytest.fixture
@@ -252,3 +261,40 @@ def test_the_gateway_refuses_requests_without_its_key(gateway: str) -> None:
         assert answer.status_code == 401, answer.text
         assert answer.json()["code"] == 401
     assert Path(os.environ["HLCTL"]).exists()
+
+
+ALICE = "e2b_alice_0123456789abcdef"
+BOB = "e2b_bob_0123456789abcdef"
+
+
+def test_a_shared_gateway_keeps_each_key_s_sandboxes_apart(socket: str, tmp_path: Path) -> None:
+    # One listener for two callers: the daemon trusts the gateway's user to act for the name of
+    # each key (tests/tests/python_sdk.rs starts it with --delegate-uid).
+    keys = tmp_path / "keys"
+    keys.write_text(f"alice {ALICE}\nbob {BOB}\n")
+    keys.chmod(0o600)
+    process, url = start_gateway(socket, "--api-keys", str(keys))
+    try:
+        as_alice = {"api_key": ALICE, "api_url": url, "sandbox_url": url}
+        as_bob = {"api_key": BOB, "api_url": url, "sandbox_url": url}
+        sandbox = Sandbox.create(**as_alice)
+        try:
+            assert sandbox.run_code("x = 41; x + 1").text == "42"
+            # Neither bob nor the gateway's own user sees it; bob cannot reach it.
+            listed = Sandbox.list(**as_bob).next_items()
+            assert sandbox.sandbox_id not in [s.sandbox_id for s in listed]
+            with Client(socket) as own:
+                assert sandbox.sandbox_id not in [s.id for s in own.sessions()]
+            with pytest.raises(NotFoundException):
+                Sandbox.connect(sandbox.sandbox_id, **as_bob)
+            assert Sandbox.kill(sandbox.sandbox_id, **as_bob) is False
+            with pytest.raises(AuthenticationException):
+                Sandbox.list(api_key=KEY, api_url=url, sandbox_url=url).next_items()
+            # Alice's own list has it, and her state is there.
+            mine = Sandbox.list(**as_alice).next_items()
+            assert sandbox.sandbox_id in [s.sandbox_id for s in mine]
+            assert sandbox.run_code("x").text == "41"
+        finally:
+            assert Sandbox.kill(sandbox.sandbox_id, **as_alice) is True
+    finally:
+        stop(process)

@@ -120,17 +120,22 @@ pub struct Code {
     pub code: Option<String>,
 }
 
-/// A session's owner in its audit lines: `"owner_uid": 1000`, or `"owner_pod": "…"`.
+/// A session's owner in its audit lines: `"owner_uid": 1000`, `"owner_pod": "…"`, or for a
+/// caller a delegate acts for `"owner_uid"` the delegate's and `"owner_for"` the name.
 #[derive(Debug, Clone, Copy)]
 pub struct Owner<'a>(pub &'a Principal);
 
 impl serde::Serialize for Owner<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
-        let mut map = serializer.serialize_map(Some(1))?;
+        let mut map = serializer.serialize_map(None)?;
         match self.0 {
             Principal::Uid(uid) => map.serialize_entry("owner_uid", uid)?,
             Principal::Pod(pod) => map.serialize_entry("owner_pod", pod.as_ref())?,
+            Principal::Delegated { delegate, name } => {
+                map.serialize_entry("owner_uid", delegate)?;
+                map.serialize_entry("owner_for", name.as_ref())?;
+            }
         }
         map.end()
     }

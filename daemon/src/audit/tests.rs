@@ -11,6 +11,7 @@ fn caller() -> Caller {
         gid: 1001,
         pid: Some(4242),
         pod: crate::job::PodOf::Unread,
+        on_behalf_of: None,
     }
 }
 

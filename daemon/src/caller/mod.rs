@@ -23,8 +23,17 @@
 //! audit line; one that cannot be placed is refused by `Service::admit` (`Refusal::CallerUnplaced`,
 //! 403). `Caller::principal` is whom quotas count: the pod when there is one, else the uid.
 //!
+//! A gateway that serves several callers on one listener (`hlctl e2b-gateway --api-keys`) is a
+//! delegate: a uid the operator trusts with `--delegate-uid`, whose requests may name the caller
+//! they act for (`hyperlightd-on-behalf-of`, read by the HTTP front end into
+//! `Caller::on_behalf_of`). `Service::admit` refuses the header from any other uid
+//! (`Refusal::NotADelegate`, 403, audited), and the principal of a delegated request is the
+//! name under its delegate's uid (`Principal::Delegated`), so each name has its own quotas,
+//! sessions and tool executions, and two delegates' names never meet. The peer credentials stay
+//! in every audit line beside the name: the log says who connected and whom it spoke for.
+//!
 //! Admission to the sandboxes is work-conserving. Each pool's queue (`sandbox/pool/queue.rs`)
-//! keeps a line per caller (`job::Principal`: its uid, or its pod) and hands the next free sandbox to the caller with the fewest
+//! keeps a line per caller (`job::Principal`: its uid, its pod, or a delegate's name) and hands the next free sandbox to the caller with the fewest
 //! jobs running, the one served longest ago among equals: a caller alone may keep every sandbox
 //! busy, and when several wait each gets its share, a caller at its share waiting behind the
 //! others instead of being refused while sandboxes sit idle. Each caller's line holds at most
@@ -92,6 +101,16 @@ pub struct CallerOptions {
     /// (it exited, or its pid is not visible) is refused.
     #[arg(long, env = "HYPERLIGHTD_POD_IDENTITY")]
     pub pod_identity: bool,
+
+    /// Trust this user (a uid or a name) to act for callers it names: a gateway that serves
+    /// several callers on one listener, such as `hlctl e2b-gateway --api-keys`.
+    ///
+    /// Its requests may carry `hyperlightd-on-behalf-of: NAME`, and each name is then a caller
+    /// of its own for quotas, sessions, the audit log (`on_behalf_of`) and tool answers; two
+    /// delegates' names never meet. From any other user the header is refused. A delegate may
+    /// call even when the allow lists do not name it. Repeat for more.
+    #[arg(long = "delegate-uid", value_name = "UID")]
+    pub delegate_uids: Vec<String>,
 }
 
 /// A caller option that does not hold.
@@ -103,6 +122,9 @@ pub enum CallerOptionError {
     /// No such group.
     #[error("--allow-gid {0}: no such group")]
     NoSuchGroup(String),
+    /// No such delegate.
+    #[error("--delegate-uid {0}: no such user")]
+    NoSuchDelegate(String),
     /// A quota of zero would refuse everything.
     #[error("{0} must be at least 1")]
     Zero(&'static str),
@@ -127,7 +149,14 @@ impl CallerOptions {
             .iter()
             .map(|g| sys::users::gid_of(g).ok_or_else(|| CallerOptionError::NoSuchGroup(g.clone())))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Access::new(&uids, &gids, own_uid))
+        let delegates = self
+            .delegate_uids
+            .iter()
+            .map(|u| {
+                sys::users::uid_of(u).ok_or_else(|| CallerOptionError::NoSuchDelegate(u.clone()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Access::new(&uids, &gids, own_uid).with_delegates(&delegates))
     }
 
     /// The hard cap on executions per caller, per language of `sizes`: none (an empty map)
@@ -190,6 +219,7 @@ impl Identify {
             gid: credentials.gid(),
             pid: credentials.pid().filter(|&pid| pid > 0),
             pod: PodOf::Unread,
+            on_behalf_of: None,
         };
         if let Some(depth) = self.pods {
             caller.pod = match sys::cgroup::of_peer(stream, caller.pid, caller.uid) {
@@ -209,6 +239,8 @@ pub struct Access {
     gids: BTreeSet<u32>,
     /// The daemon's own uid, always allowed: it is the daemon's own principal.
     own_uid: u32,
+    /// The uids trusted to act for callers they name (`--delegate-uid`).
+    delegates: BTreeSet<u32>,
 }
 
 impl Access {
@@ -219,7 +251,19 @@ impl Access {
             uids: uids.iter().copied().collect(),
             gids: gids.iter().copied().collect(),
             own_uid,
+            delegates: BTreeSet::new(),
         }
+    }
+
+    /// The same, trusting `uids` to act for callers they name (and letting them call).
+    pub fn with_delegates(mut self, uids: &[u32]) -> Self {
+        self.delegates = uids.iter().copied().collect();
+        self
+    }
+
+    /// Whether `uid` may act for callers it names.
+    pub fn is_delegate(&self, uid: u32) -> bool {
+        self.delegates.contains(&uid)
     }
 
     /// Whether only listed callers may call.
@@ -233,6 +277,7 @@ impl Access {
         if !self.is_restricted()
             || caller.uid == self.own_uid
             || self.uids.contains(&caller.uid)
+            || self.delegates.contains(&caller.uid)
             || self.gids.contains(&caller.gid)
         {
             return true;
@@ -364,7 +409,16 @@ mod tests {
             gid,
             pid: Some(1),
             pod: PodOf::Unread,
+            on_behalf_of: None,
         }
+    }
+
+    #[test]
+    fn a_delegate_may_call_and_only_it_may_act_for_others() {
+        let access = Access::new(&[1000], &[], 999).with_delegates(&[1500]);
+        assert!(access.allows(&caller(1500, 1500)));
+        assert!(access.is_delegate(1500));
+        assert!(!access.is_delegate(1000) && !access.is_delegate(999));
     }
 
     #[test]

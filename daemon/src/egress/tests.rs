@@ -189,6 +189,7 @@ fn context() -> ExecContext {
             gid: 1000,
             pid: None,
             pod: crate::job::PodOf::Unread,
+            on_behalf_of: None,
         },
     }
 }

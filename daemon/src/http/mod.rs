@@ -15,6 +15,7 @@ use hyper::header::{
 use hyper::{Method, Request, Response, StatusCode};
 use hyperlightd_api::{
     CallerLimits, ErrorBody, ErrorKind, ErrorResponse, ExecLimits, ExecRequest, HealthResponse,
+    ON_BEHALF_OF_HEADER, check_delegated_name,
 };
 
 mod files;
@@ -44,6 +45,20 @@ pub const REQUEST_ID_HEADER: &str = "x-request-id";
 pub struct Api<E> {
     service: Arc<Service<E>>,
     next_request_id: AtomicU64,
+}
+
+/// The caller a delegate names in `hyperlightd-on-behalf-of`, if it names one; a name that
+/// cannot be one is refused before anything else is read.
+fn on_behalf_of<B>(request: &Request<B>) -> Result<Option<Arc<str>>, ApiError> {
+    let Some(value) = request.headers().get(ON_BEHALF_OF_HEADER) else {
+        return Ok(None);
+    };
+    let name = value.to_str().map_err(|_| {
+        ApiError::InvalidRequest(format!("{ON_BEHALF_OF_HEADER} is not ASCII text"))
+    })?;
+    check_delegated_name(name)
+        .map_err(|e| ApiError::InvalidRequest(format!("{ON_BEHALF_OF_HEADER}: {e}")))?;
+    Ok(Some(name.into()))
 }
 
 /// A request the API refuses. Each variant has one error kind ([`ApiError::kind`]), and each
@@ -193,13 +208,17 @@ impl<E: Executor> Api<E> {
 
     /// Answers one request from `caller`. Never fails: every error becomes a JSON error
     /// response.
-    pub async fn handle<B>(&self, request: Request<B>, caller: Caller) -> Response<Body>
+    pub async fn handle<B>(&self, request: Request<B>, mut caller: Caller) -> Response<Body>
     where
         B: hyper::body::Body<Data = Bytes>,
         B::Error: Into<BoxError>,
     {
         let id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
         let span = info_span!("request", id, uid = caller.uid, method = %request.method(), path = %request.uri().path());
+        let acting_for = on_behalf_of(&request);
+        if let Ok(name) = &acting_for {
+            caller.on_behalf_of = name.clone();
+        }
         let call = Call {
             id,
             caller,
@@ -207,9 +226,12 @@ impl<E: Executor> Api<E> {
             span: span.clone(),
         };
         let (method, path) = (request.method().as_str(), request.uri().path());
-        let result = match span.in_scope(|| self.service.admit(&call, method, path)) {
-            Ok(()) => self.route(request, call).instrument(span.clone()).await,
-            Err(refused) => Err(ApiError::from(refused)),
+        let result = match acting_for {
+            Err(bad) => Err(bad),
+            Ok(_) => match span.in_scope(|| self.service.admit(&call, method, path)) {
+                Ok(()) => self.route(request, call).instrument(span.clone()).await,
+                Err(refused) => Err(ApiError::from(refused)),
+            },
         };
         let mut response = result.unwrap_or_else(|err| {
             let (status, kind) = err.status();

@@ -68,6 +68,7 @@ const CALLER: Caller = Caller {
     gid: 1000,
     pid: Some(4242),
     pod: crate::job::PodOf::Unread,
+    on_behalf_of: None,
 };
 
 impl<E: Executor> Api<E> {

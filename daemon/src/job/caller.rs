@@ -1,6 +1,6 @@
 //! Who asked: the peer credentials of the connection a request came on (see
-//! [`crate::caller`]), which no client can forge, and, with `--pod-identity`, the pod its
-//! process runs in.
+//! [`crate::caller`]), which no client can forge, with `--pod-identity` the pod its process runs
+//! in, and, from a delegate the operator trusts (`--delegate-uid`), the caller it acts for.
 
 use std::fmt;
 use std::sync::Arc;
@@ -19,12 +19,22 @@ pub struct Caller {
     /// Its pod, when the daemon reads it.
     #[serde(flatten)]
     pub pod: PodOf,
+    /// The caller a delegate acts for (`hyperlightd-on-behalf-of`), as it names it; only a
+    /// delegate's request gets this far with one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub on_behalf_of: Option<Arc<str>>,
 }
 
 impl Caller {
-    /// Whom quotas count this caller as: its pod when it runs in one (the daemon reads it with
-    /// `--pod-identity`), else its uid.
+    /// Whom quotas count this caller as: the caller a delegate acts for, else its pod when it
+    /// runs in one (the daemon reads it with `--pod-identity`), else its uid.
     pub fn principal(&self) -> Principal {
+        if let Some(name) = &self.on_behalf_of {
+            return Principal::Delegated {
+                delegate: self.uid,
+                name: name.clone(),
+            };
+        }
         match &self.pod {
             PodOf::Placed(Placement { pod: Some(pod), .. }) => Principal::Pod(pod.clone()),
             _ => Principal::Uid(self.uid),
@@ -86,8 +96,8 @@ impl Serialize for PodOf {
 }
 
 /// Whom a quota counts and a session belongs to: a uid, or with `--pod-identity` a pod
-/// whatever its processes' uids. On disk (a session's record) a uid is a number and a pod a
-/// string.
+/// whatever its processes' uids, or a caller a delegate acts for. On disk (a session's record)
+/// a uid is a number, a pod a string, and a delegated caller `{"delegate": uid, "for": name}`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Deserialize)]
 #[serde(from = "RawPrincipal")]
 pub enum Principal {
@@ -95,6 +105,13 @@ pub enum Principal {
     Uid(u32),
     /// A pod, by its UID.
     Pod(Arc<str>),
+    /// A caller a delegate (`--delegate-uid`) acts for: the names of two delegates never meet.
+    Delegated {
+        /// The delegate's uid.
+        delegate: u32,
+        /// The caller, as the delegate names it.
+        name: Arc<str>,
+    },
 }
 
 impl Serialize for Principal {
@@ -102,6 +119,12 @@ impl Serialize for Principal {
         match self {
             Principal::Uid(uid) => serializer.serialize_u32(*uid),
             Principal::Pod(pod) => serializer.serialize_str(pod),
+            Principal::Delegated { delegate, name } => {
+                let mut map = serializer.serialize_map(Some(2))?;
+                map.serialize_entry("delegate", delegate)?;
+                map.serialize_entry("for", name.as_ref())?;
+                map.end()
+            }
         }
     }
 }
@@ -112,6 +135,11 @@ impl Serialize for Principal {
 enum RawPrincipal {
     Uid(u32),
     Pod(String),
+    Delegated {
+        delegate: u32,
+        #[serde(rename = "for")]
+        name: String,
+    },
 }
 
 impl From<RawPrincipal> for Principal {
@@ -119,6 +147,10 @@ impl From<RawPrincipal> for Principal {
         match raw {
             RawPrincipal::Uid(uid) => Principal::Uid(uid),
             RawPrincipal::Pod(pod) => Principal::Pod(pod.into()),
+            RawPrincipal::Delegated { delegate, name } => Principal::Delegated {
+                delegate,
+                name: name.into(),
+            },
         }
     }
 }
@@ -128,6 +160,7 @@ impl fmt::Display for Principal {
         match self {
             Principal::Uid(uid) => write!(f, "uid {uid}"),
             Principal::Pod(pod) => write!(f, "pod {pod}"),
+            Principal::Delegated { delegate, name } => write!(f, "{name} via uid {delegate}"),
         }
     }
 }
@@ -142,6 +175,7 @@ mod tests {
             gid: 1000,
             pid: Some(7),
             pod,
+            on_behalf_of: None,
         }
     }
 
@@ -181,5 +215,38 @@ mod tests {
         }));
         assert_eq!(in_pod.principal(), Principal::Pod("p".into()));
         assert_eq!(in_pod.principal().to_string(), "pod p");
+    }
+
+    #[test]
+    fn a_delegate_acts_for_the_caller_it_names_whatever_its_pod() {
+        let delegated = Caller {
+            on_behalf_of: Some("alice".into()),
+            ..caller(PodOf::Placed(Placement {
+                pod: Some("p".into()),
+                container: None,
+            }))
+        };
+        let principal = delegated.principal();
+        assert_eq!(
+            principal,
+            Principal::Delegated {
+                delegate: 1000,
+                name: "alice".into()
+            }
+        );
+        assert_eq!(principal.to_string(), "alice via uid 1000");
+        assert_eq!(
+            serde_json::to_value(&delegated).unwrap()["on_behalf_of"],
+            "alice"
+        );
+        // A session's record keeps its owner, and reads every kind back as it was.
+        for owner in [principal, Principal::Uid(7), Principal::Pod("p".into())] {
+            let json = serde_json::to_string(&owner).unwrap();
+            assert_eq!(
+                serde_json::from_str::<Principal>(&json).unwrap(),
+                owner,
+                "{json}"
+            );
+        }
     }
 }

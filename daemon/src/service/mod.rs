@@ -119,6 +119,15 @@ pub enum Refusal {
         /// Why its pod cannot be told.
         why: String,
     },
+    /// The caller named another it acts for, and is not trusted to.
+    #[error(
+        "this caller (uid {uid}) may not act for another (it sent hyperlightd-on-behalf-of): \
+         only a user the daemon trusts with --delegate-uid may"
+    )]
+    NotADelegate {
+        /// The caller's uid.
+        uid: u32,
+    },
     /// The caller has as many executions in flight as one caller may.
     #[error(transparent)]
     OverQuota(#[from] OverQuota),
@@ -140,9 +149,9 @@ impl Refusal {
         match self {
             Refusal::InvalidRequest(_) => ErrorKind::InvalidRequest,
             Refusal::CodeTooLarge { .. } | Refusal::FilesOverCap(_) => ErrorKind::PayloadTooLarge,
-            Refusal::CallerNotAllowed { .. } | Refusal::CallerUnplaced { .. } => {
-                ErrorKind::CallerNotAllowed
-            }
+            Refusal::CallerNotAllowed { .. }
+            | Refusal::CallerUnplaced { .. }
+            | Refusal::NotADelegate { .. } => ErrorKind::CallerNotAllowed,
             Refusal::OverQuota(_) => ErrorKind::QuotaExceeded,
             Refusal::ShuttingDown => ErrorKind::ShuttingDown,
             Refusal::Exec(error) => exec_error_kind(error),
@@ -277,14 +286,21 @@ impl<E: Executor> Service<E> {
         }
     }
 
-    /// Lets `call`'s caller in if the allow lists do; a refusal is audited, with what the
-    /// caller asked for (`method` and `path`, in the front end's words).
+    /// Lets `call`'s caller in if the allow lists do, and if it acts for another only when it
+    /// is a delegate; a refusal is audited, with what the caller asked for (`method` and
+    /// `path`, in the front end's words).
     pub fn admit(&self, call: &Call, method: &str, path: &str) -> Result<(), Refusal> {
+        let access = &self.callers.access;
         let refusal = match &call.caller.pod {
-            _ if !self.callers.access.allows(&call.caller) => Refusal::CallerNotAllowed {
+            _ if !access.allows(&call.caller) => Refusal::CallerNotAllowed {
                 uid: call.caller.uid,
                 gid: call.caller.gid,
             },
+            _ if call.caller.on_behalf_of.is_some() && !access.is_delegate(call.caller.uid) => {
+                Refusal::NotADelegate {
+                    uid: call.caller.uid,
+                }
+            }
             PodOf::Unknown(why) => Refusal::CallerUnplaced {
                 uid: call.caller.uid,
                 why: why.to_string(),

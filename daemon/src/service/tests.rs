@@ -18,6 +18,7 @@ const CALLER: Caller = Caller {
     gid: 1000,
     pid: Some(42),
     pod: crate::job::PodOf::Unread,
+    on_behalf_of: None,
 };
 
 fn limits() -> Limits {

@@ -117,6 +117,7 @@ fn job(request_id: u64, deadline: Instant, timeout: Duration, files: Files) -> J
             gid: 1000,
             pid: None,
             pod: PodOf::Unread,
+            on_behalf_of: None,
         },
     }
 }

@@ -9,20 +9,20 @@ use hyperlightd_client::{Client, CreateSessionRequest, SessionInfo};
 use serde_json::{Value, json};
 
 use super::wire::{self, KIND, METADATA, NETWORK, SANDBOX, TEMPLATE};
-use super::{Body, Gateway, Refusal, empty};
+use super::{Account, Body, Refusal, empty};
 
 /// What a sandbox's session is: the sandbox itself (its default context), or a context of one.
 pub const SANDBOX_KIND: &str = "sandbox";
 pub const CONTEXT_KIND: &str = "context";
 
 pub async fn route(
-    gateway: &Gateway,
+    account: &Account,
     method: &Method,
     segments: &[&str],
     query: &str,
     body: Bytes,
 ) -> Result<Response<Body>, Refusal> {
-    let Gateway { client, key, known } = gateway;
+    let Account { client, key, known } = account;
     let segments = match segments {
         ["v2", rest @ ..] => rest,
         rest => rest,

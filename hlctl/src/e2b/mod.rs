@@ -11,10 +11,18 @@
 //! quotas, audit lines and sessions are the caller's own, and the daemon, which runs guests and
 //! holds secrets, opens no TCP port and knows nothing of E2B.
 //!
-//! **Who may use it.** A TCP port, even on loopback, is open to every user of the host, and the
-//! gateway acts as whoever runs it: it answers only requests that carry its key (`X-API-Key`, as
-//! the SDKs send `E2B_API_KEY`), read from `--api-key-file` or made at start and printed. No
-//! key or another key is 401, as E2B answers it.
+//! **Who may use it.** A TCP port, even on loopback, is open to every user of the host, so the
+//! gateway answers only requests that carry a key it knows (`X-API-Key`, as the SDKs send
+//! `E2B_API_KEY`); no key or an unknown one is 401, as E2B answers it. Each key is an
+//! [`Account`]: whom its requests act for, with the daemon's client for that caller.
+//! - Alone (the default), the gateway is its user's: one key, read from `--api-key-file` or
+//!   made at start and printed, and the daemon sees the gateway's own uid or pod.
+//! - Shared (`--api-keys FILE`), one listener serves several callers: the operator gives each
+//!   a name and a key, and runs the gateway as a user the daemon trusts to act for others
+//!   (`hyperlightd --delegate-uid`). Each request then names its key's caller to the daemon
+//!   (`hyperlightd-on-behalf-of`), and the daemon counts that name as a caller of its own:
+//!   quotas, sessions, the audit log and tool answers are the name's, and a sandbox of one
+//!   key is another's 404.
 //!
 //! **No state of its own.** A sandbox is the daemon's sessions: its default context (Python,
 //! or the language its template names) is the session whose id is the sandbox's id, and every
@@ -71,15 +79,39 @@ pub struct Args {
     listen: SocketAddr,
     /// A file whose first line is the key requests must carry (`E2B_API_KEY`). Without it, a
     /// key is made at start and printed on stderr.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "api_keys")]
     api_key_file: Option<PathBuf>,
+    /// Serve several callers: a file of lines `NAME KEY`, each key acting for the caller NAME
+    /// (letters, digits, `.`, `_`, `-`, `@`) for quotas, sandboxes and the audit log.
+    ///
+    /// The daemon must trust this gateway's user to act for others (`hyperlightd
+    /// --delegate-uid`). The file must not be readable by group or others; blank lines and
+    /// lines starting with `#` are skipped. Read at start: restart the gateway to change keys.
+    #[arg(long, value_name = "FILE")]
+    api_keys: Option<PathBuf>,
 }
 
-/// The gateway: the daemon's client, the key, and the sandboxes it has seen.
+/// The gateway: an account per key it answers.
 pub struct Gateway {
-    client: Client,
-    key: String,
-    known: Known,
+    accounts: Vec<Account>,
+}
+
+/// One key's caller: the key, the daemon's client acting for its caller, and the sandboxes the
+/// gateway has seen of it.
+pub struct Account {
+    pub key: String,
+    pub client: Client,
+    pub known: Known,
+}
+
+impl Account {
+    fn new(key: String, client: Client) -> Self {
+        Account {
+            key,
+            client,
+            known: Known::default(),
+        }
+    }
 }
 
 /// The sandboxes the gateway has seen, for the code interpreter's requests: a sandbox's
@@ -118,14 +150,7 @@ impl Known {
 /// Serves E2B's API on `args.listen` until the process is stopped. An error: it could not
 /// start (the key file, the address).
 pub async fn serve(client: Client, args: Args) -> Result<(), String> {
-    let key = match &args.api_key_file {
-        Some(path) => read_key(path)?,
-        None => {
-            let key = new_key()?;
-            eprintln!("hlctl e2b-gateway: E2B_API_KEY={key}");
-            key
-        }
-    };
+    let accounts = accounts(client, &args).await?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
@@ -133,11 +158,7 @@ pub async fn serve(client: Client, args: Args) -> Result<(), String> {
         "hlctl e2b-gateway: E2B_API_URL=http://{0} E2B_SANDBOX_URL=http://{0}",
         args.listen
     );
-    let gateway = Arc::new(Gateway {
-        client,
-        key,
-        known: Known::default(),
-    });
+    let gateway = Arc::new(Gateway { accounts });
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -161,6 +182,92 @@ pub async fn serve(client: Client, args: Args) -> Result<(), String> {
                 .await;
         });
     }
+}
+
+/// The accounts `args` name: one of the gateway's own, or with `--api-keys` one per line of
+/// the file, checked with the daemon before the gateway listens.
+async fn accounts(client: Client, args: &Args) -> Result<Vec<Account>, String> {
+    let Some(path) = &args.api_keys else {
+        let key = match &args.api_key_file {
+            Some(path) => read_key(path)?,
+            None => {
+                let key = new_key()?;
+                eprintln!("hlctl e2b-gateway: E2B_API_KEY={key}");
+                key
+            }
+        };
+        return Ok(vec![Account::new(key, client)]);
+    };
+    let keys = read_keys(path)?;
+    let accounts = keys
+        .into_iter()
+        .map(|(name, key)| Ok(Account::new(key, client.on_behalf_of(&name)?)))
+        .collect::<Result<Vec<_>, String>>()?;
+    // Every request of a delegate the daemon does not trust would be refused: say so now.
+    if let Err(e) = accounts[0].client.health().await {
+        let refused = matches!(&e, DaemonError::Rejected { error, .. }
+            if error.kind == ErrorKind::CallerNotAllowed);
+        if refused {
+            return Err(format!(
+                "the daemon does not let this gateway act for others ({e}): start hyperlightd \
+                 with --delegate-uid naming the user this gateway runs as"
+            ));
+        }
+        eprintln!("hlctl e2b-gateway: the daemon could not be asked yet: {e}");
+    }
+    eprintln!(
+        "hlctl e2b-gateway: {} keys from {}",
+        accounts.len(),
+        path.display()
+    );
+    Ok(accounts)
+}
+
+/// `--api-keys`' file: a `(name, key)` per line, names and keys each unique.
+fn read_keys(path: &Path) -> Result<Vec<(String, String)>, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let at = |line: usize, what: String| format!("{} line {line}: {what}", path.display());
+    let file = std::fs::File::open(path)
+        .map_err(|e| format!("cannot read the keys file {}: {e}", path.display()))?;
+    let mode = file
+        .metadata()
+        .map_err(|e| format!("cannot read the keys file {}: {e}", path.display()))?
+        .permissions()
+        .mode();
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "the keys file {} may be read by others (mode {:o}): make it the gateway's user's \
+             alone (chmod 600)",
+            path.display(),
+            mode & 0o777
+        ));
+    }
+    let text = std::io::read_to_string(file)
+        .map_err(|e| format!("cannot read the keys file {}: {e}", path.display()))?;
+    let mut keys: Vec<(String, String)> = Vec::new();
+    for (n, line) in text.lines().enumerate().map(|(n, l)| (n + 1, l.trim())) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let [name, key] = line.split_whitespace().collect::<Vec<_>>()[..] else {
+            return Err(at(n, "a line is a name and a key, and nothing else".into()));
+        };
+        hyperlightd_client::check_delegated_name(name).map_err(|e| at(n, e))?;
+        if key.len() < 16 {
+            return Err(at(n, format!("{name}'s key is shorter than 16 characters")));
+        }
+        if keys.iter().any(|(other, _)| other == name) {
+            return Err(at(n, format!("{name} has a key already")));
+        }
+        if keys.iter().any(|(_, other)| other == key) {
+            return Err(at(n, format!("{name}'s key is another's too")));
+        }
+        keys.push((name.to_owned(), key.to_owned()));
+    }
+    if keys.is_empty() {
+        return Err(format!("the keys file {} has no keys", path.display()));
+    }
+    Ok(keys)
 }
 
 fn read_key(path: &Path) -> Result<String, String> {
@@ -195,9 +302,7 @@ impl Gateway {
 
     /// The one routing table.
     async fn route(&self, request: Request<Incoming>) -> Result<Response<Body>, Refusal> {
-        if !self.authorized(&request) {
-            return Err(Refusal::Unauthorized);
-        }
+        let account = self.account(&request).ok_or(Refusal::Unauthorized)?;
         let method = request.method().clone();
         let path = request.uri().path().to_owned();
         let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
@@ -206,12 +311,13 @@ impl Gateway {
         match (sandbox, port.as_deref()) {
             (Some(id), Some(INTERPRETER_PORT)) => {
                 let body = read_body(request).await?;
-                let sandbox = interpreter::sandbox(&self.client, &self.known, &id).await?;
-                let routed = interpreter::route(&self.client, &sandbox, &method, &segments, body);
+                let Account { client, known, .. } = account;
+                let sandbox = interpreter::sandbox(client, known, &id).await?;
+                let routed = interpreter::route(client, &sandbox, &method, &segments, body);
                 let answer = routed.await;
                 if matches!(&answer, Err(Refusal::Daemon(e)) if daemon_status(e) == StatusCode::NOT_FOUND)
                 {
-                    self.known.forget(&id);
+                    known.forget(&id);
                 }
                 answer
             }
@@ -225,7 +331,7 @@ impl Gateway {
                 }
                 let query = request.uri().query().unwrap_or("").to_owned();
                 let body = read_body(request).await?;
-                let (client, segments) = (&self.client, segments.as_slice());
+                let (client, segments) = (&account.client, segments.as_slice());
                 files::route(client, &id, &method, segments, &query, &content_type, body).await
             }
             (Some(_), port) => Err(Refusal::NotFound(format!(
@@ -236,27 +342,35 @@ impl Gateway {
             (None, _) => {
                 let query = request.uri().query().unwrap_or("").to_owned();
                 let body = read_body(request).await?;
-                control::route(self, &method, &segments, &query, body).await
+                control::route(account, &method, &segments, &query, body).await
             }
         }
     }
 
-    /// Whether `request` carries the key: as the API key, or as a sandbox's access token (see
-    /// [`wire::created`]).
-    fn authorized<B>(&self, request: &Request<B>) -> bool {
-        ["x-api-key", "x-access-token", "e2b-traffic-access-token"]
+    /// The account whose key `request` carries: as the API key, or as a sandbox's access token
+    /// (see [`wire::created`]).
+    fn account<B>(&self, request: &Request<B>) -> Option<&Account> {
+        let given: Vec<String> = ["x-api-key", "x-access-token", "e2b-traffic-access-token"]
             .iter()
             .filter_map(|name| header(request, name))
-            .any(|given| {
-                // Compared in full whatever the first difference, so that timing says nothing.
-                given.len() == self.key.len()
-                    && given
-                        .bytes()
-                        .zip(self.key.bytes())
-                        .fold(0u8, |d, (a, b)| d | (a ^ b))
-                        == 0
-            })
+            .collect();
+        // Every key compared in full whatever matches, so that timing says nothing of them.
+        let mut found = None;
+        for account in &self.accounts {
+            if given
+                .iter()
+                .fold(false, |hit, g| same(g, &account.key) | hit)
+            {
+                found = Some(account);
+            }
+        }
+        found
     }
+}
+
+/// Whether `a` is `b`, in a time that depends only on their lengths.
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }
 
 /// envd's own services: health answers; its RPCs (Connect protocol, `/<service>/<method>`)
@@ -496,5 +610,66 @@ mod tests {
         assert!(read_key(&path).unwrap_err().contains("shorter than 16"));
         let made = new_key().unwrap();
         assert!(made.starts_with("e2b_") && made.len() == 36, "{made}");
+    }
+
+    fn keys_file(dir: &tempfile::TempDir, text: &str, mode: u32) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.path().join("keys");
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        path
+    }
+
+    #[test]
+    fn a_keys_file_names_a_caller_per_key_and_is_refused_whole_when_wrong() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = "# the agents\nalice e2b_aaaaaaaaaaaaaaaa\n\n  bob\te2b_bbbbbbbbbbbbbbbb  \n";
+        let keys = read_keys(&keys_file(&dir, good, 0o600)).unwrap();
+        assert_eq!(
+            keys,
+            [
+                ("alice".to_owned(), "e2b_aaaaaaaaaaaaaaaa".to_owned()),
+                ("bob".to_owned(), "e2b_bbbbbbbbbbbbbbbb".to_owned())
+            ]
+        );
+        let refused = |text: &str, mode: u32| read_keys(&keys_file(&dir, text, mode)).unwrap_err();
+        assert!(refused(good, 0o640).contains("chmod 600"));
+        assert!(refused("", 0o600).contains("no keys"));
+        assert!(refused("alice\n", 0o600).contains("line 1: a line is a name and a key"));
+        assert!(refused("alice short\n", 0o600).contains("shorter than 16"));
+        assert!(refused("a/b e2b_aaaaaaaaaaaaaaaa\n", 0o600).contains("line 1"));
+        let twice = "alice e2b_aaaaaaaaaaaaaaaa\nalice e2b_bbbbbbbbbbbbbbbb\n";
+        assert!(refused(twice, 0o600).contains("line 2: alice has a key already"));
+        let shared = "alice e2b_aaaaaaaaaaaaaaaa\nbob e2b_aaaaaaaaaaaaaaaa\n";
+        assert!(refused(shared, 0o600).contains("another's too"));
+    }
+
+    #[test]
+    fn a_request_is_its_key_s_account_and_an_unknown_key_none() {
+        let client = Client::connect("/nonexistent");
+        let gateway = Gateway {
+            accounts: vec![
+                Account::new("e2b_aaaaaaaaaaaaaaaa".into(), client.clone()),
+                Account::new("e2b_bbbbbbbbbbbbbbbb".into(), client),
+            ],
+        };
+        let with = |name: &str, key: &str| {
+            Request::builder()
+                .header(name, key)
+                .body(Full::new(Bytes::new()))
+                .unwrap()
+        };
+        let key_of = |request| gateway.account(&request).map(|a| a.key.clone());
+        assert_eq!(
+            key_of(with("x-api-key", "e2b_bbbbbbbbbbbbbbbb")).as_deref(),
+            Some("e2b_bbbbbbbbbbbbbbbb")
+        );
+        assert_eq!(
+            key_of(with("x-access-token", "e2b_aaaaaaaaaaaaaaaa")).as_deref(),
+            Some("e2b_aaaaaaaaaaaaaaaa")
+        );
+        assert_eq!(key_of(with("x-api-key", "e2b_cccccccccccccccc")), None);
+        assert_eq!(key_of(with("x-api-key", "e2b_aaaaaaaaaaaaaaa")), None);
+        assert_eq!(key_of(with("authorization", "e2b_aaaaaaaaaaaaaaaa")), None);
     }
 }

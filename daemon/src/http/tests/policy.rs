@@ -14,6 +14,7 @@ const OTHER: Caller = Caller {
     gid: 2000,
     pid: Some(5151),
     pod: crate::job::PodOf::Unread,
+    on_behalf_of: None,
 };
 
 /// An API whose audit log is a file in `dir`, with `access` and an exec quota of `quota`.
@@ -362,4 +363,59 @@ async fn health_states_the_caller_limits_and_the_audit_logs_state() {
     );
     assert_eq!(health["audit"]["destination"], audit.display().to_string());
     assert_eq!(health["audit"]["failed_lines"], 0);
+}
+
+/// `request`, sent by a delegate acting for `name`.
+fn acting_for(name: &str, mut req: Request<Full<Bytes>>) -> Request<Full<Bytes>> {
+    let value = HeaderValue::from_str(name).unwrap();
+    req.headers_mut().insert(ON_BEHALF_OF_HEADER, value);
+    req
+}
+
+#[tokio::test]
+async fn only_a_delegate_may_act_for_another_and_each_name_is_a_caller_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let access = Access::default().with_delegates(&[OTHER.uid]);
+    let (api, executor, audit) = api_with(&dir, access, 8);
+    let create = || request(Method::POST, paths::SESSIONS, r#"{"language":"python"}"#);
+    // CALLER is no delegate: refused, audited with the name it sent, nothing made.
+    let response = call_as(&api, CALLER, acting_for("alice", create())).await;
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    let message = body_of(response).await["error"]["message"].to_string();
+    assert!(message.contains("--delegate-uid"), "{message}");
+    let [denied] = audit_lines(&audit).try_into().unwrap();
+    assert_eq!(
+        (&denied["audit"], &denied["caller"]["on_behalf_of"]),
+        (&json!("denied"), &json!("alice"))
+    );
+    // A name that cannot be one: 400, whoever sends it.
+    let response = call_as(&api, OTHER, acting_for("a b", create())).await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    // The delegate, for alice: alice's session, audited as hers.
+    let response = call_as(&api, OTHER, acting_for("alice", create())).await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let id = body_of(response).await["id"].as_str().unwrap().to_owned();
+    let created = audit_lines(&audit).pop().unwrap();
+    assert_eq!(
+        (&created["owner_uid"], &created["owner_for"]),
+        (&json!(OTHER.uid), &json!("alice"))
+    );
+    let exec = || request(Method::POST, &paths::session_exec(&id), r#"{"code":"1"}"#);
+    // Not bob's, not the delegate's own, not CALLER's.
+    for (caller, req) in [
+        (OTHER, acting_for("bob", exec())),
+        (OTHER, exec()),
+        (CALLER, exec()),
+    ] {
+        let response = call_as(&api, caller, req).await;
+        assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    }
+    let list = || request(Method::GET, paths::SESSIONS, "");
+    let listed = body_of(call_as(&api, OTHER, acting_for("bob", list())).await).await;
+    assert_eq!(listed["sessions"], json!([]));
+    assert!(executor.seen().is_empty(), "nothing ran");
+    let response = call_as(&api, OTHER, acting_for("alice", exec())).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let exec_line = audit_lines(&audit).pop().unwrap();
+    assert_eq!(exec_line["caller"]["on_behalf_of"], "alice");
 }

@@ -352,6 +352,7 @@ fn job_of(uid: u32, code: &str, timeout_ms: u64) -> Job {
             gid: 1000,
             pid: None,
             pod: crate::job::PodOf::Unread,
+            on_behalf_of: None,
         },
     }
 }
