@@ -427,8 +427,9 @@ fn outcome_response() -> Value {
     json!({
         "description": "The program ran; `status` says how it ended, and `error.kind` \
             (when not ok) is one of the outcome kinds. Streamed (`stream`, or `Accept: \
-            application/x-ndjson`): one `ExecEvent` per line, the output as it was written, \
-            then the response as the last line.",
+            application/x-ndjson`): the answer begins when the program starts in its \
+            sandbox; one `ExecEvent` per line, the output as it was written, then the \
+            response as the last line.",
         "headers": { "x-request-id": { "$ref": "#/components/headers/RequestId" } },
         "content": {
             "application/json": { "schema": {

@@ -2,10 +2,12 @@
 //! program's output as newline-delimited JSON [`ExecEvent`]s as it is written, then the
 //! response `POST /v1/exec` would have given, as the last line.
 //!
-//! The answer begins with the first output, or with the end of the job when it wrote nothing:
-//! a job refused before it ran (quota, a full queue) is answered with its own status, as
-//! without streaming. Once it has begun, a client that goes away (its body dropped) closes the
-//! job's output sink, and the watchdog stops the program.
+//! The answer begins when the program starts in its sandbox (`OutputChunk::Running`), or at its
+//! first output or its end, whichever comes first: a job refused before it ran (quota, a full
+//! queue) is answered with its own status, as without streaming, and a client's deadline for
+//! the answer's head counts from the program's start, not from its first output. Once it has
+//! begun, a client that goes away (its body dropped) closes the job's output sink, and the
+//! watchdog stops the program.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -63,7 +65,7 @@ pub(super) async fn answer(
             // Written before the job ended, so all in the channel now.
             let mut lines: Vec<u8> = Vec::new();
             while let Ok(chunk) = chunks.try_recv() {
-                lines.extend(line(&event(chunk)));
+                lines.extend(line_of(chunk).unwrap_or_default());
             }
             let response = joined_result(joined)?;
             lines.extend(line(&ExecEvent::Result(response)));
@@ -84,8 +86,8 @@ async fn forward(
 ) {
     let mut next = Some(first);
     loop {
-        if let Some(chunk) = next.take()
-            && lines.send(line(&event(chunk))).await.is_err()
+        if let Some(line) = next.take().and_then(line_of)
+            && lines.send(line).await.is_err()
         {
             break;
         }
@@ -96,7 +98,7 @@ async fn forward(
             joined = &mut finished => {
                 let mut rest = Vec::new();
                 while let Ok(chunk) = chunks.try_recv() {
-                    rest.extend(line(&event(chunk)));
+                    rest.extend(line_of(chunk).unwrap_or_default());
                 }
                 let last = match joined_result(joined) {
                     Ok(response) => ExecEvent::Result(response),
@@ -121,8 +123,14 @@ fn joined_result(
     joined.unwrap_or_else(|e| Err(ApiError::Internal(format!("the job's task failed: {e}"))))
 }
 
-fn event(chunk: OutputChunk) -> ExecEvent {
-    match chunk {
+/// A chunk's line of the answer; none for the program's start, which only begins it.
+fn line_of(chunk: OutputChunk) -> Option<Bytes> {
+    event(chunk).map(|event| line(&event))
+}
+
+fn event(chunk: OutputChunk) -> Option<ExecEvent> {
+    let event = match chunk {
+        OutputChunk::Running => return None,
         OutputChunk::Text {
             stream: Stream::Stdout,
             text,
@@ -143,7 +151,8 @@ fn event(chunk: OutputChunk) -> ExecEvent {
             // Checked JSON when the call was made.
             arguments: serde_json::from_str(&arguments).unwrap_or_default(),
         },
-    }
+    };
+    Some(event)
 }
 
 /// `event` as one line of JSON.

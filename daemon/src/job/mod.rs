@@ -153,6 +153,9 @@ pub enum OutputChunk {
     },
     /// Rich output shown.
     Display(Display),
+    /// The job has its sandbox and its program starts: a streamed answer begins now, so that
+    /// a client's own deadline counts from here. Not a line of the answer.
+    Running,
     /// The first chunk of an exec that declared tools: the id its calls are answered under.
     Started(String),
     /// A call of one of the tools the request declared, for the caller to answer (not counted

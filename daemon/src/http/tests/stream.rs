@@ -141,10 +141,19 @@ async fn a_job_refused_before_it_runs_keeps_its_status() {
     );
 }
 
-/// Writes a line, then waits until its caller goes away (noted in `gone`), at most 30 s.
+/// Sends `first` (a line, or the program's start), then waits until its caller goes away
+/// (noted in `gone`), at most 30 s.
 struct Held {
     stub: StubExecutor,
     gone: Arc<AtomicBool>,
+    first: fn() -> OutputChunk,
+}
+
+fn started_line() -> OutputChunk {
+    OutputChunk::Text {
+        stream: Stream::Stdout,
+        text: "started\n".into(),
+    }
 }
 
 impl Executor for Held {
@@ -152,11 +161,7 @@ impl Executor for Held {
 
     async fn exec(&self, job: Job) -> Result<Outcome, ExecError> {
         let sink = job.output.clone().unwrap();
-        sink.send(OutputChunk::Text {
-            stream: Stream::Stdout,
-            text: "started\n".into(),
-        })
-        .unwrap();
+        sink.send((self.first)()).unwrap();
         if tokio::time::timeout(Duration::from_secs(30), sink.closed())
             .await
             .is_ok()
@@ -171,12 +176,13 @@ impl Executor for Held {
     }
 }
 
-#[tokio::test]
-async fn a_client_that_goes_away_mid_stream_closes_the_job_s_output() {
+/// An API in front of [`Held`] sending `first`, and where it notes its caller gone.
+fn held(first: fn() -> OutputChunk) -> (Api<Held>, Arc<AtomicBool>) {
     let gone = Arc::new(AtomicBool::new(false));
     let executor = Arc::new(Held {
         stub: writer(&[]),
         gone: gone.clone(),
+        first,
     });
     let api = Api::of(Service::new(
         executor,
@@ -184,6 +190,22 @@ async fn a_client_that_goes_away_mid_stream_closes_the_job_s_output() {
         limits(),
         BTreeMap::new(),
     ));
+    (api, gone)
+}
+
+async fn until_gone(gone: &AtomicBool) {
+    for _ in 0..100 {
+        if gone.load(AtomicOrdering::SeqCst) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the job's output sink was not closed after its client went away");
+}
+
+#[tokio::test]
+async fn a_client_that_goes_away_mid_stream_closes_the_job_s_output() {
+    let (api, gone) = held(started_line);
     let body = r#"{"language":"javascript","code":"x","stream":true}"#;
     let response = api.handle_from_test_caller(exec_request(body, None)).await;
     let mut body = response.into_body();
@@ -193,11 +215,25 @@ async fn a_client_that_goes_away_mid_stream_closes_the_job_s_output() {
         b"{\"type\":\"stdout\",\"text\":\"started\\n\"}\n"
     );
     drop(body);
-    for _ in 0..100 {
-        if gone.load(AtomicOrdering::SeqCst) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the job's output sink was not closed after its client went away");
+    until_gone(&gone).await;
+}
+
+#[tokio::test]
+async fn the_answer_begins_when_the_program_starts_though_it_writes_nothing() {
+    let (api, gone) = held(|| OutputChunk::Running);
+    let body = r#"{"language":"javascript","code":"x","stream":true}"#;
+    // The job writes nothing and holds until its client goes: only an answer begun at its
+    // start arrives before then.
+    let begun = tokio::time::timeout(
+        Duration::from_secs(10),
+        api.handle_from_test_caller(exec_request(body, None)),
+    )
+    .await
+    .expect("the answer's head arrives once the program starts");
+    assert_eq!(
+        (begun.status(), &begun.headers()[CONTENT_TYPE]),
+        (StatusCode::OK, &HeaderValue::from_static(NDJSON))
+    );
+    drop(begun);
+    until_gone(&gone).await;
 }

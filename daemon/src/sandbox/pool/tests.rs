@@ -771,6 +771,11 @@ async fn output_reaches_a_watching_caller_as_it_is_written_and_its_going_away_st
     );
     assert_eq!(
         chunks.recv().await.unwrap(),
+        OutputChunk::Running,
+        "the program's start comes first"
+    );
+    assert_eq!(
+        chunks.recv().await.unwrap(),
         OutputChunk::Text {
             stream: Stream::Stdout,
             text: "hello".to_owned()
@@ -781,6 +786,7 @@ async fn output_reaches_a_watching_caller_as_it_is_written_and_its_going_away_st
     let mut spinning = job("print-spin:working", 60_000);
     spinning.output = Some(sink);
     let running = tokio::spawn(async move { submit(&pool, spinning).await });
+    assert_eq!(chunks.recv().await.unwrap(), OutputChunk::Running);
     assert_eq!(
         chunks.recv().await.unwrap(),
         OutputChunk::Text {

@@ -14,8 +14,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::job::{
-    Deadline, ExecError, Failure, FailureKind, FileLimits, Files, Job, Language, Outcome, StateRef,
-    Status, tools::ToolExchange,
+    Deadline, ExecError, Failure, FailureKind, FileLimits, Files, Job, Language, Outcome,
+    OutputChunk, StateRef, Status, tools::ToolExchange,
 };
 use tracing::{debug, error, info, warn};
 
@@ -213,6 +213,10 @@ impl Worker {
                 continue;
             }
             self.shared.set_state(self.index, SlotState::Busy);
+            if let Some(sink) = &task.job.output {
+                // A streamed answer begins: the caller's wait for its head ends here.
+                let _ = sink.send(OutputChunk::Running);
+            }
             if (hot.is_some() && task.starts_warm()) || (primed && task.starts_session()) {
                 // On this task's path (no job found a warm sandbox idle, or a new session
                 // found one primed).
