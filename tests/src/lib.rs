@@ -464,6 +464,53 @@ impl Daemon {
     }
 }
 
+/// `hlctl e2b-gateway` in front of a daemon, on a free loopback port and with a key of the
+/// test's; stopped when dropped.
+#[derive(Debug)]
+pub struct E2bGateway {
+    _process: tokio::process::Child,
+    /// `http://127.0.0.1:PORT`: both `E2B_API_URL` and `E2B_SANDBOX_URL`.
+    pub url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl E2bGateway {
+    /// Starts one in front of `daemon`, taking `key`, and waits until it listens.
+    pub async fn start(daemon: &Daemon, key: &str) -> E2bGateway {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let key_file = dir.path().join("key");
+        std::fs::write(&key_file, format!("{key}\n")).expect("the key file is written");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free loopback port")
+            .port();
+        let process = tokio::process::Command::new(binary("hlctl"))
+            .arg("--socket")
+            .arg(daemon.socket())
+            .args(["e2b-gateway", "--listen", &format!("127.0.0.1:{port}")])
+            .arg("--api-key-file")
+            .arg(&key_file)
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("hlctl e2b-gateway starts");
+        within("the gateway listens", STEP_LIMIT, async {
+            while tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_err()
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await;
+        E2bGateway {
+            _process: process,
+            url: format!("http://127.0.0.1:{port}"),
+            _dir: dir,
+        }
+    }
+}
+
 /// The lines of the audit log at `path`, as JSON (the daemon writes each line whole).
 pub fn audit_lines(path: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)

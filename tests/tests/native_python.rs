@@ -10,7 +10,7 @@ use hyperlightd_client::{
     CreateSessionRequest, ErrorKind, ExecRequest, ExecStatus, FileChange, FileData, Language,
     Policy, SessionExecRequest,
 };
-use hyperlightd_e2e::{Daemon, STEP_LIMIT, py, run, within};
+use hyperlightd_e2e::{Daemon, E2bGateway, STEP_LIMIT, py, python_sdk_python, run, within};
 use serde_json::{Value, json};
 
 /// A daemon serving Python natively. A request that names no time limit gets 30 s: drawing a figure
@@ -513,6 +513,64 @@ async fn a_figure_comes_back_as_png_and_a_data_frame_as_html_and_text() {
         !dir.path().join("display-2.png").exists(),
         "a table is no image"
     );
+    e2b_charts_and_data_frames(&daemon).await;
+}
+
+/// E2B's documented chart and DataFrame examples, run by E2B's Python SDK (unmodified, from
+/// the client's test environment) through `hlctl e2b-gateway` in front of `daemon`, whose
+/// Python is native with the scientific stack, as E2B's default template's is.
+const E2B_CHART_AND_FRAME: &str = r#"
+import base64
+from e2b_code_interpreter import Sandbox
+
+with Sandbox.create() as sandbox:
+    chart = sandbox.run_code("""
+import matplotlib.pyplot as plt
+
+plt.plot([1, 2, 3, 4])
+plt.ylabel('some numbers')
+plt.show()
+""")
+    assert chart.error is None, chart.error
+    first = chart.results[0]
+    png = base64.b64decode(first.png)
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and not first.is_main_result, first
+    frame = sandbox.run_code(
+        "import pandas as pd\ndf = pd.DataFrame({'city': ['Oslo', 'Lima'], 'sales': [17, 6]})\ndf"
+    )
+    main = frame.results[-1]
+    assert main.is_main_result and "<table" in main.html and "Oslo" in main.text, main
+    print(f"a chart of {len(png)} bytes; a frame: {main.text.splitlines()[1]}")
+"#;
+
+async fn e2b_charts_and_data_frames(daemon: &Daemon) {
+    const KEY: &str = "e2b_test_key_native_0123456789";
+    let gateway = E2bGateway::start(daemon, KEY).await;
+    let run = tokio::process::Command::new(python_sdk_python())
+        .args(["-c", E2B_CHART_AND_FRAME])
+        .env("E2B_API_URL", &gateway.url)
+        .env("E2B_SANDBOX_URL", &gateway.url)
+        .env("E2B_API_KEY", KEY)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    // Two runs of up to a minute each under emulation, and a session's state saved after each.
+    let output = within(
+        "E2B's chart and DataFrame examples",
+        std::time::Duration::from_secs(300),
+        run,
+    )
+    .await
+    .expect("the SDK's python starts");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "E2B's chart and DataFrame examples failed:\n{stdout}{}\ndaemon log:\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        daemon.log()
+    );
+    println!("E2B's SDK: {stdout}");
 }
 
 /// With `--snapshot-dir` the template is saved once the daemon serves, with what the guest

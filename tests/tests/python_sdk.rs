@@ -16,7 +16,7 @@ use std::os::unix::fs::MetadataExt;
 use std::process::Stdio;
 use std::time::Duration;
 
-use hyperlightd_e2e::{Daemon, STEP_LIMIT, binary, e2b_js_test, python_sdk_python, within};
+use hyperlightd_e2e::{Daemon, E2bGateway, binary, e2b_js_test, python_sdk_python, within};
 
 /// Time limit for the pytest run: a few dozen execs, sessions saving state under emulation.
 const PYTEST_LIMIT: Duration = Duration::from_secs(480);
@@ -69,38 +69,13 @@ async fn the_python_client_and_its_framework_adapters_against_the_daemon() {
 /// (tests/e2b-js/e2b.test.mjs, with node's test runner) through `hlctl e2b-gateway` in front
 /// of `daemon`.
 async fn e2b_javascript_sdk(daemon: &Daemon, home: &std::path::Path) {
-    let dir = tempfile::tempdir().unwrap();
-    let key_file = dir.path().join("key");
-    std::fs::write(&key_file, format!("{JS_KEY}\n")).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .unwrap()
-        .port();
-    let _gateway = tokio::process::Command::new(binary("hlctl"))
-        .arg("--socket")
-        .arg(daemon.socket())
-        .args(["e2b-gateway", "--listen", &format!("127.0.0.1:{port}")])
-        .arg("--api-key-file")
-        .arg(&key_file)
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("hlctl e2b-gateway starts");
-    within("the gateway listens", STEP_LIMIT, async {
-        while tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_err()
-        {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await;
-    let url = format!("http://127.0.0.1:{port}");
+    let gateway = E2bGateway::start(daemon, JS_KEY).await;
+    let url = &gateway.url;
     let run = tokio::process::Command::new("node")
         .arg("--test")
         .arg(e2b_js_test())
-        .env("E2B_API_URL", &url)
-        .env("E2B_SANDBOX_URL", &url)
+        .env("E2B_API_URL", url)
+        .env("E2B_SANDBOX_URL", url)
         .env("E2B_API_KEY", JS_KEY)
         .env("HOME", home)
         .stdin(Stdio::null())
