@@ -287,6 +287,8 @@ async fn damaged_checkpoints_are_refused_each_with_its_reason() {
         let series =
             format!("hyperlightd_session_checkpoint_load_failures_total{{reason=\"{reason}\"}}");
         assert_eq!(counter(&metrics, &series), 1.0, "{reason}");
+        // Its removal is the writer's, in the order of what was handed to it.
+        assert!(sessions.flush(WAIT));
         assert!(!checkpoint_dir(root.path(), id, 2).exists(), "removed");
     }
 }
@@ -610,6 +612,9 @@ async fn a_session_parked_now_waits_for_its_write_and_comes_back_on_use() {
         checkpoint_dir(root.path(), &id, 1).exists(),
         "its state is on disk"
     );
+    // The writer lets go of the state it wrote when its job ends, a moment after it said the
+    // state was on disk.
+    assert!(sessions.flush(WAIT));
     assert_eq!(sessions.counts()[&Language::Javascript].memory_bytes, 0);
     let (_, started) = exec(&sessions, &id, 8).await;
     assert_eq!(started, Some(7), "brought back on use");
