@@ -312,6 +312,9 @@ pub enum ExecEvent {
     Display {
         /// MIME type to content: text as it is, binary types in base64.
         data: BTreeMap<String, String>,
+        /// Whether it is the program's last expression (see [`DisplayData::result`]).
+        #[serde(default, skip_serializing_if = "is_false")]
+        result: bool,
     },
     /// The first line of an exec that declared tools: the id its calls are answered under
     /// (`POST /v1/executions/{execution_id}/tool-results`).
@@ -626,6 +629,16 @@ pub struct ErrorResponse {
 pub struct DisplayData {
     /// MIME type to content: text as it is, binary types (`image/png`) in base64.
     pub data: BTreeMap<String, String>,
+    /// Whether it is the value of the program's last expression, shown as display data (a
+    /// notebook's `execute_result`: a table or figure left last), rather than output the
+    /// program showed (`plt.show()`). Absent when false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub result: bool,
+}
+
+/// For serde: a flag left out when false.
+fn is_false(flag: &bool) -> bool {
+    !flag
 }
 
 /// Body of a 200 answer to `POST /v1/exec`.
@@ -649,8 +662,9 @@ pub struct ExecResponse {
     pub result: serde_json::Value,
     /// Rich output, in the order the program showed it: a matplotlib figure (`plt.show()`, or
     /// a figure left as the last expression) as `image/png`; a pandas DataFrame or Series left
-    /// as the last expression as `text/html` and `text/plain`. Counted against the output cap
-    /// with stdout and stderr; an item past it is left out whole, and `truncated` is set.
+    /// as the last expression as `text/html` and `text/plain`. A last expression's item is
+    /// marked `result`. Counted against the output cap with stdout and stderr; an item past it
+    /// is left out whole, and `truncated` is set.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub display: Vec<DisplayData>,
     /// Set when `status` is not `ok`.

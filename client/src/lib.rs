@@ -517,7 +517,7 @@ mod tests {
             .unwrap();
         assert_eq!(seen.len(), 2, "{seen:?}");
         assert!(
-            matches!(&seen[1], ExecEvent::Display { data } if data["text/plain"] == "<Figure>")
+            matches!(&seen[1], ExecEvent::Display { data, .. } if data["text/plain"] == "<Figure>")
         );
         assert_eq!(response.display.len(), 1);
     }

@@ -228,11 +228,11 @@ def _deliver(reply: str):
     return None
 
 
-def _display(bundle: dict) -> bool:
-    """Sends the host one display item, after the output written before it; whether the output
-    cap leaves room."""
+def _display(bundle: dict, result: bool = False) -> bool:
+    """Sends the host one display item (`result`: the program's last expression), after the
+    output written before it; whether the output cap leaves room."""
     program.Output.flush()
-    data = json.dumps(bundle).encode("utf-8")
+    data = json.dumps({"data": bundle, "result": result}).encode("utf-8")
     for start in range(0, len(data), PIECE):
         last = start + PIECE >= len(data)
         text = base64.b64encode(data[start : start + PIECE]).decode("ascii")
@@ -241,11 +241,11 @@ def _display(bundle: dict) -> bool:
     return True
 
 
-def _show_figure(figure) -> None:
+def _show_figure(figure, result: bool = False) -> None:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", bbox_inches="tight")
     image = base64.b64encode(buffer.getvalue()).decode("ascii")
-    _display({"image/png": image, "text/plain": repr(figure)})
+    _display({"image/png": image, "text/plain": repr(figure)}, result)
 
 
 def _show(*_args, **_kwargs) -> None:
@@ -279,14 +279,14 @@ def _rich(value) -> bool:
     if figure is not None:
         import matplotlib.pyplot as plt
 
-        _show_figure(figure)
+        _show_figure(figure, result=True)
         plt.close(figure)
         return True
     pandas = sys.modules.get("pandas")
     if pandas is not None and isinstance(value, (pandas.DataFrame, pandas.Series)):
         frame = value if isinstance(value, pandas.DataFrame) else value.to_frame()
         html = frame._repr_html_() or frame.to_html(max_rows=60)
-        _display({"text/html": html, "text/plain": repr(value)})
+        _display({"text/html": html, "text/plain": repr(value)}, result=True)
         return True
     return False
 

@@ -428,7 +428,7 @@ async fn streamed(opened: Result<ExecStream, Error>) -> Result<ExecResponse, Err
             ExecEvent::Stderr { text } => {
                 let _ = std::io::stderr().lock().write_all(text.as_bytes());
             }
-            ExecEvent::Display { data } => files::show(data),
+            ExecEvent::Display { data, .. } => files::show(data),
             ExecEvent::Started { .. }
             | ExecEvent::ToolCall { .. }
             | ExecEvent::Result(_)

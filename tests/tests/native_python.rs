@@ -476,6 +476,9 @@ async fn a_figure_comes_back_as_png_and_a_data_frame_as_html_and_text() {
         ("before\nafter\n", &json!(null))
     );
     assert_eq!(answer.display.len(), 2, "{:?}", answer.display);
+    // plt.show() is output the program showed; the table, its last expression, is its result.
+    let flags: Vec<bool> = answer.display.iter().map(|item| item.result).collect();
+    assert_eq!(flags, [false, true]);
     let png = BASE64.decode(&answer.display[0].data["image/png"]).unwrap();
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
     let table = &answer.display[1].data;

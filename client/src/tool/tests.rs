@@ -185,6 +185,7 @@ fn a_figure_is_named_and_a_table_shown_as_text() {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect(),
+        result: false,
     };
     answer.display = vec![
         item(&[("image/png", &"A".repeat(4096)), ("text/plain", "<Figure>")]),

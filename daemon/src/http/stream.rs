@@ -139,7 +139,7 @@ fn event(chunk: OutputChunk) -> Option<ExecEvent> {
             stream: Stream::Stderr,
             text,
         } => ExecEvent::Stderr { text },
-        OutputChunk::Display(Display { data }) => ExecEvent::Display { data },
+        OutputChunk::Display(Display { data, result }) => ExecEvent::Display { data, result },
         OutputChunk::Started(execution_id) => ExecEvent::Started { execution_id },
         OutputChunk::ToolCall(ToolCall {
             id,

@@ -166,9 +166,12 @@ pub enum OutputChunk {
 /// Rich output a program showed (a figure, a table): one item in one or more
 /// representations, MIME type to content (binary content in base64), as a notebook's display
 /// data.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
 pub struct Display {
     pub data: BTreeMap<String, String>,
+    /// Whether it is the value of the program's last expression rather than output it showed.
+    #[serde(default)]
+    pub result: bool,
 }
 
 impl Display {

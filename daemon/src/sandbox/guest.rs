@@ -722,6 +722,7 @@ mod tests {
         capture.begin(40, Some(sink));
         let item = |text: &str| Display {
             data: [("text/plain".to_owned(), text.to_owned())].into(),
+            result: false,
         };
         capture.write(Stream::Stdout, "0123456789");
         // 10 bytes of the type's name and 10 of content: 30 of 40 used.

@@ -166,8 +166,8 @@ pub fn sandbox_counts(
 }
 
 fn display(item: Display) -> api::DisplayData {
-    let Display { data } = item;
-    api::DisplayData { data }
+    let Display { data, result } = item;
+    api::DisplayData { data, result }
 }
 
 /// Each language's runtime and version.

@@ -99,7 +99,7 @@ pub fn lines(event: ExecEvent, language: Language) -> Vec<Value> {
     match event {
         ExecEvent::Stdout { text } => vec![output("stdout", text)],
         ExecEvent::Stderr { text } => vec![output("stderr", text)],
-        ExecEvent::Display { data } => vec![result(&data, false)],
+        ExecEvent::Display { data, result: last } => vec![result(&data, last)],
         ExecEvent::Result(response) => ended(response, language),
         ExecEvent::Error { error } => vec![json!({
             "type": "error",
@@ -261,6 +261,18 @@ mod tests {
             line,
             json!({"type": "result", "is_main_result": false, "png": "iVBOR", "text": "<Figure>"})
         );
+        // A table left as the program's last expression is its main result, as in a notebook.
+        let table = BTreeMap::from([("text/html".to_owned(), "<table/>".to_owned())]);
+        let shown = |result| ExecEvent::Display {
+            data: table.clone(),
+            result,
+        };
+        for flag in [false, true] {
+            let [line] = &lines(shown(flag), Language::Python)[..] else {
+                panic!("one line");
+            };
+            assert_eq!(line["is_main_result"], flag);
+        }
     }
 
     #[test]

@@ -148,9 +148,10 @@ impl Host {
                     }
                     std::mem::take(&mut state.display)
                 };
-                let data = serde_json::from_slice(&item)
-                    .map_err(|e| format!("a display item is not an object of strings: {e}"))?;
-                Ok(display.output.display(Display { data }).to_string())
+                // `{"data": {MIME type: content}, "result": whether it is the last expression}`.
+                let item: Display = serde_json::from_slice(&item)
+                    .map_err(|e| format!("a display item is not data and a flag: {e}"))?;
+                Ok(display.output.display(item).to_string())
             })
             .host_function("reply", move |args| {
                 let (data,): (String,) = parse(args)?;
