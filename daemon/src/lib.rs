@@ -134,7 +134,8 @@ pub enum StartError {
 
 impl StartError {
     /// Exit code, after sysexits(3): 64 bad configuration, 69 hypervisor unavailable,
-    /// 73 socket, audit log, snapshot or state directory cannot be created, 75 socket in use by a live daemon, 70 anything else
+    /// 73 socket, audit log, snapshot or state directory cannot be created (or sessions
+    /// cannot be kept in the state directory), 75 socket in use by a live daemon, 70 anything else
     /// (a pool that cannot start included).
     pub fn exit_code(&self) -> u8 {
         match self {

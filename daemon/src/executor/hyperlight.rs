@@ -66,10 +66,22 @@ impl HyperlightExecutor {
         let languages: Vec<Language> = pools.keys().copied().collect();
         let mut table = Sessions::new(sessions, &languages, metrics.sessions(), audit);
         if let Some(dir) = state_dir {
+            // Asked to keep sessions on disk, the daemon does not start with a language whose
+            // sessions it could not write or read back: they would vanish at the next restart.
             let codecs = pools
                 .iter()
-                .filter_map(|(&language, pool)| Some((language, pool.state_codec()?)))
-                .collect();
+                .map(|(&language, pool)| {
+                    let codec = pool
+                        .state_codec()
+                        .map_err(|why| ExecutorStartError::StateDir {
+                            dir: dir.to_owned(),
+                            error: std::io::Error::other(format!(
+                                "{language} sessions cannot be kept there: {why}"
+                            )),
+                        })?;
+                    Ok((language, codec))
+                })
+                .collect::<Result<_, ExecutorStartError>>()?;
             let park_after = sessions.park_after.unwrap_or(Duration::MAX);
             // A session's first checkpoint shares its template's memory: linked from the saved
             // template, when there is one, rather than written again.

@@ -326,9 +326,9 @@ pub trait GuestFactory: Send + Sync + 'static {
     fn runtime(&self) -> Runtime;
 
     /// How its sandboxes' saved states go to disk and come back, for sessions that outlive
-    /// the daemon; None: they cannot.
-    fn state_codec(&self) -> Option<Arc<dyn StateCodec>> {
-        None
+    /// the daemon; `Err`: why they cannot.
+    fn state_codec(&self) -> Result<Arc<dyn StateCodec>, String> {
+        Err("this guest's states cannot be written to disk".to_owned())
     }
 
     /// The files in memory its template is mapped from (see [`Footprint`]), which every state

@@ -320,26 +320,22 @@ impl<S> std::fmt::Debug for StateFiles<S> {
 
 impl<S: Persist> StateFiles<S> {
     /// States of the guest whose key `key` gives, turned into what is stored by `encode` and
-    /// back by `decode`. None when the key cannot be told (the daemon's executable or a guest
-    /// file cannot be read): said in the log, and the language's sessions stay in memory.
+    /// back by `decode`. `Err` when the key cannot be told (the daemon's executable or a guest
+    /// file cannot be read), saying so: a daemon asked to keep sessions on disk does not start
+    /// without it.
     pub fn codec(
         key: io::Result<Key>,
         encode: impl Fn(&SavedState) -> Result<Stored<S>, String> + Send + Sync + 'static,
         decode: impl Fn(Stored<S>) -> Result<SavedState, String> + Send + Sync + 'static,
-    ) -> Option<Arc<dyn StateCodec>> {
-        match key {
-            Ok(key) => Some(Arc::new(StateFiles {
-                key,
-                encode: Box::new(encode),
-                decode: Box::new(decode),
-            })),
-            Err(e) => {
-                warn!(
-                    "cannot tell which saved session states fit this guest ({e}): its sessions are not written to disk"
-                );
-                None
-            }
-        }
+    ) -> Result<Arc<dyn StateCodec>, String> {
+        let key = key.map_err(|e| {
+            format!("cannot tell which saved session states fit this guest and daemon ({e})")
+        })?;
+        Ok(Arc::new(StateFiles {
+            key,
+            encode: Box::new(encode),
+            decode: Box::new(decode),
+        }))
     }
 }
 

@@ -455,3 +455,42 @@ async fn two_hundred_parked_sessions_on_a_pool_of_two_each_keep_their_own_state(
     }
     assert_eq!(value(&client, &ids[30], "mine").await, json!(1030));
 }
+
+/// Asked to keep sessions on disk, a daemon that could not tell which saved states fit it (here
+/// its own executable is gone once it runs, as where /proc does not work) does not start and
+/// serve sessions that would vanish at its next restart: exit 73, naming the cause.
+#[tokio::test]
+async fn a_daemon_that_could_not_keep_sessions_on_disk_does_not_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("hyperlightd");
+    std::fs::copy(hyperlightd_e2e::binary("hyperlightd"), &copy).unwrap();
+    let state = dir.path().join("state");
+    let daemon = tokio::process::Command::new(&copy)
+        .arg("--socket")
+        .arg(dir.path().join("d.sock"))
+        .args(["--pool", "javascript=1", "--state-dir"])
+        .arg(&state)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // Spawned means executed: from here the daemon's executable is a deleted file.
+    std::fs::remove_file(&copy).unwrap();
+    let out = within(
+        "the daemon's start",
+        hyperlightd_e2e::STARTUP_LIMIT,
+        daemon.wait_with_output(),
+    )
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(73), "{stderr}");
+    assert!(
+        stderr.contains("javascript sessions cannot be kept there")
+            && stderr.contains("cannot tell which saved session states fit"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("d.sock").exists(), "no socket is left");
+}

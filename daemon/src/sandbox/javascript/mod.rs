@@ -213,7 +213,7 @@ impl GuestFactory for JavascriptFactory {
             .unwrap_or_default()
     }
 
-    fn state_codec(&self) -> Option<Arc<dyn StateCodec>> {
+    fn state_codec(&self) -> Result<Arc<dyn StateCodec>, String> {
         StateFiles::codec(
             self.key(),
             |state| {

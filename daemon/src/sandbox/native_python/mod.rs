@@ -267,7 +267,7 @@ impl GuestFactory for NativePythonFactory {
     }
 
     /// A state is the guest's snapshot (its working directory included) and nothing beside.
-    fn state_codec(&self) -> Option<Arc<dyn StateCodec>> {
+    fn state_codec(&self) -> Result<Arc<dyn StateCodec>, String> {
         StateFiles::codec(
             self.key(),
             |state| {

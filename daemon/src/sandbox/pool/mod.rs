@@ -404,7 +404,7 @@ pub struct Pool {
     shared: Arc<Shared>,
     runtime: Runtime,
     /// How its sandboxes' saved states go to disk; None: they cannot.
-    state_codec: Option<Arc<dyn StateCodec>>,
+    state_codec: Result<Arc<dyn StateCodec>, String>,
     /// The files in memory its template is mapped from.
     template_memory: Vec<MemoryFile>,
 }
@@ -548,7 +548,7 @@ impl Pool {
     }
 
     /// How its sandboxes' saved states go to disk, for sessions that outlive the daemon.
-    pub fn state_codec(&self) -> Option<Arc<dyn StateCodec>> {
+    pub fn state_codec(&self) -> Result<Arc<dyn StateCodec>, String> {
         self.state_codec.clone()
     }
 

@@ -444,7 +444,7 @@ impl GuestFactory for PythonFactory {
             .unwrap_or_default()
     }
 
-    fn state_codec(&self) -> Option<Arc<dyn StateCodec>> {
+    fn state_codec(&self) -> Result<Arc<dyn StateCodec>, String> {
         let nodes = self.library.as_ref().map_or(0, |library| library.nodes());
         StateFiles::codec(
             self.key(),
