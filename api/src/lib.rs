@@ -30,9 +30,9 @@ pub use self::files::{
 pub use self::network::{AllowRule, EgressHealth, Network};
 pub use self::policy::{Policy, Violation};
 pub use self::session::{
-    CheckpointInfo, CheckpointList, CreateSessionRequest, ExecSession, ForkRequest, ParkRequest,
-    RestartRequest, RollbackRequest, SessionCounts, SessionExecRequest, SessionInfo, SessionLimits,
-    SessionList, UpdateSessionRequest,
+    CheckpointInfo, CheckpointList, CreateSessionRequest, DurableHealth, ExecSession, ForkRequest,
+    ParkRequest, RestartRequest, RollbackRequest, SessionCounts, SessionExecRequest, SessionInfo,
+    SessionLimits, SessionList, UpdateSessionRequest,
 };
 pub use self::tools::{ToolResult, ToolSpec};
 
@@ -728,6 +728,9 @@ pub struct HealthResponse {
     /// The audit log (absent from daemons without one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit: Option<AuditHealth>,
+    /// Sessions kept on disk (absent without `--state-dir`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub durable: Option<DurableHealth>,
     /// What programs may reach over HTTP (absent when they can reach nothing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress: Option<EgressHealth>,

@@ -308,6 +308,23 @@ pub struct SessionCounts {
     pub parked: usize,
 }
 
+/// Sessions kept on disk (`--state-dir`), as `/v1/health` reports them: whether what the
+/// daemon holds reaches the disk, never said only in a log line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct DurableHealth {
+    /// The state directory.
+    pub dir: String,
+    /// False when the last write to it failed (a checkpoint, a session's directory or its
+    /// journal), until one succeeds again: what failed is in memory only, and each session's
+    /// listing says whether it is still `durable`.
+    pub writing: bool,
+    /// Writes that failed since the daemon started.
+    pub failed_writes: u64,
+    /// Why the last failed write failed; absent if none has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
 /// The limits sessions live under, as `/v1/health` reports them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct SessionLimits {

@@ -152,6 +152,7 @@ impl Executor for HyperlightExecutor {
             memory_mib: self.memory_mib.clone(),
             sessions: self.sessions.counts(),
             session_limits: *self.sessions.settings(),
+            durable: self.sessions.durable_health(),
         }
     }
 

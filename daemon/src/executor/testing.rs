@@ -161,6 +161,7 @@ impl Executor for StubExecutor {
             memory_mib: BTreeMap::from([(Language::Javascript, 64)]),
             sessions: self.sessions.counts(),
             session_limits: *self.sessions.settings(),
+            durable: self.sessions.durable_health(),
         }
     }
 }

@@ -460,6 +460,7 @@ impl<E: Executor> Api<E> {
                 allow_list: health.allow_list,
             }),
             audit: health.audit,
+            durable: executor.durable.map(wire::durable_health),
             egress: health.egress,
         };
         let up = match probe {

@@ -560,6 +560,7 @@ impl Executor for WarmingExecutor {
             memory_mib: BTreeMap::new(),
             sessions: BTreeMap::new(),
             session_limits: *stub_sessions(3).settings(),
+            durable: None,
         }
     }
 }

@@ -25,6 +25,17 @@ pub struct ExecutorHealth {
     pub sessions: BTreeMap<Language, SessionCounts>,
     /// The limits sessions live under.
     pub session_limits: SessionSettings,
+    /// The state directory, when sessions are kept on disk.
+    pub durable: Option<DurableHealth>,
+}
+
+/// Sessions kept on disk (`--state-dir`), as health reports them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DurableHealth {
+    /// The state directory.
+    pub dir: std::path::PathBuf,
+    /// Whether writes reach it.
+    pub writes: crate::metrics::WriteHealth,
 }
 
 /// What runs a language's programs, as its guest reports it.

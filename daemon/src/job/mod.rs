@@ -32,8 +32,8 @@ pub use self::env::Env;
 pub use self::error::ExecError;
 pub use self::files::{FileLimits, Files};
 pub use self::health::{
-    CheckpointInfo, ExecutorHealth, Loss, PoolCounts, Runtime, SessionCounts, SessionInfo,
-    SessionSettings,
+    CheckpointInfo, DurableHealth, ExecutorHealth, Loss, PoolCounts, Runtime, SessionCounts,
+    SessionInfo, SessionSettings,
 };
 pub use self::labels::Labels;
 pub use self::outcome::{Failure, FailureKind, Outcome, SessionRef, Status, Violation};

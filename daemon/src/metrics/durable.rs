@@ -1,5 +1,7 @@
 //! The metrics of sessions kept on disk (`--state-dir`).
 
+use std::sync::{Arc, Mutex, PoisonError};
+
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts};
 
 use super::SANDBOX_BUCKETS;
@@ -41,6 +43,20 @@ pub struct DurableMetrics {
     /// Parked sessions.
     pub parked: IntGauge,
     recovered: IntCounterVec,
+    /// What health says of writing: kept beside the counters, which say how many, not why.
+    health: Arc<Mutex<WriteHealth>>,
+}
+
+/// Whether sessions reach the state directory, as health reports it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteHealth {
+    /// Checkpoints, session directories and journal lines that could not be written since the
+    /// daemon started: what they held is in memory only.
+    pub failed: u64,
+    /// Why the last of them failed.
+    pub last_error: Option<String>,
+    /// Whether the last write failed (until one succeeds again).
+    pub failing: bool,
 }
 
 impl DurableMetrics {
@@ -84,6 +100,7 @@ impl DurableMetrics {
                 "Time to bring a checkpoint back from disk.",
             )?,
             parked: IntGauge::new(SESSIONS_PARKED, "Sessions whose state is on disk only.")?,
+            health: Arc::default(),
             recovered: counter(
                 SESSIONS_RECOVERED_TOTAL,
                 "Sessions read back from the state directory at startup, by outcome (intact, rolled_back, lost, unreadable).",
@@ -106,13 +123,32 @@ impl DurableMetrics {
         let label = [language.as_str()];
         self.written.with_label_values(&label).inc();
         self.durable.with_label_values(&label).observe(seconds);
+        self.health().failing = false;
     }
 
-    /// A checkpoint of `language` could not be written.
-    pub fn write_failed(&self, language: Language) {
+    /// A checkpoint of `language` could not be written, for `why`.
+    pub fn write_failed(&self, language: Language, why: &str) {
         self.write_failures
             .with_label_values(&[language.as_str()])
             .inc();
+        self.unwritten(why);
+    }
+
+    /// A session's directory or journal line could not be written, for `why`.
+    pub fn unwritten(&self, why: &str) {
+        let mut health = self.health();
+        health.failed += 1;
+        health.last_error = Some(why.to_owned());
+        health.failing = true;
+    }
+
+    /// What health says of writing.
+    pub fn write_health(&self) -> WriteHealth {
+        self.health().clone()
+    }
+
+    fn health(&self) -> std::sync::MutexGuard<'_, WriteHealth> {
+        self.health.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A checkpoint was refused for `reason`.

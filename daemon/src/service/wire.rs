@@ -165,6 +165,17 @@ pub fn sandbox_counts(
         .collect()
 }
 
+/// The state directory's health on the wire.
+pub fn durable_health(health: crate::job::DurableHealth) -> api::DurableHealth {
+    let crate::job::DurableHealth { dir, writes } = health;
+    api::DurableHealth {
+        dir: dir.display().to_string(),
+        writing: !writes.failing,
+        failed_writes: writes.failed,
+        last_error: writes.last_error,
+    }
+}
+
 fn display(item: Display) -> api::DisplayData {
     let Display { data, result } = item;
     api::DisplayData { data, result }

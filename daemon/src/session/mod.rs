@@ -281,6 +281,11 @@ impl Sessions {
         }
     }
 
+    /// The state directory and whether writes reach it, when sessions are kept on disk.
+    pub fn durable_health(&self) -> Option<crate::job::DurableHealth> {
+        self.durable.as_ref().map(Durable::health)
+    }
+
     /// Live sessions, the memory their images hold, and those parked, per language.
     pub fn counts(&self) -> BTreeMap<Language, SessionCounts> {
         let table = self.table();

@@ -61,6 +61,7 @@ impl Executor for Stub {
             runtimes: BTreeMap::new(),
             memory_mib: BTreeMap::new(),
             sessions: BTreeMap::new(),
+            durable: None,
             session_limits: SessionSettings {
                 max_sessions: 8,
                 max_per_caller: 8,

@@ -85,6 +85,15 @@ async fn sessions_outlive_a_clean_restart_and_a_kill_during_an_exec_and_say_what
         durable(&client, &id, 2).await;
         ids.push((language, id));
     }
+    // Health names the state directory and says writes reach it.
+    let health = client
+        .health()
+        .await
+        .unwrap()
+        .durable
+        .expect("health's durable part");
+    assert_eq!(health.dir, dirs.state.path().to_str().unwrap());
+    assert!(health.writing && health.failed_writes == 0, "{health:?}");
     let before = client.session(&ids[0].1).await.unwrap();
     stop(daemon).await;
 

@@ -36,7 +36,7 @@ use self::checkpoint::Record;
 use self::journal::{Journal, Progress, SessionFile};
 pub use self::writer::Write;
 use self::writer::Writer;
-use crate::job::{Language, StateCodec};
+use crate::job::{DurableHealth, Language, StateCodec};
 use crate::metrics::DurableMetrics;
 use crate::sys::durable;
 
@@ -100,6 +100,14 @@ impl Durable {
         &self.metrics
     }
 
+    /// The state directory, and whether writes reach it.
+    pub fn health(&self) -> DurableHealth {
+        DurableHealth {
+            dir: self.root.parent().unwrap_or(&self.root).to_owned(),
+            writes: self.metrics.write_health(),
+        }
+    }
+
     /// The directory of session `id`.
     fn session_dir(&self, id: &str) -> PathBuf {
         self.root.join(id)
@@ -112,8 +120,14 @@ impl Durable {
         self.codec(session.language)?;
         let dir = self.session_dir(&session.id);
         match Journal::create(&dir, session, progress) {
-            Ok(journal) => Some(Arc::new(SessionDisk::new(dir, journal))),
+            Ok(journal) => Some(Arc::new(SessionDisk::new(
+                dir,
+                journal,
+                self.metrics.clone(),
+            ))),
             Err(e) => {
+                self.metrics
+                    .unwritten(&format!("writing {}: {e}", dir.display()));
                 error!(session = %session.id, dir = %dir.display(), "cannot write the session's directory ({e}): it lives in memory only, and a restart loses it");
                 durable::discard(&dir);
                 None
@@ -153,15 +167,18 @@ pub struct SessionDisk {
     journal: Mutex<Option<Journal>>,
     /// Deleted: writes still queued skip it.
     removed: AtomicBool,
+    /// Where a journal that cannot be written is reported.
+    metrics: DurableMetrics,
 }
 
 impl SessionDisk {
-    /// The session in `dir`, whose journal is `journal`.
-    pub fn new(dir: PathBuf, journal: Journal) -> Self {
+    /// The session in `dir`, whose journal is `journal`; its failures go to `metrics`.
+    pub fn new(dir: PathBuf, journal: Journal, metrics: DurableMetrics) -> Self {
         SessionDisk {
             dir,
             journal: Mutex::new(Some(journal)),
             removed: AtomicBool::new(false),
+            metrics,
         }
     }
 
@@ -181,6 +198,9 @@ impl SessionDisk {
         match open.append(progress) {
             Ok(()) => true,
             Err(e) => {
+                let journal_of = self.dir.display();
+                self.metrics
+                    .unwritten(&format!("writing the journal of {journal_of}: {e}"));
                 error!(session = %id, dir = %self.dir.display(), "cannot write the session's journal ({e}): its directory is removed, it lives in memory only, and a restart does not know it");
                 *journal = None;
                 self.removed.store(true, Ordering::Relaxed);

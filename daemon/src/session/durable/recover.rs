@@ -68,7 +68,11 @@ impl Durable {
             Ok(journal) => journal,
             Err(e) => return self.unreadable(dir, &format!("opening its journal: {e}")),
         };
-        let disk = Arc::new(SessionDisk::new(dir.to_owned(), journal));
+        let disk = Arc::new(SessionDisk::new(
+            dir.to_owned(),
+            journal,
+            self.metrics().clone(),
+        ));
         let mut kept = Vec::new();
         let mut refused: Vec<(u64, Refused)> = Vec::new();
         for mark in &progress.checkpoints {

@@ -190,7 +190,7 @@ fn write_one(
     let header = (write.id.as_str(), write.number, write.image.bytes());
     let started = Instant::now();
     if let Err(why) = checkpoint::write(&dir, header, write.codec.key(), source, existing) {
-        metrics.write_failed(write.language);
+        metrics.write_failed(write.language, &format!("writing {}: {why}", dir.display()));
         error!(session = %write.id, checkpoint = write.number, "writing the checkpoint failed ({why}): it is kept in memory only, and a restart loses it");
         write.disk.mark_failed(why.to_string());
         return None;
@@ -199,7 +199,8 @@ fn write_one(
     let record = match record {
         Ok(record) => record,
         Err(why) => {
-            metrics.write_failed(write.language);
+            let read_back = format!("{} does not read back: {why}", dir.display());
+            metrics.write_failed(write.language, &read_back);
             warn!(session = %write.id, checkpoint = write.number, "the checkpoint just written does not read back ({why}): it is kept in memory only");
             durable::discard(&dir);
             write

@@ -627,6 +627,16 @@ async fn a_session_parked_now_waits_for_its_write_and_comes_back_on_use() {
         "{refused:?}"
     );
     assert!(!sessions.get(OWNER, &id).unwrap().parked);
+    // Health says so too, not only the log, until a write succeeds again.
+    let health = sessions.durable_health().unwrap();
+    assert_eq!(health.dir, root.path());
+    let writes = health.writes;
+    assert!(writes.failing && writes.failed == 1, "{writes:?}");
+    let why = writes.last_error.unwrap();
+    assert!(why.contains("the disk refused it"), "{why}");
     let (_, started) = exec(&sessions, &id, 9).await;
     assert_eq!(started, Some(UNWRITABLE));
+    assert!(sessions.flush(WAIT));
+    let writes = sessions.durable_health().unwrap().writes;
+    assert!(!writes.failing && writes.failed == 1, "{writes:?}");
 }
