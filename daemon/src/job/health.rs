@@ -35,7 +35,19 @@ pub struct DurableHealth {
     /// The state directory.
     pub dir: std::path::PathBuf,
     /// Whether writes reach it.
-    pub writes: crate::metrics::WriteHealth,
+    pub writes: WriteHealth,
+}
+
+/// Whether sessions reach the state directory, as health reports it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteHealth {
+    /// Checkpoints, session directories and journal lines that could not be written since the
+    /// daemon started: what they held is in memory only.
+    pub failed: u64,
+    /// Why the last of them failed.
+    pub last_error: Option<String>,
+    /// Whether the last write failed (until one succeeds again).
+    pub failing: bool,
 }
 
 /// What runs a language's programs, as its guest reports it.

@@ -33,7 +33,7 @@ pub use self::error::ExecError;
 pub use self::files::{FileLimits, Files};
 pub use self::health::{
     CheckpointInfo, DurableHealth, ExecutorHealth, Loss, PoolCounts, Runtime, SessionCounts,
-    SessionInfo, SessionSettings,
+    SessionInfo, SessionSettings, WriteHealth,
 };
 pub use self::labels::Labels;
 pub use self::outcome::{Failure, FailureKind, Outcome, SessionRef, Status, Violation};

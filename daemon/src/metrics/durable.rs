@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts};
 
 use super::SANDBOX_BUCKETS;
-use crate::job::Language;
+use crate::job::{Language, WriteHealth};
 
 /// Checkpoints written to the state directory, by `language`.
 pub const CHECKPOINTS_WRITTEN_TOTAL: &str = "hyperlightd_session_checkpoints_written_total";
@@ -45,18 +45,6 @@ pub struct DurableMetrics {
     recovered: IntCounterVec,
     /// What health says of writing: kept beside the counters, which say how many, not why.
     health: Arc<Mutex<WriteHealth>>,
-}
-
-/// Whether sessions reach the state directory, as health reports it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct WriteHealth {
-    /// Checkpoints, session directories and journal lines that could not be written since the
-    /// daemon started: what they held is in memory only.
-    pub failed: u64,
-    /// Why the last of them failed.
-    pub last_error: Option<String>,
-    /// Whether the last write failed (until one succeeds again).
-    pub failing: bool,
 }
 
 impl DurableMetrics {
