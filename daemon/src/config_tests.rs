@@ -49,6 +49,12 @@ fn caller_options_resolve_names_default_their_quotas_and_refuse_zero_or_unknown(
     assert!(err.contains("no-such-user-here"), "{err}");
     let unknown = parse(&["--allow-gid", "no-such-group-here"]).unwrap();
     assert!(unknown.callers.access(0).is_err());
+    let unknown = parse(&["--delegate-uid", "no-such-user-here"]).unwrap();
+    let err = unknown.callers.access(0).unwrap_err().to_string();
+    assert!(err.starts_with("--delegate-uid no-such-user-here"), "{err}");
+    let delegates = parse(&["--delegate-uid", "root", "--delegate-uid", "7"]).unwrap();
+    let access = delegates.callers.access(999).unwrap();
+    assert!(access.is_delegate(0) && access.is_delegate(7) && !access.is_delegate(999));
     let zero = parse(&["--max-execs-per-caller", "0"]).unwrap();
     assert!(zero.callers.exec_quota(&BTreeMap::new()).is_err());
     let zero = parse(&["--max-sessions-per-caller", "0"]).unwrap();

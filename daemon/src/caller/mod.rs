@@ -137,25 +137,12 @@ pub enum CallerOptionError {
 }
 
 impl CallerOptions {
-    /// The allow lists, names resolved; `own_uid` is always allowed.
+    /// The allow lists and delegates, names resolved; `own_uid` is always allowed.
     pub fn access(&self, own_uid: u32) -> Result<Access, CallerOptionError> {
-        let uids = self
-            .allow_uids
-            .iter()
-            .map(|u| sys::users::uid_of(u).ok_or_else(|| CallerOptionError::NoSuchUser(u.clone())))
-            .collect::<Result<Vec<_>, _>>()?;
-        let gids = self
-            .allow_gids
-            .iter()
-            .map(|g| sys::users::gid_of(g).ok_or_else(|| CallerOptionError::NoSuchGroup(g.clone())))
-            .collect::<Result<Vec<_>, _>>()?;
-        let delegates = self
-            .delegate_uids
-            .iter()
-            .map(|u| {
-                sys::users::uid_of(u).ok_or_else(|| CallerOptionError::NoSuchDelegate(u.clone()))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        use CallerOptionError::{NoSuchDelegate, NoSuchGroup, NoSuchUser};
+        let uids = resolve(&self.allow_uids, sys::users::uid_of, NoSuchUser)?;
+        let gids = resolve(&self.allow_gids, sys::users::gid_of, NoSuchGroup)?;
+        let delegates = resolve(&self.delegate_uids, sys::users::uid_of, NoSuchDelegate)?;
         Ok(Access::new(&uids, &gids, own_uid).with_delegates(&delegates))
     }
 
@@ -192,6 +179,19 @@ impl CallerOptions {
             pods: Some(pod::namespace_depth(&init)),
         })
     }
+}
+
+/// Each of `names` (a number or a name) as `lookup` resolves it; the first it cannot, as
+/// `unknown` says.
+fn resolve(
+    names: &[String],
+    lookup: fn(&str) -> Option<u32>,
+    unknown: fn(String) -> CallerOptionError,
+) -> Result<Vec<u32>, CallerOptionError> {
+    names
+        .iter()
+        .map(|name| lookup(name).ok_or_else(|| unknown(name.clone())))
+        .collect()
 }
 
 /// How the daemon names a connection's caller.
