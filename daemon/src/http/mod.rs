@@ -208,31 +208,20 @@ impl<E: Executor> Api<E> {
 
     /// Answers one request from `caller`. Never fails: every error becomes a JSON error
     /// response.
-    pub async fn handle<B>(&self, request: Request<B>, mut caller: Caller) -> Response<Body>
+    pub async fn handle<B>(&self, request: Request<B>, caller: Caller) -> Response<Body>
     where
         B: hyper::body::Body<Data = Bytes>,
         B::Error: Into<BoxError>,
     {
         let id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
         let span = info_span!("request", id, uid = caller.uid, method = %request.method(), path = %request.uri().path());
-        let acting_for = on_behalf_of(&request);
-        if let Ok(name) = &acting_for {
-            caller.on_behalf_of = name.clone();
-        }
         let call = Call {
             id,
             caller,
             received: Instant::now(),
             span: span.clone(),
         };
-        let (method, path) = (request.method().as_str(), request.uri().path());
-        let result = match acting_for {
-            Err(bad) => Err(bad),
-            Ok(_) => match span.in_scope(|| self.service.admit(&call, method, path)) {
-                Ok(()) => self.route(request, call).instrument(span.clone()).await,
-                Err(refused) => Err(ApiError::from(refused)),
-            },
-        };
+        let result = self.admit_and_route(request, call).await;
         let mut response = result.unwrap_or_else(|err| {
             let (status, kind) = err.status();
             span.in_scope(|| warn!(status = status.as_u16(), %kind, "{err}"));
@@ -243,6 +232,23 @@ impl<E: Executor> Api<E> {
             .headers_mut()
             .insert(REQUEST_ID_HEADER, HeaderValue::from(id));
         response
+    }
+
+    /// Reads whom a delegate acts for, lets the caller in (or not), and routes the request.
+    async fn admit_and_route<B>(
+        &self,
+        request: Request<B>,
+        mut call: Call,
+    ) -> Result<Response<Body>, ApiError>
+    where
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: Into<BoxError>,
+    {
+        call.caller.on_behalf_of = on_behalf_of(&request)?;
+        let (method, path) = (request.method().as_str(), request.uri().path());
+        let span = call.span.clone();
+        span.in_scope(|| self.service.admit(&call, method, path))?;
+        self.route(request, call).instrument(span).await
     }
 
     /// The routing table: every path and method the API serves.

@@ -70,6 +70,9 @@ const ENVD_PORT: &str = "49983";
 /// The largest request body the gateway reads (a program, a context's settings).
 const MAX_BODY_BYTES: usize = 16 << 20;
 
+/// The shortest key the gateway takes, from a file or a keys file.
+const MIN_KEY_CHARS: usize = 16;
+
 /// `hlctl e2b-gateway`'s options.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -227,13 +230,10 @@ async fn accounts(client: Client, args: &Args) -> Result<Vec<Account>, String> {
 fn read_keys(path: &Path) -> Result<Vec<(String, String)>, String> {
     use std::os::unix::fs::PermissionsExt;
     let at = |line: usize, what: String| format!("{} line {line}: {what}", path.display());
-    let file = std::fs::File::open(path)
-        .map_err(|e| format!("cannot read the keys file {}: {e}", path.display()))?;
-    let mode = file
-        .metadata()
-        .map_err(|e| format!("cannot read the keys file {}: {e}", path.display()))?
-        .permissions()
-        .mode();
+    let unreadable =
+        |e: std::io::Error| format!("cannot read the keys file {}: {e}", path.display());
+    let file = std::fs::File::open(path).map_err(unreadable)?;
+    let mode = file.metadata().map_err(unreadable)?.permissions().mode();
     if mode & 0o077 != 0 {
         return Err(format!(
             "the keys file {} may be read by others (mode {:o}): make it the gateway's user's \
@@ -242,8 +242,7 @@ fn read_keys(path: &Path) -> Result<Vec<(String, String)>, String> {
             mode & 0o777
         ));
     }
-    let text = std::io::read_to_string(file)
-        .map_err(|e| format!("cannot read the keys file {}: {e}", path.display()))?;
+    let text = std::io::read_to_string(file).map_err(unreadable)?;
     let mut keys: Vec<(String, String)> = Vec::new();
     for (n, line) in text.lines().enumerate().map(|(n, l)| (n + 1, l.trim())) {
         if line.is_empty() || line.starts_with('#') {
@@ -253,8 +252,9 @@ fn read_keys(path: &Path) -> Result<Vec<(String, String)>, String> {
             return Err(at(n, "a line is a name and a key, and nothing else".into()));
         };
         hyperlightd_client::check_delegated_name(name).map_err(|e| at(n, e))?;
-        if key.len() < 16 {
-            return Err(at(n, format!("{name}'s key is shorter than 16 characters")));
+        if key.len() < MIN_KEY_CHARS {
+            let short = format!("{name}'s key is shorter than {MIN_KEY_CHARS} characters");
+            return Err(at(n, short));
         }
         if keys.iter().any(|(other, _)| other == name) {
             return Err(at(n, format!("{name} has a key already")));
@@ -274,9 +274,9 @@ fn read_key(path: &Path) -> Result<String, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read the key file {}: {e}", path.display()))?;
     let key = text.lines().next().unwrap_or("").trim().to_owned();
-    if key.len() < 16 {
+    if key.len() < MIN_KEY_CHARS {
         return Err(format!(
-            "the key in {} is shorter than 16 characters",
+            "the key in {} is shorter than {MIN_KEY_CHARS} characters",
             path.display()
         ));
     }
