@@ -17,6 +17,7 @@ mod caller;
 mod files;
 mod network;
 pub mod openapi;
+mod packages;
 mod policy;
 mod session;
 mod tools;
@@ -28,6 +29,10 @@ pub use self::files::{
     FileChange, FileChanges, FileData, FileInfo, FileList, FileMap, FilesChanged,
 };
 pub use self::network::{AllowRule, EgressHealth, Network};
+pub use self::packages::{
+    InstallRequest, InstallResponse, PackageInstalled, PackageList, PackagePresent, PackagesHealth,
+    SessionPackage,
+};
 pub use self::policy::{Policy, Violation};
 pub use self::session::{
     CheckpointInfo, CheckpointList, CreateSessionRequest, DurableHealth, ExecSession, ForkRequest,
@@ -92,6 +97,11 @@ pub mod paths {
     /// ([`FileList`](super::FileList)); `GET .../files/{path}` answers one file's bytes
     /// (`application/octet-stream`), its path percent-encoded as a URL path.
     pub const SESSION_FILES: &str = "files";
+    /// What follows a session's id in the path of its packages: `POST` installs some
+    /// ([`InstallRequest`](super::InstallRequest), answered with an
+    /// [`InstallResponse`](super::InstallResponse)); `GET` lists those it installed
+    /// ([`PackageList`](super::PackageList)).
+    pub const SESSION_PACKAGES: &str = "packages";
 
     /// `GET`: the session ([`SessionInfo`](super::SessionInfo)); `DELETE`: delete it (204).
     pub fn session(id: &str) -> String {
@@ -116,6 +126,11 @@ pub mod paths {
     /// `GET`: the session's files.
     pub fn session_files(id: &str) -> String {
         format!("{SESSIONS}/{id}/{SESSION_FILES}")
+    }
+
+    /// `POST`: install packages in the session; `GET`: those it installed.
+    pub fn session_packages(id: &str) -> String {
+        format!("{SESSIONS}/{id}/{SESSION_PACKAGES}")
     }
 
     /// `GET`: the session's checkpoints.
@@ -414,6 +429,9 @@ pub enum ErrorKind {
     /// The execution declared tools and ran past the daemon's wall-clock cap on such
     /// executions (`--max-tool-wall-clock-ms`), tool waits included; it was stopped.
     WallClock,
+    /// A package the host fetched and checked could not be installed in the sandbox (the
+    /// message says which and why); the program did not run, and a session is as it was.
+    InstallFailed,
 
     // Rejections of a request (status 4xx/5xx, nothing ran).
     /// The body is not a valid request (malformed JSON, missing or unknown field, bad value).
@@ -461,6 +479,13 @@ pub enum ErrorKind {
     ToolCallNotFound,
     /// The call was already answered, or ran out of time.
     ToolCallAnswered,
+    /// A package cannot be installed: installs are off, or the package is denied, not on the
+    /// index, has no wheel for the guest, conflicts with what is installed, is too large, or
+    /// does not match its hash (the message names it and says which); nothing changed.
+    PackageRefused,
+    /// The package index could not be read (the network, or the index failed); nothing
+    /// changed. Retry later.
+    PackageIndexUnavailable,
     /// A fault in the daemon itself.
     Internal,
 
@@ -483,6 +508,7 @@ impl ErrorKind {
         ErrorKind::PolicyViolation,
         ErrorKind::FileLimit,
         ErrorKind::WallClock,
+        ErrorKind::InstallFailed,
         ErrorKind::InvalidRequest,
         ErrorKind::PayloadTooLarge,
         ErrorKind::NotFound,
@@ -502,6 +528,8 @@ impl ErrorKind {
         ErrorKind::ExecutionEnded,
         ErrorKind::ToolCallNotFound,
         ErrorKind::ToolCallAnswered,
+        ErrorKind::PackageRefused,
+        ErrorKind::PackageIndexUnavailable,
         ErrorKind::Internal,
     ];
 
@@ -521,6 +549,7 @@ impl ErrorKind {
             | ErrorKind::PolicyViolation
             | ErrorKind::FileLimit
             | ErrorKind::WallClock
+            | ErrorKind::InstallFailed
             | ErrorKind::Unknown => None,
             ErrorKind::InvalidRequest => Some(400),
             ErrorKind::CallerNotAllowed => Some(403),
@@ -536,8 +565,10 @@ impl ErrorKind {
                 Some(409)
             }
             ErrorKind::PayloadTooLarge => Some(413),
+            ErrorKind::PackageRefused => Some(422),
             ErrorKind::QuotaExceeded | ErrorKind::TooManySessions => Some(429),
             ErrorKind::Internal => Some(500),
+            ErrorKind::PackageIndexUnavailable => Some(502),
             ErrorKind::Overloaded | ErrorKind::NoSandboxAvailable | ErrorKind::ShuttingDown => {
                 Some(503)
             }
@@ -563,6 +594,7 @@ impl ErrorKind {
             ErrorKind::PolicyViolation => "policy_violation",
             ErrorKind::FileLimit => "file_limit",
             ErrorKind::WallClock => "wall_clock",
+            ErrorKind::InstallFailed => "install_failed",
             ErrorKind::InvalidRequest => "invalid_request",
             ErrorKind::PayloadTooLarge => "payload_too_large",
             ErrorKind::NotFound => "not_found",
@@ -582,6 +614,8 @@ impl ErrorKind {
             ErrorKind::ExecutionEnded => "execution_ended",
             ErrorKind::ToolCallNotFound => "tool_call_not_found",
             ErrorKind::ToolCallAnswered => "tool_call_answered",
+            ErrorKind::PackageRefused => "package_refused",
+            ErrorKind::PackageIndexUnavailable => "package_index_unavailable",
             ErrorKind::Internal => "internal",
             ErrorKind::Unknown => "unknown",
         }
@@ -734,6 +768,9 @@ pub struct HealthResponse {
     /// What programs may reach over HTTP (absent when they can reach nothing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress: Option<EgressHealth>,
+    /// What Python programs may install at runtime (absent when the daemon installs nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub installs: Option<PackagesHealth>,
 }
 
 /// The limits every execution runs under.

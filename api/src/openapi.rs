@@ -57,9 +57,24 @@ pub const EXEC_REJECTIONS: &[Rejection] = &[
                header's seconds.",
     },
     Rejection {
+        status: 422,
+        kinds: &[ErrorKind::PackageRefused],
+        when: "A package the program's `%pip install` lines (or an install) name cannot be \
+               installed: installs are off (no --package-index), or the package is denied, on \
+               no index, has no wheel for the guest, conflicts with what is installed, is too \
+               large, or does not match its hash (the message names it and says which). \
+               Nothing ran, nothing changed.",
+    },
+    Rejection {
         status: 500,
         kinds: &[ErrorKind::Internal],
         when: "A fault in the daemon.",
+    },
+    Rejection {
+        status: 502,
+        kinds: &[ErrorKind::PackageIndexUnavailable],
+        when: "The package index could not be read (the network, or the index failed); \
+               nothing ran. Retry later.",
     },
     Rejection {
         status: 503,
@@ -169,6 +184,7 @@ pub fn document() -> Value {
     requests.subschema_for::<crate::RollbackRequest>();
     requests.subschema_for::<crate::ParkRequest>();
     requests.subschema_for::<crate::RestartRequest>();
+    requests.subschema_for::<crate::InstallRequest>();
     requests.subschema_for::<crate::UpdateSessionRequest>();
     requests.subschema_for::<crate::FileChanges>();
     schemas.extend(requests.take_definitions(true));
@@ -182,6 +198,8 @@ pub fn document() -> Value {
     responses.subschema_for::<crate::FileList>();
     responses.subschema_for::<crate::FilesChanged>();
     responses.subschema_for::<crate::CheckpointList>();
+    responses.subschema_for::<crate::InstallResponse>();
+    responses.subschema_for::<crate::PackageList>();
     schemas.extend(responses.take_definitions(true));
 
     json!({
@@ -241,6 +259,11 @@ pub fn document() -> Value {
             SESSION_RESTART_PATH: {
                 "parameters": [session_id()],
                 "post": restart_session_operation(),
+            },
+            SESSION_PACKAGES_PATH: {
+                "parameters": [session_id()],
+                "get": session_packages_operation(),
+                "post": install_packages_operation(),
             },
             SESSION_FILE_PATH: {
                 "parameters": [session_id(), file_path()],
@@ -308,6 +331,7 @@ pub const SESSION_CHECKPOINTS_PATH: &str = "/v1/sessions/{id}/checkpoints";
 pub const SESSION_ROLLBACK_PATH: &str = "/v1/sessions/{id}/rollback";
 pub const SESSION_PARK_PATH: &str = "/v1/sessions/{id}/park";
 pub const SESSION_RESTART_PATH: &str = "/v1/sessions/{id}/restart";
+pub const SESSION_PACKAGES_PATH: &str = "/v1/sessions/{id}/packages";
 /// See [`SESSION_PATH`].
 pub const SESSION_FILE_PATH: &str = "/v1/sessions/{id}/files/{path}";
 
@@ -553,7 +577,7 @@ fn session_exec_operation() -> Value {
             program did before it; a timeout, running out of memory or a crash rolls the \
             session back to its state before this exec (`session.rolled_back`).",
         "requestBody": json_body("SessionExecRequest"),
-        "responses": responses(("200", outcome_response()), &[400, 404, 408, 409, 413, 429, 500, 503]),
+        "responses": responses(("200", outcome_response()), &[400, 404, 408, 409, 413, 422, 429, 500, 502, 503]),
     })
 }
 
@@ -636,6 +660,40 @@ fn restart_session_operation() -> Value {
         "responses": responses(
             ("200", success("The session, at its new checkpoint.", "SessionInfo")),
             &[400, 404, 408, 409, 413, 500, 503],
+        ),
+    })
+}
+
+fn session_packages_operation() -> Value {
+    json!({
+        "operationId": "sessionPackages",
+        "summary": "List a session's packages",
+        "description": "After the execs that arrived before, the packages the session installed \
+            (dependencies included), in the order it did, as its newest checkpoint has them: \
+            a rollback past an install drops it from the list. Read from the session's \
+            `.hyperlightd/packages.json`, which its runner keeps.",
+        "responses": responses(
+            ("200", success("The packages.", "PackageList")),
+            &[404, 409, 410, 500],
+        ),
+    })
+}
+
+fn install_packages_operation() -> Value {
+    json!({
+        "operationId": "installPackages",
+        "summary": "Install packages in a session",
+        "description": "After the execs that arrived before, the requirements and what they \
+            need are resolved and fetched by the daemon from its package index (wheels only, \
+            each checked against the index's SHA-256) and installed in the session: importable \
+            from its next exec, kept in its checkpoints (a rollback past the install removes \
+            them), forked and parked with it. What the runtime or the session already has at a \
+            version that satisfies a requirement is kept, never replaced. A Python session of \
+            the native runtime only.",
+        "requestBody": json_body("InstallRequest"),
+        "responses": responses(
+            ("200", success("What was installed, and what was there.", "InstallResponse")),
+            &[400, 404, 408, 409, 413, 422, 500, 502, 503],
         ),
     })
 }

@@ -68,9 +68,10 @@ pub use hyperlightd_api::{
     AllowRule, CheckpointInfo, CreateSessionRequest, DEFAULT_SOCKET, DisplayData, EgressHealth,
     ErrorBody, ErrorKind, ExecEvent, ExecLimits, ExecRequest, ExecResponse, ExecSession,
     ExecStatus, FileChange, FileData, FileInfo, FileList, FileMap, FilesChanged, HealthResponse,
-    Language, Network, Policy, Runtime, SOCKET_ENV, SandboxCounts, SessionCounts,
-    SessionExecRequest, SessionInfo, SessionLimits, SessionList, ToolResult as ToolAnswer,
-    ToolSpec, Violation, check_delegated_name,
+    InstallResponse, Language, Network, PackageInstalled, PackageList, PackagePresent,
+    PackagesHealth, Policy, Runtime, SOCKET_ENV, SandboxCounts, SessionCounts, SessionExecRequest,
+    SessionInfo, SessionLimits, SessionList, SessionPackage, ToolResult as ToolAnswer, ToolSpec,
+    Violation, check_delegated_name,
 };
 
 /// What can go wrong talking to the daemon.

@@ -7,8 +7,8 @@ use bytes::Bytes;
 use hyper::Method;
 use hyperlightd_api::{
     CheckpointInfo, CheckpointList, CreateSessionRequest, ExecResponse, FileChange, FileChanges,
-    FileList, FilesChanged, ForkRequest, RollbackRequest, SessionExecRequest, SessionInfo,
-    SessionList, UpdateSessionRequest, paths,
+    FileList, FilesChanged, ForkRequest, InstallRequest, InstallResponse, PackageList,
+    RollbackRequest, SessionExecRequest, SessionInfo, SessionList, UpdateSessionRequest, paths,
 };
 
 use percent_encoding::{AsciiSet, CONTROLS, NON_ALPHANUMERIC, utf8_percent_encode};
@@ -145,6 +145,44 @@ impl Client {
             .call(
                 Method::POST,
                 &paths::session_restart(id),
+                Bytes::new(),
+                session_exec_wait(None),
+            )
+            .await?;
+        decode(status, &bytes)
+    }
+
+    /// Installs packages in session `id` (after the execs that arrived before), with what
+    /// they need: `requirements` as pip takes them (`NAME`, `NAME==VERSION`). Refused with
+    /// `package_refused` (the message names the package and why) when the daemon installs
+    /// nothing, or cannot install one of them; nothing changed then.
+    pub async fn install_packages(
+        &self,
+        id: &str,
+        requirements: &[&str],
+    ) -> Result<InstallResponse, Error> {
+        let request = InstallRequest {
+            requirements: requirements.iter().map(|r| (*r).to_owned()).collect(),
+            timeout_ms: None,
+        };
+        let (status, bytes) = self
+            .call(
+                Method::POST,
+                &paths::session_packages(id),
+                encode(&request)?,
+                session_exec_wait(None),
+            )
+            .await?;
+        decode(status, &bytes)
+    }
+
+    /// The packages session `id` installed, as its newest checkpoint has them (after the execs
+    /// that arrived before this call).
+    pub async fn session_packages(&self, id: &str) -> Result<PackageList, Error> {
+        let (status, bytes) = self
+            .call(
+                Method::GET,
+                &paths::session_packages(id),
                 Bytes::new(),
                 session_exec_wait(None),
             )

@@ -15,6 +15,7 @@ use crate::egress::rules::Rule;
 use crate::job::FileLimits;
 use crate::job::SessionSettings;
 use crate::job::tools::ToolLimits;
+use crate::packages::options::PackageOptions;
 use crate::service::code_policy::CodePolicy;
 use crate::service::{Limits, ToolGrants, tool_defaults};
 
@@ -288,6 +289,10 @@ pub struct Config {
     #[command(flatten)]
     pub egress: EgressOptions,
 
+    /// Packages installed at runtime.
+    #[command(flatten)]
+    pub packages: PackageOptions,
+
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -409,6 +414,9 @@ pub enum ConfigError {
     /// The egress options (or the policy file's `network`) do not hold.
     #[error("egress: {0}")]
     Egress(String),
+    /// The package options do not hold.
+    #[error("packages: {0}")]
+    Packages(String),
     /// The default idle timeout of sessions is larger than the maximum.
     #[error(
         "--session-idle-timeout-s ({default}) is larger than --max-session-idle-timeout-s ({max})"

@@ -324,7 +324,7 @@ fn egress_options_are_checked_at_startup() {
         ),
         (
             &["--egress-secret", "https://a.com X: {env:TOKEN}"][..],
-            "need a destination",
+            "needs a destination",
         ),
         (
             &[

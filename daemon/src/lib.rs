@@ -49,6 +49,7 @@ pub mod executor;
 pub mod http;
 pub mod job;
 pub mod metrics;
+pub mod packages;
 pub mod sandbox;
 pub mod server;
 pub mod service;
@@ -206,6 +207,14 @@ pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Resu
     if let Some(egress) = &egress {
         info!(rules = ?egress.health().rules, "programs may reach these destinations over HTTP");
     }
+    let packages = config
+        .packages
+        .packages(|| config.egress.tls(), Some(metrics.packages()))
+        .map_err(ConfigError::Packages)?
+        .map(Arc::new);
+    if let Some(packages) = &packages {
+        info!(indexes = ?packages.health().indexes, "Python programs may install packages");
+    }
     let snapshots = open_snapshot_store(&config)?;
     let hypervisor = hypervisor::detect()?;
     info!(%hypervisor, "hypervisor found");
@@ -257,7 +266,8 @@ pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Resu
     let service = Service::new(Arc::new(executor), metrics, limits, versions())
         .with_callers(callers)
         .with_code_policy(code_policy)
-        .with_egress(egress);
+        .with_egress(egress)
+        .with_packages(packages);
     let api = Arc::new(Api::of(service));
     server::serve(listener, api, server_config(&config, identify), &mut stops).await;
     drop(bound);

@@ -15,6 +15,7 @@ most about 68 KB:
   event(i) -> piece i of the event's JSON text, base64.
   file(i, offset) -> the bytes of the request's file i from offset (at most PIECE), base64.
   write(stream, text) -> whether the output cap leaves room (1 = stdout, 2 = stderr).
+  wheel(i, offset) -> the bytes of the request's wheel i from offset (at most PIECE), base64.
   put(path, offset, data, last) -> None, or why the working directory's cap refuses it.
   remove(path) -> None: the program removed one of the request's files.
   reply(data) -> None: the next piece of the reply's UTF-8 text, base64.
@@ -28,18 +29,27 @@ sent as one too (a table as `text/html` and `text/plain`) instead of being the r
 
 import base64
 import gc
+import hashlib
+import importlib
 import io
 import json
 import os
 import random
+import shutil
 import struct
 import sys
+import zipfile
 
 import __main__
 import hyperlight
 import hyperlightd_program as program
 
 WORKDIR = "/work"
+# Where a session's installed packages live: in the guest's memory, so in its checkpoints.
+SITE = "/opt/hyperlightd/site-packages"
+# What a session installed, in its working directory, so that the host sees it (see
+# daemon/src/packages/mod.rs).
+MANIFEST = os.path.join(".hyperlightd", "packages.json")
 # Bytes of a file or a reply per host call: 60,000 characters of base64.
 PIECE = 45_000
 # A reply this long or shorter, in ASCII, is the call's result; a longer one goes in pieces
@@ -123,6 +133,8 @@ def warm() -> dict:
     plt.close(figure)
     os.makedirs(WORKDIR, exist_ok=True)
     os.chdir(WORKDIR)
+    os.makedirs(SITE, exist_ok=True)
+    sys.path.append(SITE)
     packages = {
         dist.metadata["Name"]: dist.version
         for dist in importlib.metadata.distributions(path=["/usr/lib/python3/dist-packages"])
@@ -219,6 +231,87 @@ def _send_files() -> None:
         hyperlight.call("remove", relative)
 
 
+class InstallError(Exception):
+    pass
+
+
+def _wheel_bytes(index: int, wheel: dict) -> bytes:
+    data = bytearray()
+    while len(data) < wheel["size"]:
+        piece = base64.b64decode(hyperlight.call("wheel", index, len(data)))
+        if not piece:
+            raise InstallError(f"the host gave {len(data)} of {wheel['size']} bytes")
+        data += piece
+    if hashlib.sha256(data).hexdigest() != wheel["sha256"]:
+        raise InstallError("its bytes do not match the SHA-256 the host checked")
+    return bytes(data)
+
+
+def _unpack(data: bytes, into: str) -> None:
+    """Unpacks a wheel into `into`: the archive's files, a .data directory's purelib and platlib
+    laid beside them (its scripts, headers and data are not installed)."""
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        for member in archive.infolist():
+            parts = member.filename.split("/")
+            if member.filename.startswith("/") or ".." in parts or "\\" in member.filename:
+                raise InstallError(f"it names a path outside its directory: {member.filename!r}")
+        archive.extractall(into)
+    for entry in os.listdir(into):
+        data_dir = os.path.join(into, entry)
+        if not entry.endswith(".data") or not os.path.isdir(data_dir):
+            continue
+        for scheme in ("purelib", "platlib"):
+            source = os.path.join(data_dir, scheme)
+            if os.path.isdir(source):
+                for name in os.listdir(source):
+                    os.rename(os.path.join(source, name), os.path.join(into, name))
+        shutil.rmtree(data_dir)
+
+
+def _install(wheels: list, session: bool) -> None:
+    """Installs the request's wheels into SITE, all or none: each is unpacked into a staging
+    directory, and moved into SITE only when every one unpacked and none overlaps what is
+    there. In a session, the manifest records them."""
+    staging = SITE + ".staging"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        for index, wheel in enumerate(wheels):
+            into = os.path.join(staging, str(index))
+            os.makedirs(into)
+            try:
+                _unpack(_wheel_bytes(index, wheel), into)
+            except (InstallError, OSError, zipfile.BadZipFile, ValueError) as error:
+                raise InstallError(f"{wheel['filename']}: {error}") from None
+        moves = []
+        for index, wheel in enumerate(wheels):
+            into = os.path.join(staging, str(index))
+            for entry in sorted(os.listdir(into)):
+                if os.path.exists(os.path.join(SITE, entry)) or entry in (m[1] for m in moves):
+                    raise InstallError(
+                        f"{wheel['filename']}: {entry} is already installed in this session"
+                    )
+                moves.append((os.path.join(into, entry), entry))
+        for source, entry in moves:
+            os.rename(source, os.path.join(SITE, entry))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    importlib.invalidate_caches()
+    if session:
+        path = os.path.join(WORKDIR, MANIFEST)
+        try:
+            with open(path, encoding="utf-8") as source:
+                recorded = json.load(source)
+        except (OSError, ValueError):
+            recorded = []
+        recorded = recorded if isinstance(recorded, list) else []
+        recorded += [{k: w[k] for k in ("name", "version", "sha256")} for w in wheels]
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as out:
+            json.dump(recorded, out, indent=1)
+    names = " ".join(f"{w['name']}-{w['version']}" for w in wheels)
+    print(f"Successfully installed {names}")
+
+
 def _deliver(reply: str):
     if len(reply) <= INLINE_REPLY and reply.isascii():
         return reply
@@ -306,7 +399,13 @@ def hyperlightd_run(event: dict):
         program.set_env(request.get("env"))
         policy = None if prime else request.get("policy")
         max_result = int(request["max_result_bytes"])
-        reply = program.run(code, max_result, scope, program.stderr, policy, _rich)
+        try:
+            if request.get("install"):
+                _install(request["install"], bool(request.get("session")))
+        except (InstallError, OSError) as error:
+            reply = program.failure_reply("install_failed", str(error))
+        else:
+            reply = program.run(code, max_result, scope, program.stderr, policy, _rich)
     finally:
         program.Output.flush()
     if not prime:

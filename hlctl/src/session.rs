@@ -88,6 +88,19 @@ pub enum SessionCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Install packages in a Python session, with what they need, from the daemon's package
+    /// index (`--package-index`): `NAME` or `NAME==VERSION`, as pip takes them. They are
+    /// importable from its next exec; a rollback to the checkpoint before removes them.
+    Install {
+        /// The session's id.
+        id: String,
+        /// The packages.
+        #[arg(required = true)]
+        requirements: Vec<String>,
+        /// Print what was installed as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a session as JSON.
     Show {
         /// The session's id.
@@ -202,6 +215,31 @@ pub async fn run(client: &Client, command: SessionCommand) -> u8 {
             }
             Err(e) => report(&e),
         },
+        SessionCommand::Install {
+            id,
+            requirements,
+            json,
+        } => {
+            let requirements: Vec<&str> = requirements.iter().map(String::as_str).collect();
+            match client.install_packages(&id, &requirements).await {
+                Ok(installed) if json => print_json(&installed),
+                Ok(installed) => {
+                    for p in &installed.installed {
+                        let source = if p.cached { "cache" } else { "index" };
+                        println!(
+                            "installed {} {} ({}, from the {source})",
+                            p.name, p.version, p.wheel
+                        );
+                    }
+                    for p in &installed.present {
+                        println!("already there: {} {}", p.name, p.version);
+                    }
+                    println!("session {id} at checkpoint {}", installed.checkpoint);
+                    exit::OK
+                }
+                Err(e) => report(&e),
+            }
+        }
         SessionCommand::Restart { id, json } => match client.restart_session(&id).await {
             Ok(info) if json => print_json(&info),
             Ok(info) => {

@@ -66,6 +66,8 @@ pub struct DaemonFacts {
     pub runtimes: BTreeMap<Language, Runtime>,
     /// The destinations programs may reach over HTTP (the daemon's egress rules); empty: none.
     pub egress_rules: Vec<String>,
+    /// Whether Python programs may install packages (`%pip install`).
+    pub installs: bool,
 }
 
 impl DaemonFacts {
@@ -77,6 +79,7 @@ impl DaemonFacts {
             packages: BTreeMap::new(),
             runtimes: BTreeMap::new(),
             egress_rules: Vec::new(),
+            installs: false,
         }
     }
 }
@@ -205,6 +208,7 @@ impl CodeTool {
                 packages: health.packages,
                 runtimes: health.runtimes,
                 egress_rules: health.egress.map(|e| e.rules).unwrap_or_default(),
+                installs: health.installs.is_some(),
             },
             Err(_) => DaemonFacts::unknown(),
         };

@@ -124,6 +124,13 @@ fn language_note(language: Language, facts: &DaemonFacts) -> String {
                 }
                 _ => note.push_str("; no third-party packages (no numpy, no pandas)"),
             }
+            if facts.installs {
+                note.push_str(
+                    "; more can be installed: put `%pip install NAME` (or NAME==VERSION) lines at \
+                     the top of the program, then import them; in a session they stay for later \
+                     calls",
+                );
+            }
             note.push('.');
             note
         }
@@ -251,6 +258,18 @@ pub(super) fn advice(kind: ErrorKind, context: &Context<'_>) -> String {
         ErrorKind::WallClock => "The program ran past the longest time a program that calls \
             tools may take (waiting for tools included) and was stopped. Call fewer tools, or \
             slower ones less often, and return sooner."
+            .to_owned(),
+        ErrorKind::PackageRefused => "The package cannot be installed (the message names it \
+            and says why); nothing ran and nothing changed. Do without it (the standard library \
+            and the packages already there), pick another package or version, or tell the user \
+            if it is needed."
+            .to_owned(),
+        ErrorKind::PackageIndexUnavailable => "The package index could not be reached; nothing \
+            ran. Call again in a little while, or do without the package."
+            .to_owned(),
+        ErrorKind::InstallFailed => "A package could not be installed in the sandbox (the \
+            message says why); the program did not run and the session is as it was. Try \
+            another version of the package, or do without it."
             .to_owned(),
         ErrorKind::ExecutionNotFound
         | ErrorKind::ExecutionEnded

@@ -32,6 +32,7 @@ fn facts() -> DaemonFacts {
             },
         )]),
         egress_rules: Vec::new(),
+        installs: false,
     }
 }
 
@@ -590,6 +591,7 @@ fn with_sessions_the_description_says_state_carries_over_and_failures_are_undone
     assert!(text.contains("no network"), "{text}");
     let reaching = DaemonFacts {
         egress_rules: vec!["GET https://api.example.com/v1/".to_owned()],
+        installs: true,
         ..facts()
     };
     let text = CodeTool::new(Client::connect("/nonexistent"), reaching).description();
@@ -598,6 +600,8 @@ fn with_sessions_the_description_says_state_carries_over_and_failures_are_undone
         "{text}"
     );
     assert!(!text.contains("There is no network"), "{text}");
+    assert!(text.contains("%pip install NAME"), "{text}");
+    assert!(!tool().description().contains("%pip"));
 }
 
 #[test]

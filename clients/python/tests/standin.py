@@ -57,6 +57,7 @@ class StandIn:
         "/rollback": "RollbackRequest",
         "/fork": "ForkRequest",
         "/files": "FileChanges",
+        "/packages": "InstallRequest",
     }
     REQUESTS = {
         "POST /v1/exec": "ExecRequest",

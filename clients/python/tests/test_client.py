@@ -20,6 +20,7 @@ from hyperlightd import (
     NotFound,
     Output,
     Overloaded,
+    PackageRefused,
     RemoveFile,
     SessionNotFound,
     Started,
@@ -340,3 +341,48 @@ def test_file_changes_are_sent_in_order_and_a_refused_one_is_its_exception(sock:
         {"changes": [{"write": {"path": "gone.txt", "data": "x"}}]},
         {"idle_timeout_s": 600},
     ]
+
+
+def test_packages_are_installed_and_listed_and_a_refusal_is_its_exception(sock: Path) -> None:
+    installed = {
+        "installed": [
+            {"name": "markdown-it-py", "version": "3.0.0", "wheel": "m.whl", "sha256": "ab", "cached": False},
+            {
+                "name": "mdurl",
+                "version": "0.1.2",
+                "wheel": "d.whl",
+                "sha256": "cd",
+                "cached": True,
+                "needed_by": "markdown-it-py",
+            },
+        ],
+        "present": [{"name": "numpy", "version": "2.4.6"}],
+        "checkpoint": 3,
+    }
+    listed = {"packages": [{"name": "mdurl", "version": "0.1.2", "sha256": "cd"}]}
+    stand_in = StandIn(
+        sock,
+        {
+            "POST /v1/sessions": lambda _: Reply(201, session("s1"), schema="SessionInfo"),
+            "POST /v1/sessions/s1/packages": lambda body: (
+                Reply(body=installed, schema="InstallResponse")
+                if body["requirements"] != ["evil"]
+                else Reply(422, refusal("package_refused", "evil may not be installed"))
+            ),
+            "GET /v1/sessions/s1/packages": lambda _: Reply(body=listed, schema="PackageList"),
+        },
+    )
+    with Client(str(sock)) as client:
+        one = client.session("python")
+        done = one.install(["markdown-it-py", "numpy"])
+        assert done.checkpoint == 3
+        assert [(p.name, p.cached, p.needed_by) for p in done.installed] == [
+            ("markdown-it-py", False, None),
+            ("mdurl", True, "markdown-it-py"),
+        ]
+        assert [(p.name, p.version) for p in done.present] == [("numpy", "2.4.6")]
+        assert [(p.name, p.sha256) for p in one.packages()] == [("mdurl", "cd")]
+        with pytest.raises(PackageRefused, match="evil"):
+            one.install(["evil"])
+    stand_in.close()
+    assert stand_in.seen[1][2] == {"requirements": ["markdown-it-py", "numpy"]}

@@ -30,6 +30,7 @@ PROGRAM_KINDS = {
     "policy_violation",
     "file_limit",
     "wall_clock",
+    "install_failed",
 }
 
 

@@ -199,6 +199,36 @@ pub struct EgressRecord<'a> {
     pub error: Option<&'a str>,
 }
 
+/// An install of packages: what was asked, what was installed (or found there), and how it
+/// ended.
+#[derive(Debug, Serialize)]
+pub struct InstallRecord<'a> {
+    /// The request's id.
+    pub request_id: u64,
+    /// Who asked.
+    pub caller: Caller,
+    /// The session it installed in; absent for a plain exec's.
+    pub session: Option<&'a str>,
+    /// The requirements asked for.
+    pub requirements: &'a [String],
+    /// The wheels installed (or that would have been, for one that failed in the sandbox).
+    pub packages: Vec<PackageLine>,
+    /// `installed`, `present` (all there already), `install_failed`, or why it was refused.
+    pub outcome: &'a str,
+    /// What the caller was told, for one that did not install.
+    pub error: Option<String>,
+}
+
+/// One wheel of an install's audit line.
+#[derive(Debug, Serialize)]
+pub struct PackageLine {
+    pub name: String,
+    pub version: String,
+    pub sha256: String,
+    /// `cache`, or the index's URL of the wheel.
+    pub source: String,
+}
+
 /// A caller refused by the allow lists.
 #[derive(Debug, Serialize)]
 pub struct DeniedRecord<'a> {
@@ -297,6 +327,11 @@ impl AuditLog {
     /// Writes an outbound request's line.
     pub fn egress(&self, record: &EgressRecord<'_>) {
         self.write("egress", record);
+    }
+
+    /// Writes an install's line.
+    pub fn install(&self, record: &InstallRecord<'_>) {
+        self.write("install", record);
     }
 
     /// Writes a refused caller's line.

@@ -37,7 +37,7 @@ pub struct EgressOptions {
     pub secrets: Vec<String>,
 
     /// A PEM file of CA certificates trusted for HTTPS besides the system's roots (a private
-    /// CA; the tests' own).
+    /// CA; the tests' own), for programs' requests and the package indexes alike.
     #[arg(long = "egress-ca-file", value_name = "PATH")]
     pub ca_file: Option<PathBuf>,
 
@@ -94,10 +94,11 @@ impl EgressOptions {
             })
             .collect::<Result<Vec<_>, _>>()?;
         if rules.is_empty() {
-            if !secrets.is_empty() || self.ca_file.is_some() {
+            // The CA file also serves the package indexes (`--package-index`).
+            if !secrets.is_empty() {
                 return Err(
-                    "--egress-secret and --egress-ca-file need a destination to allow \
-                     (--egress-allow, or `network` in the policy file)"
+                    "--egress-secret needs a destination to allow (--egress-allow, or \
+                     `network` in the policy file)"
                         .to_owned(),
                 );
             }
@@ -134,7 +135,7 @@ impl EgressOptions {
     }
 
     /// The TLS client configuration: the system's roots and the CA file's, HTTP/1.1.
-    fn tls(&self) -> Result<Arc<rustls::ClientConfig>, String> {
+    pub fn tls(&self) -> Result<Arc<rustls::ClientConfig>, String> {
         let mut roots = RootCertStore::empty();
         let native = rustls_native_certs::load_native_certs();
         for e in &native.errors {

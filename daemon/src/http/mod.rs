@@ -291,6 +291,12 @@ impl<E: Executor> Api<E> {
             (Method::POST, Route::SessionRestart(id)) => {
                 self.restart_session(request, &call, id).await.map(whole)
             }
+            (Method::POST, Route::SessionPackages(id)) => {
+                self.install_packages(request, &call, id).await.map(whole)
+            }
+            (Method::GET, Route::SessionPackages(id)) => {
+                self.list_session_packages(&call, id).await.map(whole)
+            }
             (Method::GET, Route::SessionFiles(id)) => {
                 self.list_session_files(&call, id).await.map(whole)
             }
@@ -468,6 +474,7 @@ impl<E: Executor> Api<E> {
             audit: health.audit,
             durable: executor.durable.map(wire::durable_health),
             egress: health.egress,
+            installs: health.packages,
         };
         let up = match probe {
             Probe::Full => true,

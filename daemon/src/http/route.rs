@@ -40,6 +40,8 @@ pub enum Route<'a> {
     SessionPark(&'a str),
     /// `/v1/sessions/{id}/restart`
     SessionRestart(&'a str),
+    /// `/v1/sessions/{id}/packages`
+    SessionPackages(&'a str),
     /// `/v1/sessions/{id}/files/{path}`, the path as sent (percent-encoded).
     SessionFile(&'a str, &'a str),
     ToolResults(&'a str),
@@ -81,6 +83,7 @@ impl<'a> Route<'a> {
                     Some(paths::SESSION_ROLLBACK) => Route::SessionRollback(id),
                     Some(paths::SESSION_PARK) => Route::SessionPark(id),
                     Some(paths::SESSION_RESTART) => Route::SessionRestart(id),
+                    Some(paths::SESSION_PACKAGES) => Route::SessionPackages(id),
                     Some(action) => {
                         let file = action
                             .strip_prefix(paths::SESSION_FILES)?
@@ -105,6 +108,7 @@ impl<'a> Route<'a> {
                     | Route::SessionFork(_)
                     | Route::SessionFiles(_)
                     | Route::SessionRestart(_)
+                    | Route::SessionPackages(_)
             )
     }
 
@@ -125,6 +129,7 @@ impl<'a> Route<'a> {
             Route::SessionRollback(_) => "/v1/sessions/{id}/rollback",
             Route::SessionPark(_) => "/v1/sessions/{id}/park",
             Route::SessionRestart(_) => "/v1/sessions/{id}/restart",
+            Route::SessionPackages(_) => "/v1/sessions/{id}/packages",
             Route::SessionFile(..) => "/v1/sessions/{id}/files/{path}",
             Route::ToolResults(_) => "/v1/executions/{id}/tool-results",
         }
@@ -144,7 +149,7 @@ impl<'a> Route<'a> {
             | Route::Metrics
             | Route::SessionFile(..)
             | Route::SessionCheckpoints(_) => "GET",
-            Route::Sessions | Route::SessionFiles(_) => "GET, POST",
+            Route::Sessions | Route::SessionFiles(_) | Route::SessionPackages(_) => "GET, POST",
             Route::Session(_) => "GET, PATCH, DELETE",
         }
     }
@@ -174,6 +179,7 @@ mod tests {
             ("/v1/sessions/abc/rollback", Route::SessionRollback("abc")),
             ("/v1/sessions/abc/park", Route::SessionPark("abc")),
             ("/v1/sessions/abc/restart", Route::SessionRestart("abc")),
+            ("/v1/sessions/abc/packages", Route::SessionPackages("abc")),
             ("/v1/executions/abc/tool-results", Route::ToolResults("abc")),
         ] {
             assert_eq!(Route::parse(path), Some(route), "{path}");

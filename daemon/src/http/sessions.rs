@@ -10,7 +10,7 @@ use http_body_util::Full;
 use hyper::header::{HeaderValue, LOCATION};
 use hyper::{Request, Response, StatusCode};
 use hyperlightd_api::{
-    CheckpointList, CreateSessionRequest, ForkRequest, ParkRequest, RestartRequest,
+    CheckpointList, CreateSessionRequest, ForkRequest, InstallRequest, ParkRequest, RestartRequest,
     RollbackRequest, SessionExecRequest, SessionList, UpdateSessionRequest, paths,
 };
 use percent_encoding::percent_decode_str;
@@ -147,6 +147,39 @@ impl<E: Executor> Api<E> {
         let RestartRequest {} = self.read_optional_json(request).await?;
         let info = self.service.restart_session(call, id).await?;
         Ok(json_response(StatusCode::OK, &wire::session_info(info)))
+    }
+
+    /// `POST /v1/sessions/{id}/packages`: packages installed in the session, with what they
+    /// need, after the execs that arrived before.
+    pub(super) async fn install_packages<B>(
+        &self,
+        request: Request<B>,
+        call: &Call,
+        id: &str,
+    ) -> Result<Response<Full<Bytes>>, ApiError>
+    where
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: Into<BoxError>,
+    {
+        let install: InstallRequest = self.read_json(request).await?;
+        let installed = self
+            .service
+            .install_packages(call, id, install.requirements, install.timeout_ms)
+            .await?;
+        Ok(json_response(StatusCode::OK, &wire::installed(installed)))
+    }
+
+    /// `GET /v1/sessions/{id}/packages`: what the session installed.
+    pub(super) async fn list_session_packages(
+        &self,
+        call: &Call,
+        id: &str,
+    ) -> Result<Response<Full<Bytes>>, ApiError> {
+        let installed = self.service.session_packages(call, id).await?;
+        Ok(json_response(
+            StatusCode::OK,
+            &wire::package_list(installed),
+        ))
     }
 
     /// `GET /v1/sessions/{id}`: the caller's session.

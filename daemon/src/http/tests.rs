@@ -697,6 +697,9 @@ fn every_refusal_is_where_the_openapi_document_says() {
             bytes: 2,
             limit: 1,
         }))),
+        ApiError::from(Refusal::from(crate::packages::Refusal::Off)),
+        ApiError::from(Refusal::from(crate::packages::Refusal::Index("x".into()))),
+        ApiError::from(Refusal::from(crate::packages::Refusal::Invalid("x".into()))),
     ];
     for error in every {
         let (status, kind) = error.status();

@@ -16,6 +16,7 @@ pub mod files;
 mod health;
 pub mod labels;
 mod outcome;
+pub mod packages;
 mod state;
 pub mod tools;
 pub mod workspace;
@@ -73,6 +74,8 @@ pub struct Job {
     /// Run from the warm state rather than the session's, with the session's files: a
     /// session's interpreter started afresh (a session's exec only).
     pub fresh_interpreter: bool,
+    /// Wheels to install before the program runs (a Python guest's only).
+    pub packages: Vec<packages::Wheel>,
     /// What the working directory may hold.
     pub file_limits: FileLimits,
     /// The environment the program sees (for a session's exec, added to the session's).

@@ -125,6 +125,8 @@ pub enum FailureKind {
     FileLimit,
     /// It declared tools and ran past the wall-clock cap of such executions.
     WallClock,
+    /// A package could not be installed in the sandbox; the program did not run.
+    InstallFailed,
 }
 
 /// Something a program names that its policy refuses, as its runner found it.

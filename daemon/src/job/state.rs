@@ -111,7 +111,8 @@ pub struct Resume {
 /// What a worker did about a session's state after running one of its execs.
 #[derive(Debug)]
 pub enum After {
-    /// Nothing to save: the program did not get to run (it does not parse).
+    /// Nothing to save: the program did not get to run (it does not parse, or a package it
+    /// carried could not be installed).
     Unchanged,
     /// The exec timed out, ran out of memory or brought its sandbox down: its effects are
     /// dropped. The reason is the metrics label.

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use prometheus::core::Collector;
 use prometheus::proto::MetricFamily;
 use prometheus::{
-    CounterVec, Histogram, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Registry,
+    CounterVec, Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry,
 };
 
 /// A metric as the reference describes it.
@@ -25,6 +25,9 @@ pub(super) trait Kind {
 }
 
 impl Kind for IntCounterVec {
+    const KIND: &'static str = "counter";
+}
+impl Kind for IntCounter {
     const KIND: &'static str = "counter";
 }
 impl Kind for CounterVec {

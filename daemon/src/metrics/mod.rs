@@ -15,6 +15,7 @@ use prometheus::{
 mod catalog;
 mod durable;
 mod egress;
+mod packages;
 mod session;
 mod tools;
 mod worker;
@@ -23,6 +24,7 @@ use self::catalog::Catalog;
 pub use self::catalog::MetricDoc;
 pub use self::durable::*;
 pub use self::egress::*;
+pub use self::packages::*;
 pub use self::session::*;
 pub use self::tools::*;
 pub use self::worker::{LanguageWorkers, Phase, PhaseStart, WorkerMetrics};
@@ -112,6 +114,7 @@ pub struct Metrics {
     sessions: SessionMetrics,
     tools: ToolMetrics,
     egress: EgressMetrics,
+    packages: PackageMetrics,
     workers: WorkerMetrics,
     audit: IntCounterVec,
 }
@@ -313,6 +316,7 @@ impl Metrics {
         let sessions = SessionMetrics::register(&registry)?;
         let tools = ToolMetrics::register(&registry)?;
         let egress = EgressMetrics::register(&registry)?;
+        let packages = PackageMetrics::register(&registry)?;
         let workers = WorkerMetrics::register(&registry)?;
         let audit = IntCounterVec::new(
             Opts::new(
@@ -344,6 +348,7 @@ impl Metrics {
             sessions,
             tools,
             egress,
+            packages,
             workers,
             audit,
         })
@@ -357,6 +362,11 @@ impl Metrics {
     /// The metrics of outbound HTTP.
     pub fn egress(&self) -> EgressMetrics {
         self.egress.clone()
+    }
+
+    /// The metrics of package installs.
+    pub fn packages(&self) -> PackageMetrics {
+        self.packages.clone()
     }
 
     /// The metrics of sessions.

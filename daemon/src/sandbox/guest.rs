@@ -14,6 +14,7 @@ use serde::Deserialize;
 use super::watchdog::Interrupt;
 use crate::job::egress::Outbound;
 use crate::job::files::FileError;
+use crate::job::packages::Wheel;
 use crate::job::tools::ToolExchange;
 use crate::job::{
     Deadline, Env, FailureKind, FileLimits, Files, Footprint, MemoryFile, Policy, Runtime,
@@ -38,6 +39,8 @@ pub struct Program<'a> {
     pub tools: Option<&'a Arc<ToolExchange>>,
     /// Its way out over HTTP; None: it may reach nothing.
     pub egress: Option<&'a Arc<dyn Outbound>>,
+    /// Wheels to install before it runs (the native Python guest's only).
+    pub packages: &'a [Wheel],
 }
 
 impl Program<'_> {
@@ -56,6 +59,7 @@ impl Program<'static> {
     pub fn fixed(code: &'static str) -> Self {
         static NO_FILES: Files = Files::new();
         static NO_ENV: Env = Env::EMPTY;
+        static NO_WHEELS: [Wheel; 0] = [];
         Program {
             code,
             policy: None,
@@ -65,6 +69,7 @@ impl Program<'static> {
             env: &NO_ENV,
             tools: None,
             egress: None,
+            packages: &NO_WHEELS,
         }
     }
 }
@@ -590,6 +595,8 @@ pub enum RunnerErrorKind {
     OutOfMemory,
     /// The program names what its policy refuses; it did not run.
     PolicyViolation,
+    /// A package the job carried could not be installed; the program did not run.
+    InstallFailed,
 }
 
 impl From<RunnerErrorKind> for FailureKind {
@@ -600,6 +607,7 @@ impl From<RunnerErrorKind> for FailureKind {
             RunnerErrorKind::ResultTooLarge => FailureKind::ResultTooLarge,
             RunnerErrorKind::OutOfMemory => FailureKind::OutOfMemory,
             RunnerErrorKind::PolicyViolation => FailureKind::PolicyViolation,
+            RunnerErrorKind::InstallFailed => FailureKind::InstallFailed,
         }
     }
 }

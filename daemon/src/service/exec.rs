@@ -83,12 +83,16 @@ impl<E: Executor> Service<E> {
         &self,
         call: &Call,
         language: Language,
-        program: Program,
+        mut program: Program,
     ) -> Result<Executed, Refusal> {
         self.taking_work()?;
         self.check_files(&program.files)?;
-        let job = self.job(call, language, program)?;
-        self.run(call, job, None).await
+        let packages = self.pip_lines(call, language, None, &mut program).await?;
+        let mut job = self.job(call, language, program)?;
+        job.packages = packages;
+        let executed = self.run(call, job, None).await?;
+        self.installed_with(call, None, &executed.outcome);
+        Ok(executed)
     }
 
     /// Runs `program` in `call`'s caller's session `id`.
@@ -101,8 +105,15 @@ impl<E: Executor> Service<E> {
         self.taking_work()?;
         self.check_files(&program.files)?;
         let (session, language) = self.executor.find_session(&call.caller.principal(), id)?;
-        let job = self.job(call, language, program)?;
-        self.run(call, job, Some((id, session))).await
+        let mut program = program;
+        let packages = self
+            .pip_lines(call, language, Some(id), &mut program)
+            .await?;
+        let mut job = self.job(call, language, program)?;
+        job.packages = packages;
+        let executed = self.run(call, job, Some((id, session))).await?;
+        self.installed_with(call, Some(id), &executed.outcome);
+        Ok(executed)
     }
 
     /// Makes `changes` to the files of `call`'s caller's session `id`, in order and all or
@@ -162,7 +173,12 @@ impl<E: Executor> Service<E> {
 
     /// The job for `program` (its files checked) in `language`: its size and policy checked,
     /// with the limits granted.
-    fn job(&self, call: &Call, language: Language, mut program: Program) -> Result<Job, Refusal> {
+    pub(super) fn job(
+        &self,
+        call: &Call,
+        language: Language,
+        mut program: Program,
+    ) -> Result<Job, Refusal> {
         let limits = &self.limits;
         if program.code.len() > limits.max_code_bytes {
             return Err(Refusal::CodeTooLarge {
@@ -190,6 +206,7 @@ impl<E: Executor> Service<E> {
             files: program.files,
             file_changes: Vec::new(),
             fresh_interpreter: false,
+            packages: Vec::new(),
             file_limits: limits.files,
             env,
             timeout,
@@ -272,7 +289,7 @@ impl<E: Executor> Service<E> {
 
     /// Runs `job` (in `session`, when given) within its caller's room, and writes its audit
     /// line, metrics and log line.
-    async fn run(
+    pub(super) async fn run(
         &self,
         call: &Call,
         job: Job,
@@ -419,7 +436,7 @@ impl<E: Executor> Service<E> {
 
 /// The checkpoint an exec that runs no program made, or why it made none (`what` did not
 /// happen).
-fn made_checkpoint(outcome: Outcome, what: &str) -> Result<u64, Refusal> {
+pub(super) fn made_checkpoint(outcome: Outcome, what: &str) -> Result<u64, Refusal> {
     match (&outcome.session, outcome.status) {
         (Some(session), Status::Ok) if !session.rolled_back => Ok(session.checkpoint),
         _ => Err(Refusal::Exec(ExecError::Internal(format!(

@@ -20,6 +20,7 @@ pub mod code_policy;
 mod exec;
 mod executions;
 mod limits;
+mod packages;
 mod sessions;
 pub mod tools;
 pub mod wire;
@@ -29,13 +30,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use hyperlightd_api::{AuditHealth, EgressHealth, ErrorKind, Language};
+use hyperlightd_api::{AuditHealth, EgressHealth, ErrorKind, Language, PackagesHealth};
 
 use self::code_policy::CodePolicy;
 pub use self::exec::{Executed, Program};
 pub use self::executions::AnswerRefused;
 use self::executions::Executions;
 pub use self::limits::{Limits, ToolGrants, tool_defaults};
+pub use self::packages::Installed;
 use crate::audit::{AuditLog, DeniedRecord};
 use crate::caller::{Access, ExecQuota, OverQuota};
 use crate::egress::Egress;
@@ -44,6 +46,7 @@ use crate::job::files::FileError;
 use crate::job::tools::AnswerError;
 use crate::job::{Caller, ExecError, ExecutorHealth, PodOf};
 use crate::metrics::Metrics;
+use crate::packages::Packages;
 
 /// One request as the service sees it, whatever carried it.
 #[derive(Debug, Clone)]
@@ -140,6 +143,9 @@ pub enum Refusal {
     /// A tool's answer was not taken.
     #[error(transparent)]
     ToolAnswer(#[from] AnswerRefused),
+    /// Packages were not installed.
+    #[error(transparent)]
+    Package(#[from] crate::packages::Refusal),
 }
 
 impl Refusal {
@@ -163,6 +169,19 @@ impl Refusal {
                 AnswerRefused::Call(AnswerError::Ended) => ErrorKind::ExecutionEnded,
                 AnswerRefused::Call(AnswerError::TooLarge { .. }) => ErrorKind::PayloadTooLarge,
             },
+            Refusal::Package(refused) => match refused {
+                crate::packages::Refusal::Invalid(_) => ErrorKind::InvalidRequest,
+                crate::packages::Refusal::Index(_) => ErrorKind::PackageIndexUnavailable,
+                _ => ErrorKind::PackageRefused,
+            },
+        }
+    }
+
+    /// The reason an install's audit line and count give for it.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refusal::Package(refused) => refused.reason(),
+            other => other.kind().as_str(),
         }
     }
 }
@@ -217,6 +236,8 @@ pub struct Service<E> {
     executions: Arc<Executions>,
     /// What programs may reach over HTTP; None: nothing.
     egress: Option<Arc<Egress>>,
+    /// Where Python programs' packages come from; None: nothing is installed.
+    packages: Option<Arc<Packages>>,
 }
 
 impl<E: Executor> Service<E> {
@@ -238,6 +259,7 @@ impl<E: Executor> Service<E> {
             code_policy: CodePolicy::default(),
             executions: Arc::default(),
             egress: None,
+            packages: None,
         }
     }
 
@@ -257,6 +279,12 @@ impl<E: Executor> Service<E> {
     /// Lets programs reach what `egress` allows over HTTP.
     pub fn with_egress(mut self, egress: Option<Arc<Egress>>) -> Self {
         self.egress = egress;
+        self
+    }
+
+    /// Lets Python programs install what `packages` allows.
+    pub fn with_packages(mut self, packages: Option<Arc<Packages>>) -> Self {
+        self.packages = packages;
         self
     }
 
@@ -332,6 +360,7 @@ impl<E: Executor> Service<E> {
             allow_list: self.callers.access.is_restricted(),
             audit: self.callers.audit.health(),
             egress: self.egress.as_ref().map(|e| e.health()),
+            packages: self.packages.as_ref().map(|p| p.health()),
         }
     }
 
@@ -361,6 +390,8 @@ pub struct Health {
     pub audit: Option<AuditHealth>,
     /// What programs may reach over HTTP, when anything.
     pub egress: Option<EgressHealth>,
+    /// What Python programs may install, when anything.
+    pub packages: Option<PackagesHealth>,
 }
 
 impl Health {

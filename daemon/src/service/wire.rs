@@ -67,6 +67,7 @@ pub fn error_kind(kind: FailureKind) -> api::ErrorKind {
         FailureKind::PolicyViolation => api::ErrorKind::PolicyViolation,
         FailureKind::FileLimit => api::ErrorKind::FileLimit,
         FailureKind::WallClock => api::ErrorKind::WallClock,
+        FailureKind::InstallFailed => api::ErrorKind::InstallFailed,
     }
 }
 
@@ -249,5 +250,47 @@ pub fn tool_result(answer: &api::ToolResult) -> Result<ToolResult, String> {
         (Some(result), None) => Ok(Ok(result.to_string())),
         (None, Some(error)) => Ok(Err(error.clone())),
         _ => Err("give exactly one of `result` and `error`".to_owned()),
+    }
+}
+
+/// What an install did, as the API answers it.
+pub fn installed(installed: super::Installed) -> api::InstallResponse {
+    let plan = installed.plan;
+    api::InstallResponse {
+        installed: plan
+            .install
+            .into_iter()
+            .map(|p| api::PackageInstalled {
+                name: p.name.to_string(),
+                version: p.version.to_string(),
+                wheel: p.filename,
+                sha256: p.sha256,
+                cached: p.cached,
+                needed_by: p.needed_by.map(|n| n.to_string()),
+            })
+            .collect(),
+        present: plan
+            .satisfied
+            .into_iter()
+            .map(|(name, version)| api::PackagePresent {
+                name: name.to_string(),
+                version: version.to_string(),
+            })
+            .collect(),
+        checkpoint: installed.checkpoint,
+    }
+}
+
+/// What a session installed, as the API lists it.
+pub fn package_list(installed: Vec<crate::packages::InstalledPackage>) -> api::PackageList {
+    api::PackageList {
+        packages: installed
+            .into_iter()
+            .map(|p| api::SessionPackage {
+                name: p.name,
+                version: p.version,
+                sha256: p.sha256,
+            })
+            .collect(),
     }
 }

@@ -104,6 +104,7 @@ fn job(request_id: u64, deadline: Instant, timeout: Duration, files: Files) -> J
         files,
         file_changes: Vec::new(),
         fresh_interpreter: false,
+        packages: Vec::new(),
         env: Default::default(),
         file_limits: FileLimits {
             max_entries: 10,

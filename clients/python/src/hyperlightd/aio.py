@@ -22,6 +22,8 @@ from .types import (
     FileChange,
     FileContent,
     FileInfo,
+    Installed,
+    Package,
     SessionInfo,
     Started,
     ToolCall,
@@ -216,6 +218,17 @@ class AsyncSession:
         """Starts the session's interpreter afresh; see :meth:`Session.restart`."""
         path = _wire.session_path(self.id, "restart")
         return SessionInfo.from_json((await self.client._send("POST", path, None, _wire.NO_PROGRAM_WAIT_S)).json())
+
+    async def install(self, requirements: Iterable[str]) -> Installed:
+        """Installs packages in the session; see :meth:`Session.install`."""
+        body = {"requirements": list(requirements)}
+        path = _wire.session_path(self.id, "packages")
+        return Installed.from_json((await self.client._send("POST", path, body, _wire.NO_PROGRAM_WAIT_S)).json())
+
+    async def packages(self) -> list[Package]:
+        """The packages it installed; see :meth:`Session.packages`."""
+        listed = (await self.client._json("GET", _wire.session_path(self.id, "packages")))["packages"]
+        return [Package.from_json(p) for p in listed]
 
     async def describe(self) -> SessionInfo:
         """The session as the daemon describes it now."""

@@ -22,6 +22,8 @@ from .types import (
     FileChange,
     FileContent,
     FileInfo,
+    Installed,
+    Package,
     SessionInfo,
     Started,
     ToolCall,
@@ -234,6 +236,20 @@ class Session:
         checkpoint, which a rollback to the one before undoes."""
         path = _wire.session_path(self.id, "restart")
         return SessionInfo.from_json(self.client._send("POST", path, None, _wire.NO_PROGRAM_WAIT_S).json())
+
+    def install(self, requirements: Iterable[str]) -> Installed:
+        """Installs packages in the session (``"msgpack"``, ``"humanize==4.9.0"``), with what
+        they need, from the daemon's package index: importable from its next exec, kept in its
+        checkpoints. :class:`~hyperlightd.PackageRefused` says why one cannot be (installs off,
+        denied, no wheel for the guest, a conflict); nothing changes then."""
+        body = {"requirements": list(requirements)}
+        path = _wire.session_path(self.id, "packages")
+        return Installed.from_json(self.client._send("POST", path, body, _wire.NO_PROGRAM_WAIT_S).json())
+
+    def packages(self) -> list[Package]:
+        """The packages it installed, as its newest checkpoint has them (name, version, sha256)."""
+        listed = self.client._json("GET", _wire.session_path(self.id, "packages"))["packages"]
+        return [Package.from_json(p) for p in listed]
 
     def describe(self) -> SessionInfo:
         """The session as the daemon describes it now (execs, expiry, memory)."""

@@ -92,6 +92,15 @@ class Conflict(Refused):
     """``execution_ended``, ``tool_call_answered``: the answer came too late or twice."""
 
 
+class PackageRefused(Refused):
+    """``package_refused``: a package cannot be installed (installs off, denied, not on the index,
+    no wheel for the guest, a conflict, too large, a hash mismatch); the message says which."""
+
+
+class PackageIndexUnavailable(Busy):
+    """``package_index_unavailable``: the daemon could not read its package index; retry later."""
+
+
 class NotAllowed(Refused):
     """``caller_not_allowed``: this user may not use the daemon."""
 
@@ -121,6 +130,8 @@ KINDS: dict[str, type[Refused]] = {
     "quota_exceeded": QuotaExceeded,
     "execution_ended": Conflict,
     "tool_call_answered": Conflict,
+    "package_refused": PackageRefused,
+    "package_index_unavailable": PackageIndexUnavailable,
     "caller_not_allowed": NotAllowed,
     "internal": Internal,
 }

@@ -175,6 +175,50 @@ class Checkpoint:
 
 
 @dataclass(frozen=True)
+class Package:
+    """A package an install put in a session (``wheel``, its ``sha256``, whether it came from the
+    daemon's cache, and the package that ``needed_by`` it), or one that was already there (only
+    ``name`` and ``version``)."""
+
+    name: str
+    version: str
+    wheel: str | None = None
+    sha256: str | None = None
+    cached: bool = False
+    needed_by: str | None = None
+
+    @staticmethod
+    def from_json(body: Mapping[str, Any]) -> Package:
+        return Package(
+            name=body["name"],
+            version=body["version"],
+            wheel=body.get("wheel"),
+            sha256=body.get("sha256"),
+            cached=body.get("cached", False),
+            needed_by=body.get("needed_by"),
+        )
+
+
+@dataclass(frozen=True)
+class Installed:
+    """What :meth:`~hyperlightd.Session.install` did: the packages ``installed`` (dependencies
+    included), those asked for that were ``present`` already, and the session's ``checkpoint``
+    after it."""
+
+    installed: list[Package]
+    present: list[Package]
+    checkpoint: int
+
+    @staticmethod
+    def from_json(body: Mapping[str, Any]) -> Installed:
+        return Installed(
+            installed=[Package.from_json(p) for p in body["installed"]],
+            present=[Package.from_json(p) for p in body["present"]],
+            checkpoint=body["checkpoint"],
+        )
+
+
+@dataclass(frozen=True)
 class FileInfo:
     """One file of a session's working directory."""
 

@@ -518,3 +518,35 @@ async fn a_restart_is_an_exec_of_the_session_that_runs_no_program() {
     .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn an_install_without_an_index_says_how_to_allow_installs_and_changes_nothing() {
+    let (api, _) = api(echo_executor());
+    let (_, info) = create(&api, r#"{"language":"python"}"#).await;
+    let id = info["id"].as_str().unwrap();
+    let install = paths::session_packages(id);
+    let (status, body) = call(
+        &api,
+        request(Method::POST, &install, r#"{"requirements":["m"]}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["error"]["kind"], "package_refused");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("--package-index"), "{message}");
+    let (status, body) = call(
+        &api,
+        request(Method::POST, &install, r#"{"requirements":[]}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let (status, _) = call(&api, request(Method::POST, &install, r#"{"names":["m"]}"#)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    // A program's `%pip install` is refused the same way, and does not run.
+    let exec = paths::session_exec(id);
+    let code = r#"{"code":"%pip install m\nx = 1"}"#;
+    let (status, body) = call(&api, request(Method::POST, &exec, code)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let (_, read) = call(&api, request(Method::GET, &paths::session(id), "")).await;
+    assert_eq!(read["execs"], 0, "{read}");
+}

@@ -10,6 +10,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use hyperlight_unikraft::SandboxBuilder;
 use serde::de::DeserializeOwned;
 
+use crate::job::packages::Wheel;
 use crate::job::workspace::Workspace;
 use crate::job::{Display, Files, Stream};
 use crate::sandbox::guest::OutputCapture;
@@ -39,6 +40,8 @@ struct CallState {
     event: Vec<u8>,
     /// The request's files, in the order the event lists them.
     paths: Vec<String>,
+    /// The wheels to install, in the order the event lists them.
+    wheels: Vec<bytes::Bytes>,
     /// The reply's text so far, when it comes in pieces.
     reply: Vec<u8>,
     /// The display item being sent, so far.
@@ -64,11 +67,13 @@ impl Host {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A call begins: `files` are the request's, `event` its event when it goes in pieces.
-    pub fn begin(&self, files: &Files, event: Vec<u8>) {
+    /// A call begins: `files` are the request's, `wheels` the ones it installs, `event` its
+    /// event when it goes in pieces.
+    pub fn begin(&self, files: &Files, wheels: &[Wheel], event: Vec<u8>) {
         *self.state() = CallState {
             event,
             paths: files.keys().cloned().collect(),
+            wheels: wheels.iter().map(|w| w.bytes.clone()).collect(),
             ..CallState::default()
         };
     }
@@ -80,6 +85,7 @@ impl Host {
 
     /// `builder` with this host's functions.
     pub fn register(self: &Arc<Self>, builder: SandboxBuilder) -> SandboxBuilder {
+        let wheel = self.clone();
         let (write, event, file, put, remove, reply, display) = (
             self.clone(),
             self.clone(),
@@ -111,6 +117,17 @@ impl Host {
                     .read(&path, offset, PIECE as u64)
                     .map_err(|e| e.to_string())?;
                 Ok(base64_json(&bytes))
+            })
+            .host_function("wheel", move |args| {
+                let (index, offset): (usize, usize) = parse(args)?;
+                let state = wheel.state();
+                let bytes = state
+                    .wheels
+                    .get(index)
+                    .ok_or_else(|| format!("no wheel {index}"))?;
+                let start = offset.min(bytes.len());
+                let end = start.saturating_add(PIECE).min(bytes.len());
+                Ok(base64_json(&bytes[start..end]))
             })
             .host_function("put", move |args| {
                 let (path, offset, data, _last): (String, u64, String, bool) = parse(args)?;

@@ -33,6 +33,7 @@ use super::guest::{
 use super::python::Event;
 use super::stored::{self, Codec, Key, Persist, SnapshotStore, StateFiles, Stored};
 use super::watchdog::Interrupt;
+use crate::job::packages::Wheel;
 use crate::job::{
     Deadline, ExistingBlob, Files, Footprint, MemoryFile, Runtime, StateCodec, Stream,
     files::FileError,
@@ -311,17 +312,17 @@ impl NativePythonGuest {
     fn call_runner(
         &mut self,
         event: &Event<'_>,
-        files: &Files,
+        (files, wheels): (&Files, &[Wheel]),
         deadline: &Deadline,
     ) -> Result<String, GuestError> {
         let text = serde_json::to_vec(event)
             .map_err(|e| GuestError::Failed(format!("encoding the runner's event: {e}")))?;
         let input = if text.len() <= INLINE_EVENT {
-            self.host.begin(files, Vec::new());
+            self.host.begin(files, wheels, Vec::new());
             String::from_utf8_lossy(&text).into_owned()
         } else {
             let pieces = text.len().div_ceil(PIECE);
-            self.host.begin(files, text);
+            self.host.begin(files, wheels, text);
             format!("{{\"pieces\": {pieces}}}")
         };
         self.poisoned = true;
@@ -414,7 +415,7 @@ impl Guest for NativePythonGuest {
             .run
             .begin(program, deadline, self.response_capacity);
         let event = Event::program(program, self.max_result_bytes).with_files(program.files);
-        let reply = self.call_runner(&event, program.files, deadline);
+        let reply = self.call_runner(&event, (program.files, program.packages), deadline);
         self.host.run.end();
         reply
     }
@@ -462,7 +463,7 @@ impl Guest for NativePythonGuest {
         self.host.work.begin(&Files::new(), Default::default());
         let event = Event::prime(self.max_result_bytes);
         let deadline = Deadline::new(Instant::now() + PRIME_LIMIT);
-        let reply = self.call_runner(&event, &Files::new(), &deadline)?;
+        let reply = self.call_runner(&event, (&Files::new(), &[]), &deadline)?;
         self.host.work.take();
         RunnerReply::primed(&reply)?;
         Ok(true)

@@ -143,10 +143,12 @@ fn after_session_exec(outcome: &Outcome, fate: Fate) -> Option<After> {
     match fate {
         Fate::Poisoned(reason) | Fate::Broken(reason) => Some(After::RolledBack(reason.as_str())),
         Fate::Sound
-            if outcome
-                .error
-                .as_ref()
-                .is_some_and(|e| e.kind == FailureKind::SyntaxError) =>
+            if outcome.error.as_ref().is_some_and(|e| {
+                matches!(
+                    e.kind,
+                    FailureKind::SyntaxError | FailureKind::InstallFailed
+                )
+            }) =>
         {
             Some(After::Unchanged)
         }

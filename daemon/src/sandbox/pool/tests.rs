@@ -339,6 +339,7 @@ fn job_of(uid: u32, code: &str, timeout_ms: u64) -> Job {
         files: Files::new(),
         file_changes: Vec::new(),
         fresh_interpreter: false,
+        packages: Vec::new(),
         env: Default::default(),
         file_limits: FileLimits {
             max_entries: 10,

@@ -372,6 +372,7 @@ impl Worker {
                 env: &job.env,
                 tools: job.tools.as_ref(),
                 egress: job.egress.as_ref(),
+                packages: &job.packages,
             };
             guest.run(&program, deadline)
         });

@@ -30,6 +30,18 @@ pub struct Event<'a> {
     /// The environment variables to set while the program runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     env: Option<&'a Env>,
+    /// Wheels to install before the program runs, which the native runner fetches by index.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    install: Vec<WheelEntry<'a>>,
+}
+
+#[derive(Serialize)]
+struct WheelEntry<'a> {
+    name: &'a str,
+    version: &'a str,
+    filename: &'a str,
+    sha256: &'a str,
+    size: usize,
 }
 
 #[derive(Serialize)]
@@ -51,6 +63,17 @@ impl<'a> Event<'a> {
             files: Vec::new(),
             tools: program.tool_names(),
             env: Some(program.env).filter(|env: &&Env| !env.is_empty()),
+            install: program
+                .packages
+                .iter()
+                .map(|wheel| WheelEntry {
+                    name: &wheel.name,
+                    version: &wheel.version,
+                    filename: &wheel.filename,
+                    sha256: &wheel.sha256,
+                    size: wheel.bytes.len(),
+                })
+                .collect(),
         }
     }
 
@@ -66,6 +89,7 @@ impl<'a> Event<'a> {
             files: Vec::new(),
             tools: Vec::new(),
             env: None,
+            install: Vec::new(),
         }
     }
 

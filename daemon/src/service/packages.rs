@@ -1,0 +1,249 @@
+//! Installs: a session's through the API, and the `%pip install` lines of a Python program
+//! (in a session or not). The host resolves and fetches (`packages/`); the wheels go to the
+//! guest with an exec of the session's own lifecycle, which installs them before its program
+//! runs. Each install is one audit line and a count by outcome.
+
+use super::exec::made_checkpoint;
+use super::{Call, Program, Refusal, Service};
+use crate::audit::{InstallRecord, PackageLine};
+use crate::executor::Executor;
+use crate::job::packages::Wheel;
+use crate::job::{FailureKind, Language, Outcome};
+use crate::packages::resolve::Plan;
+use crate::packages::wheel::GuestTags;
+use crate::packages::{self, InstalledPackage, MANIFEST, Runtime};
+
+/// An install made in a session: what it planned, and the checkpoint it left.
+#[derive(Debug)]
+pub struct Installed {
+    pub plan: Plan,
+    pub checkpoint: u64,
+}
+
+impl<E: Executor> Service<E> {
+    /// Installs `requirements` (with what they need) in `call`'s caller's session `id`, after
+    /// the execs that arrived before.
+    pub async fn install_packages(
+        &self,
+        call: &Call,
+        id: &str,
+        requirements: Vec<String>,
+        timeout_ms: Option<u64>,
+    ) -> Result<Installed, Refusal> {
+        self.taking_work()?;
+        let owner = call.caller.principal();
+        let (session, language) = self.executor.find_session(&owner, id)?;
+        let plan = self.plan(call, language, Some(id), &requirements).await?;
+        if plan.install.is_empty() {
+            // The session's newest checkpoint, once the execs before have saved theirs.
+            let wait = self.limits.max_timeout;
+            let checkpoints = self.executor.session_checkpoints(&owner, id, wait).await?;
+            let checkpoint = checkpoints.last().map_or(0, |c| c.number);
+            self.audit_install(call, Some(id), &requirements, &plan, Ok(()));
+            return Ok(Installed { plan, checkpoint });
+        }
+        let ended = |refused: &Refusal| Err((refused.reason(), refused.to_string()));
+        let mut program = Program::new("");
+        program.timeout_ms = timeout_ms;
+        let mut job = self.job(call, language, program)?;
+        job.packages = wheels(&plan);
+        let ran = self.run(call, job, Some((id, session))).await;
+        let outcome = match ran {
+            Ok(executed) => executed.outcome,
+            Err(refused) => {
+                self.audit_install(call, Some(id), &requirements, &plan, ended(&refused));
+                return Err(refused);
+            }
+        };
+        if let Some(failed) = install_failure(&outcome) {
+            let refused = Refusal::from(packages::Refusal::Failed(failed));
+            self.audit_install(call, Some(id), &requirements, &plan, ended(&refused));
+            return Err(refused);
+        }
+        let checkpoint = made_checkpoint(outcome, "the packages were not installed")?;
+        self.audit_install(call, Some(id), &requirements, &plan, Ok(()));
+        Ok(Installed { plan, checkpoint })
+    }
+
+    /// What `call`'s caller's session `id` installed, as its newest checkpoint has it (after
+    /// the execs that arrived before).
+    pub async fn session_packages(
+        &self,
+        call: &Call,
+        id: &str,
+    ) -> Result<Vec<InstalledPackage>, Refusal> {
+        self.installed_in(call, id).await
+    }
+
+    /// Takes the `%pip install` lines out of a Python `program` (in session `session`, if
+    /// any) and resolves them: the wheels its job installs before the rest of it runs (none
+    /// when it has no such line).
+    pub(super) async fn pip_lines(
+        &self,
+        call: &Call,
+        language: Language,
+        session: Option<&str>,
+        program: &mut Program,
+    ) -> Result<Vec<Wheel>, Refusal> {
+        if language != Language::Python {
+            return Ok(Vec::new());
+        }
+        let split = match packages::pip::split(&program.code) {
+            Ok(split) => split,
+            Err(refused) => {
+                let refused = Refusal::from(refused);
+                let ended = Err((refused.reason(), refused.to_string()));
+                self.audit_install(call, session, &[], &Plan::default(), ended);
+                return Err(refused);
+            }
+        };
+        let Some(split) = split else {
+            return Ok(Vec::new());
+        };
+        program.code = split.code;
+        let plan = self
+            .plan(call, language, session, &split.requirements)
+            .await?;
+        self.audit_install(call, session, &split.requirements, &plan, Ok(()));
+        Ok(wheels(&plan))
+    }
+
+    /// Says how a program's install ended, once its exec did: a failure in the sandbox is
+    /// counted and audited (the exec's own answer tells the caller).
+    pub(super) fn installed_with(&self, call: &Call, session: Option<&str>, outcome: &Outcome) {
+        if let Some(failed) = install_failure(outcome) {
+            let ended = Err(("install_failed", failed));
+            self.audit_install(call, session, &[], &Plan::default(), ended);
+        }
+    }
+
+    /// The wheels that install `requirements` in `language`'s runtime, beside what session
+    /// `session` installed before; a refusal is audited and counted.
+    async fn plan(
+        &self,
+        call: &Call,
+        language: Language,
+        session: Option<&str>,
+        requirements: &[String],
+    ) -> Result<Plan, Refusal> {
+        let planned = self
+            .plan_unaudited(call, language, session, requirements)
+            .await;
+        if let Err(refused) = &planned {
+            let ended = Err((refused.reason(), refused.to_string()));
+            self.audit_install(call, session, requirements, &Plan::default(), ended);
+        }
+        planned
+    }
+
+    async fn plan_unaudited(
+        &self,
+        call: &Call,
+        language: Language,
+        session: Option<&str>,
+        requirements: &[String],
+    ) -> Result<Plan, Refusal> {
+        let Some(installs) = &self.packages else {
+            return Err(packages::Refusal::Off.into());
+        };
+        let runtime = self.runtime(language)?;
+        let installed = match session {
+            None => Vec::new(),
+            Some(id) => self.installed_in(call, id).await?,
+        };
+        Ok(installs.plan(requirements, &runtime, &installed).await?)
+    }
+
+    /// What session `id` installed, from its manifest.
+    async fn installed_in(&self, call: &Call, id: &str) -> Result<Vec<InstalledPackage>, Refusal> {
+        let files = self.session_files(call, id).await?;
+        Ok(packages::read_manifest(files.get(MANIFEST).map(|f| &f[..])))
+    }
+
+    /// What `language`'s guest installs wheels with.
+    fn runtime(&self, language: Language) -> Result<Runtime, packages::Refusal> {
+        let health = self.executor.health();
+        let runtime = health.runtimes.get(&language);
+        match runtime {
+            Some(runtime) if runtime.name == "native" => Ok(Runtime {
+                tags: GuestTags::NATIVE,
+                python: runtime.version.clone().unwrap_or_default(),
+                packages: runtime.packages.clone(),
+            }),
+            Some(runtime) if language == Language::Python => {
+                Err(packages::Refusal::Unsupported(format!(
+                    "packages are installed in the native Python runtime only; this daemon runs \
+                     Python on {} (start it with --python-runtime native)",
+                    runtime.name
+                )))
+            }
+            _ => Err(packages::Refusal::Unsupported(format!(
+                "packages are installed in Python sessions only, not in {language}"
+            ))),
+        }
+    }
+
+    /// Writes an install's audit line and counts it: it `ended` well, or for a reason, told
+    /// the caller as a message.
+    fn audit_install(
+        &self,
+        call: &Call,
+        session: Option<&str>,
+        requirements: &[String],
+        plan: &Plan,
+        ended: Result<(), (&str, String)>,
+    ) {
+        let (outcome, error) = match ended {
+            Ok(()) if plan.install.is_empty() => ("present", None),
+            Ok(()) => ("installed", None),
+            Err((reason, message)) => (reason, Some(message)),
+        };
+        if let Some(installs) = &self.packages {
+            installs.record(outcome);
+        }
+        let packages = plan
+            .install
+            .iter()
+            .map(|p| PackageLine {
+                name: p.name.to_string(),
+                version: p.version.to_string(),
+                sha256: p.sha256.clone(),
+                source: if p.cached {
+                    "cache".to_owned()
+                } else {
+                    p.url.clone()
+                },
+            })
+            .collect();
+        let line = InstallRecord {
+            request_id: call.id,
+            caller: call.caller.clone(),
+            session,
+            requirements,
+            packages,
+            outcome,
+            error,
+        };
+        self.callers.audit.install(&line);
+    }
+}
+
+/// The wheels of `plan`, for a job.
+fn wheels(plan: &Plan) -> Vec<Wheel> {
+    plan.install
+        .iter()
+        .map(|p| Wheel {
+            name: p.name.to_string(),
+            version: p.version.to_string(),
+            filename: p.filename.clone(),
+            sha256: p.sha256.clone(),
+            bytes: p.bytes.clone(),
+        })
+        .collect()
+}
+
+/// Why an exec's install failed in its sandbox, if it did.
+fn install_failure(outcome: &Outcome) -> Option<String> {
+    let error = outcome.error.as_ref()?;
+    (error.kind == FailureKind::InstallFailed).then(|| error.message.clone())
+}
