@@ -19,6 +19,7 @@ use hyperlightd_client::{Client, ExecRequest, ExecResponse, Language};
 
 pub mod deltas;
 pub mod disk;
+pub mod index;
 mod templates;
 pub mod web;
 use nix::sys::signal::{Signal, kill};

@@ -13,6 +13,9 @@ use hyperlightd_client::{
 use hyperlightd_e2e::{Daemon, E2bGateway, STEP_LIMIT, py, python_sdk_python, run, within};
 use serde_json::{Value, json};
 
+#[path = "native_python/packages.rs"]
+mod packages;
+
 /// A daemon serving Python natively. A request that names no time limit gets 30 s: drawing a figure
 /// or fitting a model in a debug daemon under emulation takes seconds, and more while the
 /// machine is busy.

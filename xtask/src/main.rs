@@ -532,6 +532,56 @@ fn mcp_client() -> Result<()> {
     )
 }
 
+/// The wheels the package install tests serve from a loopback index
+/// (`tests/packages/wheels.lock`), downloaded from PyPI into target/test-wheels/files with
+/// pip, every hash checked; again only when the lock changes.
+fn test_wheels() -> Result<()> {
+    let lock = workspace_root()?.join("tests/packages/wheels.lock");
+    let out = vm::target_dir()?.join("test-wheels");
+    let files = out.join("files");
+    let stamp = out.join("wheels.lock.downloaded");
+    let wanted =
+        std::fs::read_to_string(&lock).with_context(|| format!("reading {}", lock.display()))?;
+    if std::fs::read_to_string(&stamp).is_ok_and(|done| done == wanted) {
+        return Ok(());
+    }
+    let pip = pip_tool("test wheels", &out.join("pip"), "pip==25.3", "pip")?;
+    if files.exists() {
+        std::fs::remove_dir_all(&files)?;
+    }
+    step(
+        "test wheels: pip download",
+        Command::new(pip)
+            .args([
+                "download",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-deps",
+            ])
+            .args([
+                "--only-binary=:all:",
+                "--require-hashes",
+                "--implementation",
+                "cp",
+            ])
+            .args([
+                "--python-version",
+                "3.11",
+                "--abi",
+                "cp311",
+                "--abi",
+                "none",
+            ])
+            .args(["--platform", "manylinux2014_x86_64", "--platform", "any"])
+            .arg("-r")
+            .arg(&lock)
+            .arg("-d")
+            .arg(&files),
+        Duration::from_secs(300),
+    )?;
+    std::fs::write(&stamp, wanted).with_context(|| format!("writing {}", stamp.display()))
+}
+
 /// A virtual environment at `venv` with `pip install -r REQUIREMENTS`, made again only when
 /// the requirements file differs from the one it was made with.
 pub fn pinned_virtualenv(what: &str, venv: &Path, requirements: &Path) -> Result<()> {
@@ -609,6 +659,7 @@ fn test() -> Result<()> {
     let python = python_guest(None)?;
     python_guest_for_package_tests()?;
     native_python::native_python(None)?;
+    test_wheels()?;
     mcp_client()?;
     npm_packages("MCP servers", "tests/mcp", "mcp-servers", &[])?;
     npm_packages(
