@@ -297,6 +297,11 @@ pub struct ExecRequest {
     /// all. Guests run no processes, so nothing else reads them.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: EnvMap,
+    /// Python: packages to install before the program runs, as its `%pip install` lines would
+    /// (`NAME`, `NAME==VERSION`), from the daemon's package index (`--package-index`). In a
+    /// session they stay for its later execs; in a plain exec they are there for this one only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub packages: Vec<String>,
 }
 
 /// Environment variables by name.
@@ -371,6 +376,7 @@ impl ExecRequest {
             tool_timeout_ms: None,
             network: None,
             env: EnvMap::new(),
+            packages: Vec::new(),
         }
     }
 }

@@ -95,6 +95,11 @@ pub struct SessionExecRequest {
     /// them), as for `POST /v1/exec`. What a program sets in its environment itself stays.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: crate::EnvMap,
+    /// Python: packages to install before the program runs, as its `%pip install` lines would
+    /// (`NAME`, `NAME==VERSION`), from the daemon's package index (`--package-index`). In a
+    /// session they stay for its later execs; in a plain exec they are there for this one only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub packages: Vec<String>,
 }
 
 impl SessionExecRequest {
@@ -111,6 +116,7 @@ impl SessionExecRequest {
             tool_timeout_ms: None,
             network: None,
             env: BTreeMap::new(),
+            packages: Vec::new(),
         }
     }
 
@@ -128,6 +134,7 @@ impl SessionExecRequest {
             tool_timeout_ms: self.tool_timeout_ms,
             network: self.network,
             env: self.env,
+            packages: self.packages,
         }
     }
 }

@@ -281,6 +281,10 @@ struct Limits {
     /// a session, for this exec only, over the session's own.
     #[arg(long, value_name = "NAME=VALUE", value_parser = env_var)]
     env: Vec<(String, String)>,
+    /// Python: a package to install before the program runs (`NAME`, `NAME==VERSION`), from
+    /// the daemon's package index; repeatable. In a session it stays for later execs.
+    #[arg(long = "package", value_name = "REQUIREMENT")]
+    packages: Vec<String>,
 }
 
 /// `NAME=VALUE`, as `--env` takes it (the daemon checks the name and the value).
@@ -362,6 +366,7 @@ async fn run_program(
         max_output_bytes: limits.max_output_bytes,
         files,
         env: limits.env.into_iter().collect(),
+        packages: limits.packages,
         ..SessionExecRequest::new(code)
     };
     let answered = match (target, json) {

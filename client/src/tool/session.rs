@@ -87,6 +87,7 @@ impl CodeTool {
             tool_timeout_ms: request.tool_timeout_ms,
             network: request.network.clone(),
             env: request.env.clone(),
+            packages: request.packages.clone(),
         };
         let mut notice = None;
         if let Some(id) = sessions.get(&language) {

@@ -96,7 +96,9 @@ def test_requests_with_every_option_are_what_the_api_takes() -> None:
         "tool_timeout_ms": 500,
         "network": {"allow": [{"scheme": "https", "host": "*.example.com", "methods": ["GET"]}]},
         "env": {"API_URL": "https://api.example.com"},
+        "packages": ["msgpack==1.1.0"],
     }
+    assert exec_request("/v1/exec", "1", language="python", **options).body["packages"] == ["msgpack==1.1.0"]
     validate(exec_request("/v1/exec", "1", language="python", **options).body, "ExecRequest")
     validate(exec_request("/v1/sessions/s/exec", "1", stream=True, **options).body, "SessionExecRequest")
     validate(lookup.spec(), "ToolSpec")

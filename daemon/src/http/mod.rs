@@ -527,6 +527,7 @@ fn program(exec: ExecRequest) -> Result<(bool, Program), ApiError> {
             .transpose()
             .map_err(ApiError::InvalidRequest)?,
         env: exec.env,
+        packages: exec.packages,
     };
     Ok((stream, program))
 }

@@ -191,7 +191,7 @@ fn installed(runtime: &Runtime, session: &[InstalledPackage]) -> Installed {
 }
 
 /// The environment markers of a CPython `python` on Linux x86_64.
-fn markers(python: &Version) -> Result<MarkerEnvironment, Refusal> {
+pub(crate) fn markers(python: &Version) -> Result<MarkerEnvironment, Refusal> {
     let release = python.release();
     let short = format!(
         "{}.{}",

@@ -1,27 +1,14 @@
 use std::str::FromStr;
 
 use pep508_rs::pep440_rs::Version;
-use pep508_rs::{MarkerEnvironment, MarkerEnvironmentBuilder, PackageName, Requirement};
+use pep508_rs::{MarkerEnvironment, PackageName, Requirement};
 
 use super::*;
 use crate::packages::policy::Pattern;
 use crate::packages::testing::{FakeIndex, wheel};
 
 fn markers() -> MarkerEnvironment {
-    MarkerEnvironment::try_from(MarkerEnvironmentBuilder {
-        implementation_name: "cpython",
-        implementation_version: "3.11.2",
-        os_name: "posix",
-        platform_machine: "x86_64",
-        platform_python_implementation: "CPython",
-        platform_release: "",
-        platform_system: "Linux",
-        platform_version: "",
-        python_full_version: "3.11.2",
-        python_version: "3.11",
-        sys_platform: "linux",
-    })
-    .unwrap()
+    crate::packages::markers(&Version::from_str("3.11.2").unwrap()).unwrap()
 }
 
 fn policy() -> Policy {

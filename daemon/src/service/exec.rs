@@ -46,6 +46,8 @@ pub struct Program {
     pub network: Option<Vec<Rule>>,
     /// Its environment variables (checked here); in a session, added to the session's.
     pub env: BTreeMap<String, String>,
+    /// Packages to install before it runs (requirements), besides its `%pip install` lines.
+    pub packages: Vec<String>,
 }
 
 impl Program {
@@ -62,6 +64,7 @@ impl Program {
             tool_timeout_ms: None,
             network: None,
             env: BTreeMap::new(),
+            packages: Vec::new(),
         }
     }
 }

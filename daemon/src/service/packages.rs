@@ -76,8 +76,8 @@ impl<E: Executor> Service<E> {
     }
 
     /// Takes the `%pip install` lines out of a Python `program` (in session `session`, if
-    /// any) and resolves them: the wheels its job installs before the rest of it runs (none
-    /// when it has no such line).
+    /// any) and resolves them with the packages it names: the wheels its job installs before
+    /// the rest of it runs (none when it asks for none).
     pub(super) async fn pip_lines(
         &self,
         call: &Call,
@@ -85,26 +85,28 @@ impl<E: Executor> Service<E> {
         session: Option<&str>,
         program: &mut Program,
     ) -> Result<Vec<Wheel>, Refusal> {
+        let mut requirements = std::mem::take(&mut program.packages);
         if language != Language::Python {
-            return Ok(Vec::new());
+            if requirements.is_empty() {
+                return Ok(Vec::new());
+            }
+            let why = format!("packages are installed in Python sessions only, not in {language}");
+            let refused = packages::Refusal::Unsupported(why).into();
+            return Err(self.refused(call, session, &requirements, refused));
         }
         let split = match packages::pip::split(&program.code) {
             Ok(split) => split,
-            Err(refused) => {
-                let refused = Refusal::from(refused);
-                let ended = Err((refused.reason(), refused.to_string()));
-                self.audit_install(call, session, &[], &Plan::default(), ended);
-                return Err(refused);
-            }
+            Err(refused) => return Err(self.refused(call, session, &[], refused.into())),
         };
-        let Some(split) = split else {
+        if let Some(split) = split {
+            program.code = split.code;
+            requirements.extend(split.requirements);
+        }
+        if requirements.is_empty() {
             return Ok(Vec::new());
-        };
-        program.code = split.code;
-        let plan = self
-            .plan(call, language, session, &split.requirements)
-            .await?;
-        self.audit_install(call, session, &split.requirements, &plan, Ok(()));
+        }
+        let plan = self.plan(call, language, session, &requirements).await?;
+        self.audit_install(call, session, &requirements, &plan, Ok(()));
         Ok(wheels(&plan))
     }
 
@@ -129,11 +131,7 @@ impl<E: Executor> Service<E> {
         let planned = self
             .plan_unaudited(call, language, session, requirements)
             .await;
-        if let Err(refused) = &planned {
-            let ended = Err((refused.reason(), refused.to_string()));
-            self.audit_install(call, session, requirements, &Plan::default(), ended);
-        }
-        planned
+        planned.map_err(|refused| self.refused(call, session, requirements, refused))
     }
 
     async fn plan_unaudited(
@@ -181,6 +179,19 @@ impl<E: Executor> Service<E> {
                 "packages are installed in Python sessions only, not in {language}"
             ))),
         }
+    }
+
+    /// `refused`, once its install is audited and counted.
+    fn refused(
+        &self,
+        call: &Call,
+        session: Option<&str>,
+        requirements: &[String],
+        refused: Refusal,
+    ) -> Refusal {
+        let ended = Err((refused.reason(), refused.to_string()));
+        self.audit_install(call, session, requirements, &Plan::default(), ended);
+        refused
     }
 
     /// Writes an install's audit line and counts it: it `ended` well, or for a reason, told

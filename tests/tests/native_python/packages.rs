@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use hyperlightd_client::{
-    Client, CreateSessionRequest, Error, ErrorKind, ExecStatus, InstallResponse, Language,
-    SessionExecRequest,
+    Client, CreateSessionRequest, Error, ErrorKind, ExecRequest, ExecStatus, InstallResponse,
+    Language, SessionExecRequest,
 };
 use hyperlightd_e2e::index::{Listed, TestIndex, pypi_wheels, sha256_hex};
 use hyperlightd_e2e::{STEP_LIMIT, audit_lines, py, run, within};
@@ -31,6 +31,13 @@ async fn install(
         Error::Rejected { error, .. } => (error.kind, error.message),
         other => panic!("the install of {requirements:?} failed: {other}"),
     })
+}
+
+/// A new Python session's id.
+async fn new_session(client: &Client) -> String {
+    let request = CreateSessionRequest::new(Language::Python);
+    let created = within("create", STEP_LIMIT, client.create_session(&request)).await;
+    created.unwrap().id
 }
 
 /// The session's newest checkpoint, once the execs before have saved theirs.
@@ -96,14 +103,7 @@ async fn packages_install_from_the_index_and_live_in_the_session_s_checkpoints()
         (vec![url.clone()], vec!["evil".into()])
     );
 
-    let id = within(
-        "create",
-        STEP_LIMIT,
-        client.create_session(&CreateSessionRequest::new(Language::Python)),
-    )
-    .await
-    .unwrap()
-    .id;
+    let id = new_session(&client).await;
     // `%pip install` in a program: installed, then the rest of it runs; the dependency too.
     let program = "%pip install -q markdown-it-py==3.0.0\nimport markdown_it, mdurl\n\
                    markdown_it.MarkdownIt().render('# hi')";
@@ -228,6 +228,13 @@ async fn packages_install_from_the_index_and_live_in_the_session_s_checkpoints()
     )
     .await;
     assert_eq!(plain.result, json!("0.1.2"), "{plain:?}");
+    // Or names them beside its code.
+    let named = ExecRequest {
+        packages: vec!["numpy-financial".into()],
+        ..py("import numpy_financial\nnumpy_financial.__version__")
+    };
+    let named = run(&daemon, named).await;
+    assert_eq!(named.result, json!("1.0.0"), "{named:?}");
     let after = run(
         &daemon,
         py("import importlib.util\nimportlib.util.find_spec('mdurl') is None"),
@@ -275,14 +282,7 @@ async fn packages_install_from_the_index_and_live_in_the_session_s_checkpoints()
 async fn without_an_index_an_install_says_how_to_turn_installs_on() {
     let daemon = native_daemon(&[]).await;
     let client = daemon.client();
-    let id = within(
-        "create",
-        STEP_LIMIT,
-        client.create_session(&CreateSessionRequest::new(Language::Python)),
-    )
-    .await
-    .unwrap()
-    .id;
+    let id = new_session(&client).await;
     let (kind, message) = install(&client, &id, &["msgpack"]).await.unwrap_err();
     assert_eq!(kind, ErrorKind::PackageRefused);
     assert!(message.contains("--package-index"), "{message}");
@@ -306,11 +306,7 @@ async fn an_install_is_on_disk_with_its_session_and_its_wheel_in_the_cache_after
     ];
     let daemon = native_daemon(&args).await;
     let client = daemon.client();
-    let create = CreateSessionRequest::new(Language::Python);
-    let id = within("create", STEP_LIMIT, client.create_session(&create))
-        .await
-        .unwrap()
-        .id;
+    let id = new_session(&client).await;
     let installed = install(&client, &id, &["mdurl"]).await.unwrap();
     assert_eq!(names(&installed), ["mdurl==0.1.2"]);
     // A clean stop writes the session's newest checkpoint before the daemon exits.
@@ -325,10 +321,7 @@ async fn an_install_is_on_disk_with_its_session_and_its_wheel_in_the_cache_after
     let read = "import mdurl\nmdurl.__version__";
     assert_eq!(value(&daemon, &id, read).await, json!("0.1.2"));
     // A new session's install of the same package takes the wheel from the cache on disk.
-    let other = within("create", STEP_LIMIT, client.create_session(&create))
-        .await
-        .unwrap()
-        .id;
+    let other = new_session(&client).await;
     let again = install(&client, &other, &["mdurl"]).await.unwrap();
     assert!(again.installed[0].cached, "{again:?}");
 }

@@ -80,7 +80,9 @@ class ExecOptions(TypedDict, total=False):
     narrowing the daemon's egress rules (``{"allow": [{"scheme": "https", "host":
     "api.example.com", "methods": ["GET"], "path_prefix": "/v1/"}]}``). ``env``: environment
     variables the program sees (``os.environ``, ``process.env``); in a session, for this exec
-    only, over the session's own."""
+    only, over the session's own. ``packages``: Python packages to install before it runs
+    (``"msgpack"``, ``"humanize==4.9.0"``), from the daemon's package index; in a session they
+    stay."""
 
     timeout_ms: int
     max_output_bytes: int
@@ -90,6 +92,7 @@ class ExecOptions(TypedDict, total=False):
     tool_timeout_ms: int
     network: Mapping[str, Any]
     env: Mapping[str, str]
+    packages: Iterable[str]
 
 
 def exec_request(
@@ -117,6 +120,9 @@ def exec_request(
         body["network"] = dict(options["network"])
     if options.get("env"):
         body["env"] = dict(options["env"])
+    packages = list(options.get("packages") or [])
+    if packages:
+        body["packages"] = packages
     if tools:
         body["tools"] = [one.spec() for one in tools.values()]
     if stream or tools:
