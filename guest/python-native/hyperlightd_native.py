@@ -270,7 +270,7 @@ def _unpack(data: bytes, into: str) -> None:
 
 def _install(wheels: list, session: bool) -> None:
     """Installs the request's wheels into SITE, all or none: each is unpacked into a staging
-    directory, and moved into SITE only when every one unpacked and none overlaps what is
+    directory, and moved into SITE only when every one unpacked and no file of one is already
     there. In a session, the manifest records them."""
     staging = SITE + ".staging"
     shutil.rmtree(staging, ignore_errors=True)
@@ -282,17 +282,23 @@ def _install(wheels: list, session: bool) -> None:
                 _unpack(_wheel_bytes(index, wheel), into)
             except (InstallError, OSError, zipfile.BadZipFile, ValueError) as error:
                 raise InstallError(f"{wheel['filename']}: {error}") from None
-        moves = []
+        # File by file, so that wheels sharing a namespace package's directory merge.
+        moves = {}
         for index, wheel in enumerate(wheels):
             into = os.path.join(staging, str(index))
-            for entry in sorted(os.listdir(into)):
-                if os.path.exists(os.path.join(SITE, entry)) or entry in (m[1] for m in moves):
-                    raise InstallError(
-                        f"{wheel['filename']}: {entry} is already installed in this session"
-                    )
-                moves.append((os.path.join(into, entry), entry))
-        for source, entry in moves:
-            os.rename(source, os.path.join(SITE, entry))
+            for directory, _, names in os.walk(into):
+                for name in names:
+                    source = os.path.join(directory, name)
+                    relative = os.path.relpath(source, into)
+                    if relative in moves or os.path.lexists(os.path.join(SITE, relative)):
+                        raise InstallError(
+                            f"{wheel['filename']}: {relative} is already installed in this session"
+                        )
+                    moves[relative] = source
+        for relative, source in moves.items():
+            target = os.path.join(SITE, relative)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            os.rename(source, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     importlib.invalidate_caches()
