@@ -19,7 +19,9 @@
 //!   warm-restore` (see native.rs);
 //! - `tools`: tool calls from code (see tools.rs);
 //! - `egress`: one outbound request from a program against the same from a host client (see
-//!   egress.rs).
+//!   egress.rs);
+//! - `packages`: a native session's install of a small wheel, fetched and from the cache,
+//!   against a session exec that installs nothing (see packages.rs).
 //!
 //! Each part prints its rows and targets and writes `<out>/<part>.json`; `--summary` prints
 //! every target from those files. Run it where KVM runs Hyperlight guests: `cargo xtask bench`
@@ -38,6 +40,7 @@ mod e2b;
 mod egress;
 mod latency;
 mod native;
+mod packages;
 mod process;
 mod python_library;
 mod refill;
@@ -83,6 +86,7 @@ enum Part {
     Tools,
     E2b,
     Egress,
+    Packages,
     Capacity,
     Load,
 }
@@ -134,6 +138,9 @@ struct Args {
     /// `capacity`.
     #[arg(long)]
     python_rootfs: Option<PathBuf>,
+    /// The wheels `cargo xtask test` downloads (target/test-wheels/files), for `packages`.
+    #[arg(long)]
+    wheels: Option<PathBuf>,
     /// Upstream's `hluk` (hyperlight-unikraft's CLI), the anchor of `native`.
     #[arg(long)]
     hluk: Option<PathBuf>,
@@ -211,6 +218,7 @@ async fn run(part: Part, args: &Args) -> Result<PartReport> {
         Part::Tools => tools::run(args).await,
         Part::E2b => e2b::run(args).await,
         Part::Egress => egress::run(args).await,
+        Part::Packages => packages::run(args).await,
         Part::Durable => durable::run(args).await,
         Part::Capacity => capacity::run(args).await,
         Part::Load => capacity::run_load(args).await,

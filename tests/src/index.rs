@@ -106,6 +106,7 @@ impl TestIndex {
         let counted = requests.clone();
         tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
+                let _ = tcp.set_nodelay(true);
                 let (projects, counted) = (projects.clone(), counted.clone());
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |request| {

@@ -535,7 +535,7 @@ fn mcp_client() -> Result<()> {
 /// The wheels the package install tests serve from a loopback index
 /// (`tests/packages/wheels.lock`), downloaded from PyPI into target/test-wheels/files with
 /// pip, every hash checked; again only when the lock changes.
-fn test_wheels() -> Result<()> {
+pub fn test_wheels() -> Result<PathBuf> {
     let lock = workspace_root()?.join("tests/packages/wheels.lock");
     let out = vm::target_dir()?.join("test-wheels");
     let files = out.join("files");
@@ -543,7 +543,7 @@ fn test_wheels() -> Result<()> {
     let wanted =
         std::fs::read_to_string(&lock).with_context(|| format!("reading {}", lock.display()))?;
     if std::fs::read_to_string(&stamp).is_ok_and(|done| done == wanted) {
-        return Ok(());
+        return Ok(files);
     }
     let pip = pip_tool("test wheels", &out.join("pip"), "pip==25.3", "pip")?;
     if files.exists() {
@@ -579,7 +579,8 @@ fn test_wheels() -> Result<()> {
             .arg(&files),
         Duration::from_secs(300),
     )?;
-    std::fs::write(&stamp, wanted).with_context(|| format!("writing {}", stamp.display()))
+    std::fs::write(&stamp, wanted).with_context(|| format!("writing {}", stamp.display()))?;
+    Ok(files)
 }
 
 /// A virtual environment at `venv` with `pip install -r REQUIREMENTS`, made again only when

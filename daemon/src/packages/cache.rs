@@ -93,8 +93,10 @@ impl Cache {
         let _held = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let path = self.path(sha256);
         let part = path.with_extension("part");
+        // Not synced: a wheel cut short by a crash fails its hash when read, and is fetched
+        // again (see `get`).
         let written = fs::File::create(&part)
-            .and_then(|mut file| file.write_all(bytes).and_then(|()| file.sync_all()))
+            .and_then(|mut file| file.write_all(bytes))
             .and_then(|()| fs::rename(&part, &path));
         if let Err(e) = written {
             let _ = fs::remove_file(&part);

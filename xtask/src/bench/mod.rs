@@ -33,6 +33,7 @@ const BENCH_PARTS: &[BenchPart] = &[
     ("tools", vm::Tcg::Single),
     ("e2b", vm::Tcg::Single),
     ("egress", vm::Tcg::Single),
+    ("packages", vm::Tcg::Single),
     ("capacity", vm::Tcg::Single),
     // Sixteen clients on pools of two and four: both vCPUs at work.
     ("load", vm::Tcg::Multi),
@@ -81,7 +82,7 @@ pub fn bench(args: &[String]) -> Result<()> {
     ];
     let runs = |name: &str| chosen.iter().any(|(part, _)| *part == name);
     // The parts with native Python rows.
-    if ["native", "capacity", "sessions", "durable"]
+    if ["native", "capacity", "sessions", "durable", "packages"]
         .iter()
         .any(|part| runs(part))
     {
@@ -89,6 +90,12 @@ pub fn bench(args: &[String]) -> Result<()> {
         command.extend([
             "--python-rootfs".to_owned(),
             rootfs.to_string_lossy().into_owned(),
+        ]);
+    }
+    if runs("packages") {
+        command.extend([
+            "--wheels".to_owned(),
+            crate::test_wheels()?.to_string_lossy().into_owned(),
         ]);
     }
     if runs("native") {
