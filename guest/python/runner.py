@@ -238,6 +238,11 @@ gc.freeze()
 # The working directory, preopened by the host as "work".
 WORKDIR = "/work"
 _in_workdir = False
+# Where a session's installed packages are: in its working directory, where the host unpacks
+# their wheels (see the daemon's packages/unpack.rs). Importing them writes no bytecode there.
+SITE = WORKDIR + "/.hyperlightd/site-packages"
+sys.path.append(SITE)
+sys.dont_write_bytecode = True
 
 
 def _enter_workdir() -> None:
@@ -283,6 +288,8 @@ class WitWorld(wit_world.WitWorld):
         scope = program.scope(bool(request.get("session")) and not prime)
         program.install_tools(request.get("tools"), scope)
         program.set_env(request.get("env"))
+        # Packages installed since the site directory was last listed (or made) are found.
+        sys.path_importer_cache.pop(SITE, None)
         try:
             policy = None if prime else request.get("policy")
             return program.run(code, int(request["max_result_bytes"]), scope, _stderr, policy)

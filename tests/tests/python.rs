@@ -15,6 +15,8 @@ use serde_json::json;
 
 #[path = "python/files.rs"]
 mod files;
+#[path = "python/packages.rs"]
+mod packages;
 #[path = "python/policy.rs"]
 mod policy;
 #[path = "python/snapshots.rs"]

@@ -8,6 +8,7 @@
 //! - [`index`]: a project's page of a simple repository index (JSON or HTML);
 //! - [`metadata`]: a wheel's METADATA;
 //! - [`fetch`]: the indexes and the cache as the resolution's source;
+//! - [`unpack`]: a pure wheel's files, for a guest whose packages live in its files;
 //! - [`cache`]: wheels on the host by their SHA-256;
 //! - [`policy`]: names allowed and denied, sizes.
 //!
@@ -31,6 +32,12 @@
 //! in its next checkpoint: rolled back with it, forked with it, written to disk with it. An
 //! install that fails in the guest leaves the session as it was (its exec saves nothing).
 //!
+//! The WebAssembly guest keeps no file of its own between execs: its session's state includes
+//! its working directory, which the host holds. There the host unpacks pure wheels itself
+//! ([`unpack`], into `.hyperlightd/site-packages`, which its runner puts on `sys.path`) as file
+//! changes of the exec, manifest included: all or none, within the directory's caps, kept with
+//! the session's files.
+//!
 //! Every request to an index goes through the egress client (TLS verified, one connection per
 //! request, the response's size bounded). The index's own host is the operator's choice, reached
 //! by name whatever its address (a mirror on a private network); any other host a page sends
@@ -46,6 +53,7 @@ pub mod pip;
 pub mod policy;
 mod refusal;
 pub mod resolve;
+pub mod unpack;
 pub mod wheel;
 
 #[cfg(test)]
@@ -85,14 +93,30 @@ pub fn read_manifest(bytes: Option<&[u8]>) -> Vec<InstalledPackage> {
         .unwrap_or_default()
 }
 
+/// The session's manifest listing `packages`, as the runners write it.
+pub fn manifest(packages: &[InstalledPackage]) -> Vec<u8> {
+    serde_json::to_vec_pretty(packages).unwrap_or_default()
+}
+
 /// The runtime an install is for: what the guest runs wheels with, its Python and its own
-/// packages.
+/// packages, and where installed packages live.
 #[derive(Debug, Clone)]
 pub struct Runtime {
     pub tags: GuestTags,
     /// CPython's full version (`3.11.2`).
     pub python: String,
     pub packages: BTreeMap<String, String>,
+    /// Where they live: the guest's own memory, where its runner unpacks the wheels (the
+    /// native guest); or the session's working directory, where the host unpacks them
+    /// (`unpack::SITE`, the WebAssembly guest's).
+    pub site: Site,
+}
+
+/// Where a runtime's installed packages live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Site {
+    Guest,
+    WorkingDirectory,
 }
 
 /// The daemon's installs: its indexes and cache, and what may be installed.

@@ -90,9 +90,14 @@ impl<E: Executor> Service<E> {
     ) -> Result<Executed, Refusal> {
         self.taking_work()?;
         self.check_files(&program.files)?;
-        let packages = self.pip_lines(call, language, None, &mut program).await?;
+        let resolved = self.pip_lines(call, language, None, &mut program).await?;
         let mut job = self.job(call, language, program)?;
-        job.packages = packages;
+        if let Some(resolved) = resolved {
+            let given = resolved.give(&mut job, false);
+            given.map_err(|refused| self.refused(call, None, &[], refused))?;
+            // Unpacked into its working directory, they count against its caps.
+            self.check_files(&job.files)?;
+        }
         let executed = self.run(call, job, None).await?;
         self.installed_with(call, None, &executed.outcome);
         Ok(executed)
@@ -109,11 +114,14 @@ impl<E: Executor> Service<E> {
         self.check_files(&program.files)?;
         let (session, language) = self.executor.find_session(&call.caller.principal(), id)?;
         let mut program = program;
-        let packages = self
+        let resolved = self
             .pip_lines(call, language, Some(id), &mut program)
             .await?;
         let mut job = self.job(call, language, program)?;
-        job.packages = packages;
+        if let Some(resolved) = resolved {
+            let given = resolved.give(&mut job, true);
+            given.map_err(|refused| self.refused(call, Some(id), &[], refused))?;
+        }
         let executed = self.run(call, job, Some((id, session))).await?;
         self.installed_with(call, Some(id), &executed.outcome);
         Ok(executed)

@@ -1,23 +1,72 @@
 //! Installs: a session's through the API, and the `%pip install` lines of a Python program
-//! (in a session or not). The host resolves and fetches (`packages/`); the wheels go to the
-//! guest with an exec of the session's own lifecycle, which installs them before its program
-//! runs. Each install is one audit line and a count by outcome.
+//! (in a session or not). The host resolves and fetches (`packages/`); the wheels go with an
+//! exec of the session's own lifecycle, installed before its program runs: by the guest into
+//! its memory (native), or by the host into the working directory (WebAssembly, as file
+//! changes). Each install is one audit line and a count by outcome.
 
 use super::exec::made_checkpoint;
 use super::{Call, Program, Refusal, Service};
 use crate::audit::{InstallRecord, PackageLine};
 use crate::executor::Executor;
+use crate::job::files::FileChange;
 use crate::job::packages::Wheel;
-use crate::job::{FailureKind, Language, Outcome};
+use crate::job::{FailureKind, Job, Language, Outcome};
 use crate::packages::resolve::Plan;
 use crate::packages::wheel::GuestTags;
-use crate::packages::{self, InstalledPackage, MANIFEST, Runtime};
+use crate::packages::{self, InstalledPackage, MANIFEST, Runtime, Site, unpack};
 
 /// An install made in a session: what it planned, and the checkpoint it left.
 #[derive(Debug)]
 pub struct Installed {
     pub plan: Plan,
     pub checkpoint: u64,
+}
+
+/// What an install resolved: the wheels, where the runtime keeps them, and what the session
+/// had installed before.
+#[derive(Debug)]
+pub(super) struct Resolved {
+    plan: Plan,
+    site: Site,
+    before: Vec<InstalledPackage>,
+}
+
+impl Resolved {
+    /// Puts the wheels on `job` (of a session's exec when `in_session`): for the guest to
+    /// unpack, or unpacked here into its working directory, with the session's manifest.
+    pub(super) fn give(&self, job: &mut Job, in_session: bool) -> Result<(), Refusal> {
+        if self.site == Site::Guest {
+            job.packages = wheels(&self.plan);
+            return Ok(());
+        }
+        for planned in &self.plan.install {
+            let files =
+                unpack::files(&planned.bytes).map_err(|why| packages::Refusal::BadWheel {
+                    filename: planned.filename.clone(),
+                    why,
+                })?;
+            for (path, bytes) in files {
+                match in_session {
+                    true => job.file_changes.push(FileChange::Write { path, bytes }),
+                    false => drop(job.files.insert(path, bytes)),
+                }
+            }
+        }
+        if in_session {
+            let mut listed = self.before.clone();
+            listed.extend(self.plan.install.iter().map(|p| InstalledPackage {
+                name: p.name.to_string(),
+                version: p.version.to_string(),
+                sha256: p.sha256.clone(),
+            }));
+            let bytes = packages::manifest(&listed);
+            job.file_changes.push(FileChange::Write {
+                path: MANIFEST.to_owned(),
+                bytes,
+            });
+        }
+        Ok(())
+    }
 }
 
 impl<E: Executor> Service<E> {
@@ -33,36 +82,46 @@ impl<E: Executor> Service<E> {
         self.taking_work()?;
         let owner = call.caller.principal();
         let (session, language) = self.executor.find_session(&owner, id)?;
-        let plan = self.plan(call, language, Some(id), &requirements).await?;
+        let resolved = self.plan(call, language, Some(id), &requirements).await?;
+        let plan = &resolved.plan;
         if plan.install.is_empty() {
             // The session's newest checkpoint, once the execs before have saved theirs.
             let wait = self.limits.max_timeout;
             let checkpoints = self.executor.session_checkpoints(&owner, id, wait).await?;
             let checkpoint = checkpoints.last().map_or(0, |c| c.number);
-            self.audit_install(call, Some(id), &requirements, &plan, Ok(()));
-            return Ok(Installed { plan, checkpoint });
+            self.audit_install(call, Some(id), &requirements, plan, Ok(()));
+            return Ok(Installed {
+                plan: resolved.plan,
+                checkpoint,
+            });
         }
         let ended = |refused: &Refusal| Err((refused.reason(), refused.to_string()));
         let mut program = Program::new("");
         program.timeout_ms = timeout_ms;
         let mut job = self.job(call, language, program)?;
-        job.packages = wheels(&plan);
-        let ran = self.run(call, job, Some((id, session))).await;
+        let given = resolved.give(&mut job, true);
+        let ran = match given {
+            Ok(()) => self.run(call, job, Some((id, session))).await,
+            Err(refused) => Err(refused),
+        };
         let outcome = match ran {
             Ok(executed) => executed.outcome,
             Err(refused) => {
-                self.audit_install(call, Some(id), &requirements, &plan, ended(&refused));
+                self.audit_install(call, Some(id), &requirements, plan, ended(&refused));
                 return Err(refused);
             }
         };
         if let Some(failed) = install_failure(&outcome) {
             let refused = Refusal::from(packages::Refusal::Failed(failed));
-            self.audit_install(call, Some(id), &requirements, &plan, ended(&refused));
+            self.audit_install(call, Some(id), &requirements, plan, ended(&refused));
             return Err(refused);
         }
         let checkpoint = made_checkpoint(outcome, "the packages were not installed")?;
-        self.audit_install(call, Some(id), &requirements, &plan, Ok(()));
-        Ok(Installed { plan, checkpoint })
+        self.audit_install(call, Some(id), &requirements, plan, Ok(()));
+        Ok(Installed {
+            plan: resolved.plan,
+            checkpoint,
+        })
     }
 
     /// What `call`'s caller's session `id` installed, as its newest checkpoint has it (after
@@ -77,18 +136,18 @@ impl<E: Executor> Service<E> {
 
     /// Takes the `%pip install` lines out of a Python `program` (in session `session`, if
     /// any) and resolves them with the packages it names: the wheels its job installs before
-    /// the rest of it runs (none when it asks for none).
+    /// the rest of it runs (None when it asks for none).
     pub(super) async fn pip_lines(
         &self,
         call: &Call,
         language: Language,
         session: Option<&str>,
         program: &mut Program,
-    ) -> Result<Vec<Wheel>, Refusal> {
+    ) -> Result<Option<Resolved>, Refusal> {
         let mut requirements = std::mem::take(&mut program.packages);
         if language != Language::Python {
             if requirements.is_empty() {
-                return Ok(Vec::new());
+                return Ok(None);
             }
             let why = format!("packages are installed in Python sessions only, not in {language}");
             let refused = packages::Refusal::Unsupported(why).into();
@@ -103,11 +162,11 @@ impl<E: Executor> Service<E> {
             requirements.extend(split.requirements);
         }
         if requirements.is_empty() {
-            return Ok(Vec::new());
+            return Ok(None);
         }
-        let plan = self.plan(call, language, session, &requirements).await?;
-        self.audit_install(call, session, &requirements, &plan, Ok(()));
-        Ok(wheels(&plan))
+        let resolved = self.plan(call, language, session, &requirements).await?;
+        self.audit_install(call, session, &requirements, &resolved.plan, Ok(()));
+        Ok(Some(resolved))
     }
 
     /// Says how a program's install ended, once its exec did: a failure in the sandbox is
@@ -127,7 +186,7 @@ impl<E: Executor> Service<E> {
         language: Language,
         session: Option<&str>,
         requirements: &[String],
-    ) -> Result<Plan, Refusal> {
+    ) -> Result<Resolved, Refusal> {
         let planned = self
             .plan_unaudited(call, language, session, requirements)
             .await;
@@ -140,16 +199,21 @@ impl<E: Executor> Service<E> {
         language: Language,
         session: Option<&str>,
         requirements: &[String],
-    ) -> Result<Plan, Refusal> {
+    ) -> Result<Resolved, Refusal> {
         let Some(installs) = &self.packages else {
             return Err(packages::Refusal::Off.into());
         };
         let runtime = self.runtime(language)?;
-        let installed = match session {
+        let before = match session {
             None => Vec::new(),
             Some(id) => self.installed_in(call, id).await?,
         };
-        Ok(installs.plan(requirements, &runtime, &installed).await?)
+        let plan = installs.plan(requirements, &runtime, &before).await?;
+        Ok(Resolved {
+            plan,
+            site: runtime.site,
+            before,
+        })
     }
 
     /// What session `id` installed, from its manifest.
@@ -162,27 +226,32 @@ impl<E: Executor> Service<E> {
     fn runtime(&self, language: Language) -> Result<Runtime, packages::Refusal> {
         let health = self.executor.health();
         let runtime = health.runtimes.get(&language);
-        match runtime {
-            Some(runtime) if runtime.name == "native" => Ok(Runtime {
-                tags: GuestTags::NATIVE,
-                python: runtime.version.clone().unwrap_or_default(),
-                packages: runtime.packages.clone(),
-            }),
-            Some(runtime) if language == Language::Python => {
-                Err(packages::Refusal::Unsupported(format!(
-                    "packages are installed in the native Python runtime only; this daemon runs \
-                     Python on {} (start it with --python-runtime native)",
-                    runtime.name
-                )))
+        let python = runtime.and_then(|r| r.version.clone()).unwrap_or_default();
+        let (tags, site) = match runtime.map(|r| r.name) {
+            _ if language != Language::Python => {
+                return Err(packages::Refusal::Unsupported(format!(
+                    "packages are installed in Python sessions only, not in {language}"
+                )));
             }
-            _ => Err(packages::Refusal::Unsupported(format!(
-                "packages are installed in Python sessions only, not in {language}"
-            ))),
-        }
+            Some("native") => (GuestTags::NATIVE, Site::Guest),
+            // Pure Python only, for its CPython, into the working directory.
+            _ => {
+                let minor = python.split('.').nth(1).and_then(|m| m.parse().ok());
+                let minor = minor.unwrap_or(GuestTags::NATIVE.minor);
+                let tags = GuestTags { minor, glibc: None };
+                (tags, Site::WorkingDirectory)
+            }
+        };
+        Ok(Runtime {
+            tags,
+            python,
+            packages: runtime.map(|r| r.packages.clone()).unwrap_or_default(),
+            site,
+        })
     }
 
     /// `refused`, once its install is audited and counted.
-    fn refused(
+    pub(super) fn refused(
         &self,
         call: &Call,
         session: Option<&str>,
