@@ -220,6 +220,11 @@ pub struct SessionInfo {
     /// Every exec in it is refused (410 `session_lost`); delete it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lost: Option<String>,
+    /// The packages its execs installed (`%pip install`, or `POST .../packages`), as its
+    /// newest checkpoint has them. Only `GET /v1/sessions/{id}` tells them; other answers
+    /// leave them out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub packages: Vec<crate::packages::SessionPackage>,
 }
 
 /// One checkpoint of a session.

@@ -213,7 +213,8 @@ pub struct InstallRecord<'a> {
     pub requirements: &'a [String],
     /// The wheels installed (or that would have been, for one that failed in the sandbox).
     pub packages: Vec<PackageLine>,
-    /// `installed`, `present` (all there already), `install_failed`, or why it was refused.
+    /// `installed`, `present` (all there already), `install_failed`, `not_kept` (the exec's
+    /// effects were dropped), or why it was refused (the exec's own refusal included).
     pub outcome: &'a str,
     /// What the caller was told, for one that did not install.
     pub error: Option<String>,

@@ -156,6 +156,10 @@ impl Executor for HyperlightExecutor {
         }
     }
 
+    fn runtime(&self, language: Language) -> Option<crate::job::Runtime> {
+        self.pools.get(&language).map(|pool| pool.runtime().clone())
+    }
+
     fn session_table(&self) -> Option<&Arc<Sessions>> {
         Some(&self.sessions)
     }

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use crate::job::{
     CheckpointInfo, Env, ExecError, ExecutorHealth, Files, Job, Labels, Language, Outcome,
-    Principal, SessionInfo,
+    Principal, Runtime, SessionInfo,
 };
 
 pub use self::hyperlight::{ExecutorStartError, HyperlightExecutor};
@@ -43,6 +43,11 @@ pub trait Executor: Send + Sync + 'static {
 
     /// Current state, for health and metrics.
     fn health(&self) -> ExecutorHealth;
+
+    /// What runs `language`'s programs (as health names it), if it is served.
+    fn runtime(&self, language: Language) -> Option<Runtime> {
+        self.health().runtimes.remove(&language)
+    }
 
     /// The table its sessions live in; None: it keeps none.
     fn session_table(&self) -> Option<&Arc<Sessions>> {
@@ -170,6 +175,17 @@ pub trait Executor: Send + Sync + 'static {
         wait: Duration,
     ) -> impl Future<Output = Result<Arc<Files>, ExecError>> + Send {
         async move { table(self, id)?.files(owner, id, wait).await }
+    }
+
+    /// The working directory of `owner`'s session `id` at its newest checkpoint, without
+    /// waiting for an exec in flight (see [`Sessions::head_files`]).
+    fn session_head_files(
+        &self,
+        owner: &Principal,
+        id: &str,
+        wait: Duration,
+    ) -> impl Future<Output = Result<Arc<Files>, ExecError>> + Send {
+        async move { table(self, id)?.head_files(owner, id, wait).await }
     }
 }
 

@@ -270,7 +270,7 @@ impl<E: Executor> Api<E> {
             (Method::GET, Route::Metrics) => self.render_metrics().map(whole),
             (Method::POST, Route::Sessions) => self.create_session(request, &call).await.map(whole),
             (Method::GET, Route::Sessions) => self.list_sessions(&request, &call).map(whole),
-            (Method::GET, Route::Session(id)) => self.get_session(&call, id).map(whole),
+            (Method::GET, Route::Session(id)) => self.get_session(&call, id).await.map(whole),
             (Method::PATCH, Route::Session(id)) => {
                 self.update_session(request, &call, id).await.map(whole)
             }

@@ -182,14 +182,17 @@ impl<E: Executor> Api<E> {
         ))
     }
 
-    /// `GET /v1/sessions/{id}`: the caller's session.
-    pub(super) fn get_session(
+    /// `GET /v1/sessions/{id}`: the caller's session, with what it installed.
+    pub(super) async fn get_session(
         &self,
         call: &Call,
         id: &str,
     ) -> Result<Response<Full<Bytes>>, ApiError> {
-        let info = self.service.session(call, id)?;
-        Ok(json_response(StatusCode::OK, &wire::session_info(info)))
+        let (info, installed) = self.service.session_detail(call, id).await?;
+        Ok(json_response(
+            StatusCode::OK,
+            &wire::session_detail(info, installed),
+        ))
     }
 
     /// `GET /v1/sessions`: the caller's sessions; with `?label=NAME=VALUE` (repeatable), those

@@ -5,8 +5,9 @@
 use prometheus::{IntCounter, IntCounterVec, Opts};
 
 /// Installs (an API request or a program's `%pip install` lines), by `outcome`: `installed`,
-/// `present` (everything asked for was there), `install_failed` (in the sandbox), or the
-/// reason it was refused (`denied`, `not_found`, `no_wheel`, `conflict`, `too_large`,
+/// `present` (everything asked for was there), `install_failed` (in the sandbox), `not_kept`
+/// (installed, but the exec's effects were dropped: a timeout, for one), or the reason it was
+/// refused (`denied`, `not_found`, `no_wheel`, `conflict`, `too_large`,
 /// `too_many`, `hash_mismatch`, `bad_wheel`, `index_unavailable`, `invalid`, `unsupported`,
 /// `off`).
 pub const PACKAGE_INSTALLS_TOTAL: &str = "hyperlightd_package_installs_total";
@@ -33,7 +34,7 @@ impl PackageMetrics {
             installs: IntCounterVec::new(
                 Opts::new(
                     PACKAGE_INSTALLS_TOTAL,
-                    "Package installs, by outcome (installed, present, install_failed, or why one was refused).",
+                    "Package installs, by outcome (installed, present, install_failed, not_kept, or why one was refused).",
                 ),
                 &["outcome"],
             )?,

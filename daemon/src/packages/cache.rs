@@ -7,6 +7,7 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
 use bytes::Bytes;
@@ -19,6 +20,9 @@ pub struct Cache {
     max_bytes: u64,
     /// Held while a wheel is added and the oldest dropped.
     lock: Mutex<()>,
+    /// The bytes its wheels hold: counted when it opens and when a wheel is added, and
+    /// lowered when a changed one is dropped (health reads it without listing the directory).
+    held: AtomicU64,
 }
 
 /// A SHA-256 in lower-case hex.
@@ -44,13 +48,18 @@ impl Cache {
             dir: dir.to_owned(),
             max_bytes,
             lock: Mutex::new(()),
+            held: AtomicU64::new(0),
         };
         // A write cut short by a crash leaves a temporary file: not a wheel.
-        for entry in cache.entries()? {
-            if entry.0.extension().is_some_and(|e| e == "part") {
-                let _ = fs::remove_file(&entry.0);
+        let mut held = 0;
+        for (path, bytes, _) in cache.entries()? {
+            if path.extension().is_some_and(|e| e == "part") {
+                let _ = fs::remove_file(&path);
+            } else {
+                held += bytes;
             }
         }
+        cache.held.store(held, Ordering::Relaxed);
         Ok(cache)
     }
 
@@ -74,7 +83,13 @@ impl Cache {
         let path = self.path(sha256);
         let bytes = fs::read(&path).ok()?;
         if sha256_hex(&bytes) != sha256 {
-            let _ = fs::remove_file(&path);
+            if fs::remove_file(&path).is_ok() {
+                let len = bytes.len() as u64;
+                let lower = |held: u64| Some(held.saturating_sub(len));
+                let _ = self
+                    .held
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, lower);
+            }
             return None;
         }
         // Its time of use, for the bound's order.
@@ -105,11 +120,9 @@ impl Cache {
         self.trim()
     }
 
-    /// The bytes it holds.
+    /// The bytes it holds, as of its last change.
     pub fn bytes(&self) -> u64 {
-        self.entries()
-            .map(|entries| entries.iter().map(|e| e.1).sum())
-            .unwrap_or(0)
+        self.held.load(Ordering::Relaxed)
     }
 
     /// Drops the least recently used wheels until the rest fit the bound.
@@ -125,6 +138,7 @@ impl Cache {
                 total -= bytes;
             }
         }
+        self.held.store(total, Ordering::Relaxed);
         Ok(())
     }
 
@@ -160,6 +174,7 @@ mod tests {
         assert_eq!(cache.bytes(), 5);
         fs::write(dir.path().join(format!("{digest}.whl")), b"other").unwrap();
         assert_eq!(cache.get(&digest), None, "a changed file is not given");
+        assert_eq!(cache.bytes(), 0);
         assert!(!dir.path().join(format!("{digest}.whl")).exists());
         assert_eq!(cache.get("../../etc/passwd"), None);
         assert!(cache.put("not-a-digest", b"x").is_err());
@@ -186,8 +201,10 @@ mod tests {
         cache.put(&c, b"cccc").unwrap();
         assert!(cache.get(&a).is_none(), "the oldest went");
         assert!(cache.get(&b).is_some() && cache.get(&c).is_some());
+        assert_eq!(cache.bytes(), 8);
         fs::write(dir.path().join("x.part"), b"cut").unwrap();
-        Cache::open(dir.path(), 10).unwrap();
+        let reopened = Cache::open(dir.path(), 10).unwrap();
         assert!(!dir.path().join("x.part").exists());
+        assert_eq!(reopened.bytes(), 8, "counted when it opens");
     }
 }

@@ -44,6 +44,37 @@ pub struct Indexes {
     counts: Mutex<Counts>,
 }
 
+/// One request to an index or a host it sends files from, for an `egress` audit line.
+#[derive(Debug)]
+pub struct IndexHop<'a> {
+    pub target: &'a Target,
+    /// Which hop of a chain of redirects it was (0: the request itself).
+    pub redirect: u32,
+    /// The response's status, when one came.
+    pub status: Option<u16>,
+    /// Body bytes received.
+    pub received: usize,
+    pub elapsed: Duration,
+    /// Why it brought no response: its kind (`refused`, `limit`, `timeout`, `failed`) and
+    /// what was said.
+    pub failed: Option<(&'static str, &'a str)>,
+}
+
+/// Where one install's requests are told, each as it ends.
+pub type Hops<'a> = &'a (dyn Fn(&IndexHop<'_>) + Sync);
+
+/// The indexes as one install asks them: each request told to its `hops`.
+pub struct Asking<'a> {
+    pub indexes: &'a Indexes,
+    pub hops: Hops<'a>,
+}
+
+impl std::fmt::Debug for Asking<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Asking").finish_non_exhaustive()
+    }
+}
+
 /// What the indexes were asked since the last [`Indexes::take_counts`].
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Counts {
@@ -80,37 +111,39 @@ impl Indexes {
         std::mem::take(&mut *self.counts.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// `target`'s answer, following redirects, at most `max` body bytes (past them: None).
+    /// `target`'s answer, following redirects, at most `max` body bytes (past them: None);
+    /// each request told to `hops`.
     async fn get(
         &self,
         target: Target,
         accept: &'static str,
         max: usize,
+        hops: Hops<'_>,
     ) -> Result<Option<Answer>, Refusal> {
         let mut target = target;
-        for _ in 0..=MAX_REDIRECTS {
-            let peer = self.reach(&target).await?;
-            let mut headers = HeaderMap::new();
-            headers.insert(header::ACCEPT, HeaderValue::from_static(accept));
-            headers.insert(
-                header::USER_AGENT,
-                HeaderValue::from_static(concat!("hyperlightd/", env!("CARGO_PKG_VERSION"))),
-            );
-            let exchange = Exchange {
-                method: &Method::GET,
-                target: &target,
-                headers,
-                body: Bytes::new(),
-                max_body: max,
+        for redirect in 0..=MAX_REDIRECTS {
+            let started = Instant::now();
+            let told = |status, received, failed| {
+                hops(&IndexHop {
+                    target: &target,
+                    redirect,
+                    status,
+                    received,
+                    elapsed: started.elapsed(),
+                    failed,
+                })
             };
-            let answer = tokio::time::timeout(self.timeout, self.client.send(peer, exchange))
-                .await
-                .map_err(|_| Refusal::Index(format!("{target} did not answer in time")))?;
-            let answer = match answer {
+            let answer = match self.send(&target, accept, max).await {
                 Ok(answer) => answer,
-                Err(e) if e.kind == FetchErrorKind::Limit => return Ok(None),
-                Err(e) => return Err(Refusal::Index(e.message)),
+                Err((kind, e)) => {
+                    told(None, 0, Some((kind, e.to_string().as_str())));
+                    return match kind {
+                        "limit" => Ok(None),
+                        _ => Err(e),
+                    };
+                }
             };
+            told(Some(answer.status), answer.body.len(), None);
             {
                 let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
                 counts.requests += 1;
@@ -142,6 +175,37 @@ impl Indexes {
         )))
     }
 
+    /// One request for `target`, at most `max` body bytes; failed, with the kind its audit
+    /// line names.
+    async fn send(
+        &self,
+        target: &Target,
+        accept: &'static str,
+        max: usize,
+    ) -> Result<crate::egress::client::Answer, (&'static str, Refusal)> {
+        let peer = self.reach(target).await.map_err(|e| ("refused", e))?;
+        let mut headers = HeaderMap::new();
+        headers.insert(header::ACCEPT, HeaderValue::from_static(accept));
+        headers.insert(
+            header::USER_AGENT,
+            HeaderValue::from_static(concat!("hyperlightd/", env!("CARGO_PKG_VERSION"))),
+        );
+        let exchange = Exchange {
+            method: &Method::GET,
+            target,
+            headers,
+            body: Bytes::new(),
+            max_body: max,
+        };
+        let answer = tokio::time::timeout(self.timeout, self.client.send(peer, exchange)).await;
+        let late = || Refusal::Index(format!("{target} did not answer in time"));
+        match answer.map_err(|_| ("timeout", late()))? {
+            Ok(answer) => Ok(answer),
+            Err(e) if e.kind == FetchErrorKind::Limit => Err(("limit", Refusal::Index(e.message))),
+            Err(e) => Err((e.kind.as_str(), Refusal::Index(e.message))),
+        }
+    }
+
     /// The address to reach `target` at: any for an index's own host, public ones only for
     /// any other.
     async fn reach(&self, target: &Target) -> Result<SocketAddr, Refusal> {
@@ -167,12 +231,12 @@ impl Indexes {
     }
 
     /// The page of `name` from the first index that has it; empty if none does.
-    async fn page(&self, name: &PackageName) -> Result<Vec<IndexFile>, Refusal> {
+    async fn page(&self, name: &PackageName, hops: Hops<'_>) -> Result<Vec<IndexFile>, Refusal> {
         for root in &self.roots {
             let url = root
                 .join(&format!("{name}/"))
                 .map_err(|e| Refusal::Index(e.message))?;
-            let answer = self.get(url.clone(), index::ACCEPT, MAX_PAGE).await?;
+            let answer = self.get(url.clone(), index::ACCEPT, MAX_PAGE, hops).await?;
             let answer = answer.ok_or_else(|| {
                 Refusal::Index(format!("{url}: the page is over {MAX_PAGE} bytes"))
             })?;
@@ -207,19 +271,21 @@ struct Answer {
     target: Target,
 }
 
-impl Source for Indexes {
+impl Source for Asking<'_> {
     async fn files(&self, name: &PackageName) -> Result<Vec<IndexFile>, Refusal> {
-        if let Some((read, files)) = self
+        let indexes = self.indexes;
+        if let Some((read, files)) = indexes
             .pages
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(name)
-            && read.elapsed() < self.page_life
+            && read.elapsed() < indexes.page_life
         {
             return Ok(files.clone());
         }
-        let files = self.page(name).await?;
-        self.pages
+        let files = indexes.page(name, self.hops).await?;
+        indexes
+            .pages
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(name.clone(), (Instant::now(), files.clone()));
@@ -238,7 +304,8 @@ impl Source for Indexes {
             filename: file.filename.clone(),
             max,
         };
-        if let Some(bytes) = self.cache.get(sha256) {
+        let indexes = self.indexes;
+        if let Some(bytes) = indexes.cache.get(sha256) {
             if bytes.len() as u64 > max {
                 return Err(too_large());
             }
@@ -249,8 +316,8 @@ impl Source for Indexes {
         }
         let url = Target::parse(&file.url).map_err(|e| Refusal::Index(e.message))?;
         let limit = usize::try_from(max.saturating_add(1)).unwrap_or(usize::MAX);
-        let answer = self
-            .get(url, "application/octet-stream, */*", limit)
+        let answer = indexes
+            .get(url, "application/octet-stream, */*", limit, self.hops)
             .await?
             .ok_or_else(too_large)?;
         if answer.status != 200 {
@@ -267,7 +334,7 @@ impl Source for Indexes {
                 filename: file.filename.clone(),
             });
         }
-        if let Err(e) = self.cache.put(sha256, &answer.body) {
+        if let Err(e) = indexes.cache.put(sha256, &answer.body) {
             tracing::warn!("the package cache did not keep {}: {e}", file.filename);
         }
         Ok(Fetched {

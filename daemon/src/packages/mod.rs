@@ -67,7 +67,7 @@ use pep508_rs::pep440_rs::Version;
 use pep508_rs::{MarkerEnvironment, MarkerEnvironmentBuilder, PackageName};
 use serde::{Deserialize, Serialize};
 
-use self::fetch::Indexes;
+use self::fetch::{Asking, Hops, Indexes};
 use self::policy::Policy;
 pub use self::refusal::Refusal;
 use self::resolve::{Guest, Installed, Place, Plan};
@@ -136,12 +136,14 @@ impl Packages {
         }
     }
 
-    /// The wheels that install `requirements` in `runtime`, beside what the session has.
+    /// The wheels that install `requirements` in `runtime`, beside what the session has; each
+    /// request to an index is told to `hops`.
     pub async fn plan(
         &self,
         requirements: &[String],
         runtime: &Runtime,
         session: &[InstalledPackage],
+        hops: Hops<'_>,
     ) -> Result<Plan, Refusal> {
         let requirements = pip::requirements(requirements)?;
         let python = Version::from_str(&runtime.python).map_err(|e| {
@@ -155,7 +157,11 @@ impl Packages {
             python: &python,
             installed: &installed,
         };
-        let planned = resolve::resolve(requirements, &guest, &self.policy, &self.indexes).await;
+        let asking = Asking {
+            indexes: &self.indexes,
+            hops,
+        };
+        let planned = resolve::resolve(requirements, &guest, &self.policy, &asking).await;
         self.count(&planned);
         planned
     }

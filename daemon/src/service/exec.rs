@@ -91,16 +91,8 @@ impl<E: Executor> Service<E> {
         self.taking_work()?;
         self.check_files(&program.files)?;
         let resolved = self.pip_lines(call, language, None, &mut program).await?;
-        let mut job = self.job(call, language, program)?;
-        if let Some(resolved) = resolved {
-            let given = resolved.give(&mut job, false);
-            given.map_err(|refused| self.refused(call, None, &[], refused))?;
-            // Unpacked into its working directory, they count against its caps.
-            self.check_files(&job.files)?;
-        }
-        let executed = self.run(call, job, None).await?;
-        self.installed_with(call, None, &executed.outcome);
-        Ok(executed)
+        let job = self.job(call, language, program);
+        self.run_installing(call, job, resolved, None).await.0
     }
 
     /// Runs `program` in `call`'s caller's session `id`.
@@ -117,14 +109,9 @@ impl<E: Executor> Service<E> {
         let resolved = self
             .pip_lines(call, language, Some(id), &mut program)
             .await?;
-        let mut job = self.job(call, language, program)?;
-        if let Some(resolved) = resolved {
-            let given = resolved.give(&mut job, true);
-            given.map_err(|refused| self.refused(call, Some(id), &[], refused))?;
-        }
-        let executed = self.run(call, job, Some((id, session))).await?;
-        self.installed_with(call, Some(id), &executed.outcome);
-        Ok(executed)
+        let job = self.job(call, language, program);
+        let session = Some((id, session));
+        self.run_installing(call, job, resolved, session).await.0
     }
 
     /// Makes `changes` to the files of `call`'s caller's session `id`, in order and all or
@@ -279,7 +266,7 @@ impl<E: Executor> Service<E> {
 
     /// Refuses files a working directory cannot hold: a path that is not a plain relative name,
     /// one given as a file and as a directory, or more than the caps.
-    fn check_files(&self, given: &Files) -> Result<(), Refusal> {
+    pub(super) fn check_files(&self, given: &Files) -> Result<(), Refusal> {
         for path in given.keys() {
             given_path("files", path)?;
         }

@@ -4,13 +4,15 @@
 //! its memory (native), or by the host into the working directory (WebAssembly, as file
 //! changes). Each install is one audit line and a count by outcome.
 
+use super::exec::Executed;
 use super::exec::made_checkpoint;
 use super::{Call, Program, Refusal, Service};
-use crate::audit::{InstallRecord, PackageLine};
+use crate::audit::{EgressRecord, InstallRecord, PackageLine};
 use crate::executor::Executor;
 use crate::job::files::FileChange;
 use crate::job::packages::Wheel;
-use crate::job::{FailureKind, Job, Language, Outcome};
+use crate::job::{FailureKind, Job, Language, Outcome, SessionInfo};
+use crate::packages::fetch::IndexHop;
 use crate::packages::resolve::Plan;
 use crate::packages::wheel::GuestTags;
 use crate::packages::{self, InstalledPackage, MANIFEST, Runtime, Site, unpack};
@@ -26,6 +28,7 @@ pub struct Installed {
 /// had installed before.
 #[derive(Debug)]
 pub(super) struct Resolved {
+    requirements: Vec<String>,
     plan: Plan,
     site: Site,
     before: Vec<InstalledPackage>,
@@ -83,45 +86,75 @@ impl<E: Executor> Service<E> {
         let owner = call.caller.principal();
         let (session, language) = self.executor.find_session(&owner, id)?;
         let resolved = self.plan(call, language, Some(id), &requirements).await?;
-        let plan = &resolved.plan;
-        if plan.install.is_empty() {
+        if resolved.plan.install.is_empty() {
             // The session's newest checkpoint, once the execs before have saved theirs.
             let wait = self.limits.max_timeout;
             let checkpoints = self.executor.session_checkpoints(&owner, id, wait).await?;
             let checkpoint = checkpoints.last().map_or(0, |c| c.number);
-            self.audit_install(call, Some(id), &requirements, plan, Ok(()));
+            self.audit_install(call, Some(id), &resolved, Ok(()));
             return Ok(Installed {
                 plan: resolved.plan,
                 checkpoint,
             });
         }
-        let ended = |refused: &Refusal| Err((refused.reason(), refused.to_string()));
         let mut program = Program::new("");
         program.timeout_ms = timeout_ms;
-        let mut job = self.job(call, language, program)?;
-        let given = resolved.give(&mut job, true);
-        let ran = match given {
-            Ok(()) => self.run(call, job, Some((id, session))).await,
-            Err(refused) => Err(refused),
-        };
-        let outcome = match ran {
-            Ok(executed) => executed.outcome,
-            Err(refused) => {
-                self.audit_install(call, Some(id), &requirements, plan, ended(&refused));
-                return Err(refused);
-            }
-        };
+        let job = self.job(call, language, program);
+        let (ran, resolved) = self
+            .run_installing(call, job, Some(resolved), Some((id, session)))
+            .await;
+        let outcome = ran?.outcome;
         if let Some(failed) = install_failure(&outcome) {
-            let refused = Refusal::from(packages::Refusal::Failed(failed));
-            self.audit_install(call, Some(id), &requirements, plan, ended(&refused));
-            return Err(refused);
+            return Err(packages::Refusal::Failed(failed).into());
         }
         let checkpoint = made_checkpoint(outcome, "the packages were not installed")?;
-        self.audit_install(call, Some(id), &requirements, plan, Ok(()));
-        Ok(Installed {
-            plan: resolved.plan,
-            checkpoint,
-        })
+        let plan = resolved.map(|r| r.plan).unwrap_or_default();
+        Ok(Installed { plan, checkpoint })
+    }
+
+    /// Runs `job` (in `session`, if any) with the wheels `resolved` plans, installed before
+    /// its program; the install is audited and counted once the exec has ended, by how it
+    /// ended. Gives back the plan for the caller's answer.
+    pub(super) async fn run_installing(
+        &self,
+        call: &Call,
+        job: Result<Job, Refusal>,
+        resolved: Option<Resolved>,
+        session: Option<(&str, E::Session)>,
+    ) -> (Result<Executed, Refusal>, Option<Resolved>) {
+        let Some(resolved) = resolved else {
+            let ran = match job {
+                Ok(job) => self.run(call, job, session).await,
+                Err(refused) => Err(refused),
+            };
+            return (ran, None);
+        };
+        let id = session.as_ref().map(|(id, _)| *id);
+        let given = job.and_then(|mut job| {
+            resolved.give(&mut job, id.is_some())?;
+            if id.is_none() {
+                // Unpacked into its working directory, they count against its caps.
+                self.check_files(&job.files)?;
+            }
+            Ok(job)
+        });
+        let ran = match given {
+            Ok(job) => self.run(call, job, session).await,
+            Err(refused) => Err(refused),
+        };
+        let ended = match &ran {
+            Err(refused) => Err((refused.reason(), refused.to_string())),
+            Ok(executed) => match install_failure(&executed.outcome) {
+                Some(failed) => Err(("install_failed", failed)),
+                None if dropped(&executed.outcome) => Err((
+                    "not_kept",
+                    "the exec's effects were dropped, the install with them".to_owned(),
+                )),
+                None => Ok(()),
+            },
+        };
+        self.audit_install(call, id, &resolved, ended);
+        (ran, Some(resolved))
     }
 
     /// What `call`'s caller's session `id` installed, as its newest checkpoint has it (after
@@ -132,6 +165,25 @@ impl<E: Executor> Service<E> {
         id: &str,
     ) -> Result<Vec<InstalledPackage>, Refusal> {
         self.installed_in(call, id).await
+    }
+
+    /// `call`'s caller's session `id`, with what it installed at its newest checkpoint (not
+    /// waiting for an exec in flight). A session whose files cannot be read (lost, or a
+    /// checkpoint on disk refused) lists none; the refusal is logged where it happened.
+    pub async fn session_detail(
+        &self,
+        call: &Call,
+        id: &str,
+    ) -> Result<(SessionInfo, Vec<InstalledPackage>), Refusal> {
+        let info = self.session(call, id)?;
+        let owner = call.caller.principal();
+        let wait = self.limits.max_timeout;
+        let files = self.executor.session_head_files(&owner, id, wait).await;
+        let installed = match files {
+            Ok(files) => packages::read_manifest(files.get(MANIFEST).map(|f| &f[..])),
+            Err(_) => Vec::new(),
+        };
+        Ok((info, installed))
     }
 
     /// Takes the `%pip install` lines out of a Python `program` (in session `session`, if
@@ -165,17 +217,7 @@ impl<E: Executor> Service<E> {
             return Ok(None);
         }
         let resolved = self.plan(call, language, session, &requirements).await?;
-        self.audit_install(call, session, &requirements, &resolved.plan, Ok(()));
         Ok(Some(resolved))
-    }
-
-    /// Says how a program's install ended, once its exec did: a failure in the sandbox is
-    /// counted and audited (the exec's own answer tells the caller).
-    pub(super) fn installed_with(&self, call: &Call, session: Option<&str>, outcome: &Outcome) {
-        if let Some(failed) = install_failure(outcome) {
-            let ended = Err(("install_failed", failed));
-            self.audit_install(call, session, &[], &Plan::default(), ended);
-        }
     }
 
     /// The wheels that install `requirements` in `language`'s runtime, beside what session
@@ -208,8 +250,16 @@ impl<E: Executor> Service<E> {
             None => Vec::new(),
             Some(id) => self.installed_in(call, id).await?,
         };
-        let plan = installs.plan(requirements, &runtime, &before).await?;
+        let audit = &self.callers.audit;
+        let hops = |hop: &IndexHop<'_>| {
+            let host = hop.target.host_text();
+            audit.egress(&index_line(call, hop, &host));
+        };
+        let plan = installs
+            .plan(requirements, &runtime, &before, &hops)
+            .await?;
         Ok(Resolved {
+            requirements: requirements.to_vec(),
             plan,
             site: runtime.site,
             before,
@@ -224,8 +274,8 @@ impl<E: Executor> Service<E> {
 
     /// What `language`'s guest installs wheels with.
     fn runtime(&self, language: Language) -> Result<Runtime, packages::Refusal> {
-        let health = self.executor.health();
-        let runtime = health.runtimes.get(&language);
+        let runtime = self.executor.runtime(language);
+        let runtime = runtime.as_ref();
         let python = runtime.and_then(|r| r.version.clone()).unwrap_or_default();
         let (tags, site) = match runtime.map(|r| r.name) {
             _ if language != Language::Python => {
@@ -259,7 +309,13 @@ impl<E: Executor> Service<E> {
         refused: Refusal,
     ) -> Refusal {
         let ended = Err((refused.reason(), refused.to_string()));
-        self.audit_install(call, session, requirements, &Plan::default(), ended);
+        let nothing = Resolved {
+            requirements: requirements.to_vec(),
+            plan: Plan::default(),
+            site: Site::Guest,
+            before: Vec::new(),
+        };
+        self.audit_install(call, session, &nothing, ended);
         refused
     }
 
@@ -269,10 +325,10 @@ impl<E: Executor> Service<E> {
         &self,
         call: &Call,
         session: Option<&str>,
-        requirements: &[String],
-        plan: &Plan,
+        resolved: &Resolved,
         ended: Result<(), (&str, String)>,
     ) {
+        let (requirements, plan) = (&resolved.requirements, &resolved.plan);
         let (outcome, error) = match ended {
             Ok(()) if plan.install.is_empty() => ("present", None),
             Ok(()) => ("installed", None),
@@ -308,6 +364,27 @@ impl<E: Executor> Service<E> {
     }
 }
 
+/// The `egress` audit line of a request an install of `call`'s made to an index.
+fn index_line<'a>(call: &Call, hop: &'a IndexHop<'a>, host: &'a str) -> EgressRecord<'a> {
+    let target = hop.target;
+    EgressRecord {
+        request_id: call.id,
+        caller: call.caller.clone(),
+        method: "GET",
+        scheme: Some(target.scheme.as_str()),
+        host: Some(host),
+        port: Some(target.port),
+        path: Some(&target.path),
+        redirect: hop.redirect,
+        status: hop.status,
+        bytes_sent: 0,
+        bytes_received: hop.received,
+        duration_ms: hop.elapsed.as_secs_f64() * 1e3,
+        error_kind: hop.failed.map(|(kind, _)| kind),
+        error: hop.failed.map(|(_, message)| message),
+    }
+}
+
 /// The wheels of `plan`, for a job.
 fn wheels(plan: &Plan) -> Vec<Wheel> {
     plan.install
@@ -320,6 +397,12 @@ fn wheels(plan: &Plan) -> Vec<Wheel> {
             bytes: p.bytes.clone(),
         })
         .collect()
+}
+
+/// Whether an exec's effects were dropped (its session rolled back), so that nothing it
+/// installed was kept.
+fn dropped(outcome: &Outcome) -> bool {
+    outcome.session.as_ref().is_some_and(|s| s.rolled_back)
 }
 
 /// Why an exec's install failed in its sandbox, if it did.

@@ -120,6 +120,7 @@ pub fn session_info(info: SessionInfo) -> api::SessionInfo {
         durable: info.durable,
         parked: info.parked,
         lost: info.gone,
+        packages: Vec::new(),
     }
 }
 
@@ -284,13 +285,28 @@ pub fn installed(installed: super::Installed) -> api::InstallResponse {
 /// What a session installed, as the API lists it.
 pub fn package_list(installed: Vec<crate::packages::InstalledPackage>) -> api::PackageList {
     api::PackageList {
-        packages: installed
-            .into_iter()
-            .map(|p| api::SessionPackage {
-                name: p.name,
-                version: p.version,
-                sha256: p.sha256,
-            })
-            .collect(),
+        packages: session_packages(installed),
     }
+}
+
+/// A session, with what it installed.
+pub fn session_detail(
+    info: SessionInfo,
+    installed: Vec<crate::packages::InstalledPackage>,
+) -> api::SessionInfo {
+    api::SessionInfo {
+        packages: session_packages(installed),
+        ..session_info(info)
+    }
+}
+
+fn session_packages(installed: Vec<crate::packages::InstalledPackage>) -> Vec<api::SessionPackage> {
+    installed
+        .into_iter()
+        .map(|p| api::SessionPackage {
+            name: p.name,
+            version: p.version,
+            sha256: p.sha256,
+        })
+        .collect()
 }

@@ -12,7 +12,7 @@ use super::durable::SessionDisk;
 use super::durable::journal::{Progress, at_millis, millis, millis_of};
 use super::history::History;
 use super::saving::SaveClock;
-use crate::job::{Env, ExecError, Labels, Language, Loss, Principal, SessionInfo};
+use crate::job::{Env, ExecError, Files, Labels, Language, Loss, Principal, SessionInfo};
 
 /// One session: found by [`super::Sessions::find`], and handed back to
 /// [`super::Sessions::turn`] for an exec.
@@ -44,7 +44,7 @@ pub struct Session {
     pub(super) gone: OnceLock<String>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) struct Meta {
     /// How long it may be idle: as created, or as last set.
     pub(super) idle_timeout: Duration,
@@ -63,6 +63,10 @@ pub(super) struct Meta {
     pub(super) lost: Option<Loss>,
     /// An exec holds the history (reaping and parking wait for it).
     pub(super) busy: bool,
+    /// The working directory of its newest checkpoint, when that was in memory (kept while it
+    /// is parked: it is small beside the guest's memory); None after a restart until an exec
+    /// brings the state back.
+    pub(super) head_files: Option<Arc<Files>>,
 }
 
 impl Meta {
@@ -81,13 +85,21 @@ impl Meta {
             parked: false,
             lost: None,
             busy: false,
+            head_files: None,
         }
     }
 
     /// Takes what `history` is now.
     pub(super) fn record(&mut self, history: &History) {
+        let head = history.head();
+        match head.image() {
+            Some(image) => self.head_files = Some(image.files().clone()),
+            // Parked: the files it had in memory are still its newest checkpoint's.
+            None if head.number() == self.checkpoint => {}
+            None => self.head_files = None,
+        }
         self.memory_bytes = history.resident_bytes();
-        self.checkpoint = history.head().number();
+        self.checkpoint = head.number();
         self.checkpoints = history.len();
         self.parked = history.is_parked();
     }
@@ -175,7 +187,7 @@ impl Session {
 
     /// Its progress as the journal keeps it, at `history`.
     pub(super) fn progress(&self, history: &History) -> Progress {
-        let meta = *self.meta();
+        let meta = self.meta();
         Progress {
             execs: meta.execs,
             last_used_ms: millis(meta.last_used_at),
@@ -199,7 +211,7 @@ impl Session {
     }
 
     pub(super) fn info(&self) -> SessionInfo {
-        let meta = *self.meta();
+        let meta = self.meta().clone();
         SessionInfo {
             id: self.id.clone(),
             language: self.language,

@@ -75,6 +75,23 @@ impl Sessions {
         }
     }
 
+    /// The working directory of `owner`'s session `id` at its newest checkpoint, without
+    /// waiting for an exec in flight; read from disk (after the execs that arrived before,
+    /// waiting at most `wait` for them) only when a restart left it there.
+    pub async fn head_files(
+        &self,
+        owner: &Principal,
+        id: &str,
+        wait: Duration,
+    ) -> Result<Arc<Files>, ExecError> {
+        let session = self.find(owner, id)?;
+        let kept = session.meta().head_files.clone();
+        match kept {
+            Some(files) => Ok(files),
+            None => self.files(owner, id, wait).await,
+        }
+    }
+
     /// The checkpoints `owner`'s session `id` keeps, oldest first, after the execs that
     /// arrived before (waiting at most `wait` for them).
     pub async fn checkpoints(

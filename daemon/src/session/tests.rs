@@ -934,6 +934,15 @@ async fn files_follow_the_state_through_rollback_and_fork() {
         files_of(7)
     );
     assert_eq!(sessions.files(OWNER, &id, wait).await.unwrap(), files_of(8));
+    // While an exec holds the history, the newest checkpoint's files are read at once.
+    let session = sessions.find(OWNER, &id).unwrap();
+    let held = session.history.lock().await;
+    let head = sessions.head_files(OWNER, &id, wait).await;
+    assert_eq!(head.unwrap(), files_of(8));
+    drop(held);
+    exec_rolling_back(&sessions, &id).await;
+    let head = sessions.head_files(OWNER, &fork.id, wait).await;
+    assert_eq!(head.unwrap(), files_of(7));
     assert!(matches!(
         sessions.files(&Principal::Uid(1001), &id, wait).await,
         Err(ExecError::SessionNotFound(_))

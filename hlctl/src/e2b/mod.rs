@@ -582,6 +582,7 @@ mod tests {
             durable: false,
             parked: false,
             lost: None,
+            packages: Vec::new(),
         };
         known.insert(info("a".to_owned()));
         assert!(known.get("a").is_some());

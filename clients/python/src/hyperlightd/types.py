@@ -125,6 +125,9 @@ class SessionInfo:
     lost: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
+    #: The packages its execs installed, as its newest checkpoint has them (only
+    #: :meth:`~hyperlightd.Session.describe` tells them; lists leave them out).
+    packages: list[Package] = field(default_factory=list)
 
     @staticmethod
     def from_json(body: Mapping[str, Any]) -> SessionInfo:
@@ -145,6 +148,7 @@ class SessionInfo:
             lost=body.get("lost"),
             labels=dict(body.get("labels", {})),
             env=dict(body.get("env", {})),
+            packages=[Package.from_json(p) for p in body.get("packages", [])],
         )
 
 

@@ -193,6 +193,10 @@ async fn a_restarted_daemon_serves_the_same_sessions_at_the_same_checkpoints() {
     assert_eq!(after.created_at, before.created_at);
     assert_eq!(after.idle_timeout, before.idle_timeout);
     assert!(after.parked, "nothing is read until it is used");
+    // The newest checkpoint's files are read from disk, and the state stays there.
+    let head = sessions.head_files(OWNER, &id, WAIT).await.unwrap();
+    assert_eq!(head.as_ref(), files_of(8).as_ref());
+    assert!(sessions.get(OWNER, &id).unwrap().parked);
     let list = sessions.checkpoints(OWNER, &id, WAIT).await.unwrap();
     let numbers: Vec<(u64, bool)> = list.iter().map(|c| (c.number, c.durable)).collect();
     assert_eq!(numbers, [(0, false), (1, true), (2, true)]);
@@ -608,6 +612,8 @@ async fn a_session_parked_now_waits_for_its_write_and_comes_back_on_use() {
     exec(&sessions, &id, 7).await;
     let parked = sessions.park_now(OWNER, &id, WAIT).await.unwrap();
     assert!(parked.parked, "{parked:?}");
+    let head = sessions.head_files(OWNER, &id, WAIT).await.unwrap();
+    assert_eq!(head.as_ref(), files_of(7).as_ref(), "kept while parked");
     assert!(
         checkpoint_dir(root.path(), &id, 1).exists(),
         "its state is on disk"
