@@ -4,7 +4,8 @@
 //! framework and a scripted model, printing the conversations, and E2B's own SDK through `hlctl
 //! e2b-gateway` (one of the caller's own, and one shared by two keys, each a caller the daemon
 //! tells apart), then E2B's JavaScript SDK's own test through another gateway. One daemon
-//! serves them all, its sessions kept on disk (`--state-dir`)
+//! serves them all, its sessions kept on disk (`--state-dir`), installing packages from a
+//! loopback index of real wheels (tests/src/index.rs)
 //! (starting one takes half a minute under emulation); pytest names each test that fails.
 //!
 //! Needs a KVM that runs Hyperlight guests (`cargo xtask test` runs them in the nested-KVM VM),
@@ -16,6 +17,7 @@ use std::os::unix::fs::MetadataExt;
 use std::process::Stdio;
 use std::time::Duration;
 
+use hyperlightd_e2e::index::{TestIndex, pypi_wheels};
 use hyperlightd_e2e::{Daemon, E2bGateway, binary, e2b_js_test, python_sdk_python, within};
 
 /// Time limit for the pytest run: a few dozen execs, sessions saving state under emulation.
@@ -32,9 +34,22 @@ async fn the_python_client_and_its_framework_adapters_against_the_daemon() {
     let state_dir = state.path().to_str().unwrap();
     // The tests' own user may act for others: test_e2e_e2b.py's shared gateway does.
     let own_uid = std::fs::metadata("/proc/self").unwrap().uid().to_string();
+    // test_e2e_client.py installs packages in a session.
+    let index = TestIndex::serve(pypi_wheels()).await;
+    let wheels = tempfile::tempdir().unwrap();
+    let cache = wheels.path().to_str().unwrap();
     let daemon = Daemon::start_with_python(
         &["javascript=1", "python=1"],
-        &["--state-dir", state_dir, "--delegate-uid", &own_uid],
+        &[
+            "--state-dir",
+            state_dir,
+            "--delegate-uid",
+            &own_uid,
+            "--package-index",
+            &index.url(),
+            "--package-cache",
+            cache,
+        ],
     )
     .await;
     let home = tempfile::tempdir().unwrap();

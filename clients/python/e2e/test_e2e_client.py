@@ -18,6 +18,7 @@ from hyperlightd import (
     InvalidRequest,
     MoveFile,
     Output,
+    PackageRefused,
     SessionNotFound,
     Started,
     Tool,
@@ -121,6 +122,34 @@ def test_a_session_keeps_state_forks_lists_files_and_is_deleted_on_exit(client: 
         assert timed_out.session is not None and timed_out.session.rolled_back
     with pytest.raises(SessionNotFound):
         client.attach(session.id)
+
+
+def test_a_session_installs_packages_from_the_daemon_s_index(client: Client) -> None:
+    # The daemon of these tests installs from a loopback index of real wheels from PyPI; its
+    # Python is the WebAssembly runtime, which takes pure-Python wheels.
+    with client.session("python", idle_timeout_s=120) as session:
+        installed = session.install(["markdown-it-py==3.0.0"])
+        pairs = sorted((p.name, p.version) for p in installed.installed)
+        assert pairs == [("markdown-it-py", "3.0.0"), ("mdurl", "0.1.2")]
+        # The session's newest checkpoint, once the install's state is saved.
+        assert session.checkpoints()[-1].checkpoint == installed.checkpoint
+        render = "import markdown_it\nmarkdown_it.MarkdownIt().render('# hi')"
+        assert session.exec(render, timeout_ms=120_000).result == "<h1>hi</h1>\n"
+        assert sorted(p.name for p in session.packages()) == ["markdown-it-py", "mdurl"]
+        assert sorted(p.name for p in session.describe().packages) == ["markdown-it-py", "mdurl"]
+        # A `%pip install` line of what is there installs nothing, and the rest runs.
+        again = session.exec("%pip install mdurl\nimport mdurl\nmdurl.__version__", timeout_ms=120_000)
+        assert again.result == "0.1.2", again
+        assert again.session is not None
+        # A C extension has no wheel for this runtime: refused, and nothing changes.
+        with pytest.raises(PackageRefused, match="none of its wheels"):
+            session.install(["msgpack"])
+        assert session.checkpoints()[-1].checkpoint == again.session.checkpoint
+        # A rollback past the install takes it away.
+        session.rollback(installed.checkpoint - 1)
+        assert session.packages() == []
+        gone = "import importlib.util\nimportlib.util.find_spec('mdurl') is None"
+        assert session.exec(gone, timeout_ms=60_000).result is True
 
 
 def test_the_async_client(socket: str) -> None:

@@ -160,6 +160,14 @@ async fn packages_install_from_the_index_and_live_in_the_session_s_checkpoints()
         listed,
         ["markdown-it-py", "mdurl", "msgpack", "numpy-financial"]
     );
+    let session = within("session", STEP_LIMIT, client.session(&id))
+        .await
+        .unwrap();
+    let shown: Vec<&str> = session.packages.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(
+        shown, listed,
+        "GET /v1/sessions/{{id}} shows what it installed"
+    );
 
     // A fork keeps them; a rollback past the install removes them, and the next install of
     // the same wheel asks the index nothing.
@@ -180,6 +188,10 @@ async fn packages_install_from_the_index_and_live_in_the_session_s_checkpoints()
         .await
         .unwrap();
     assert_eq!(listed.packages.len(), 2, "{listed:?}");
+    let session = within("session", STEP_LIMIT, client.session(&id))
+        .await
+        .unwrap();
+    assert_eq!(session.packages, listed.packages);
     let asked = index.requests();
     let cached = install(&client, &id, &["msgpack==1.1.0"]).await.unwrap();
     assert!(cached.installed[0].cached, "{cached:?}");
@@ -276,6 +288,35 @@ async fn packages_install_from_the_index_and_live_in_the_session_s_checkpoints()
             .any(|p| p["sha256"] == json!(msgpack))),
         "{installs:?}"
     );
+    // A program's install is told once, when its exec has ended.
+    let plain = installs
+        .iter()
+        .filter(|l| l["session"].is_null() && l["requirements"] == json!(["mdurl"]))
+        .count();
+    assert_eq!(plain, 1, "{installs:?}");
+    // Every request to the index is an egress line of the install's caller.
+    let egress: Vec<&Value> = lines.iter().filter(|l| l["audit"] == "egress").collect();
+    let page = egress
+        .iter()
+        .find(|l| l["path"] == "/simple/msgpack/")
+        .unwrap_or_else(|| panic!("no egress line for msgpack's page: {egress:?}"));
+    assert_eq!(
+        (page["method"].clone(), page["status"].clone()),
+        (json!("GET"), json!(200))
+    );
+    let asked = installs
+        .iter()
+        .find(|l| l["requirements"] == json!(["msgpack==1.1.0", "numpy-financial"]))
+        .unwrap();
+    assert_eq!(page["request_id"], asked["request_id"], "{page}");
+    assert_eq!(page["caller"], asked["caller"], "{page}");
+    assert!(
+        egress
+            .iter()
+            .any(|l| l["path"].as_str().is_some_and(|p| p.ends_with(".whl"))
+                && l["bytes_received"].as_u64() > Some(0)),
+        "{egress:?}"
+    );
 }
 
 #[tokio::test]
@@ -318,6 +359,13 @@ async fn an_install_is_on_disk_with_its_session_and_its_wheel_in_the_cache_after
 
     let daemon = native_daemon(&args).await;
     let client = daemon.client();
+    // Before its state is brought back, the session's packages are read from disk.
+    let session = within("session", STEP_LIMIT, client.session(&id))
+        .await
+        .unwrap();
+    assert!(session.parked, "{session:?}");
+    let shown: Vec<&str> = session.packages.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(shown, ["mdurl"]);
     let read = "import mdurl\nmdurl.__version__";
     assert_eq!(value(&daemon, &id, read).await, json!("0.1.2"));
     // A new session's install of the same package takes the wheel from the cache on disk.
