@@ -112,6 +112,13 @@ def test_state_carries_over_and_output_errors_and_languages_come_back_as_e2b_say
         assert failed.error is not None and failed.error.name == "NameError", failed.error
         assert "undefined_name" in failed.error.value
 
+        # E2B's "Install custom packages" page: `!pip install` in the code (the daemon of
+        # these tests installs from a loopback index of real wheels).
+        installed = sandbox.run_code("!pip install mdurl\nimport mdurl\nmdurl.__version__")
+        assert installed.error is None, installed.error
+        assert installed.text == "'0.1.2'", installed
+        assert sandbox.run_code("import mdurl\nmdurl.__name__").text == "'mdurl'"
+
         js = sandbox.run_code("const a = 40; a + 2", language="js")
         assert js.text == "42", js
         again = sandbox.run_code("a - 2", language="javascript")

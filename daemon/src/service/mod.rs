@@ -238,6 +238,8 @@ pub struct Service<E> {
     egress: Option<Arc<Egress>>,
     /// Where Python programs' packages come from; None: nothing is installed.
     packages: Option<Arc<Packages>>,
+    /// Each session's turn to install.
+    installing: packages::Installing,
 }
 
 impl<E: Executor> Service<E> {
@@ -260,6 +262,7 @@ impl<E: Executor> Service<E> {
             executions: Arc::default(),
             egress: None,
             packages: None,
+            installing: packages::Installing::default(),
         }
     }
 

@@ -4,6 +4,11 @@
 //! its memory (native), or by the host into the working directory (WebAssembly, as file
 //! changes). Each install is one audit line and a count by outcome.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use tokio::sync::OwnedMutexGuard;
+
 use super::exec::Executed;
 use super::exec::made_checkpoint;
 use super::{Call, Program, Refusal, Service};
@@ -28,6 +33,8 @@ pub struct Installed {
 /// had installed before.
 #[derive(Debug)]
 pub(super) struct Resolved {
+    /// The session's turn to install, held until the exec that installs has ended.
+    _turn: Option<OwnedMutexGuard<()>>,
     requirements: Vec<String>,
     plan: Plan,
     site: Site,
@@ -69,6 +76,33 @@ impl Resolved {
             });
         }
         Ok(())
+    }
+}
+
+/// One install at a time in each session, from its resolution to the end of the exec that
+/// installs: each resolves against what the one before installed, so that two cannot both
+/// pass against the same state and then overwrite each other's packages or manifest.
+#[derive(Debug, Default)]
+pub(super) struct Installing {
+    sessions: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+}
+
+impl Installing {
+    /// Session `id`'s turn, once the install before it has ended.
+    async fn turn(&self, id: &str) -> OwnedMutexGuard<()> {
+        let lock = {
+            let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+            sessions.retain(|_, lock| lock.strong_count() > 0);
+            match sessions.get(id).and_then(Weak::upgrade) {
+                Some(lock) => lock,
+                None => {
+                    let lock = Arc::new(tokio::sync::Mutex::new(()));
+                    sessions.insert(id.to_owned(), Arc::downgrade(&lock));
+                    lock
+                }
+            }
+        };
+        lock.lock_owned().await
     }
 }
 
@@ -246,9 +280,12 @@ impl<E: Executor> Service<E> {
             return Err(packages::Refusal::Off.into());
         };
         let runtime = self.runtime(language)?;
-        let before = match session {
-            None => Vec::new(),
-            Some(id) => self.installed_in(call, id).await?,
+        let (turn, before) = match session {
+            None => (None, Vec::new()),
+            Some(id) => {
+                let turn = self.installing.turn(id).await;
+                (Some(turn), self.installed_in(call, id).await?)
+            }
         };
         let audit = &self.callers.audit;
         let hops = |hop: &IndexHop<'_>| {
@@ -259,6 +296,7 @@ impl<E: Executor> Service<E> {
             .plan(requirements, &runtime, &before, &hops)
             .await?;
         Ok(Resolved {
+            _turn: turn,
             requirements: requirements.to_vec(),
             plan,
             site: runtime.site,
@@ -310,6 +348,7 @@ impl<E: Executor> Service<E> {
     ) -> Refusal {
         let ended = Err((refused.reason(), refused.to_string()));
         let nothing = Resolved {
+            _turn: None,
             requirements: requirements.to_vec(),
             plan: Plan::default(),
             site: Site::Guest,
@@ -409,4 +448,33 @@ fn dropped(outcome: &Outcome) -> bool {
 fn install_failure(outcome: &Outcome) -> Option<String> {
     let error = outcome.error.as_ref()?;
     (error.kind == FailureKind::InstallFailed).then(|| error.message.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_session_installs_one_at_a_time_and_others_do_not_wait() {
+        let installing = Installing::default();
+        let first = installing.turn("a").await;
+        let wait = Duration::from_secs(1);
+        let second = tokio::time::timeout(wait, installing.turn("a")).await;
+        assert!(second.is_err(), "a second install began during the first");
+        let other = tokio::time::timeout(wait, installing.turn("b")).await;
+        assert!(other.is_ok(), "another session waited");
+        drop(other);
+        drop(first);
+        let next = tokio::time::timeout(wait, installing.turn("a")).await;
+        assert!(
+            next.is_ok(),
+            "the next install did not begin after the first"
+        );
+        drop(next);
+        drop(installing.turn("c").await);
+        let held = installing.sessions.lock().unwrap().len();
+        assert_eq!(held, 1, "ended turns are forgotten");
+    }
 }
