@@ -23,6 +23,7 @@
 //! Every step runs under a time limit and a timeout names the step.
 
 mod bench;
+mod deny;
 mod deploy;
 mod dist;
 mod docs;
@@ -130,6 +131,10 @@ enum Cmd {
         #[arg(long)]
         check: bool,
     },
+    /// Check the supply chain with cargo-deny (deny.toml): licenses, banned crates, duplicate
+    /// versions and sources (advisories need RustSec's database, which these machines cannot
+    /// fetch).
+    Deny,
     /// Rebuild guest/javascript/web-apis.js from the npm packages guest/javascript/vendor/ pins.
     JsVendor,
     /// Build the Python guest, target/python-guest/python.aot, and its library,
@@ -197,6 +202,7 @@ fn main() -> ExitCode {
                 })
             }
         }
+        Cmd::Deny => deny::deny().map(|()| ExitCode::SUCCESS),
         Cmd::JsVendor => js_vendor().map(|()| ExitCode::SUCCESS),
         Cmd::Openapi => openapi().map(|()| ExitCode::SUCCESS),
         Cmd::Docs { check } => docs::docs(check).map(|()| ExitCode::SUCCESS),
