@@ -185,4 +185,6 @@ impl Egress {
 }
 
 #[cfg(test)]
+mod fuzz;
+#[cfg(test)]
 mod tests;

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::net::IpAddr;
 
-use super::target::{Host, Scheme, Target, is_dns_name};
+use super::target::{Host, Scheme, Target, is_dns_name, numeric_form};
 
 /// The methods a program may use at all. `CONNECT` (a tunnel) and `TRACE` (which echoes the
 /// request's headers, secrets included) are never allowed.
@@ -140,6 +140,12 @@ fn host_pattern(text: &str) -> Result<HostPattern, String> {
         return Err(format!(
             "{text:?} is not a host: a DNS name (ASCII, punycode for others), \"*.\" and a \
              domain, or an IP address"
+        ));
+    }
+    if numeric_form(name) {
+        return Err(format!(
+            "{text:?} looks like an IPv4 address in a form other than a.b.c.d: write the \
+             address as a.b.c.d"
         ));
     }
     Ok(pattern)

@@ -42,6 +42,10 @@ fn bad_rules_are_refused_saying_why() {
         ("https://example.com/a/../b", "'..'"),
         ("https://example.com/a?b", "no '?'"),
         ("https://[::1", "not closed"),
+        // Found by egress/fuzz.rs: read as the name "0.0.0.0", printed as the address.
+        ("http://0.0.0.0.", "a.b.c.d"),
+        ("http://127.1", "a.b.c.d"),
+        ("http://*.10.0", "a.b.c.d"),
     ];
     for (text, expected) in cases {
         let refused = Rule::parse(text).unwrap_err();

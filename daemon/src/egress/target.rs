@@ -187,6 +187,19 @@ pub fn is_dns_name(name: &str) -> bool {
     !name.is_empty() && name.len() <= 253 && name.split('.').all(label_ok)
 }
 
+/// Whether `name` (a DNS name) is all digits and dots, yet not an address std reads: a form
+/// (`127.1`, `0x7f.1`, `10.0.0.1.`) some resolvers read as an address, refused rather than
+/// guessed, in URLs and rules alike.
+pub fn numeric_form(name: &str) -> bool {
+    name.split('.')
+        .all(|l| l.bytes().all(|b| b.is_ascii_hexdigit() || b == b'x'))
+        && name.bytes().any(|b| b.is_ascii_digit())
+        && name
+            .split('.')
+            .next_back()
+            .is_some_and(|l| l.bytes().all(|b| b.is_ascii_digit()))
+}
+
 fn parse_host(text: &str) -> Result<Host, FetchError> {
     let bare = text.trim_start_matches('[').trim_end_matches(']');
     if let Ok(ip) = bare.parse::<IpAddr>() {
@@ -200,17 +213,7 @@ fn parse_host(text: &str) -> Result<Host, FetchError> {
              others), or an IP address"
         )));
     }
-    // All digits and dots, yet not an address std reads: a form (`127.1`, `0x7f.1`) some
-    // resolvers read as an address, refused rather than guessed.
-    if name
-        .split('.')
-        .all(|l| l.bytes().all(|b| b.is_ascii_hexdigit() || b == b'x'))
-        && name.bytes().any(|b| b.is_ascii_digit())
-        && name
-            .split('.')
-            .next_back()
-            .is_some_and(|l| l.bytes().all(|b| b.is_ascii_digit()))
-    {
+    if numeric_form(name) {
         return Err(invalid(format!(
             "{text:?} looks like an IPv4 address in a form other than a.b.c.d: write it as \
              four decimal numbers"
