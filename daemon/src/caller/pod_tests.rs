@@ -173,3 +173,49 @@ fn from_a_namespace_of_its_own_a_name_that_does_not_spell_its_place_is_not_place
     assert_eq!(place("1:name=systemd:/\n", 0), Err(Unplaced::NoUnifiedLine));
     assert_eq!(namespace_depth("0::/init.scope\n"), 0);
 }
+
+mod fuzz {
+    //! Property-based fuzzing of the cgroup file a caller's `/proc/<pid>/cgroup` gives
+    //! (`PROPTEST_CASES` sets the cases): any file is placed or refused without a panic, and
+    //! cgroups a container makes below its own never change its pod.
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// A cgroup name a container may make below its own, imitations of the layouts included.
+    fn name() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-z0-9._@:-]{1,16}",
+            Just(format!("kubepods-pod{}.slice", OTHER.replace('-', "_"))),
+            Just(format!("pod{OTHER}")),
+            Just(format!("cri-containerd-{CTR}.scope")),
+            Just("..".to_owned()),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn any_cgroup_file_is_placed_or_refused(file in any::<String>(), depth in 0usize..4) {
+            let _ = place(&file, depth);
+            let _ = place(&format!("0::{file}\n"), depth);
+        }
+
+        #[test]
+        fn cgroups_below_a_container_do_not_change_its_pod(
+            below in proptest::collection::vec(name(), 1..6),
+            systemd in any::<bool>(),
+        ) {
+            let container = match systemd {
+                true => format!(
+                    "/kubepods.slice/kubepods-burstable.slice/\
+                     kubepods-burstable-pod{POD_SYSTEMD}.slice/cri-containerd-{CTR}.scope"
+                ),
+                false => format!("/kubepods/burstable/pod{POD}/{CTR}"),
+            };
+            let path = format!("{container}/{}", below.join("/"));
+            let placed = place(&format!("0::{path}\n"), 0);
+            prop_assert_eq!(placed.map(|p| p.pod), Ok(Some(POD.into())), "{}", path);
+        }
+    }
+}
