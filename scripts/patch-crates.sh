@@ -20,6 +20,7 @@ crates=(
     "rquickjs-sys 0.12.1 eef73520804cf5aa4876097ac5733058d628c769eba9678e0f4dba5a4ef79703"
     "hyperlight-js-runtime 0.4.0 d3c397d0163456d3099a71d15994a4490abc48ce4c95fe5b805a5fa6489330ba"
     "hyperlight-js 0.4.0 2326a72050cc15010c9ef63586ef73be7c2c710e070fc08aea26dd44d63c233a"
+    "pep508_rs 0.9.2 faee7227064121fcadcd2ff788ea26f0d8f2bd23a0574da11eca23bc935bcc05"
 )
 tree=third_party
 cache=target/crates

@@ -161,6 +161,16 @@ mod tests {
     }
 
     #[test]
+    fn a_name_ending_in_a_separator_is_refused_not_a_panic() {
+        // Found by packages/fuzz.rs: pep508_rs panicked on these (patches/pep508_rs).
+        for bad in ["name_>=1", "a-[extra]", "b. ; python_version > '3'"] {
+            let refused = requirements(&[bad.to_owned()]).unwrap_err();
+            assert!(matches!(refused, Refusal::Invalid(_)), "{bad}: {refused}");
+            assert!(refused.to_string().contains("must end with"), "{refused}");
+        }
+    }
+
+    #[test]
     fn other_commands_and_options_are_refused_with_what_is_taken() {
         for bad in [
             "%pip uninstall x",
