@@ -46,6 +46,8 @@
 
 pub mod cache;
 pub mod fetch;
+#[cfg(test)]
+mod fuzz;
 pub mod index;
 pub mod metadata;
 pub mod options;

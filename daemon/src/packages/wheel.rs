@@ -17,6 +17,9 @@ pub struct WheelName {
     tags: Vec<(String, String, String)>,
 }
 
+/// The most (python, abi, platform) tags a wheel's name may expand to.
+const MAX_TAGS: usize = 256;
+
 impl WheelName {
     /// `filename` read as a wheel's name; None if it is not one (a source distribution, or a
     /// name that does not follow the format).
@@ -34,6 +37,12 @@ impl WheelName {
         };
         let name = PackageName::from_str(name).ok()?;
         let version = Version::from_str(version).ok()?;
+        // Each tag set is a few names in real wheels; a page could give thousands, whose
+        // product would not fit in memory.
+        let sets = [python, abi, platform].map(|set| set.split('.').count());
+        if sets.iter().product::<usize>() > MAX_TAGS {
+            return None;
+        }
         let mut tags = Vec::new();
         for python in python.split('.') {
             for abi in abi.split('.') {

@@ -44,17 +44,26 @@ pub(super) struct Resolved {
 impl Resolved {
     /// Puts the wheels on `job` (of a session's exec when `in_session`): for the guest to
     /// unpack, or unpacked here into its working directory, with the session's manifest.
-    pub(super) fn give(&self, job: &mut Job, in_session: bool) -> Result<(), Refusal> {
+    /// At most `max_bytes` are unpacked in all (a working directory's bound).
+    pub(super) fn give(
+        &self,
+        job: &mut Job,
+        in_session: bool,
+        max_bytes: u64,
+    ) -> Result<(), Refusal> {
         if self.site == Site::Guest {
             job.packages = wheels(&self.plan);
             return Ok(());
         }
+        let mut left = max_bytes;
         for planned in &self.plan.install {
             let files =
-                unpack::files(&planned.bytes).map_err(|why| packages::Refusal::BadWheel {
+                unpack::files(&planned.bytes, left).map_err(|why| packages::Refusal::BadWheel {
                     filename: planned.filename.clone(),
                     why,
                 })?;
+            let unpacked: u64 = files.iter().map(|(_, bytes)| bytes.len() as u64).sum();
+            left -= unpacked;
             for (path, bytes) in files {
                 match in_session {
                     true => job.file_changes.push(FileChange::Write { path, bytes }),
@@ -165,7 +174,7 @@ impl<E: Executor> Service<E> {
         };
         let id = session.as_ref().map(|(id, _)| *id);
         let given = job.and_then(|mut job| {
-            resolved.give(&mut job, id.is_some())?;
+            resolved.give(&mut job, id.is_some(), self.limits.files.max_bytes)?;
             if id.is_none() {
                 // Unpacked into its working directory, they count against its caps.
                 self.check_files(&job.files)?;
