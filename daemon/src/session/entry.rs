@@ -106,7 +106,10 @@ impl Meta {
 
     /// One more exec's state is lost: the session is at `head`.
     pub(super) fn lose(&mut self, head: u64) {
-        let lost_execs = self.lost.map_or(0, |lost| lost.lost_execs) + 1;
+        let lost_execs = self
+            .lost
+            .map_or(0, |lost| lost.lost_execs)
+            .saturating_add(1);
         self.lost = Some(Loss {
             restored_from_checkpoint: head,
             lost_execs,

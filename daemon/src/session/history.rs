@@ -267,15 +267,17 @@ impl History {
         self.checkpoints.len()
     }
 
-    /// Bytes the checkpoints kept hold together, in memory or not.
+    /// Bytes the checkpoints kept hold together, in memory or not. Saturating: a checkpoint
+    /// on disk counts what its record says, which a damaged record may put at any value.
     pub fn bytes(&self) -> u64 {
-        self.checkpoints.iter().map(|c| c.bytes).sum()
+        let bytes = self.checkpoints.iter().map(|c| c.bytes);
+        bytes.fold(0, u64::saturating_add)
     }
 
     /// Host memory the states in memory hold.
     pub fn resident_bytes(&self) -> u64 {
         let held = self.checkpoints.iter().filter(|c| c.image.is_some());
-        held.map(|c| c.bytes).sum()
+        held.map(|c| c.bytes).fold(0, u64::saturating_add)
     }
 
     /// Lets every state that is on disk leave memory; returns whether none is left in memory.

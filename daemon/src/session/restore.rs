@@ -58,11 +58,21 @@ impl Sessions {
             .into_iter()
             .map(|(mark, disk, bytes)| Checkpoint::new(&mark, bytes, None, disk))
             .collect();
+        // A journal whose next number is not past its checkpoints' (damaged) would have the
+        // next exec reuse a number that a caller may hold: the next is past every one it names.
+        let past = progress
+            .checkpoints
+            .iter()
+            .map(|m| m.number.saturating_add(1));
+        let next = past.fold(progress.next, u64::max);
+        if next != progress.next {
+            warn!(session = %file.id, journal = progress.next, next, "a saved session's journal gives a next checkpoint number it has used: numbering goes on past its checkpoints");
+        }
         let history = if checkpoints.is_empty() {
             // Nothing to start from: every exec is refused (`gone`).
             History::new(None, 0, self.retention())
         } else {
-            History::of(checkpoints, progress.next, self.retention())
+            History::of(checkpoints, next, self.retention())
         };
         let now = SystemTime::now();
         let created_at = at_millis(file.created_at_ms);

@@ -136,7 +136,7 @@ impl Turn {
         };
         let lost = {
             let mut meta = session.meta();
-            meta.execs += 1;
+            meta.execs = meta.execs.saturating_add(1);
             meta.touch();
             meta.lost.take()
         };

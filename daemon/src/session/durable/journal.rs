@@ -17,6 +17,10 @@ use crate::sys::durable;
 /// Bumped when the shape of `session.json` or of a journal line changes.
 pub const FORMAT: u32 = 1;
 
+/// The largest checkpoint number a journal may name (2^53, exact in any JSON reader): far past
+/// what a session reaches, so that numbering never runs out.
+const MAX_NUMBER: u64 = 1 << 53;
+
 /// Lines after which the journal is rewritten as one.
 const COMPACT_AFTER: usize = 512;
 
@@ -186,6 +190,12 @@ pub fn read(dir: &Path) -> Result<(SessionFile, Progress, usize), String> {
         .rev()
         .find_map(|l| serde_json::from_slice::<Progress>(l).ok())
         .ok_or("the journal holds no whole line")?;
+    let numbers = progress.checkpoints.iter().map(|m| m.number);
+    if numbers.chain([progress.next]).any(|n| n > MAX_NUMBER) {
+        return Err(format!(
+            "the journal names a checkpoint number past {MAX_NUMBER}, which no session reaches"
+        ));
+    }
     Ok((session, progress, lines.len()))
 }
 

@@ -646,3 +646,5 @@ async fn a_session_parked_now_waits_for_its_write_and_comes_back_on_use() {
     let writes = sessions.durable_health().unwrap().writes;
     assert!(!writes.failing && writes.failed == 1, "{writes:?}");
 }
+
+mod recover_fuzz;
