@@ -205,3 +205,32 @@ fn a_wait_ends_at_its_bound_when_the_caller_goes_and_at_the_wall_clock_cap() {
         "the exec is stopped at the cap"
     );
 }
+
+mod fuzz {
+    //! What a program sends a tool call with, and a caller answers it with, fuzzed
+    //! (`PROPTEST_CASES` sets the cases): any call is sent or refused, and any answer taken or
+    //! refused, without a panic.
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #[test]
+        fn any_call_and_answer_are_taken_or_refused(
+            name in prop_oneof![Just("get_weather".to_owned()), Just("now".to_owned()), any::<String>()],
+            arguments in prop_oneof![
+                "\\{\"city\": ?(\"[ -~]{0,8}\"|[0-9]{1,3}|null|\\[\\])\\}",
+                any::<String>(),
+            ],
+            id in prop_oneof![Just(None), any::<String>().prop_map(Some)],
+            result in any::<Result<String, String>>(),
+        ) {
+            let (exchange, _calls) = exchange(LIMITS);
+            let called = exchange.call(&name, &arguments);
+            let id = id.or(called.ok()).unwrap_or_default();
+            let _ = exchange.answer(&id, result);
+            let _ = exchange.end();
+        }
+    }
+}

@@ -606,4 +606,46 @@ mod tests {
         left.sort();
         assert_eq!(left, ["javascript-ef"]);
     }
+
+    mod fuzz {
+        //! Property-based fuzzing of a saved template's `key.json`, which the daemon reads at
+        //! every start (`PROPTEST_CASES` sets the cases): any bytes, or a right stamp damaged,
+        //! are refused without a panic, and the directory is removed.
+
+        use proptest::prelude::*;
+
+        use super::*;
+
+        proptest! {
+            #[test]
+            fn any_key_json_is_refused_and_its_template_removed(
+                bytes in any::<Vec<u8>>(),
+                flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..4),
+                cut in any::<usize>(),
+                damaged in any::<bool>(),
+            ) {
+                let root = tempfile::tempdir().unwrap();
+                let store = SnapshotStore::open(&root.path().join("snapshots")).unwrap();
+                let key = key("heap 64 MiB");
+                let dir = store.dir.join(key.dir_name());
+                let json = match damaged {
+                    false => bytes,
+                    true => {
+                        let mut json = stamp(&key, &[("extra", b"tables")]);
+                        let len = json.len();
+                        for (at, value) in flips {
+                            json[at % len] = value;
+                        }
+                        json.truncate(cut % (len + 1));
+                        json
+                    }
+                };
+                fs::create_dir(&dir).unwrap();
+                fs::write(dir.join("key.json"), json).unwrap();
+                fs::write(dir.join("extra"), b"tables").unwrap();
+                prop_assert!(store.load::<Snapshot>(&key).is_none());
+                prop_assert!(!dir.exists());
+            }
+        }
+    }
 }

@@ -329,3 +329,75 @@ mod tests {
         assert!(check(many).unwrap_err().contains("at most 64"));
     }
 }
+
+#[cfg(test)]
+mod fuzz {
+    //! Property-based fuzzing of a caller's tool declarations and of the arguments a program
+    //! calls them with (`PROPTEST_CASES` sets the cases): any declaration is compiled or
+    //! refused, naming it, without a panic; a compiled tool's schema judges any arguments
+    //! without one.
+
+    use proptest::prelude::*;
+    use serde_json::Value;
+
+    use super::*;
+
+    /// JSON, with the schema keywords that make a validator work most likely.
+    fn json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            prop_oneof![
+                Just("object"),
+                Just("string"),
+                Just("integer"),
+                Just("array"),
+                Just("^a+$"),
+                Just("(a+)+$"),
+                Just("#/definitions/x"),
+                Just("#"),
+                Just("date-time"),
+            ]
+            .prop_map(Value::from),
+            "[ -~]{0,8}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            let key = prop_oneof![
+                Just("type".to_owned()),
+                Just("properties".to_owned()),
+                Just("required".to_owned()),
+                Just("pattern".to_owned()),
+                Just("$ref".to_owned()),
+                Just("items".to_owned()),
+                Just("minimum".to_owned()),
+                Just("format".to_owned()),
+                Just("definitions".to_owned()),
+                "[a-z]{1,6}",
+            ];
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                proptest::collection::btree_map(key, inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn any_declaration_is_compiled_or_refused_and_judges_any_arguments(
+            name in prop_oneof!["[a-zA-Z_][a-zA-Z0-9_]{0,8}", any::<String>()],
+            parameters in json(),
+            arguments in json(),
+        ) {
+            let declared = Declared { name, description: String::new(), parameters };
+            match check(vec![declared]) {
+                Ok(tools) => {
+                    let _ = tools[0].validator.is_valid(&arguments);
+                }
+                Err(why) => prop_assert!(why.starts_with("tools[0]"), "{}", why),
+            }
+        }
+    }
+}
