@@ -194,3 +194,108 @@ impl ExecStream {
         }
     }
 }
+
+#[cfg(test)]
+mod fuzz {
+    //! Property-based fuzzing of what the client reads from an exec's stream (`PROPTEST_CASES`
+    //! sets the cases): any bytes, cut into any frames, give events, then an end (the response,
+    //! an error event, or an error), and nothing after it; never a panic or a wait past the
+    //! daemon's closing.
+
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::UnixListener;
+
+    use crate::{Client, ExecEvent, ExecRequest, Language};
+
+    /// NDJSON lines like the daemon's, damaged or not, or anything.
+    fn body() -> impl Strategy<Value = Vec<u8>> {
+        let line = prop_oneof![
+            Just(r#"{"type":"stdout","text":"a\n"}"#.to_owned()),
+            Just(r#"{"type":"started","request_id":1}"#.to_owned()),
+            Just(r#"{"type":"tool_call","id":"1","name":"t","arguments":"{}"}"#.to_owned()),
+            Just(
+                r#"{"type":"result","status":"ok","stdout":"","stderr":"","result":1,"error":null,"duration_ms":1.0}"#
+                    .to_owned()
+            ),
+            Just(r#"{"type":"error","error":{"kind":"internal","message":"x"}}"#.to_owned()),
+            "[ -~]{0,40}",
+        ];
+        let lines = proptest::collection::vec(line, 0..6).prop_map(|lines| {
+            lines
+                .iter()
+                .flat_map(|l| [l.as_bytes(), b"\n"].concat())
+                .collect()
+        });
+        prop_oneof![3 => lines, 1 => any::<Vec<u8>>()]
+    }
+
+    /// Serves one streamed answer of `body`, written in frames of the sizes `cuts` gives.
+    async fn serve(listener: UnixListener, body: Vec<u8>, cuts: Vec<usize>) {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut request = vec![0u8; 4096];
+        let _ = stream.read(&mut request).await;
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: {}\r\ntransfer-encoding: chunked\r\n\
+             connection: close\r\n\r\n",
+            hyperlightd_api::NDJSON
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let mut rest = &body[..];
+        for cut in cuts.into_iter().chain([usize::MAX]) {
+            if rest.is_empty() {
+                break;
+            }
+            let (chunk, after) = rest.split_at(cut.clamp(1, rest.len()));
+            let framed = [format!("{:x}\r\n", chunk.len()).as_bytes(), chunk, b"\r\n"].concat();
+            if stream.write_all(&framed).await.is_err() {
+                return;
+            }
+            rest = after;
+        }
+        let _ = stream.write_all(b"0\r\n\r\n").await;
+    }
+
+    proptest! {
+        #[test]
+        fn any_stream_gives_events_then_one_end(
+            body in body(),
+            cuts in proptest::collection::vec(1usize..64, 0..8),
+        ) {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let newlines = body.iter().filter(|&&b| b == b'\n').count();
+            let read = runtime.block_on(async move {
+                let dir = tempfile::tempdir().unwrap();
+                let socket = dir.path().join("fuzz.sock");
+                let listener = UnixListener::bind(&socket).unwrap();
+                tokio::spawn(serve(listener, body, cuts));
+                let request = ExecRequest::new(Language::Javascript, "1");
+                let reading = async {
+                    let mut stream = Client::connect(&socket).exec_stream(&request).await.unwrap();
+                    let mut events = Vec::new();
+                    while let Some(event) = stream.next().await {
+                        events.push(event);
+                    }
+                    (events, stream.next().await.is_none())
+                };
+                tokio::time::timeout(Duration::from_secs(10), reading).await
+            });
+            let (events, after) = read.expect("the stream ended");
+            prop_assert!(after, "an event after the end");
+            let (last, before) = events.split_last().expect("at least an end");
+            for event in before {
+                prop_assert!(
+                    matches!(event, Ok(e) if !matches!(e, ExecEvent::Result(_) | ExecEvent::Error { .. })),
+                    "{:?} before the end", event
+                );
+            }
+            prop_assert!(
+                matches!(last, Err(_) | Ok(ExecEvent::Result(_) | ExecEvent::Error { .. })),
+                "{:?} is not an end", last
+            );
+            prop_assert!(events.len() <= newlines + 1);
+        }
+    }
+}
