@@ -200,7 +200,12 @@ def refused(status: int, body: bytes, headers: Mapping[str, str]) -> Refused:
         kind, message = "unknown", body.decode("utf-8", "replace")[:500] or f"status {status}"
     retry = headers.get("retry-after")
     return refusal(
-        status, kind, message, int(retry) if retry and retry.isdigit() else None, headers.get("x-request-id")
+        status,
+        kind,
+        message,
+        # RFC 9110's delay-seconds: ASCII digits only (str.isdigit also takes '²' and '١').
+        int(retry) if retry and retry.isascii() and retry.isdigit() else None,
+        headers.get("x-request-id"),
     )
 
 
@@ -222,7 +227,8 @@ def event(line: str | bytes, request_id: str | None) -> Event:
         if kind == "error":
             error = item["error"]
             raise refusal(500, error["kind"], error["message"], None, request_id)
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        # AttributeError: a field that should be an object is not (found by tests/test_fuzz.py).
         raise AnswerLost(f"the daemon's stream had a line this client cannot read ({e}): {line[:200]!r}") from e
     raise AnswerLost(f"the daemon's stream had an event of unknown type {kind!r}")
 
