@@ -100,6 +100,16 @@ fn apply(path: &Path, damage: &Damage) {
     fs::write(path, bytes).unwrap();
 }
 
+/// A session of two execs (states 7 and 8) in the state directory `root`, its daemon stopped.
+async fn saved(root: &Path) -> String {
+    let (sessions, _) = daemon(root, "1", Duration::MAX);
+    let id = create(&sessions);
+    exec(&sessions, &id, 7).await;
+    exec(&sessions, &id, 8).await;
+    stop(sessions);
+    id
+}
+
 /// What a restarted daemon serves of session `id`: None if it is refused; else its numbers and
 /// the state of its newest checkpoint, after an exec that must take a new number.
 async fn served(sessions: &Arc<Sessions>, id: &str) -> Result<Option<Vec<u64>>, TestCaseError> {
@@ -142,11 +152,7 @@ proptest! {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         runtime.block_on(async {
             let root = tempfile::tempdir().unwrap();
-            let (sessions, _) = daemon(root.path(), "1", Duration::MAX);
-            let id = create(&sessions);
-            exec(&sessions, &id, 7).await;
-            exec(&sessions, &id, 8).await;
-            stop(sessions);
+            let id = saved(root.path()).await;
             apply(&file(root.path(), &id, which), &damage);
 
             let (sessions, _) = daemon(root.path(), "1", Duration::MAX);
@@ -170,11 +176,7 @@ proptest! {
 #[tokio::test]
 async fn a_record_s_huge_size_does_not_stop_the_next_save() {
     let root = tempfile::tempdir().unwrap();
-    let (sessions, _) = daemon(root.path(), "1", Duration::MAX);
-    let id = create(&sessions);
-    exec(&sessions, &id, 7).await;
-    exec(&sessions, &id, 8).await;
-    stop(sessions);
+    let id = saved(root.path()).await;
     let record = file(root.path(), &id, 2);
     let mut json: Value = serde_json::from_slice(&fs::read(&record).unwrap()).unwrap();
     json["bytes"] = Value::from(u64::MAX);
@@ -190,11 +192,7 @@ async fn a_record_s_huge_size_does_not_stop_the_next_save() {
 /// A session whose journal's last line has `field` set to `value`, restarted.
 async fn with_journal(field: &str, value: Value) -> (tempfile::TempDir, Arc<Sessions>, String) {
     let root = tempfile::tempdir().unwrap();
-    let (sessions, _) = daemon(root.path(), "1", Duration::MAX);
-    let id = create(&sessions);
-    exec(&sessions, &id, 7).await;
-    exec(&sessions, &id, 8).await;
-    stop(sessions);
+    let id = saved(root.path()).await;
     let journal = file(root.path(), &id, 1);
     let text = fs::read_to_string(&journal).unwrap();
     let mut json: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
