@@ -63,9 +63,8 @@ pub(super) struct Meta {
     pub(super) lost: Option<Loss>,
     /// An exec holds the history (reaping and parking wait for it).
     pub(super) busy: bool,
-    /// The working directory of its newest checkpoint, when that was in memory (kept while it
-    /// is parked: it is small beside the guest's memory); None after a restart until an exec
-    /// brings the state back.
+    /// The working directory of its newest checkpoint, while that is in memory; None while it
+    /// is parked or after a restart (its files are read from disk then: parking frees them).
     pub(super) head_files: Option<Arc<Files>>,
 }
 
@@ -92,12 +91,7 @@ impl Meta {
     /// Takes what `history` is now.
     pub(super) fn record(&mut self, history: &History) {
         let head = history.head();
-        match head.image() {
-            Some(image) => self.head_files = Some(image.files().clone()),
-            // Parked: the files it had in memory are still its newest checkpoint's.
-            None if head.number() == self.checkpoint => {}
-            None => self.head_files = None,
-        }
+        self.head_files = head.image().map(|image| image.files().clone());
         self.memory_bytes = history.resident_bytes();
         self.checkpoint = head.number();
         self.checkpoints = history.len();

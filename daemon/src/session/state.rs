@@ -76,8 +76,10 @@ impl Sessions {
     }
 
     /// The working directory of `owner`'s session `id` at its newest checkpoint, without
-    /// waiting for an exec in flight; read from disk (after the execs that arrived before,
-    /// waiting at most `wait` for them) only when a restart left it there.
+    /// waiting for an exec in flight while that checkpoint is in memory; read from disk when it
+    /// is parked or a restart left it there (after the execs that arrived before, waiting at
+    /// most `wait` for them: an exec that brings a parked state back holds the session until it
+    /// ends).
     pub async fn head_files(
         &self,
         owner: &Principal,

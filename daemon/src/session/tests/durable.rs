@@ -613,7 +613,11 @@ async fn a_session_parked_now_waits_for_its_write_and_comes_back_on_use() {
     let parked = sessions.park_now(OWNER, &id, WAIT).await.unwrap();
     assert!(parked.parked, "{parked:?}");
     let head = sessions.head_files(OWNER, &id, WAIT).await.unwrap();
-    assert_eq!(head.as_ref(), files_of(7).as_ref(), "kept while parked");
+    assert_eq!(
+        head.as_ref(),
+        files_of(7).as_ref(),
+        "read from disk while parked"
+    );
     assert!(
         checkpoint_dir(root.path(), &id, 1).exists(),
         "its state is on disk"
