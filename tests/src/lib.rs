@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use hyperlightd_client::{Client, ExecRequest, ExecResponse, Language};
+use hyperlightd_client::{Client, CreateSessionRequest, ExecRequest, ExecResponse, Language};
 
 pub mod deltas;
 pub mod disk;
@@ -154,6 +154,15 @@ fn limit_for(timeout_ms: Option<u64>) -> Duration {
     timeout_ms
         .map_or(STEP_LIMIT, |ms| Duration::from_millis(ms) + STEP_LIMIT / 2)
         .max(STEP_LIMIT)
+}
+
+/// A new session of `language` on `client`'s daemon: its id.
+pub async fn new_session(client: &Client, language: Language) -> String {
+    let request = CreateSessionRequest::new(language);
+    within("create", STEP_LIMIT, client.create_session(&request))
+        .await
+        .unwrap_or_else(|e| panic!("creating a session failed: {e}"))
+        .id
 }
 
 /// Runs `request` on `daemon`, waiting for the answer at most the request's own time limit

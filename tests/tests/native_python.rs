@@ -10,7 +10,9 @@ use hyperlightd_client::{
     CreateSessionRequest, ErrorKind, ExecRequest, ExecStatus, FileChange, FileData, Language,
     Policy, SessionExecRequest,
 };
-use hyperlightd_e2e::{Daemon, E2bGateway, STEP_LIMIT, py, python_sdk_python, run, within};
+use hyperlightd_e2e::{
+    Daemon, E2bGateway, STEP_LIMIT, new_session, py, python_sdk_python, run, within,
+};
 use serde_json::{Value, json};
 
 #[path = "native_python/packages.rs"]
@@ -670,11 +672,7 @@ async fn a_durable_session_links_the_template(
         checkpoint_dir, inode, layout_memory_blobs, memory_blobs, own_blob, wait_durable,
     };
     let client = daemon.client();
-    let request = CreateSessionRequest::new(Language::Python);
-    let id = within("create", STEP_LIMIT, client.create_session(&request))
-        .await
-        .unwrap()
-        .id;
+    let id = new_session(&client, Language::Python).await;
     for code in ["x = 1", "x = 2"] {
         let request = SessionExecRequest::new(code);
         let response = within("exec", STEP_LIMIT, client.session_exec(&id, &request))

@@ -13,7 +13,7 @@ use hyperlightd_client::{
     Client, CreateSessionRequest, Error, ErrorKind, ExecRequest, ExecResponse, ExecStatus,
     Language, SessionExecRequest, SessionInfo,
 };
-use hyperlightd_e2e::{Daemon, STEP_LIMIT, within};
+use hyperlightd_e2e::{Daemon, STEP_LIMIT, new_session, within};
 use serde_json::{Value, json};
 
 #[path = "sessions/durable.rs"]
@@ -21,14 +21,6 @@ mod durable;
 
 async fn both_languages(extra: &[&str]) -> Daemon {
     Daemon::start_with_python(&["javascript=1", "python=1"], extra).await
-}
-
-async fn create(client: &Client, language: Language) -> String {
-    let request = CreateSessionRequest::new(language);
-    within("create", STEP_LIMIT, client.create_session(&request))
-        .await
-        .unwrap()
-        .id
 }
 
 async fn exec_timed(client: &Client, id: &str, code: &str, timeout_ms: u64) -> ExecResponse {
@@ -112,7 +104,7 @@ async fn state_carries_over_execs_and_an_exception_keeps_what_ran_before_it() {
     let daemon = both_languages(&[]).await;
     let client = daemon.client();
 
-    let py = create(&client, Language::Python).await;
+    let py = new_session(&client, Language::Python).await;
     value(&client, &py, "import json\nrows = [{'n': i} for i in range(10)]\ndef total(rs):\n    return sum(r['n'] for r in rs)\nclass Box:\n    size = 3").await;
     let next = value(
         &client,
@@ -138,7 +130,7 @@ async fn state_carries_over_execs_and_an_exception_keeps_what_ran_before_it() {
     let flood = "for i in range(300):\n    print('line', i)";
     output_flows_again_after_a_capped_exec(&client, &py, flood, "print('next')").await;
 
-    let js = create(&client, Language::Javascript).await;
+    let js = new_session(&client, Language::Javascript).await;
     value(&client, &js, "const rows = Array.from({length: 10}, (_, n) => ({n})); let count = 1; var seen = 'v'; function total(rs) { return rs.reduce((a, r) => a + r.n, 0); } class Box { static size = 3 }").await;
     let next = value(
         &client,
@@ -416,7 +408,7 @@ async fn a_fork_copies_the_state_then_the_two_diverge_and_draw_different_random_
             "Array.from({length: 4}, Math.random)",
         ),
     ] {
-        let origin = create(&client, language).await;
+        let origin = new_session(&client, language).await;
         value(&client, &origin, setup).await;
         let fork = within("fork", STEP_LIMIT, client.fork_session(&origin))
             .await
@@ -440,7 +432,7 @@ async fn a_fork_copies_the_state_then_the_two_diverge_and_draw_different_random_
     }
     // Each exec draws from its own seed, even after an exec that left a draw half used:
     // random.gauss makes its numbers in pairs and keeps the second for its next call.
-    let id = create(&client, Language::Python).await;
+    let id = new_session(&client, Language::Python).await;
     let kept = value(
         &client,
         &id,
@@ -463,7 +455,7 @@ async fn rolls_back(
     check: &str,
     expected: Value,
 ) {
-    let id = create(client, language).await;
+    let id = new_session(client, language).await;
     value(client, &id, setup).await;
     for (program, timeout_ms, kind) in hostile {
         // Sent as soon as the last answer came: the save of what that exec left is not counted
@@ -556,9 +548,9 @@ async fn sessions_expire_are_deleted_and_unknown_ids_are_not_found() {
     .unwrap();
     assert_eq!(short.idle_timeout_s, 1);
     value(&client, &short.id, "var x = 1").await;
-    let doomed = create(&client, Language::Python).await;
+    let doomed = new_session(&client, Language::Python).await;
     value(&client, &doomed, "secret = 42").await;
-    let third = create(&client, Language::Python).await;
+    let third = new_session(&client, Language::Python).await;
     // At the limit: refused, and nothing else changes.
     let refused = within(
         "create",
@@ -666,7 +658,7 @@ async fn an_exec_sent_the_moment_the_last_answer_arrives_has_all_of_its_time_lim
             "big[big.length - 1]",
         ),
     ] {
-        let id = create(&client, language).await;
+        let id = new_session(&client, language).await;
         // A large state, then, at once, an exec with half a second: less than saving the state
         // takes under emulation.
         value(&client, &id, setup).await;
@@ -687,7 +679,7 @@ async fn an_exec_sent_the_moment_the_last_answer_arrives_has_all_of_its_time_lim
     }
 
     // Execs that really overlap still wait for each other, within their own time limits.
-    let id = create(&client, Language::Javascript).await;
+    let id = new_session(&client, Language::Javascript).await;
     value(&client, &id, "let n = 0").await;
     let slow = {
         let (client, id) = (client.clone(), id.clone());
@@ -736,7 +728,7 @@ async fn twenty_sessions_on_a_pool_of_two_keep_their_own_state_and_execs_of_one_
     let client = daemon.client();
     let mut ids = Vec::new();
     for n in 0..20 {
-        let id = create(&client, Language::Javascript).await;
+        let id = new_session(&client, Language::Javascript).await;
         // The same names in every session.
         value(
             &client,
@@ -750,7 +742,7 @@ async fn twenty_sessions_on_a_pool_of_two_keep_their_own_state_and_execs_of_one_
     // saving and restoring when the next arrives), so the states cross sandboxes.
     let mut pythons = Vec::new();
     for n in 0..2 {
-        let id = create(&client, Language::Python).await;
+        let id = new_session(&client, Language::Python).await;
         // A file of the library left open: its handles name entries of the host's tables.
         let setup = format!(
             "mine = {n}\nimport json\nlines = open(json.__file__).readlines()\n\
@@ -822,7 +814,7 @@ async fn checkpoints_are_named_listed_rolled_back_to_forked_from_and_kept_within
         (Language::Python, "x = {n}"),
         (Language::Javascript, "globalThis.x = {n}"),
     ] {
-        let id = create(&client, language).await;
+        let id = new_session(&client, language).await;
         for n in 1..=3u64 {
             let response = exec(&client, &id, &set.replace("{n}", &n.to_string())).await;
             let session = response.session.unwrap();

@@ -5,11 +5,11 @@
 use std::time::Duration;
 
 use hyperlightd_client::{
-    Client, CreateSessionRequest, Error, ErrorKind, ExecRequest, ExecStatus, InstallResponse,
-    Language, SessionExecRequest,
+    Client, Error, ErrorKind, ExecRequest, ExecStatus, InstallResponse, Language,
+    SessionExecRequest,
 };
 use hyperlightd_e2e::index::{Listed, TestIndex, pypi_wheels, sha256_hex};
-use hyperlightd_e2e::{STEP_LIMIT, audit_lines, py, run, within};
+use hyperlightd_e2e::{STEP_LIMIT, audit_lines, new_session, py, run, within};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 
@@ -31,13 +31,6 @@ async fn install(
         Error::Rejected { error, .. } => (error.kind, error.message),
         other => panic!("the install of {requirements:?} failed: {other}"),
     })
-}
-
-/// A new Python session's id.
-async fn new_session(client: &Client) -> String {
-    let request = CreateSessionRequest::new(Language::Python);
-    let created = within("create", STEP_LIMIT, client.create_session(&request)).await;
-    created.unwrap().id
 }
 
 /// The session's newest checkpoint, once the execs before have saved theirs.
@@ -103,7 +96,7 @@ async fn packages_install_from_the_index_and_live_in_the_session_s_checkpoints()
         (vec![url.clone()], vec!["evil".into()])
     );
 
-    let id = new_session(&client).await;
+    let id = new_session(&client, Language::Python).await;
     // `%pip install` in a program: installed, then the rest of it runs; the dependency too.
     let program = "%pip install -q markdown-it-py==3.0.0\nimport markdown_it, mdurl\n\
                    markdown_it.MarkdownIt().render('# hi')";
@@ -323,7 +316,7 @@ async fn packages_install_from_the_index_and_live_in_the_session_s_checkpoints()
 async fn without_an_index_an_install_says_how_to_turn_installs_on() {
     let daemon = native_daemon(&[]).await;
     let client = daemon.client();
-    let id = new_session(&client).await;
+    let id = new_session(&client, Language::Python).await;
     let (kind, message) = install(&client, &id, &["msgpack"]).await.unwrap_err();
     assert_eq!(kind, ErrorKind::PackageRefused);
     assert!(message.contains("--package-index"), "{message}");
@@ -347,7 +340,7 @@ async fn an_install_is_on_disk_with_its_session_and_its_wheel_in_the_cache_after
     ];
     let daemon = native_daemon(&args).await;
     let client = daemon.client();
-    let id = new_session(&client).await;
+    let id = new_session(&client, Language::Python).await;
     let installed = install(&client, &id, &["mdurl"]).await.unwrap();
     assert_eq!(names(&installed), ["mdurl==0.1.2"]);
     // A clean stop writes the session's newest checkpoint before the daemon exits.
@@ -369,7 +362,7 @@ async fn an_install_is_on_disk_with_its_session_and_its_wheel_in_the_cache_after
     let read = "import mdurl\nmdurl.__version__";
     assert_eq!(value(&daemon, &id, read).await, json!("0.1.2"));
     // A new session's install of the same package takes the wheel from the cache on disk.
-    let other = new_session(&client).await;
+    let other = new_session(&client, Language::Python).await;
     let again = install(&client, &other, &["mdurl"]).await.unwrap();
     assert!(again.installed[0].cached, "{again:?}");
 }

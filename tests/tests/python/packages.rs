@@ -1,11 +1,9 @@
 //! Packages at runtime (issue 57) in the WebAssembly Python guest: pure wheels only, unpacked by
 //! the host into the session's working directory, from a loopback index of PyPI's wheels.
 
-use hyperlightd_client::{
-    CreateSessionRequest, Error, ErrorKind, ExecRequest, ExecStatus, Language, SessionExecRequest,
-};
+use hyperlightd_client::{Error, ErrorKind, ExecRequest, ExecStatus, Language, SessionExecRequest};
 use hyperlightd_e2e::index::{TestIndex, pypi_wheels};
-use hyperlightd_e2e::{STEP_LIMIT, py, run, within};
+use hyperlightd_e2e::{STEP_LIMIT, new_session, py, run, within};
 use serde_json::json;
 
 use super::python_daemon;
@@ -24,11 +22,7 @@ async fn pure_wheels_install_into_the_session_s_files_and_roll_back_with_them() 
     ])
     .await;
     let client = daemon.client();
-    let request = CreateSessionRequest::new(Language::Python);
-    let id = within("create", STEP_LIMIT, client.create_session(&request))
-        .await
-        .unwrap()
-        .id;
+    let id = new_session(&client, Language::Python).await;
     // A package's modules are compiled from source as they are imported (the guest writes no
     // bytecode): seconds for markdown-it-py's under emulation.
     let exec = |code: &str| {

@@ -236,7 +236,7 @@ async fn damaged_checkpoints_and_another_builds_are_refused_each_with_its_reason
     ];
     let mut ids = Vec::new();
     for language in languages {
-        let id = create(&client, language).await;
+        let id = new_session(&client, language).await;
         value(&client, &id, &set_x(language, 1)).await;
         value(&client, &id, &set_x(language, 2)).await;
         durable(&client, &id, 2).await;
@@ -269,7 +269,7 @@ async fn damaged_checkpoints_and_another_builds_are_refused_each_with_its_reason
     }
     // A JavaScript session whose parent's pages get a flipped byte: both checkpoints that have
     // them are refused.
-    let parent_damaged = create(&client, Language::Javascript).await;
+    let parent_damaged = new_session(&client, Language::Javascript).await;
     value(&client, &parent_damaged, &set_x(Language::Javascript, 1)).await;
     value(&client, &parent_damaged, &set_x(Language::Javascript, 2)).await;
     durable(&client, &parent_damaged, 2).await;
@@ -397,7 +397,7 @@ async fn two_hundred_parked_sessions_on_a_pool_of_two_each_keep_their_own_state(
     let client = daemon.client();
     let mut ids = Vec::new();
     for n in 0..SESSIONS {
-        let id = create(&client, Language::Javascript).await;
+        let id = new_session(&client, Language::Javascript).await;
         let code = format!("var mine = {n}; files.write('mine.txt', '{n}'); mine");
         assert_eq!(value(&client, &id, &code).await, json!(n));
         ids.push(id);
