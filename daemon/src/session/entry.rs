@@ -63,8 +63,8 @@ pub(super) struct Meta {
     pub(super) lost: Option<Loss>,
     /// An exec holds the history (reaping and parking wait for it).
     pub(super) busy: bool,
-    /// The working directory of its newest checkpoint, while that is in memory; None while it
-    /// is parked or after a restart (its files are read from disk then: parking frees them).
+    /// The working directory of its newest checkpoint, unless only the disk has it (parked,
+    /// or after a restart: its files are read from there then, and parking frees them).
     pub(super) head_files: Option<Arc<Files>>,
 }
 
@@ -91,7 +91,12 @@ impl Meta {
     /// Takes what `history` is now.
     pub(super) fn record(&mut self, history: &History) {
         let head = history.head();
-        self.head_files = head.image().map(|image| image.files().clone());
+        self.head_files = match (head.image(), head.disk()) {
+            (Some(image), _) => Some(image.files().clone()),
+            (None, Some(_)) => None,
+            // A new session's start, the warm state: no files.
+            (None, None) => Some(Arc::default()),
+        };
         self.memory_bytes = history.resident_bytes();
         self.checkpoint = head.number();
         self.checkpoints = history.len();

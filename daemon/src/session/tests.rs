@@ -924,6 +924,17 @@ async fn files_follow_the_state_through_rollback_and_fork() {
         .id;
     let wait = Duration::from_secs(1);
     assert!(sessions.files(OWNER, &id, wait).await.unwrap().is_empty());
+    // A new session's files (none) are read at once while its first exec runs.
+    let session = sessions.find(OWNER, &id).unwrap();
+    let held = session.history.lock().await;
+    assert!(
+        sessions
+            .head_files(OWNER, &id, wait)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    drop(held);
     exec_saving(&sessions, &id, 7, 10).await;
     exec_rolling_back(&sessions, &id).await;
     assert_eq!(sessions.files(OWNER, &id, wait).await.unwrap(), files_of(7));
