@@ -101,9 +101,11 @@ proptest! {
         let cut = cut % (good.len() + 1);
         let bytes = damage(good, &flips, cut);
         let _ = metadata::read(&bytes);
-        if let Ok(unpacked) = unpack::files(&bytes, bound) {
+        let mut left = bound;
+        if let Ok(unpacked) = unpack::files(&bytes, &mut left) {
             let total: u64 = unpacked.iter().map(|(_, b)| b.len() as u64).sum();
             prop_assert!(total <= bound);
+            prop_assert_eq!(left, bound - total);
             for (path, _) in unpacked {
                 prop_assert!(path.starts_with(unpack::SITE), "{}", path);
                 prop_assert!(files::check_given(&path).is_ok(), "{}", path);
@@ -116,7 +118,7 @@ proptest! {
         names in proptest::collection::btree_set("[a-z./\\\\:]{0,10}", 1..4),
     ) {
         let entries: Vec<(&str, &[u8])> = names.iter().map(|n| (n.as_str(), &b"x"[..])).collect();
-        if let Ok(unpacked) = unpack::files(&zip(&entries), 1 << 20) {
+        if let Ok(unpacked) = unpack::files(&zip(&entries), &mut (1 << 20)) {
             for (path, _) in unpacked {
                 prop_assert!(files::check_given(&path).is_ok(), "{}", path);
             }

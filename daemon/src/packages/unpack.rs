@@ -12,11 +12,11 @@ pub const SITE: &str = ".hyperlightd/site-packages";
 
 /// The files of the wheel `bytes`, by path under [`SITE`]: what its archive holds, its
 /// `.data` directory's `purelib` and `platlib` laid beside them (its scripts, headers and data
-/// are not installed); else why not. At most `max_bytes` are unpacked: a small archive may
-/// expand to far more (a zip bomb), and more than a working directory holds is refused before
-/// it is read.
-pub fn files(bytes: &[u8], max_bytes: u64) -> Result<Vec<(String, Vec<u8>)>, String> {
-    let mut left = max_bytes;
+/// are not installed); else why not. At most `left` bytes are unpacked, and `left` is lowered
+/// by what is: a small archive may expand to far more (a zip bomb), and more than a working
+/// directory holds is refused before it is read.
+pub fn files(bytes: &[u8], left: &mut u64) -> Result<Vec<(String, Vec<u8>)>, String> {
+    let max_bytes = *left;
     let mut archive =
         zip::ZipArchive::new(Cursor::new(bytes)).map_err(|e| format!("not a zip archive: {e}"))?;
     let mut unpacked = Vec::new();
@@ -42,16 +42,16 @@ pub fn files(bytes: &[u8], max_bytes: u64) -> Result<Vec<(String, Vec<u8>)>, Str
                  (--max-file-bytes)"
             )
         };
-        if entry.size() > left {
+        if entry.size() > *left {
             return Err(too_much());
         }
         let mut content = Vec::with_capacity(usize::try_from(entry.size()).unwrap_or(0));
         // The size its header gives is not trusted: at most what is left is read.
         (&mut entry)
-            .take(left + 1)
+            .take(*left + 1)
             .read_to_end(&mut content)
             .map_err(|e| format!("cannot read {name:?}: {e}"))?;
-        left = left
+        *left = left
             .checked_sub(content.len() as u64)
             .ok_or_else(too_much)?;
         unpacked.push((format!("{SITE}/{path}"), content));
@@ -83,7 +83,7 @@ mod tests {
             ("m-1.0.data/purelib/extra.py", b"y = 2"),
             ("m-1.0.data/scripts/tool", b"#!"),
         ]);
-        let paths: Vec<String> = files(&wheel, 1 << 20)
+        let paths: Vec<String> = files(&wheel, &mut (1 << 20))
             .unwrap()
             .into_iter()
             .map(|(p, _)| p)
@@ -102,9 +102,9 @@ mod tests {
     fn a_path_outside_the_directory_is_refused() {
         for name in ["../evil.py", "m/../../evil.py", "/etc/x"] {
             let wheel = zip(&[(name, b"x")]);
-            assert!(files(&wheel, 1 << 20).is_err(), "{name}");
+            assert!(files(&wheel, &mut (1 << 20)).is_err(), "{name}");
         }
-        assert!(files(b"not a zip", 1 << 20).is_err());
+        assert!(files(b"not a zip", &mut (1 << 20)).is_err());
     }
 
     #[test]
@@ -112,8 +112,10 @@ mod tests {
         let big = vec![0u8; 1 << 16];
         let wheel = zip(&[("m/a.py", &big[..]), ("m/b.py", &big[..])]);
         assert!(wheel.len() < 4096, "compressed, it is small");
-        assert_eq!(files(&wheel, 2 << 16).unwrap().len(), 2);
-        let refused = files(&wheel, (2 << 16) - 1).unwrap_err();
+        let mut left = (2 << 16) + 5;
+        assert_eq!(files(&wheel, &mut left).unwrap().len(), 2);
+        assert_eq!(left, 5, "lowered by what was unpacked");
+        let refused = files(&wheel, &mut ((2 << 16) - 1)).unwrap_err();
         assert!(refused.contains("more than the 131071 bytes"), "{refused}");
     }
 }

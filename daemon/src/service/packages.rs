@@ -57,13 +57,12 @@ impl Resolved {
         }
         let mut left = max_bytes;
         for planned in &self.plan.install {
-            let files =
-                unpack::files(&planned.bytes, left).map_err(|why| packages::Refusal::BadWheel {
+            let files = unpack::files(&planned.bytes, &mut left).map_err(|why| {
+                packages::Refusal::BadWheel {
                     filename: planned.filename.clone(),
                     why,
-                })?;
-            let unpacked: u64 = files.iter().map(|(_, bytes)| bytes.len() as u64).sum();
-            left -= unpacked;
+                }
+            })?;
             for (path, bytes) in files {
                 match in_session {
                     true => job.file_changes.push(FileChange::Write { path, bytes }),
@@ -134,7 +133,8 @@ impl<E: Executor> Service<E> {
             let wait = self.limits.max_timeout;
             let checkpoints = self.executor.session_checkpoints(&owner, id, wait).await?;
             let checkpoint = checkpoints.last().map_or(0, |c| c.number);
-            self.audit_install(call, Some(id), &resolved, Ok(()));
+            let (requirements, plan) = (&resolved.requirements, &resolved.plan);
+            self.audit_install(call, Some(id), requirements, plan, Ok(()));
             return Ok(Installed {
                 plan: resolved.plan,
                 checkpoint,
@@ -165,19 +165,14 @@ impl<E: Executor> Service<E> {
         resolved: Option<Resolved>,
         session: Option<(&str, E::Session)>,
     ) -> (Result<Executed, Refusal>, Option<Resolved>) {
-        let Some(resolved) = resolved else {
-            let ran = match job {
-                Ok(job) => self.run(call, job, session).await,
-                Err(refused) => Err(refused),
-            };
-            return (ran, None);
-        };
         let id = session.as_ref().map(|(id, _)| *id);
         let given = job.and_then(|mut job| {
-            resolved.give(&mut job, id.is_some(), self.limits.files.max_bytes)?;
-            if id.is_none() {
-                // Unpacked into its working directory, they count against its caps.
-                self.check_files(&job.files)?;
+            if let Some(resolved) = &resolved {
+                resolved.give(&mut job, id.is_some(), self.limits.files.max_bytes)?;
+                if id.is_none() {
+                    // Unpacked into its working directory, they count against its caps.
+                    self.check_files(&job.files)?;
+                }
             }
             Ok(job)
         });
@@ -185,19 +180,22 @@ impl<E: Executor> Service<E> {
             Ok(job) => self.run(call, job, session).await,
             Err(refused) => Err(refused),
         };
-        let ended = match &ran {
-            Err(refused) => Err((refused.reason(), refused.to_string())),
-            Ok(executed) => match install_failure(&executed.outcome) {
-                Some(failed) => Err(("install_failed", failed)),
-                None if dropped(&executed.outcome) => Err((
-                    "not_kept",
-                    "the exec's effects were dropped, the install with them".to_owned(),
-                )),
-                None => Ok(()),
-            },
-        };
-        self.audit_install(call, id, &resolved, ended);
-        (ran, Some(resolved))
+        if let Some(resolved) = &resolved {
+            let ended = match &ran {
+                Err(refused) => Err((refused.reason(), refused.to_string())),
+                Ok(executed) => match install_failure(&executed.outcome) {
+                    Some(failed) => Err(("install_failed", failed)),
+                    None if dropped(&executed.outcome) => Err((
+                        "not_kept",
+                        "the exec's effects were dropped, the install with them".to_owned(),
+                    )),
+                    None => Ok(()),
+                },
+            };
+            let (requirements, plan) = (&resolved.requirements, &resolved.plan);
+            self.audit_install(call, id, requirements, plan, ended);
+        }
+        (ran, resolved)
     }
 
     /// What `call`'s caller's session `id` installed, as its newest checkpoint has it (after
@@ -356,14 +354,7 @@ impl<E: Executor> Service<E> {
         refused: Refusal,
     ) -> Refusal {
         let ended = Err((refused.reason(), refused.to_string()));
-        let nothing = Resolved {
-            _turn: None,
-            requirements: requirements.to_vec(),
-            plan: Plan::default(),
-            site: Site::Guest,
-            before: Vec::new(),
-        };
-        self.audit_install(call, session, &nothing, ended);
+        self.audit_install(call, session, requirements, &Plan::default(), ended);
         refused
     }
 
@@ -373,10 +364,10 @@ impl<E: Executor> Service<E> {
         &self,
         call: &Call,
         session: Option<&str>,
-        resolved: &Resolved,
+        requirements: &[String],
+        plan: &Plan,
         ended: Result<(), (&str, String)>,
     ) {
-        let (requirements, plan) = (&resolved.requirements, &resolved.plan);
         let (outcome, error) = match ended {
             Ok(()) if plan.install.is_empty() => ("present", None),
             Ok(()) => ("installed", None),
