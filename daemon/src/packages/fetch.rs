@@ -136,9 +136,9 @@ impl Indexes {
             let answer = match self.send(&target, accept, max).await {
                 Ok(answer) => answer,
                 Err((kind, e)) => {
-                    told(None, 0, Some((kind, e.to_string().as_str())));
+                    told(None, 0, Some((kind.as_str(), e.to_string().as_str())));
                     return match kind {
-                        "limit" => Ok(None),
+                        FetchErrorKind::Limit => Ok(None),
                         _ => Err(e),
                     };
                 }
@@ -182,8 +182,9 @@ impl Indexes {
         target: &Target,
         accept: &'static str,
         max: usize,
-    ) -> Result<crate::egress::client::Answer, (&'static str, Refusal)> {
-        let peer = self.reach(target).await.map_err(|e| ("refused", e))?;
+    ) -> Result<crate::egress::client::Answer, (FetchErrorKind, Refusal)> {
+        let peer = self.reach(target).await;
+        let peer = peer.map_err(|e| (FetchErrorKind::Refused, e))?;
         let mut headers = HeaderMap::new();
         headers.insert(header::ACCEPT, HeaderValue::from_static(accept));
         headers.insert(
@@ -199,11 +200,8 @@ impl Indexes {
         };
         let answer = tokio::time::timeout(self.timeout, self.client.send(peer, exchange)).await;
         let late = || Refusal::Index(format!("{target} did not answer in time"));
-        match answer.map_err(|_| ("timeout", late()))? {
-            Ok(answer) => Ok(answer),
-            Err(e) if e.kind == FetchErrorKind::Limit => Err(("limit", Refusal::Index(e.message))),
-            Err(e) => Err((e.kind.as_str(), Refusal::Index(e.message))),
-        }
+        let answer = answer.map_err(|_| (FetchErrorKind::Timeout, late()))?;
+        answer.map_err(|e| (e.kind, Refusal::Index(e.message)))
     }
 
     /// The address to reach `target` at: any for an index's own host, public ones only for
