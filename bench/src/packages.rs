@@ -1,27 +1,19 @@
 //! (p) Packages at runtime (issue 57), side by side in one VM boot: in a new native Python
 //! session, an install of a small pure wheel (mdurl, 10 KB) whose wheel the host must fetch
 //! from the index, the same install with the wheel in the host's cache, and a session exec that
-//! installs nothing. The index is a loopback server with the wheel `cargo xtask test` downloaded
-//! from PyPI; the project's page is read on every install (`--package-page-max-age-s 0`), so
-//! that the two installs differ by the wheel's fetch alone. Alternating, each once the sandbox
-//! is idle and right after another session's exec, so that all see the same machine and the
-//! same sandbox.
+//! installs nothing. The index is the install tests' loopback server (`hyperlightd_e2e::index`)
+//! with the wheel `cargo xtask test` downloaded from PyPI; the project's page is read on every
+//! install (`--package-page-max-age-s 0`), so that the two installs differ by the wheel's fetch
+//! alone. Alternating, each once the sandbox is idle and right after another session's exec, so
+//! that all see the same machine and the same sandbox.
 
-use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::header::HeaderValue;
-use hyper_util::rt::TokioIo;
 use hyperlightd_client::{Client, CreateSessionRequest, Language, SessionExecRequest};
+use hyperlightd_e2e::index::{Listed, TestIndex};
 use serde::Serialize;
-use sha2::{Digest, Sha256};
-use tokio::net::TcpListener;
 
 use crate::common::print_row;
 use crate::native::native_args;
@@ -42,54 +34,6 @@ struct Figures {
     install_cached: Latency,
     install_fetched_ratio: f64,
     install_cached_ratio: f64,
-}
-
-/// Serves `wheel` as the only file of project `mdurl`; its address.
-async fn index(wheel: Bytes) -> Result<SocketAddr> {
-    let sha256: String = Sha256::digest(&wheel)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    let page = serde_json::json!({
-        "meta": {"api-version": "1.1"},
-        "name": "mdurl",
-        "files": [{"filename": WHEEL, "url": format!("/files/{WHEEL}"), "hashes": {"sha256": sha256}}],
-    });
-    let page = Bytes::from(page.to_string());
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let address = listener.local_addr()?;
-    let served = Arc::new((page, wheel));
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            // Else the wheel's body waits for the delayed acknowledgement of its head (40 ms).
-            let _ = tcp.set_nodelay(true);
-            let served = served.clone();
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |request: hyper::Request<_>| {
-                    let served = served.clone();
-                    async move {
-                        let mut response = match request.uri().path() {
-                            "/simple/mdurl/" => hyper::Response::new(Full::new(served.0.clone())),
-                            path if path.ends_with(WHEEL) => {
-                                hyper::Response::new(Full::new(served.1.clone()))
-                            }
-                            _ => hyper::Response::new(Full::new(Bytes::new())),
-                        };
-                        if request.uri().path().starts_with("/simple/") {
-                            let json = "application/vnd.pypi.simple.v1+json";
-                            response
-                                .headers_mut()
-                                .insert("content-type", HeaderValue::from_static(json));
-                        }
-                        Ok::<_, Infallible>(response)
-                    }
-                });
-                let http = hyper::server::conn::http1::Builder::new();
-                let _ = http.serve_connection(TokioIo::new(tcp), service).await;
-            });
-        }
-    });
-    Ok(address)
 }
 
 /// A new session, an install of mdurl in it (or an exec that installs nothing) timed once the
@@ -133,13 +77,13 @@ pub async fn run(args: &Args) -> Result<PartReport> {
     };
     let wheel = std::fs::read(wheels.join(WHEEL)).context("the wheel")?;
     let wheel_bytes = wheel.len();
-    let address = index(Bytes::from(wheel)).await?;
+    let index = TestIndex::serve(vec![Listed::new(WHEEL, wheel)]).await;
     let dir = tempfile::tempdir()?;
     let cache = dir.path().join("wheels");
     let mut extra = native_args(args, rootfs, 1);
     extra.extend([
         "--package-index".to_owned(),
-        format!("http://{address}/simple/"),
+        index.url(),
         "--package-cache".to_owned(),
         cache.to_string_lossy().into_owned(),
         "--package-page-max-age-s".to_owned(),
