@@ -293,6 +293,10 @@ pub struct Config {
     #[command(flatten)]
     pub packages: PackageOptions,
 
+    /// The daemon's own system call filters.
+    #[command(flatten)]
+    pub seccomp: crate::sys::seccomp::SeccompOptions,
+
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

@@ -248,6 +248,10 @@ pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Resu
             return Ok(());
         }
     };
+    // The main thread polls the server from here on: narrowed to the runtime's filter before
+    // the first request is served (see sys::seccomp).
+    sys::seccomp::enter(sys::seccomp::Kind::Runtime)
+        .map_err(|e| StartError::Other(e.to_string()))?;
     info!(socket = %bound.path().display(), "serving while the pools warm");
     if let Some(store) = saves {
         store.serving();
@@ -447,20 +451,27 @@ fn open_snapshot_store(config: &Config) -> Result<Option<Arc<SnapshotStore>>, St
     Ok(Some(Arc::new(store)))
 }
 
-/// Runs `work` on a blocking thread, with the process's signals blocked there (it builds
-/// sandboxes; see sys::signals), and waits for it at most `limit`: None past it. A hypervisor
-/// that hangs instead of failing must not leave the daemon bound but never serving; the stuck
-/// thread cannot be cancelled, and the process exits instead.
+/// Runs `work` on a thread of its own that runs guests (its filter, and the process's signals
+/// blocked there: it builds sandboxes; see sys::seccomp and sys::signals), and waits for it at
+/// most `limit`: None past it. A hypervisor that hangs instead of failing must not leave the
+/// daemon bound but never serving; the stuck thread cannot be cancelled, and the process exits
+/// instead.
 async fn blocking_within<T: Send + 'static>(
     limit: Duration,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Option<Result<T, StartError>> {
-    let task = tokio::task::spawn_blocking(move || {
+    let (done, outcome) = tokio::sync::oneshot::channel();
+    let spawned = sys::seccomp::spawn(sys::seccomp::Kind::Guest, "startup".to_owned(), move || {
         if let Err(e) = sys::signals::block_process_signals_on_this_thread() {
             warn!("cannot block signals on the startup thread: {e}");
         }
-        work()
+        let _ = done.send(work());
     });
-    let joined = tokio::time::timeout(limit, task).await.ok()?;
-    Some(joined.map_err(|e| StartError::Other(format!("a startup thread failed: {e}"))))
+    if let Err(e) = spawned {
+        return Some(Err(StartError::Other(format!(
+            "cannot start a startup thread: {e}"
+        ))));
+    }
+    let joined = tokio::time::timeout(limit, outcome).await.ok()?;
+    Some(joined.map_err(|_| StartError::Other("a startup thread failed".to_owned())))
 }

@@ -1,10 +1,11 @@
-//! `hyperlightd`: parses the command line, sets up logging, runs the daemon until SIGTERM or
-//! SIGINT, and maps failures to exit codes.
+//! `hyperlightd`: parses the command line, sets up logging and the system call filters, runs
+//! the daemon until SIGTERM or SIGINT, and maps failures to exit codes.
 
 use std::process::ExitCode;
 
 use clap::Parser;
 use hyperlightd::config::{Config, LogFormat};
+use hyperlightd::sys::seccomp;
 use tracing_subscriber::EnvFilter;
 
 /// Exit code of a command line that does not parse: a bad configuration (sysexits' EX_USAGE,
@@ -37,7 +38,14 @@ fn main() -> ExitCode {
         LogFormat::Json => logs.json().init(),
     }
 
+    // Before any other thread starts: each inherits the filter its creator has (see
+    // hyperlightd::sys::seccomp).
+    if let Err(e) = seccomp::start(&config.seccomp) {
+        tracing::error!("system call filters: {e}");
+        return ExitCode::from(70);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .on_thread_start(|| seccomp::enter_or_abort(seccomp::Kind::Runtime))
         .enable_all()
         .build()
     {

@@ -2,7 +2,8 @@
 //! checked (see [`super::address`]), a new connection to the address that passed (never a
 //! second resolution, so a rebinding name cannot move it), TLS verified against the roots the
 //! daemon trusts, the request in origin form with the host's own `Host`, the response's head
-//! and body read within their caps. No connection outlives its request.
+//! and body read within their caps. No connection outlives its request. Names are resolved and
+//! connections made on the egress client's own threads (see `sys::seccomp`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use tokio_rustls::TlsConnector;
 use super::address;
 use super::target::{Host, Scheme, Target};
 use crate::job::egress::{FetchError, FetchErrorKind};
+use crate::sys::seccomp;
 
 /// The most bytes of a response's head (status line and headers).
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
@@ -66,37 +68,21 @@ impl Client {
     /// The address `target` is reached at: its literal address (a rule named it), or the one
     /// its name resolves to, when every address it resolves to is public.
     pub async fn resolve(&self, target: &Target) -> Result<SocketAddr, FetchError> {
-        let name = match &target.host {
-            Host::Ip(ip) => return Ok(SocketAddr::new(*ip, target.port)),
-            Host::Name(name) => name,
-        };
-        let addresses: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), target.port))
-            .await
-            .map_err(|e| {
-                error(
-                    FetchErrorKind::Failed,
-                    format!("cannot resolve {name}: {e}"),
-                )
-            })?
-            .collect();
-        if let Some((ip, why)) = addresses
-            .iter()
-            .find_map(|a| address::special(a.ip()).map(|why| (a.ip(), why)))
-        {
-            return Err(error(
-                FetchErrorKind::Refused,
-                format!(
-                    "{name} resolves to {ip}, which is {why}: only public addresses are reached \
-                     by name (a rule must name such an address literally)"
-                ),
-            ));
-        }
-        addresses.first().copied().ok_or_else(|| {
-            error(
-                FetchErrorKind::Failed,
-                format!("{name} resolves to no address"),
-            )
+        let target = target.clone();
+        on_egress_threads(async move { resolve(&target).await }).await
+    }
+
+    /// The first address `name` resolves to, whatever it is (for a host the operator named).
+    pub async fn resolve_any(&self, name: &str, port: u16) -> Result<SocketAddr, FetchError> {
+        let name = name.to_owned();
+        on_egress_threads(async move {
+            let found = tokio::net::lookup_host((name.as_str(), port)).await;
+            found
+                .ok()
+                .and_then(|mut found| found.next())
+                .ok_or_else(|| error(FetchErrorKind::Failed, format!("cannot resolve {name}")))
         })
+        .await
     }
 
     /// Sends `exchange` to `peer`, and reads the answer within its caps.
@@ -105,37 +91,109 @@ impl Client {
         peer: SocketAddr,
         exchange: Exchange<'_>,
     ) -> Result<Answer, FetchError> {
-        let target = exchange.target;
-        let tcp = TcpStream::connect(peer).await.map_err(|e| {
+        let (method, target) = (exchange.method.clone(), exchange.target.clone());
+        let (headers, body, max_body) = (exchange.headers, exchange.body, exchange.max_body);
+        let tls = self.tls.clone();
+        on_egress_threads(async move {
+            let exchange = Exchange {
+                method: &method,
+                target: &target,
+                headers,
+                body,
+                max_body,
+            };
+            send(tls, peer, exchange).await
+        })
+        .await
+    }
+}
+
+/// Runs `work` on the egress client's own threads, the only ones whose system call filter
+/// allows Internet sockets (see `sys::seccomp`), or here when the filters are off. Dropped, it
+/// stops `work`.
+async fn on_egress_threads<T: Send + 'static>(
+    work: impl Future<Output = Result<T, FetchError>> + Send + 'static,
+) -> Result<T, FetchError> {
+    let Some(runtime) = seccomp::egress_runtime() else {
+        return work.await;
+    };
+    let mut task = AbortOnDrop(runtime.spawn(work));
+    match (&mut task.0).await {
+        Ok(done) => done,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => Err(error(FetchErrorKind::Failed, "the daemon is stopping")),
+    }
+}
+
+async fn resolve(target: &Target) -> Result<SocketAddr, FetchError> {
+    let name = match &target.host {
+        Host::Ip(ip) => return Ok(SocketAddr::new(*ip, target.port)),
+        Host::Name(name) => name,
+    };
+    let addresses: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), target.port))
+        .await
+        .map_err(|e| {
             error(
                 FetchErrorKind::Failed,
-                format!("cannot connect to {} ({peer}): {e}", target.authority()),
+                format!("cannot resolve {name}: {e}"),
             )
-        })?;
-        let _ = tcp.set_nodelay(true);
-        match target.scheme {
-            Scheme::Http => exchange_over(tcp, peer, exchange).await,
-            Scheme::Https => {
-                let name = match &target.host {
-                    Host::Name(name) => ServerName::try_from(name.clone()).map_err(|_| {
-                        error(
-                            FetchErrorKind::Invalid,
-                            format!("{name} is not a TLS server name"),
-                        )
-                    })?,
-                    Host::Ip(ip) => ServerName::IpAddress((*ip).into()),
-                };
-                let tls = TlsConnector::from(self.tls.clone())
-                    .connect(name, tcp)
-                    .await
-                    .map_err(|e| {
-                        error(
-                            FetchErrorKind::Failed,
-                            format!("TLS with {} failed: {e}", target.authority()),
-                        )
-                    })?;
-                exchange_over(tls, peer, exchange).await
-            }
+        })?
+        .collect();
+    if let Some((ip, why)) = addresses
+        .iter()
+        .find_map(|a| address::special(a.ip()).map(|why| (a.ip(), why)))
+    {
+        return Err(error(
+            FetchErrorKind::Refused,
+            format!(
+                "{name} resolves to {ip}, which is {why}: only public addresses are reached by \
+                 name (a rule must name such an address literally)"
+            ),
+        ));
+    }
+    addresses.first().copied().ok_or_else(|| {
+        error(
+            FetchErrorKind::Failed,
+            format!("{name} resolves to no address"),
+        )
+    })
+}
+
+async fn send(
+    tls: Arc<rustls::ClientConfig>,
+    peer: SocketAddr,
+    exchange: Exchange<'_>,
+) -> Result<Answer, FetchError> {
+    let target = exchange.target;
+    let tcp = TcpStream::connect(peer).await.map_err(|e| {
+        error(
+            FetchErrorKind::Failed,
+            format!("cannot connect to {} ({peer}): {e}", target.authority()),
+        )
+    })?;
+    let _ = tcp.set_nodelay(true);
+    match target.scheme {
+        Scheme::Http => exchange_over(tcp, peer, exchange).await,
+        Scheme::Https => {
+            let name = match &target.host {
+                Host::Name(name) => ServerName::try_from(name.clone()).map_err(|_| {
+                    error(
+                        FetchErrorKind::Invalid,
+                        format!("{name} is not a TLS server name"),
+                    )
+                })?,
+                Host::Ip(ip) => ServerName::IpAddress((*ip).into()),
+            };
+            let tls = TlsConnector::from(tls)
+                .connect(name, tcp)
+                .await
+                .map_err(|e| {
+                    error(
+                        FetchErrorKind::Failed,
+                        format!("TLS with {} failed: {e}", target.authority()),
+                    )
+                })?;
+            exchange_over(tls, peer, exchange).await
         }
     }
 }
@@ -241,9 +299,9 @@ where
 }
 
 /// Stops the connection's task when the exchange ends, however it ends.
-struct AbortOnDrop(tokio::task::JoinHandle<Result<(), hyper::Error>>);
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
 
-impl Drop for AbortOnDrop {
+impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
     }

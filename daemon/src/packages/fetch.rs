@@ -212,11 +212,11 @@ impl Indexes {
             .iter()
             .any(|root| root.origin() == target.origin());
         match (&target.host, own) {
-            (Host::Name(name), true) => tokio::net::lookup_host((name.as_str(), target.port))
+            (Host::Name(name), true) => self
+                .client
+                .resolve_any(name, target.port)
                 .await
-                .ok()
-                .and_then(|mut found| found.next())
-                .ok_or_else(|| Refusal::Index(format!("cannot resolve {name}"))),
+                .map_err(|e| Refusal::Index(e.message)),
             (Host::Ip(ip), false) if address::special(*ip).is_some() => Err(Refusal::Index(
                 format!("{target}: an index may send files from public addresses only"),
             )),

@@ -96,6 +96,7 @@ use tracing::{info, warn};
 use super::guest::Source;
 use crate::job::{ExistingBlob, SavedState, StateCodec, StateKey};
 use crate::sys::durable::{self, discard};
+use crate::sys::seccomp::{self, Kind};
 
 /// The tag of the template in each layout.
 const TAG: &str = "template";
@@ -403,16 +404,19 @@ pub fn load_or_build<T, S: Persist, E>(
     match (codec.encode)(&template) {
         Ok(Stored { snapshot, extra }) => {
             let store = store.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("save-{}", key.language))
-                .spawn(move || {
-                    store.wait_serving();
-                    let started = std::time::Instant::now();
-                    match store.save(&key, snapshot.as_ref(), &extra) {
-                        Ok(()) => info!(language = %key.language, elapsed_ms = started.elapsed().as_millis() as u64, "template saved in {}", store.dir.display()),
-                        Err(why) => warn!(language = %key.language, "saving the template failed: {why}"),
+            let name = format!("save-{}", key.language);
+            let spawned = seccomp::spawn(Kind::Writer, name, move || {
+                store.wait_serving();
+                let started = std::time::Instant::now();
+                match store.save(&key, snapshot.as_ref(), &extra) {
+                    Ok(()) => {
+                        info!(language = %key.language, elapsed_ms = started.elapsed().as_millis() as u64, "template saved in {}", store.dir.display())
                     }
-                });
+                    Err(why) => {
+                        warn!(language = %key.language, "saving the template failed: {why}")
+                    }
+                }
+            });
             if let Err(e) = spawned {
                 warn!("cannot start the thread that saves the template: {e}");
             }

@@ -1,7 +1,8 @@
 //! Platform- and privilege-specific code, kept in one place: the socket file (ownership, mode,
 //! stale files), hypervisor detection, files read through a mapping, signals (stop requests, and the mask of threads that run
 //! guests), the process's memory policy, its open-file limit, the user database, the service
-//! manager's notifications, and a connected peer's cgroup.
+//! manager's notifications, a connected peer's cgroup, and the system call filters of each kind
+//! of thread.
 
 pub mod cgroup;
 pub mod durable;
@@ -10,6 +11,7 @@ pub mod hypervisor;
 pub mod mapped;
 pub mod memory;
 pub mod notify;
+pub mod seccomp;
 pub mod signals;
 pub mod socket;
 pub mod users;

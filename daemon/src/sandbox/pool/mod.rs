@@ -123,7 +123,6 @@ mod worker;
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
@@ -138,6 +137,7 @@ use crate::job::{
     StateCodec,
 };
 use crate::metrics::PoolMetrics;
+use crate::sys::seccomp::Kind;
 
 /// How long past a job's deadline the caller waits for the worker running it before answering
 /// "timeout" itself. A worker stops its guest at the deadline; this only bounds the wait should
@@ -454,9 +454,8 @@ impl Pool {
                 metrics: metrics.clone(),
             };
             let warm = first.take();
-            thread::Builder::new()
-                .name(format!("{}-{index}", config.language))
-                .spawn(move || worker.run(warm))
+            let name = format!("{}-{index}", config.language);
+            crate::sys::seccomp::spawn(Kind::Guest, name, move || worker.run(warm))
                 .map_err(PoolError::Spawn)?;
         }
         Ok(Pool {

@@ -18,6 +18,7 @@ use crate::job::{Language, StateCodec};
 use crate::metrics::DurableMetrics;
 use crate::session::Image;
 use crate::sys::durable;
+use crate::sys::seccomp::{self, Kind};
 
 /// A checkpoint to write.
 #[derive(Debug)]
@@ -78,9 +79,9 @@ impl Writer {
     pub fn start(metrics: DurableMetrics, blobs: Arc<Mutex<Blobs>>) -> std::io::Result<Writer> {
         let shared = Arc::new(Shared::default());
         let theirs = shared.clone();
-        std::thread::Builder::new()
-            .name("checkpoints".to_owned())
-            .spawn(move || run(&theirs, &metrics, &blobs))?;
+        seccomp::spawn(Kind::Writer, "checkpoints".to_owned(), move || {
+            run(&theirs, &metrics, &blobs)
+        })?;
         Ok(Writer { shared })
     }
 
