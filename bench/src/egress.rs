@@ -25,7 +25,7 @@ use crate::{Args, EXPECTED, Latency, PYTHON_BODY, start_daemon};
 
 /// JavaScript's plain program with a top-level await, as the program that fetches needs (the
 /// runner parses such a program to run it as an async function, whatever it awaits).
-const JS_WITH_AWAIT: &str = "const xs = []; for (let i = 0; i < 100; i++) xs.push(i * i); \
+pub const JS_WITH_AWAIT: &str = "const xs = []; for (let i = 0; i < 100; i++) xs.push(i * i); \
     await Promise.resolve(JSON.stringify(xs.reduce((a, b) => a + b, 0)))";
 
 /// (e)'s figures for one language.
@@ -41,7 +41,7 @@ pub struct EgressFigures {
 }
 
 /// Serves [`EXPECTED`] on a loopback port; its address.
-async fn server() -> Result<SocketAddr> {
+pub async fn server() -> Result<SocketAddr> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let address = listener.local_addr()?;
     tokio::spawn(async move {

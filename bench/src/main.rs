@@ -21,7 +21,9 @@
 //! - `egress`: one outbound request from a program against the same from a host client (see
 //!   egress.rs);
 //! - `packages`: a native session's install of a small wheel, fetched and from the cache,
-//!   against a session exec that installs nothing (see packages.rs).
+//!   against a session exec that installs nothing (see packages.rs);
+//! - `seccomp`: a warm exec and one outbound request with the daemon's system call filters
+//!   against without (see seccomp.rs).
 //!
 //! Each part prints its rows and targets and writes `<out>/<part>.json`; `--summary` prints
 //! every target from those files. Run it where KVM runs Hyperlight guests: `cargo xtask bench`
@@ -44,6 +46,7 @@ mod packages;
 mod process;
 mod python_library;
 mod refill;
+mod seccomp;
 mod sessions;
 mod start;
 mod sustained;
@@ -87,6 +90,7 @@ enum Part {
     E2b,
     Egress,
     Packages,
+    Seccomp,
     Capacity,
     Load,
 }
@@ -219,6 +223,7 @@ async fn run(part: Part, args: &Args) -> Result<PartReport> {
         Part::E2b => e2b::run(args).await,
         Part::Egress => egress::run(args).await,
         Part::Packages => packages::run(args).await,
+        Part::Seccomp => seccomp::run(args).await,
         Part::Durable => durable::run(args).await,
         Part::Capacity => capacity::run(args).await,
         Part::Load => capacity::run_load(args).await,

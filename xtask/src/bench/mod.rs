@@ -34,6 +34,7 @@ const BENCH_PARTS: &[BenchPart] = &[
     ("e2b", vm::Tcg::Single),
     ("egress", vm::Tcg::Single),
     ("packages", vm::Tcg::Single),
+    ("seccomp", vm::Tcg::Single),
     ("capacity", vm::Tcg::Single),
     // Sixteen clients on pools of two and four: both vCPUs at work.
     ("load", vm::Tcg::Multi),

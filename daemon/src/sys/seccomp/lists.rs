@@ -32,6 +32,7 @@ pub fn of(kind: Kind) -> Rules {
             for kind in [Kind::Guest, Kind::Runtime, Kind::Egress, Kind::Writer] {
                 union(&mut rules, of(kind));
             }
+            startup(&mut rules);
         }
     }
     rules
@@ -195,6 +196,7 @@ fn files(rules: &mut Rules) {
             libc::SYS_faccessat,
             libc::SYS_faccessat2,
             libc::SYS_getcwd,
+            libc::SYS_utimensat,
         ],
     );
 }
@@ -259,6 +261,8 @@ fn guest(rules: &mut Rules) {
             libc::SYS_rt_sigaction,
             // A restore reads which scratch pages are resident (patches/hyperlight-host).
             libc::SYS_mincore,
+            // The native Python guest's host reads the CPU time a call took.
+            libc::SYS_getrusage,
             // Interrupting a guest that overran (hyperlight-host signals the vCPU's thread).
             libc::SYS_tgkill,
             libc::SYS_eventfd2,
@@ -325,6 +329,31 @@ fn egress(rules: &mut Rules) {
     allow(
         rules,
         &[libc::SYS_bind, libc::SYS_sendmmsg, libc::SYS_uname],
+    );
+}
+
+/// The main thread's startup, before it serves (it holds the spawner's filter until then): the
+/// open-file limit raised (sys::files), transparent huge pages turned off (sys::memory), the
+/// socket bound, given its mode and group, and listening (sys::socket).
+fn startup(rules: &mut Rules) {
+    allow(
+        rules,
+        &[
+            libc::SYS_prlimit64,
+            libc::SYS_bind,
+            libc::SYS_listen,
+            libc::SYS_chmod,
+            libc::SYS_fchmodat,
+            libc::SYS_fchown,
+            libc::SYS_fchownat,
+            libc::SYS_chown,
+        ],
+    );
+    allow_when(
+        rules,
+        libc::SYS_prctl,
+        0,
+        &[libc::PR_SET_THP_DISABLE as u64, libc::PR_GET_THP_DISABLE as u64],
     );
 }
 

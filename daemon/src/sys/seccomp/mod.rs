@@ -85,7 +85,8 @@ pub enum Kind {
     Egress,
     /// Writes checkpoints and saved templates.
     Writer,
-    /// Starts threads of every kind: what any of them may do.
+    /// Starts threads of every kind, and is the main thread's until it serves: what any kind
+    /// may do, and the startup's own calls.
     Spawner,
 }
 
