@@ -65,12 +65,28 @@ pub async fn run(args: &Args) -> Result<PartReport> {
             samples[2].push(warm_once(&filtered.client, &fetching).await?);
             samples[3].push(warm_once(&unfiltered.client, &fetching).await?);
         }
-        let [warm_filtered, warm_unfiltered, request_filtered, request_unfiltered] =
-            samples.map(Latency::of);
-        print_row(&format!("{language}: warm exec, filters on"), &warm_filtered);
-        print_row(&format!("{language}: warm exec, filters off"), &warm_unfiltered);
-        print_row(&format!("{language}: one request, filters on"), &request_filtered);
-        print_row(&format!("{language}: one request, filters off"), &request_unfiltered);
+        let [
+            warm_filtered,
+            warm_unfiltered,
+            request_filtered,
+            request_unfiltered,
+        ] = samples.map(Latency::of);
+        print_row(
+            &format!("{language}: warm exec, filters on"),
+            &warm_filtered,
+        );
+        print_row(
+            &format!("{language}: warm exec, filters off"),
+            &warm_unfiltered,
+        );
+        print_row(
+            &format!("{language}: one request, filters on"),
+            &request_filtered,
+        );
+        print_row(
+            &format!("{language}: one request, filters off"),
+            &request_unfiltered,
+        );
         let warm_ratio_p50 = warm_filtered.p50_ms / warm_unfiltered.p50_ms;
         let request_ratio_p50 = request_filtered.p50_ms / request_unfiltered.p50_ms;
         println!(

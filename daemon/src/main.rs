@@ -45,6 +45,7 @@ fn main() -> ExitCode {
         return ExitCode::from(70);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .thread_name("runtime")
         .on_thread_start(|| seccomp::enter_or_abort(seccomp::Kind::Runtime))
         .enable_all()
         .build()

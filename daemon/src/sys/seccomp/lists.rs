@@ -16,8 +16,30 @@ use seccompiler::{SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompRule}
 
 use super::Kind;
 
-/// A system call's rules: empty, any arguments; otherwise any one rule matching.
-pub type Rules = BTreeMap<i64, Vec<SeccompRule>>;
+/// A system call's checks: empty, any arguments; otherwise any one check passing.
+pub type Rules = BTreeMap<i64, Vec<Check>>;
+
+/// One argument compared: the call is allowed when `arg` (a 32-bit value) passes `op` with
+/// `value`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Check {
+    pub arg: u8,
+    pub op: SeccompCmpOp,
+    pub value: u64,
+}
+
+impl Check {
+    /// As seccompiler takes it.
+    pub fn rule(&self) -> Result<SeccompRule, seccompiler::BackendError> {
+        let condition = SeccompCondition::new(
+            self.arg,
+            SeccompCmpArgLen::Dword,
+            self.op.clone(),
+            self.value,
+        )?;
+        SeccompRule::new(vec![condition])
+    }
+}
 
 /// The list of `kind`.
 pub fn of(kind: Kind) -> Rules {
@@ -69,10 +91,8 @@ fn allow_when(rules: &mut Rules, call: libc::c_long, arg: u8, values: &[u64]) {
     }
 }
 
-fn rule(arg: u8, op: SeccompCmpOp, value: u64) -> SeccompRule {
-    let condition = SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value)
-        .expect("argument indexes here are below 6");
-    SeccompRule::new(vec![condition]).expect("one condition is a rule")
+fn rule(arg: u8, op: SeccompCmpOp, value: u64) -> Check {
+    Check { arg, op, value }
 }
 
 /// Every thread: memory, time, locks, its own signals and end, and writing its log lines.
@@ -353,7 +373,10 @@ fn startup(rules: &mut Rules) {
         rules,
         libc::SYS_prctl,
         0,
-        &[libc::PR_SET_THP_DISABLE as u64, libc::PR_GET_THP_DISABLE as u64],
+        &[
+            libc::PR_SET_THP_DISABLE as u64,
+            libc::PR_GET_THP_DISABLE as u64,
+        ],
     );
 }
 

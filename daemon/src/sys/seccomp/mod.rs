@@ -124,6 +124,8 @@ pub enum SeccompError {
     Architecture(&'static str),
     #[error("starting the thread that starts the others: {0}")]
     Spawner(io::Error),
+    #[error("no system call filter was compiled for the {0} threads")]
+    Missing(&'static str),
     #[error("starting the egress client's runtime: {0}")]
     EgressRuntime(io::Error),
 }
@@ -144,6 +146,7 @@ static STARTED: OnceLock<Started> = OnceLock::new();
 /// filter. Called once, before any other thread starts.
 pub fn start(options: &SeccompOptions) -> Result<(), SeccompError> {
     if options.mode == Mode::Off {
+        tracing::warn!("--seccomp off: the daemon's threads run without filters of its own");
         return Ok(());
     }
     let arch: TargetArch = std::env::consts::ARCH
@@ -155,15 +158,7 @@ pub fn start(options: &SeccompOptions) -> Result<(), SeccompError> {
     };
     let mut programs = Vec::new();
     for kind in Kind::ALL {
-        let filter = SeccompFilter::new(
-            lists::of(kind),
-            mismatch.clone(),
-            SeccompAction::Allow,
-            arch,
-        )
-        .map_err(|e| SeccompError::Compile(kind.name(), e))?;
-        let program: BpfProgram = filter
-            .try_into()
+        let program = compile(kind, mismatch.clone(), arch)
             .map_err(|e| SeccompError::Compile(kind.name(), e))?;
         programs.push((kind, program));
     }
@@ -195,7 +190,32 @@ pub fn start(options: &SeccompOptions) -> Result<(), SeccompError> {
             }
         })
         .map_err(SeccompError::Spawner)?;
-    enter(Kind::Spawner)
+    enter(Kind::Spawner)?;
+    match options.mode {
+        Mode::Log => tracing::warn!(
+            "--seccomp log: calls outside each thread's filter are allowed, and the kernel logs \
+             them (dmesg)"
+        ),
+        _ => tracing::info!(
+            on_violation = ?options.on_violation,
+            "system call filters installed, one per kind of thread"
+        ),
+    }
+    Ok(())
+}
+
+/// `kind`'s list as a BPF program whose calls outside the list meet `mismatch`.
+pub fn compile(
+    kind: Kind,
+    mismatch: SeccompAction,
+    arch: TargetArch,
+) -> Result<BpfProgram, seccompiler::BackendError> {
+    let mut rules = std::collections::BTreeMap::new();
+    for (call, checks) in lists::of(kind) {
+        let checks: Result<Vec<_>, _> = checks.iter().map(lists::Check::rule).collect();
+        rules.insert(call, checks?);
+    }
+    SeccompFilter::new(rules, mismatch, SeccompAction::Allow, arch)?.try_into()
 }
 
 /// Narrows the calling thread to `kind`'s filter (nothing when the filters are off).
@@ -203,11 +223,9 @@ pub fn enter(kind: Kind) -> Result<(), SeccompError> {
     let Some(started) = STARTED.get() else {
         return Ok(());
     };
-    let (_, program) = started
-        .programs
-        .iter()
-        .find(|(k, _)| *k == kind)
-        .expect("every kind has a program");
+    let Some((_, program)) = started.programs.iter().find(|(k, _)| *k == kind) else {
+        return Err(SeccompError::Missing(kind.name()));
+    };
     trap::name_this_thread(kind);
     seccompiler::apply_filter(program).map_err(|e| SeccompError::Install(kind.name(), e))
 }
