@@ -333,6 +333,10 @@ fn runtime(rules: &mut Rules) {
         ],
     );
     allow_when(rules, libc::SYS_socket, 0, &[libc::AF_UNIX as u64]);
+    // The user database's modules (a caller's groups, --allow-uid's names): libnss_systemd
+    // loads libcap, which reads the capability bounding set; it asks systemd's userdb over a
+    // Unix socket.
+    allow_when(rules, libc::SYS_prctl, 0, &[libc::PR_CAPBSET_READ as u64]);
 }
 
 /// The egress client's threads: names resolved and connections made to the destinations the
