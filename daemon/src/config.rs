@@ -302,6 +302,25 @@ pub struct Config {
     pub log_format: LogFormat,
 }
 
+/// hyperlightd-egress, the egress helper: resolves names and makes TCP connections for a
+/// daemon that has no network, on a Unix socket only the daemon's user may open
+/// (docs/guide/network.md).
+#[derive(Debug, Clone, Parser)]
+#[command(name = "hyperlightd-egress", version, about)]
+pub struct HelperConfig {
+    /// The socket to listen on, when systemd passes none (socket activation).
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+
+    /// Connections served at once; past them a connection is answered "failed".
+    #[arg(long, default_value_t = 64)]
+    pub max_connections: usize,
+
+    /// The helper's system call filter: the daemon's egress threads' list.
+    #[command(flatten)]
+    pub seccomp: crate::sys::seccomp::SeccompOptions,
+}
+
 /// How logs are written to stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {

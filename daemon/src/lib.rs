@@ -128,20 +128,26 @@ pub enum StartError {
         .0.as_secs_f64()
     )]
     PoolsTimedOut(Duration),
+    /// The egress helper (`--egress-helper`) does not answer.
+    #[error("{0} (is hyperlightd-egress.socket enabled?)")]
+    EgressHelper(String),
     /// Anything else that stops startup.
     #[error("{0}")]
     Other(String),
 }
 
 impl StartError {
-    /// Exit code, after sysexits(3): 64 bad configuration, 69 hypervisor unavailable,
+    /// Exit code, after sysexits(3): 64 bad configuration, 69 hypervisor or egress helper
+    /// unavailable,
     /// 73 socket, audit log, snapshot or state directory cannot be created (or sessions
     /// cannot be kept in the state directory), 75 socket in use by a live daemon, 70 anything else
     /// (a pool that cannot start included).
     pub fn exit_code(&self) -> u8 {
         match self {
             StartError::Config(_) => 64,
-            StartError::Hypervisor(_) | StartError::ProbeTimedOut(_) => 69,
+            StartError::Hypervisor(_)
+            | StartError::ProbeTimedOut(_)
+            | StartError::EgressHelper(_) => 69,
             StartError::Socket(SocketError::InUse(_)) => 75,
             StartError::Socket(_)
             | StartError::Audit(_)
@@ -209,11 +215,14 @@ pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Resu
     }
     let packages = config
         .packages
-        .packages(|| config.egress.tls(), Some(metrics.packages()))
+        .packages(|| config.egress.client(), Some(metrics.packages()))
         .map_err(ConfigError::Packages)?
         .map(Arc::new);
     if let Some(packages) = &packages {
         info!(indexes = ?packages.health().indexes, "Python programs may install packages");
+    }
+    if egress.is_some() || packages.is_some() {
+        check_egress_helper(&config).await?;
     }
     let snapshots = open_snapshot_store(&config)?;
     let hypervisor = hypervisor::detect()?;
@@ -280,6 +289,27 @@ pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Resu
     }
     info!("stopped");
     Ok(())
+}
+
+/// With `--egress-helper`, asks the helper whether it is there: a daemon whose requests could
+/// not leave says so at its start, not at a program's first request.
+async fn check_egress_helper(config: &Config) -> Result<(), StartError> {
+    let Some(path) = config.egress.helper.clone() else {
+        return Ok(());
+    };
+    let helper = egress::helper::Helper::new(path);
+    let asked = tokio::task::spawn_blocking(move || helper.hello()).await;
+    match asked {
+        Ok(Ok(version)) => {
+            info!(
+                version,
+                "the egress helper answers: requests leave through it"
+            );
+            Ok(())
+        }
+        Ok(Err(e)) => Err(StartError::EgressHelper(e.message)),
+        Err(e) => Err(StartError::EgressHelper(e.to_string())),
+    }
 }
 
 /// How long a stopping daemon waits for the sessions' last states to be saved and written.

@@ -117,3 +117,60 @@ fn a_default_policy_that_cannot_be_read_or_is_not_valid_exits_64() {
         assert!(stderr.contains(says), "{file}: {stderr}");
     }
 }
+
+#[test]
+fn an_egress_helper_that_does_not_answer_exits_69_naming_its_socket() {
+    let (code, _, stderr) = hyperlightd(&[
+        "--egress-allow",
+        "https://example.com/",
+        "--egress-helper",
+        "/nonexistent-dir/egress.sock",
+    ]);
+    assert_eq!(code, Some(69), "{stderr}");
+    assert!(stderr.contains("/nonexistent-dir/egress.sock"), "{stderr}");
+    assert!(stderr.contains("does not answer"), "{stderr}");
+}
+
+#[test]
+fn the_egress_helper_answers_under_its_system_call_filter() {
+    use hyperlightd::egress::helper::Helper;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("egress.sock");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hyperlightd-egress"))
+        .arg("--socket")
+        .arg(&socket)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while !socket.exists() && started.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let helper = Helper::new(socket);
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = server.local_addr().unwrap();
+    let asked = (
+        helper.hello(),
+        helper.resolve("localhost", 80),
+        helper.connect(address, std::time::Duration::from_secs(5)),
+        helper.connect(
+            "169.254.169.254:80".parse().unwrap(),
+            std::time::Duration::from_secs(5),
+        ),
+    );
+    child.kill().unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("seccomp:"), "{stderr}");
+    assert!(stderr.contains("system call filters installed"), "{stderr}");
+    let (hello, resolved, connected, refused) = asked;
+    assert_eq!(hello.unwrap(), env!("CARGO_PKG_VERSION"), "{stderr}");
+    assert!(!resolved.unwrap().is_empty());
+    assert_eq!(connected.unwrap().peer_addr().unwrap(), address);
+    assert!(
+        refused
+            .unwrap_err()
+            .message
+            .contains("never connects there")
+    );
+}

@@ -7,6 +7,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -18,6 +19,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use super::address;
+use super::helper::Helper;
 use super::target::{Host, Scheme, Target};
 use crate::job::egress::{FetchError, FetchErrorKind};
 use crate::sys::seccomp;
@@ -53,34 +55,56 @@ pub struct Answer {
     pub peer: SocketAddr,
 }
 
-/// Makes exchanges: the TLS configuration (the daemon's roots) and nothing else; every
-/// exchange has a connection of its own.
+/// How long the egress helper may take to connect (an exchange's own time limit is usually
+/// shorter, and ends the wait first).
+const HELPER_CONNECT_WAIT: Duration = Duration::from_secs(30);
+
+/// How the client reaches the network.
+#[derive(Debug, Clone)]
+pub enum Network {
+    /// With this process's own sockets.
+    Direct,
+    /// Through the egress helper (`--egress-helper`, see [`super::helper`]): names resolved and
+    /// connections made there, so that this process needs no network.
+    Helper(Helper),
+}
+
+/// Makes exchanges: the TLS configuration (the daemon's roots) and the way to the network;
+/// every exchange has a connection of its own.
 #[derive(Debug, Clone)]
 pub struct Client {
     tls: Arc<rustls::ClientConfig>,
+    network: Network,
 }
 
 impl Client {
-    pub fn new(tls: Arc<rustls::ClientConfig>) -> Self {
-        Client { tls }
+    pub fn new(tls: Arc<rustls::ClientConfig>, network: Network) -> Self {
+        Client { tls, network }
+    }
+
+    /// The way to the network.
+    pub fn network(&self) -> &Network {
+        &self.network
     }
 
     /// The address `target` is reached at: its literal address (a rule named it), or the one
     /// its name resolves to, when every address it resolves to is public.
     pub async fn resolve(&self, target: &Target) -> Result<SocketAddr, FetchError> {
-        let target = target.clone();
-        on_egress_threads(async move { resolve(&target).await }).await
+        let (target, network) = (target.clone(), self.network.clone());
+        on_egress_threads(async move { resolve(&network, &target).await }).await
     }
 
     /// The first address `name` resolves to, whatever it is (for a host the operator named).
     pub async fn resolve_any(&self, name: &str, port: u16) -> Result<SocketAddr, FetchError> {
-        let name = name.to_owned();
+        let (name, network) = (name.to_owned(), self.network.clone());
         on_egress_threads(async move {
-            let found = tokio::net::lookup_host((name.as_str(), port)).await;
-            found
-                .ok()
-                .and_then(|mut found| found.next())
-                .ok_or_else(|| error(FetchErrorKind::Failed, format!("cannot resolve {name}")))
+            let found = lookup(&network, &name, port).await?;
+            found.first().copied().ok_or_else(|| {
+                error(
+                    FetchErrorKind::Failed,
+                    format!("{name} resolves to no address"),
+                )
+            })
         })
         .await
     }
@@ -93,7 +117,7 @@ impl Client {
     ) -> Result<Answer, FetchError> {
         let (method, target) = (exchange.method.clone(), exchange.target.clone());
         let (headers, body, max_body) = (exchange.headers, exchange.body, exchange.max_body);
-        let tls = self.tls.clone();
+        let (tls, network) = (self.tls.clone(), self.network.clone());
         on_egress_threads(async move {
             let exchange = Exchange {
                 method: &method,
@@ -102,7 +126,7 @@ impl Client {
                 body,
                 max_body,
             };
-            send(tls, peer, exchange).await
+            send(&network, tls, peer, exchange).await
         })
         .await
     }
@@ -125,20 +149,71 @@ async fn on_egress_threads<T: Send + 'static>(
     }
 }
 
-async fn resolve(target: &Target) -> Result<SocketAddr, FetchError> {
+/// What `name` resolves to, here or through the helper.
+async fn lookup(network: &Network, name: &str, port: u16) -> Result<Vec<SocketAddr>, FetchError> {
+    match network {
+        Network::Direct => match tokio::net::lookup_host((name, port)).await {
+            Ok(found) => Ok(found.collect()),
+            Err(e) => Err(error(
+                FetchErrorKind::Failed,
+                format!("cannot resolve {name}: {e}"),
+            )),
+        },
+        Network::Helper(helper) => {
+            let (helper, name) = (helper.clone(), name.to_owned());
+            blocking(move || helper.resolve(&name, port)).await
+        }
+    }
+}
+
+/// A connection to `peer` (for `target`), made here or by the helper.
+async fn connect(
+    network: &Network,
+    peer: SocketAddr,
+    target: &Target,
+) -> Result<TcpStream, FetchError> {
+    let failed = |kind, why: &dyn std::fmt::Display| {
+        let authority = target.authority();
+        error(
+            kind,
+            format!("cannot connect to {authority} ({peer}): {why}"),
+        )
+    };
+    let helper = match network {
+        Network::Direct => {
+            return TcpStream::connect(peer)
+                .await
+                .map_err(|e| failed(FetchErrorKind::Failed, &e));
+        }
+        Network::Helper(helper) => helper.clone(),
+    };
+    let tcp = blocking(move || helper.connect(peer, HELPER_CONNECT_WAIT))
+        .await
+        .map_err(|e| failed(e.kind, &e.message))?;
+    tcp.set_nonblocking(true)
+        .and_then(|()| TcpStream::from_std(tcp))
+        .map_err(|e| failed(FetchErrorKind::Failed, &e))
+}
+
+/// `work`, which blocks, on a blocking thread.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, FetchError> + Send + 'static,
+) -> Result<T, FetchError> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(done) => done,
+        Err(e) => Err(error(
+            FetchErrorKind::Failed,
+            format!("the call to the egress helper failed: {e}"),
+        )),
+    }
+}
+
+async fn resolve(network: &Network, target: &Target) -> Result<SocketAddr, FetchError> {
     let name = match &target.host {
         Host::Ip(ip) => return Ok(SocketAddr::new(*ip, target.port)),
         Host::Name(name) => name,
     };
-    let addresses: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), target.port))
-        .await
-        .map_err(|e| {
-            error(
-                FetchErrorKind::Failed,
-                format!("cannot resolve {name}: {e}"),
-            )
-        })?
-        .collect();
+    let addresses = lookup(network, name, target.port).await?;
     if let Some((ip, why)) = addresses
         .iter()
         .find_map(|a| address::special(a.ip()).map(|why| (a.ip(), why)))
@@ -160,17 +235,13 @@ async fn resolve(target: &Target) -> Result<SocketAddr, FetchError> {
 }
 
 async fn send(
+    network: &Network,
     tls: Arc<rustls::ClientConfig>,
     peer: SocketAddr,
     exchange: Exchange<'_>,
 ) -> Result<Answer, FetchError> {
     let target = exchange.target;
-    let tcp = TcpStream::connect(peer).await.map_err(|e| {
-        error(
-            FetchErrorKind::Failed,
-            format!("cannot connect to {} ({peer}): {e}", target.authority()),
-        )
-    })?;
+    let tcp = connect(network, peer, target).await?;
     let _ = tcp.set_nodelay(true);
     match target.scheme {
         Scheme::Http => exchange_over(tcp, peer, exchange).await,

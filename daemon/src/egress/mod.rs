@@ -56,6 +56,7 @@
 pub mod address;
 pub mod client;
 mod exec;
+pub mod helper;
 pub mod options;
 pub mod rules;
 pub mod secrets;
@@ -123,7 +124,7 @@ pub struct EgressParts {
     pub secrets: Vec<Secret>,
     pub limits: EgressLimits,
     pub max_concurrent: usize,
-    pub tls: Arc<rustls::ClientConfig>,
+    pub client: Client,
 }
 
 impl Egress {
@@ -140,7 +141,7 @@ impl Egress {
             limits: parts.limits,
             permits: Arc::new(Semaphore::new(parts.max_concurrent)),
             max_concurrent: parts.max_concurrent,
-            client: Client::new(parts.tls),
+            client: parts.client,
             runtime,
             audit,
             metrics,

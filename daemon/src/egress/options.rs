@@ -12,6 +12,8 @@ use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use tracing::{info, warn};
 
+use super::client::{Client, Network};
+use super::helper::Helper;
 use super::rules::Rule;
 use super::secrets::Secret;
 use super::{EgressLimits, EgressParts};
@@ -35,6 +37,16 @@ pub struct EgressOptions {
     /// Repeat for more.
     #[arg(long = "egress-secret", value_name = "SECRET")]
     pub secrets: Vec<String>,
+
+    /// The egress helper's socket (`hyperlightd-egress`): names are resolved and connections
+    /// made by that process, which has the network, and the daemon opens no Internet socket of
+    /// its own (how the packaged unit, which has no network, reaches destinations).
+    #[arg(
+        long = "egress-helper",
+        value_name = "PATH",
+        env = "HYPERLIGHTD_EGRESS_HELPER"
+    )]
+    pub helper: Option<PathBuf>,
 
     /// A PEM file of CA certificates trusted for HTTPS besides the system's roots (a private
     /// CA; the tests' own), for programs' requests and the package indexes alike.
@@ -105,7 +117,7 @@ impl EgressOptions {
             return Ok(None);
         }
         self.check_limits()?;
-        let tls = self.tls()?;
+        let client = self.client()?;
         Ok(Some(EgressParts {
             rules,
             secrets,
@@ -117,7 +129,7 @@ impl EgressOptions {
                 max_redirects: self.max_redirects,
             },
             max_concurrent: self.max_concurrent,
-            tls,
+            client,
         }))
     }
 
@@ -132,6 +144,15 @@ impl EgressOptions {
             Some((option, _)) => Err(format!("{option} must be above 0")),
             None => Ok(()),
         }
+    }
+
+    /// The client programs' requests and the package indexes are fetched with.
+    pub fn client(&self) -> Result<Client, String> {
+        let network = match &self.helper {
+            Some(path) => Network::Helper(Helper::new(path.clone())),
+            None => Network::Direct,
+        };
+        Ok(Client::new(self.tls()?, network))
     }
 
     /// The TLS client configuration: the system's roots and the CA file's, HTTP/1.1.

@@ -134,12 +134,24 @@ fn egress(
     ca: Option<&str>,
     dir: &tempfile::TempDir,
 ) -> (Arc<Egress>, std::path::PathBuf) {
+    egress_through(None, rules, secrets, ca, dir)
+}
+
+/// [`egress`], through the egress helper listening on `helper` if given.
+fn egress_through(
+    helper: Option<std::path::PathBuf>,
+    rules: &[String],
+    secrets: &[String],
+    ca: Option<&str>,
+    dir: &tempfile::TempDir,
+) -> (Arc<Egress>, std::path::PathBuf) {
     let ca_file = ca.map(|pem| {
         let path = dir.path().join("ca.pem");
         std::fs::write(&path, pem).unwrap();
         path
     });
     let options = options::EgressOptions {
+        helper,
         allow: rules.to_vec(),
         secrets: secrets.to_vec(),
         ca_file,
@@ -599,4 +611,40 @@ async fn past_the_daemon_s_concurrency_cap_a_request_waits_within_its_own_time()
         fetch(&second, get(&url("/echo"))).await.unwrap().status,
         200
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn through_the_helper_a_request_carries_its_secret_and_a_metadata_address_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("egress.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    std::thread::spawn(move || super::helper::serve(listener, 4));
+    let at = server(None).await;
+    let rules = [
+        format!("http://127.0.0.1:{}", at.port()),
+        "http://169.254.169.254".to_owned(),
+    ];
+    let secret = format!(
+        "http://127.0.0.1:{}/echo Authorization: Bearer {{env:TEST_TOKEN}}",
+        at.port()
+    );
+    let (egress, audit) = egress_through(Some(socket), &rules, &[secret], None, &dir);
+    let out = egress.for_exec(egress.narrow(None).unwrap(), context());
+    let url = format!("http://127.0.0.1:{}/echo", at.port());
+    let seen = echo(&fetch(&out, get(&url)).await.unwrap());
+    assert_eq!(seen["headers"]["authorization"], "Bearer tok-123");
+    // A rule names the metadata address literally: the daemon would go, the helper does not.
+    let refused = fetch(&out, get("http://169.254.169.254/latest/meta-data/"))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind, FetchErrorKind::Refused, "{}", refused.message);
+    assert!(
+        refused
+            .message
+            .contains("the egress helper never connects there"),
+        "{}",
+        refused.message
+    );
+    let log = std::fs::read_to_string(&audit).unwrap();
+    assert!(!log.contains("tok-123"), "{log}");
 }

@@ -1,7 +1,6 @@
 //! The daemon's package options, read into [`Packages`]: off without `--package-index`.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
@@ -92,11 +91,11 @@ pub struct PackageOptions {
 }
 
 impl PackageOptions {
-    /// The installs these options describe; None without an index. `tls` is the egress's
-    /// TLS configuration (the system's roots and `--egress-ca-file`).
+    /// The installs these options describe; None without an index. `client` is the egress's
+    /// client (the system's roots and `--egress-ca-file`, the helper if there is one).
     pub fn packages(
         &self,
-        tls: impl FnOnce() -> Result<Arc<rustls::ClientConfig>, String>,
+        client: impl FnOnce() -> Result<Client, String>,
         metrics: Option<PackageMetrics>,
     ) -> Result<Option<Packages>, String> {
         if self.indexes.is_empty() {
@@ -131,7 +130,7 @@ impl PackageOptions {
             .map_err(|e| format!("--package-cache: {e}"))?;
         let indexes = Indexes::new(
             roots,
-            Client::new(tls()?),
+            client()?,
             cache,
             Duration::from_secs(self.page_max_age_s),
             Duration::from_millis(self.timeout_ms),
@@ -155,7 +154,10 @@ fn root(url: &str) -> Result<Target, String> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+    use crate::egress::client::Network;
     use clap::Parser;
 
     #[derive(Parser)]
@@ -168,7 +170,7 @@ mod tests {
         Cli::parse_from(std::iter::once("x").chain(args.iter().copied())).packages
     }
 
-    fn tls() -> Result<Arc<rustls::ClientConfig>, String> {
+    fn tls() -> Result<Client, String> {
         Err("no TLS in this test".to_owned())
     }
 
@@ -231,7 +233,7 @@ mod tests {
             "--package-cache",
             cache.to_str().unwrap(),
         ])
-        .packages(|| Ok(Arc::new(config)), None)
+        .packages(|| Ok(Client::new(Arc::new(config), Network::Direct)), None)
         .unwrap()
         .unwrap();
         let health = packages.health();

@@ -322,6 +322,7 @@ async fn a_network_is_refused_by_a_daemon_without_egress_and_narrowed_by_one_wit
     assert!(executor.seen().is_empty(), "nothing ran");
 
     let options = crate::egress::options::EgressOptions {
+        helper: None,
         allow: vec!["https://*.example.com".to_owned()],
         secrets: Vec::new(),
         ca_file: None,

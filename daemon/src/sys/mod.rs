@@ -1,7 +1,7 @@
 //! Platform- and privilege-specific code, kept in one place: the socket file (ownership, mode,
 //! stale files), hypervisor detection, files read through a mapping, signals (stop requests, and the mask of threads that run
 //! guests), the process's memory policy, its open-file limit, the user database, the service
-//! manager's notifications, a connected peer's cgroup, and the system call filters of each kind
+//! manager's notifications, a connected peer's cgroup, descriptors passed over a socket, and the system call filters of each kind
 //! of thread.
 
 pub mod cgroup;
@@ -11,6 +11,7 @@ pub mod hypervisor;
 pub mod mapped;
 pub mod memory;
 pub mod notify;
+pub mod passing;
 pub mod seccomp;
 pub mod signals;
 pub mod socket;

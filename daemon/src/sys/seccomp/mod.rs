@@ -76,6 +76,7 @@ pub struct SeccompOptions {
 
 /// A kind of thread, and with it a filter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 pub enum Kind {
     /// Builds sandboxes and runs guests: the hypervisor, no socket.
     Guest,
@@ -145,25 +146,14 @@ static STARTED: OnceLock<Started> = OnceLock::new();
 /// runtime and the spawner thread, and narrows the calling (main) thread to the spawner's
 /// filter. Called once, before any other thread starts.
 pub fn start(options: &SeccompOptions) -> Result<(), SeccompError> {
-    if options.mode == Mode::Off {
-        tracing::warn!("--seccomp off: the daemon's threads run without filters of its own");
+    let Some((mismatch, arch)) = settings(options)? else {
         return Ok(());
-    }
-    let arch: TargetArch = std::env::consts::ARCH
-        .try_into()
-        .map_err(|_| SeccompError::Architecture(std::env::consts::ARCH))?;
-    let mismatch = match options.mode {
-        Mode::Log => SeccompAction::Log,
-        _ => SeccompAction::Trap,
     };
     let mut programs = Vec::new();
     for kind in Kind::ALL {
         let program = compile(kind, mismatch.clone(), arch)
             .map_err(|e| SeccompError::Compile(kind.name(), e))?;
         programs.push((kind, program));
-    }
-    if options.mode == Mode::Enforce {
-        trap::install(options.on_violation).map_err(SeccompError::Handler)?;
     }
     let egress = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -191,6 +181,43 @@ pub fn start(options: &SeccompOptions) -> Result<(), SeccompError> {
         })
         .map_err(SeccompError::Spawner)?;
     enter(Kind::Spawner)?;
+    report(options);
+    Ok(())
+}
+
+/// For a process whose threads are all of one kind (the egress helper): narrows the calling
+/// thread to `kind`'s filter before it starts any other, and those inherit it.
+pub fn confine(options: &SeccompOptions, kind: Kind) -> Result<(), SeccompError> {
+    let Some((mismatch, arch)) = settings(options)? else {
+        return Ok(());
+    };
+    let program =
+        compile(kind, mismatch, arch).map_err(|e| SeccompError::Compile(kind.name(), e))?;
+    trap::name_this_process(kind);
+    trap::name_this_thread(kind);
+    seccompiler::apply_filter(&program).map_err(|e| SeccompError::Install(kind.name(), e))?;
+    report(options);
+    Ok(())
+}
+
+/// What a call outside a list meets, and the architecture; None when the filters are off.
+/// Installs the trap that reports violations under `enforce`.
+fn settings(options: &SeccompOptions) -> Result<Option<(SeccompAction, TargetArch)>, SeccompError> {
+    if options.mode == Mode::Off {
+        tracing::warn!("--seccomp off: the threads run without filters of their own");
+        return Ok(None);
+    }
+    let arch: TargetArch = std::env::consts::ARCH
+        .try_into()
+        .map_err(|_| SeccompError::Architecture(std::env::consts::ARCH))?;
+    if options.mode == Mode::Log {
+        return Ok(Some((SeccompAction::Log, arch)));
+    }
+    trap::install(options.on_violation).map_err(SeccompError::Handler)?;
+    Ok(Some((SeccompAction::Trap, arch)))
+}
+
+fn report(options: &SeccompOptions) {
     match options.mode {
         Mode::Log => tracing::warn!(
             "--seccomp log: calls outside each thread's filter are allowed, and the kernel logs \
@@ -201,7 +228,6 @@ pub fn start(options: &SeccompOptions) -> Result<(), SeccompError> {
             "system call filters installed, one per kind of thread"
         ),
     }
-    Ok(())
 }
 
 /// `kind`'s list as a BPF program whose calls outside the list meet `mismatch`.

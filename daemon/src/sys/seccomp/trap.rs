@@ -7,7 +7,7 @@
 #![allow(unsafe_code)]
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use nix::libc;
 use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
@@ -22,6 +22,15 @@ pub const KILLED: i32 = 128 + libc::SIGSYS;
 const SYS_SECCOMP: libc::c_int = 1;
 
 static REFUSE: AtomicBool = AtomicBool::new(false);
+
+/// The kind of every thread of a process confined whole to one ([`super::confine`]): the
+/// threads it starts inherit the filter but not the thread-local below.
+static PROCESS_KIND: AtomicU8 = AtomicU8::new(u8::MAX);
+
+/// Records that every thread of this process is of `kind`.
+pub fn name_this_process(kind: Kind) {
+    PROCESS_KIND.store(kind as u8, Ordering::SeqCst);
+}
 
 thread_local! {
     // Read in the handler: constant-initialised, with no destructor, so reading them there
@@ -76,7 +85,13 @@ extern "C" fn on_sigsys(_: libc::c_int, info: *mut libc::siginfo_t, context: *mu
     let refuse = REFUSE.load(Ordering::Relaxed);
     let mut line = Line::default();
     line.push(b"hyperlightd: seccomp: the ");
-    line.push(KIND.get().map_or("unfiltered", Kind::name).as_bytes());
+    let process = Kind::ALL.get(usize::from(PROCESS_KIND.load(Ordering::Relaxed)));
+    line.push(
+        KIND.get()
+            .or(process.copied())
+            .map_or("unfiltered", Kind::name)
+            .as_bytes(),
+    );
     line.push(b" thread ");
     let name = NAME.get();
     let end = name.iter().position(|b| *b == 0).unwrap_or(name.len());
