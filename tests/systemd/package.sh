@@ -5,7 +5,8 @@
 # package's default options (a JavaScript and a Python pool), checks READY and the status line,
 # runs programs through the socket as a member of the group hyperlightd (and is refused as a
 # user outside it), reads the audit log, waits for the templates to be saved in the state
-# directory, restarts the service (which loads them), and stops the service cleanly.
+# directory, restarts the service (which loads them), gives it egress through the egress helper
+# (hyperlightd-egress.socket) and takes it back, and stops the service cleanly.
 set -u
 deb=$1
 
@@ -106,6 +107,77 @@ js=$(runuser -u alice -- hlctl exec --lang js -e '6 * 7') || fail "JavaScript af
 py=$(runuser -u alice -- hlctl exec --lang python -e 'import numpy as np; int(np.arange(4).sum())') \
     || fail "Python after the restart"
 [ "$py" = 6 ] || fail "Python after the restart printed $py"
+
+check "egress through the helper: the daemon keeps no network of its own"
+# A destination the operator allows, on loopback: it answers with the Authorization header
+# it was sent.
+port=8765
+python3 -c '
+import http.server, sys
+class Echo(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = ("auth=" + str(self.headers.get("Authorization"))).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Echo).serve_forever()
+' "$port" &
+echo_server=$!
+mkdir -p /etc/hyperlightd
+printf 's3cr3t-from-a-file' > /etc/hyperlightd/token
+chown hyperlightd /etc/hyperlightd/token && chmod 0400 /etc/hyperlightd/token || fail "the token file"
+# The operator's options: two destinations (one of them the metadata address, named literally,
+# which the helper refuses whatever the rules say) and a secret for the first.
+printf '%s\n' '[Service]' 'ExecStart=' \
+    "ExecStart=/usr/bin/hyperlightd --socket-group hyperlightd --audit-log /var/log/hyperlightd/audit.log \$HYPERLIGHTD_OPTS \"--egress-allow=GET http://127.0.0.1:$port/\" \"--egress-allow=GET http://169.254.169.254/\" \"--egress-secret=http://127.0.0.1:$port/ Authorization: Bearer {file:/etc/hyperlightd/token}\"" \
+    > /etc/systemd/system/hyperlightd.service.d/egress.conf
+cat /etc/systemd/system/hyperlightd.service.d/egress.conf
+systemctl daemon-reload
+
+check "without the helper's socket, the daemon given egress stops at its start (exit 69)"
+timeout 600 systemctl restart hyperlightd && fail "the daemon started with egress and no helper"
+[ "$(systemctl show -p ExecMainStatus --value hyperlightd)" = 69 ] \
+    || fail "exit status $(systemctl show -p ExecMainStatus --value hyperlightd), not 69"
+journalctl --no-pager -u hyperlightd -n 20 | grep -q "/run/hyperlightd-egress/egress.sock" \
+    || fail "the daemon did not name the helper's socket"
+systemctl reset-failed hyperlightd
+
+check "systemctl enable --now hyperlightd-egress.socket"
+systemctl enable --now hyperlightd-egress.socket || fail "enabling the helper's socket"
+helper=/run/hyperlightd-egress/egress.sock
+[ "$(stat -c '%a %U' "$helper")" = "600 hyperlightd" ] \
+    || fail "helper socket mode and owner: $(stat -c '%a %U' "$helper")"
+timeout 600 systemctl restart hyperlightd || fail "restarting with egress"
+[ "$(systemctl show -p PrivateNetwork --value hyperlightd)" = yes ] || fail "the daemon has a network"
+families=$(systemctl show -p RestrictAddressFamilies --value hyperlightd)
+[ "$families" = AF_UNIX ] || fail "the daemon may open sockets of families $families"
+got=$(runuser -u alice -- hlctl exec --lang js -e "await (await fetch('http://127.0.0.1:$port/')).text()") \
+    || fail "the allowed request"
+echo "$got"
+echo "$got" | grep -q "auth=Bearer s3cr3t-from-a-file" || fail "the request did not carry the secret"
+[ "$(systemctl is-active hyperlightd-egress.service)" = active ] || fail "the helper did not start"
+metadata=$(runuser -u alice -- hlctl exec --lang js \
+    -e "try { await fetch('http://169.254.169.254/latest/meta-data/'); 'REACHED-IT' } catch (e) { String(e) }")
+echo "$metadata"
+echo "$metadata" | grep -q "never connects there" || fail "the helper did not refuse the metadata address"
+named=$(runuser -u alice -- hlctl exec --lang js \
+    -e "try { await fetch('http://metadata.google.internal/'); 'REACHED-IT' } catch (e) { String(e) }")
+echo "$named"
+echo "$named" | grep -q "no rule of this execution names it" || fail "a name no rule allows was not refused"
+grep -q "s3cr3t" /var/log/hyperlightd/audit.log && fail "the secret is in the audit log"
+systemd-analyze security --no-pager hyperlightd.service | tail -n 1
+systemd-analyze security --no-pager hyperlightd-egress.service | tail -n 1
+
+check "without egress again: the helper's socket gone, the daemon as closed as before"
+rm /etc/systemd/system/hyperlightd.service.d/egress.conf
+systemctl disable --now hyperlightd-egress.socket hyperlightd-egress.service || fail "disabling the helper"
+systemctl daemon-reload
+timeout 600 systemctl restart hyperlightd || fail "restarting without egress"
+[ ! -e "$helper" ] || fail "the helper's socket is still there"
+kill "$echo_server"
 
 check "systemctl stop"
 timeout 120 systemctl stop hyperlightd || fail "stopping the service"

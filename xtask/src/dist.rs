@@ -1,13 +1,14 @@
 //! `cargo xtask dist`: the Debian package (`target/dist/hyperlightd_VERSION_amd64.deb`) an
 //! operator installs on a KVM host with `apt install ./hyperlightd_*.deb`:
 //!
-//! - `/usr/bin/hyperlightd`, `/usr/bin/hlctl`;
+//! - `/usr/bin/hyperlightd`, `/usr/bin/hlctl`, `/usr/bin/hyperlightd-egress` (the egress helper);
 //! - `/usr/lib/hyperlightd/python.cpio`, the native Python guest's root filesystem (Debian's
 //!   CPython with the scientific stack, `cargo xtask native-python`), which the unit serves
 //!   Python with;
 //! - `/usr/lib/hyperlightd/python.aot` and `python-lib.tar`, the WebAssembly Python guest
 //!   (`--python-runtime wasm`);
-//! - `/lib/systemd/system/hyperlightd.service`, `/usr/lib/sysusers.d/hyperlightd.conf`, and
+//! - `/lib/systemd/system/hyperlightd.service`, `hyperlightd-egress.service` and `.socket`
+//!   (the egress helper, off until enabled), `/usr/lib/sysusers.d/hyperlightd.conf`, and
 //!   `/etc/default/hyperlightd` (a conffile: the operator's options);
 //! - `/usr/share/doc/hyperlightd/`: the README and each program's `--help`.
 //!
@@ -64,7 +65,7 @@ fi
 const PRERM: &str = "#!/bin/sh
 set -e
 if [ \"$1\" = remove ] && [ -d /run/systemd/system ]; then
-    systemctl stop hyperlightd.service || true
+    systemctl stop hyperlightd.service hyperlightd-egress.socket hyperlightd-egress.service || true
 fi
 ";
 
@@ -97,9 +98,14 @@ pub fn dist(debug: bool, guest: Option<PathBuf>) -> Result<PathBuf> {
     }
     let bin = target.join(profile);
     let repo = workspace_root()?;
-    let files: [(PathBuf, &str, u32); 9] = [
+    let files: [(PathBuf, &str, u32); 12] = [
         (bin.join("hyperlightd"), "usr/bin/hyperlightd", 0o755),
         (bin.join("hlctl"), "usr/bin/hlctl", 0o755),
+        (
+            bin.join("hyperlightd-egress"),
+            "usr/bin/hyperlightd-egress",
+            0o755,
+        ),
         (guest.clone(), "usr/lib/hyperlightd/python.aot", 0o644),
         (
             guest.with_file_name("python-lib.tar"),
@@ -110,6 +116,16 @@ pub fn dist(debug: bool, guest: Option<PathBuf>) -> Result<PathBuf> {
         (
             repo.join("systemd/hyperlightd.service"),
             "lib/systemd/system/hyperlightd.service",
+            0o644,
+        ),
+        (
+            repo.join("systemd/hyperlightd-egress.service"),
+            "lib/systemd/system/hyperlightd-egress.service",
+            0o644,
+        ),
+        (
+            repo.join("systemd/hyperlightd-egress.socket"),
+            "lib/systemd/system/hyperlightd-egress.socket",
             0o644,
         ),
         (
@@ -131,7 +147,7 @@ pub fn dist(debug: bool, guest: Option<PathBuf>) -> Result<PathBuf> {
     for (from, to, mode) in &files {
         install(from, &root.join(to), *mode)?;
     }
-    for program in ["hyperlightd", "hlctl"] {
+    for program in ["hyperlightd", "hlctl", "hyperlightd-egress"] {
         let help = help_of(&bin.join(program))?;
         let to = root.join(format!("usr/share/doc/hyperlightd/{program}.help.txt"));
         write(&to, &help, 0o644)?;
