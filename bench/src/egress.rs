@@ -25,7 +25,7 @@ use crate::{Args, EXPECTED, Latency, PYTHON_BODY, start_daemon};
 
 /// JavaScript's plain program with a top-level await, as the program that fetches needs (the
 /// runner parses such a program to run it as an async function, whatever it awaits).
-pub const JS_WITH_AWAIT: &str = "const xs = []; for (let i = 0; i < 100; i++) xs.push(i * i); \
+const JS_WITH_AWAIT: &str = "const xs = []; for (let i = 0; i < 100; i++) xs.push(i * i); \
     await Promise.resolve(JSON.stringify(xs.reduce((a, b) => a + b, 0)))";
 
 /// (e)'s figures for one language.
@@ -81,12 +81,9 @@ async fn host_request(address: SocketAddr) -> Result<Duration> {
     Ok(started.elapsed())
 }
 
-pub async fn run(args: &Args) -> Result<PartReport> {
-    let address = server().await.context("a loopback server")?;
-    let mut extra = daemon_args(args, 1);
-    extra.extend(["--egress-allow".to_owned(), format!("GET http://{address}")]);
-    let (daemon, _) = start_daemon(&args.daemon, 1, &extra).await?;
-    let client = &daemon.client;
+/// Per language (JavaScript, and Python when its guest is given): a plain program, and one
+/// that fetches `/n` from the server at `address`.
+pub fn programs(args: &Args, address: SocketAddr) -> Vec<(Language, String, String)> {
     let url = format!("http://{address}/n");
     let mut languages = vec![(
         Language::Javascript,
@@ -98,6 +95,16 @@ pub async fn run(args: &Args) -> Result<PartReport> {
             format!("import urllib.request\nurllib.request.urlopen('{url}').read().decode()");
         languages.push((Language::Python, PYTHON_BODY.to_owned(), fetch));
     }
+    languages
+}
+
+pub async fn run(args: &Args) -> Result<PartReport> {
+    let address = server().await.context("a loopback server")?;
+    let mut extra = daemon_args(args, 1);
+    extra.extend(["--egress-allow".to_owned(), format!("GET http://{address}")]);
+    let (daemon, _) = start_daemon(&args.daemon, 1, &extra).await?;
+    let client = &daemon.client;
+    let languages = programs(args, address);
     println!("\n(e) outbound HTTP: one allowed request to a loopback server from a program");
     println!(
         "{:<52} {:>10} {:>10} {:>10} {:>6}",

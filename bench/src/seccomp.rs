@@ -10,9 +10,9 @@ use hyperlightd_client::{ExecRequest, Language};
 use serde::Serialize;
 
 use crate::common::{daemon_args, print_row, warm_once};
-use crate::egress::{JS_WITH_AWAIT, server};
+use crate::egress::{programs, server};
 use crate::targets::PartReport;
-use crate::{Args, Latency, PYTHON_BODY, start_daemon};
+use crate::{Args, Latency, start_daemon};
 
 /// The figures of one language.
 #[derive(Debug, Serialize)]
@@ -35,17 +35,7 @@ pub async fn run(args: &Args) -> Result<PartReport> {
     let (filtered, _) = start_daemon(&args.daemon, 1, &extra).await?;
     extra.extend(["--seccomp".to_owned(), "off".to_owned()]);
     let (unfiltered, _) = start_daemon(&args.daemon, 1, &extra).await?;
-    let url = format!("http://{address}/n");
-    let mut languages = vec![(
-        Language::Javascript,
-        JS_WITH_AWAIT.to_owned(),
-        format!("await (await fetch('{url}')).text()"),
-    )];
-    if args.python_guest.is_some() {
-        let fetch =
-            format!("import urllib.request\nurllib.request.urlopen('{url}').read().decode()");
-        languages.push((Language::Python, PYTHON_BODY.to_owned(), fetch));
-    }
+    let languages = programs(args, address);
     println!("\n(s) the system call filters: --seccomp enforce (default) against off");
     println!(
         "{:<52} {:>10} {:>10} {:>10} {:>6}",

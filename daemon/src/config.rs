@@ -321,6 +321,24 @@ pub struct HelperConfig {
     pub seccomp: crate::sys::seccomp::SeccompOptions,
 }
 
+/// Exit code of a command line that does not parse: a bad configuration (sysexits' EX_USAGE, as
+/// for every other configuration error).
+pub const BAD_COMMAND_LINE: u8 = 64;
+
+/// The command line as `T` reads it. Err: the process's exit code, the message printed: 64 for
+/// a command line that does not parse, 0 after `--help` and `--version` (stdout), which are not
+/// errors.
+pub fn command_line<T: Parser>() -> Result<T, std::process::ExitCode> {
+    T::try_parse().map_err(|e| {
+        let _ = e.print();
+        if e.use_stderr() {
+            std::process::ExitCode::from(BAD_COMMAND_LINE)
+        } else {
+            std::process::ExitCode::SUCCESS
+        }
+    })
+}
+
 /// How logs are written to stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {

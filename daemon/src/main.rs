@@ -3,27 +3,14 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-use hyperlightd::config::{Config, LogFormat};
+use hyperlightd::config::{Config, LogFormat, command_line};
 use hyperlightd::sys::seccomp;
 use tracing_subscriber::EnvFilter;
 
-/// Exit code of a command line that does not parse: a bad configuration (sysexits' EX_USAGE,
-/// as for every other configuration error).
-const BAD_COMMAND_LINE: u8 = 64;
-
 fn main() -> ExitCode {
-    let config = match Config::try_parse() {
+    let config = match command_line::<Config>() {
         Ok(config) => config,
-        Err(e) => {
-            // --help and --version are not errors: they print to stdout and exit 0.
-            let _ = e.print();
-            return if e.use_stderr() {
-                ExitCode::from(BAD_COMMAND_LINE)
-            } else {
-                ExitCode::SUCCESS
-            };
-        }
+        Err(exit) => return exit,
     };
     let filter = EnvFilter::try_from_env("HYPERLIGHTD_LOG").unwrap_or_else(
         |_| // Hyperlight logs its own failures as raw VM errors; the daemon reports the ones

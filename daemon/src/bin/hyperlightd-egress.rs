@@ -6,29 +6,20 @@
 use std::os::unix::net::UnixListener;
 use std::process::ExitCode;
 
-use clap::Parser;
-use hyperlightd::config::HelperConfig as Args;
+use hyperlightd::config::{HelperConfig as Args, command_line};
 use hyperlightd::egress::helper;
 use hyperlightd::sys::seccomp::{self, Kind};
 use tracing_subscriber::EnvFilter;
 
-/// Exit codes (sysexits): a command line that does not parse (EX_USAGE), no socket to listen
-/// on (EX_OSERR), a failure after that (EX_SOFTWARE).
-const BAD_COMMAND_LINE: u8 = 64;
+/// Exit codes (sysexits), besides a command line's (64): no socket to listen on (EX_OSERR), a
+/// failure after that (EX_SOFTWARE).
 const NO_SOCKET: u8 = 71;
 const FAILED: u8 = 70;
 
 fn main() -> ExitCode {
-    let args = match Args::try_parse() {
+    let args = match command_line::<Args>() {
         Ok(args) => args,
-        Err(e) => {
-            let _ = e.print();
-            return if e.use_stderr() {
-                ExitCode::from(BAD_COMMAND_LINE)
-            } else {
-                ExitCode::SUCCESS
-            };
-        }
+        Err(exit) => return exit,
     };
     let filter =
         EnvFilter::try_from_env("HYPERLIGHTD_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
