@@ -241,26 +241,22 @@ impl<E: Executor> Api<E> {
     }
 }
 
-/// The labels a list asks for: its query's `label=NAME=VALUE` pairs, percent-encoded (a `+`
-/// is a space, as in a form).
+/// The labels a list asks for: its query's `label=NAME=VALUE` pairs, as a form encodes them
+/// (read by `form_urlencoded`: percent-encoded, `+` a space).
 fn label_filter(query: Option<&str>) -> Result<BTreeMap<String, String>, ApiError> {
     let invalid = |why: String| ApiError::InvalidRequest(why);
+    let query = query.unwrap_or("");
+    // form_urlencoded replaces what is not UTF-8; such a query is refused instead.
+    if percent_decode_str(query).decode_utf8().is_err() {
+        return Err(invalid("a label in the query is not UTF-8".to_owned()));
+    }
     let mut labels = BTreeMap::new();
-    for pair in query
-        .unwrap_or("")
-        .split('&')
-        .filter(|pair| !pair.is_empty())
-    {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
         if key != "label" {
             return Err(invalid(format!(
                 "unknown query parameter {key:?}: a list of sessions takes label=NAME=VALUE"
             )));
         }
-        let value = percent_decode_str(&value.replace('+', " "))
-            .decode_utf8()
-            .map_err(|_| invalid("a label in the query is not UTF-8".to_owned()))?
-            .into_owned();
         let Some((name, value)) = value.split_once('=') else {
             return Err(invalid(format!(
                 "label={value:?}: a label is asked for as label=NAME=VALUE"
