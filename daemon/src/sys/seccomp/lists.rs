@@ -358,12 +358,15 @@ fn egress(rules: &mut Rules) {
 
 /// The main thread's startup, before it serves (it holds the spawner's filter until then): the
 /// open-file limit raised (sys::files), transparent huge pages turned off (sys::memory), the
-/// socket bound, given its mode and group, and listening (sys::socket).
+/// socket bound, given its mode and group, and listening (sys::socket), and the async
+/// runtimes built (tokio's signal driver makes its pipe, a Unix socket pair, once per
+/// process).
 fn startup(rules: &mut Rules) {
     allow(
         rules,
         &[
             libc::SYS_prlimit64,
+            libc::SYS_socketpair,
             libc::SYS_bind,
             libc::SYS_listen,
             libc::SYS_chmod,

@@ -137,10 +137,13 @@ type Job = Box<dyn FnOnce() + Send>;
 struct Started {
     programs: Vec<(Kind, BpfProgram)>,
     spawner: mpsc::Sender<Job>,
-    egress: tokio::runtime::Runtime,
 }
 
 static STARTED: OnceLock<Started> = OnceLock::new();
+
+/// The egress client's runtime, started once the filters are (its threads narrow themselves
+/// to the egress filter as they start, which needs [`STARTED`]).
+static EGRESS: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
 
 /// Compiles the filters and, unless `off`, installs the trap for violations, starts the egress
 /// runtime and the spawner thread, and narrows the calling (main) thread to the spawner's
@@ -155,20 +158,8 @@ pub fn start(options: &SeccompOptions) -> Result<(), SeccompError> {
             .map_err(|e| SeccompError::Compile(kind.name(), e))?;
         programs.push((kind, program));
     }
-    let egress = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("egress")
-        .on_thread_start(|| enter_or_abort(Kind::Egress))
-        .enable_all()
-        .build()
-        .map_err(SeccompError::EgressRuntime)?;
     let (spawner, jobs) = mpsc::channel::<Job>();
-    let started = Started {
-        programs,
-        spawner,
-        egress,
-    };
-    if STARTED.set(started).is_err() {
+    if STARTED.set(Started { programs, spawner }).is_err() {
         return Ok(());
     }
     thread::Builder::new()
@@ -181,6 +172,15 @@ pub fn start(options: &SeccompOptions) -> Result<(), SeccompError> {
         })
         .map_err(SeccompError::Spawner)?;
     enter(Kind::Spawner)?;
+    // Its threads start from this one, now under the spawner's filter, and narrow to egress's.
+    let egress = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("egress")
+        .on_thread_start(|| enter_or_abort(Kind::Egress))
+        .enable_all()
+        .build()
+        .map_err(SeccompError::EgressRuntime)?;
+    let _ = EGRESS.set(egress);
     report(options);
     Ok(())
 }
@@ -268,7 +268,7 @@ pub fn enter_or_abort(kind: Kind) {
 /// The egress client's runtime, when the filters are on: the only threads that may open
 /// Internet sockets. None: the caller's runtime does.
 pub fn egress_runtime() -> Option<tokio::runtime::Handle> {
-    STARTED.get().map(|started| started.egress.handle().clone())
+    EGRESS.get().map(|egress| egress.handle().clone())
 }
 
 /// Starts a thread named `name` that narrows itself to `kind`'s filter, then runs `work`. With
