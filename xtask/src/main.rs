@@ -30,6 +30,7 @@ mod docs;
 mod e2e;
 mod image;
 mod js_vendor;
+mod kubernetes;
 mod native_python;
 mod python_guest;
 mod python_sdk;
@@ -106,6 +107,9 @@ enum Cmd {
     },
     /// Say whether this host's KVM can run Hyperlight guests directly.
     Kvm,
+    /// Build a real Kubernetes's server binaries (1.20, from Debian's source package, with
+    /// bullseye's Go 1.15) and the pause image, for the cluster test: target/kubernetes/.
+    Kubernetes,
     /// Build the native Python guest's root filesystem, target/native-python/python.cpio:
     /// Debian's CPython 3.11 with the scientific stack, from the pins in guest/python-native/.
     NativePython {
@@ -203,6 +207,10 @@ fn main() -> ExitCode {
             }
         }
         Cmd::Deny => deny::deny().map(|()| ExitCode::SUCCESS),
+        Cmd::Kubernetes => kubernetes::kubernetes().map(|dir| {
+            println!("{}", dir.display());
+            ExitCode::SUCCESS
+        }),
         Cmd::JsVendor => js_vendor().map(|()| ExitCode::SUCCESS),
         Cmd::Openapi => openapi().map(|()| ExitCode::SUCCESS),
         Cmd::Docs { check } => docs::docs(check).map(|()| ExitCode::SUCCESS),
