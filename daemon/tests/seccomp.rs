@@ -165,6 +165,7 @@ fn child(case: &str) {
             egress
                 .block_on(egress.spawn(async {
                     internet_socket();
+                    resolver_calls();
                     println!("egress: internet socket allowed");
                     hypervisor_request();
                 }))
@@ -216,6 +217,16 @@ fn file() -> libc::c_int {
 fn internet_socket() {
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) };
     assert!(fd >= 0, "{}", std::io::Error::last_os_error());
+}
+
+/// What the C library's resolver does besides: a UDP socket's pending bytes (FIONREAD), and the
+/// host's addresses over route netlink (to sort several answers).
+fn resolver_calls() {
+    let udp = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0) };
+    let mut pending: libc::c_int = 0;
+    assert_eq!(unsafe { libc::ioctl(udp, libc::FIONREAD, &mut pending) }, 0);
+    let netlink = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW, libc::NETLINK_ROUTE) };
+    assert!(netlink >= 0, "{}", std::io::Error::last_os_error());
 }
 
 fn unix_socket() {

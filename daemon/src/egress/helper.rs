@@ -26,6 +26,7 @@ use tracing::{debug, warn};
 
 use crate::job::egress::{FetchError, FetchErrorKind};
 use crate::sys::passing;
+use crate::sys::seccomp::{self, Kind};
 
 /// The longest question or answer line, in bytes.
 pub const MAX_LINE: usize = 64 * 1024;
@@ -137,6 +138,7 @@ pub fn serve(listener: UnixListener, max_connections: usize) -> io::Error {
         let spawned = std::thread::Builder::new()
             .name("helper".to_owned())
             .spawn(move || {
+                seccomp::name_this_thread(Kind::Egress);
                 answer_connection(stream);
                 open.fetch_sub(1, Ordering::SeqCst);
             });

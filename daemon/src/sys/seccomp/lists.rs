@@ -344,12 +344,21 @@ fn runtime(rules: &mut Rules) {
 /// system's CA roots read. No hypervisor.
 fn egress(rules: &mut Rules) {
     runtime(rules);
+    // Connections to destinations; the C library's resolver asks the name servers over UDP
+    // (bind, sendmmsg, and FIONREAD for the size of an answer), and sorts several addresses by
+    // the host's own (RFC 3484), which it reads over a route netlink socket (read-only without
+    // CAP_NET_ADMIN, which the daemon never has).
     allow_when(
         rules,
         libc::SYS_socket,
         0,
-        &[libc::AF_INET as u64, libc::AF_INET6 as u64],
+        &[
+            libc::AF_INET as u64,
+            libc::AF_INET6 as u64,
+            libc::AF_NETLINK as u64,
+        ],
     );
+    allow_when(rules, libc::SYS_ioctl, 1, &[libc::FIONREAD]);
     allow(
         rules,
         &[libc::SYS_bind, libc::SYS_sendmmsg, libc::SYS_uname],

@@ -256,6 +256,12 @@ pub fn enter(kind: Kind) -> Result<(), SeccompError> {
     seccompiler::apply_filter(program).map_err(|e| SeccompError::Install(kind.name(), e))
 }
 
+/// Records the calling thread's kind and name for the line a violation writes: for a thread
+/// that inherited its filter rather than entering one (the egress helper's).
+pub fn name_this_thread(kind: Kind) {
+    trap::name_this_thread(kind);
+}
+
 /// [`enter`], for a thread that must not run unfiltered and cannot report an error (tokio's
 /// `on_thread_start`): the process ends instead.
 pub fn enter_or_abort(kind: Kind) {
