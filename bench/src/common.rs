@@ -360,6 +360,14 @@ impl std::fmt::Display for CpuUse {
 }
 
 /// One latency row of the table.
+/// The heading of [`print_row`]'s columns.
+pub fn print_header() {
+    println!(
+        "{:<52} {:>10} {:>10} {:>10} {:>6}",
+        "", "p50 ms", "p99 ms", "mean ms", "n"
+    );
+}
+
 pub fn print_row(name: &str, l: &Latency) {
     println!(
         "{name:<52} {:>10.3} {:>10.3} {:>10.3} {:>6}",

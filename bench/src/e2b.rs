@@ -21,7 +21,7 @@ use hyperlightd_client::{Client, CreateSessionRequest, Language, SessionExecRequ
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::common::{daemon_args, print_row};
+use crate::common::{daemon_args, print_header, print_row};
 use crate::targets::{PartReport, Target};
 use crate::{Args, BODY, EXPECTED, Latency, PYTHON_BODY, start_daemon, wait_until_idle};
 
@@ -62,10 +62,7 @@ pub async fn run(args: &Args) -> Result<PartReport> {
         languages.push((Language::Python, "code-interpreter-v1", PYTHON_BODY));
     }
     println!("\n(e) E2B's API through hlctl e2b-gateway, beside the daemon's socket");
-    println!(
-        "{:<52} {:>10} {:>10} {:>10} {:>6}",
-        "", "p50 ms", "p99 ms", "mean ms", "n"
-    );
+    print_header();
     let n = args.iterations.min(30);
     let mut figures = Vec::new();
     let mut targets = Vec::new();

@@ -19,7 +19,7 @@ use hyperlightd_client::{ExecRequest, Language};
 use serde::Serialize;
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::common::{daemon_args, print_row, warm_once};
+use crate::common::{daemon_args, print_header, print_row, warm_once};
 use crate::targets::PartReport;
 use crate::{Args, EXPECTED, Latency, PYTHON_BODY, start_daemon};
 
@@ -106,10 +106,7 @@ pub async fn run(args: &Args) -> Result<PartReport> {
     let client = &daemon.client;
     let languages = programs(args, address);
     println!("\n(e) outbound HTTP: one allowed request to a loopback server from a program");
-    println!(
-        "{:<52} {:>10} {:>10} {:>10} {:>6}",
-        "", "p50 ms", "p99 ms", "mean ms", "n"
-    );
+    print_header();
     let mut figures = Vec::new();
     for (language, plain, fetching) in languages {
         let (plain, fetching) = (

@@ -15,7 +15,7 @@ use hyperlightd_client::{Client, CreateSessionRequest, Language, SessionExecRequ
 use hyperlightd_e2e::index::{Listed, TestIndex};
 use serde::Serialize;
 
-use crate::common::print_row;
+use crate::common::{print_header, print_row};
 use crate::native::native_args;
 use crate::targets::PartReport;
 use crate::{Args, Latency, start_daemon, wait_until_idle};
@@ -94,10 +94,7 @@ pub async fn run(args: &Args) -> Result<PartReport> {
     println!(
         "\n(p) packages at runtime: a new native Python session, {WHEEL} ({wheel_bytes} bytes)"
     );
-    println!(
-        "{:<52} {:>10} {:>10} {:>10} {:>6}",
-        "", "p50 ms", "p99 ms", "mean ms", "n"
-    );
+    print_header();
     // A first round not counted: the sandbox's first session exec and first install.
     in_new_session(client, false).await?;
     in_new_session(client, true).await?;

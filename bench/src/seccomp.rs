@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use hyperlightd_client::{ExecRequest, Language};
 use serde::Serialize;
 
-use crate::common::{daemon_args, print_row, warm_once};
+use crate::common::{daemon_args, print_header, print_row, warm_once};
 use crate::egress::{programs, server};
 use crate::targets::PartReport;
 use crate::{Args, Latency, start_daemon};
@@ -37,10 +37,7 @@ pub async fn run(args: &Args) -> Result<PartReport> {
     let (unfiltered, _) = start_daemon(&args.daemon, 1, &extra).await?;
     let languages = programs(args, address);
     println!("\n(s) the system call filters: --seccomp enforce (default) against off");
-    println!(
-        "{:<52} {:>10} {:>10} {:>10} {:>6}",
-        "", "p50 ms", "p99 ms", "mean ms", "n"
-    );
+    print_header();
     let mut figures = Vec::new();
     for (language, plain, fetching) in languages {
         let (plain, fetching) = (

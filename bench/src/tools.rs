@@ -11,7 +11,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::capacity::{WorkerCost, worker_cost_over};
-use crate::common::{check_answer, daemon_args, print_row, warm_once};
+use crate::common::{check_answer, daemon_args, print_header, print_row, warm_once};
 use crate::targets::PartReport;
 use crate::{Args, BODY, Latency, PYTHON_BODY, start_daemon, wait_until_idle};
 
@@ -82,10 +82,7 @@ pub async fn run(args: &Args) -> Result<PartReport> {
         |arguments| async move { Ok(json!(arguments["n"].as_i64().unwrap_or_default() + 1)) },
     );
     println!("\n(t) tool calls: a warm exec, and the same with one tool call answered at once");
-    println!(
-        "{:<52} {:>10} {:>10} {:>10} {:>6}",
-        "", "p50 ms", "p99 ms", "mean ms", "n"
-    );
+    print_header();
     let mut figures = Vec::new();
     for (language, [plain, one, ten]) in languages {
         let plain = ExecRequest::new(language, plain);

@@ -194,8 +194,7 @@ pub fn confine(options: &SeccompOptions, kind: Kind) -> Result<(), SeccompError>
     let program =
         compile(kind, mismatch, arch).map_err(|e| SeccompError::Compile(kind.name(), e))?;
     trap::name_this_process(kind);
-    trap::name_this_thread(kind);
-    seccompiler::apply_filter(&program).map_err(|e| SeccompError::Install(kind.name(), e))?;
+    apply(kind, &program)?;
     report(options);
     Ok(())
 }
@@ -252,6 +251,11 @@ pub fn enter(kind: Kind) -> Result<(), SeccompError> {
     let Some((_, program)) = started.programs.iter().find(|(k, _)| *k == kind) else {
         return Err(SeccompError::Missing(kind.name()));
     };
+    apply(kind, program)
+}
+
+/// Installs `program`, `kind`'s, on the calling thread, named for a violation's line.
+fn apply(kind: Kind, program: &BpfProgram) -> Result<(), SeccompError> {
     trap::name_this_thread(kind);
     seccompiler::apply_filter(program).map_err(|e| SeccompError::Install(kind.name(), e))
 }
