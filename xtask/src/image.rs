@@ -47,10 +47,12 @@ pub fn from_package(deb: &Path) -> Result<PathBuf> {
         std::fs::remove_dir_all(&root).with_context(|| format!("emptying {}", root.display()))?;
     }
     std::fs::create_dir_all(&root)?;
+    // Hard links, not copies: the tree only lives until it is packed, and a copy of the guests
+    // would take most of a GiB of disk for that time. Nothing below writes to a linked file.
     step(
         "image: the package's files",
         Command::new("cp")
-            .arg("-a")
+            .arg("-al")
             .arg(format!("{}/.", package.display()))
             .arg(&root),
         Duration::from_secs(600),
@@ -101,6 +103,7 @@ pub fn from_package(deb: &Path) -> Result<PathBuf> {
             .arg("."),
         Duration::from_secs(600),
     )?;
+    std::fs::remove_dir_all(&root).with_context(|| format!("removing {}", root.display()))?;
     // The previous build's image goes, rather than stay in podman's store untagged.
     step(
         &format!("image: podman rmi {IMAGE} (the previous build's)"),

@@ -432,8 +432,10 @@ pub struct Tool {
 
 /// Installs `tool` with `cargo install --locked` into `root` (its binary in `root/bin`) unless
 /// that version is there already (a marker beside it says which), and returns the binary's path.
-/// Its build has a target directory of its own under `root`: the workspace's `[patch]` and
-/// profile are the project's, not the tool's, and a second install of the tool is quick.
+/// Its build has a target directory of its own under `root` (the workspace's `[patch]` and
+/// profile are the project's, not the tool's), removed once the binary is installed: the tools
+/// change version rarely, and their build products (up to a GiB each) once filled a CI machine's
+/// disk.
 pub fn install_tool(root: &Path, tool: &Tool, limit: Duration) -> Result<PathBuf> {
     let binary = root.join("bin").join(tool.binary);
     let marker = root.join(format!("{}.version", tool.krate));
@@ -441,13 +443,14 @@ pub fn install_tool(root: &Path, tool: &Tool, limit: Duration) -> Result<PathBuf
     if binary.exists() && std::fs::read_to_string(&marker).unwrap_or_default() == built {
         return Ok(binary);
     }
+    let build = root.join("target");
     let mut install = cargo();
     install
         .args(["install", "--locked", "--force", tool.krate, "--version"])
         .arg(format!("={}", tool.version))
         .arg("--root")
         .arg(root)
-        .env("CARGO_TARGET_DIR", root.join("target"));
+        .env("CARGO_TARGET_DIR", &build);
     if tool.opt_level != "3" {
         install
             .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", tool.opt_level)
@@ -466,6 +469,7 @@ pub fn install_tool(root: &Path, tool: &Tool, limit: Duration) -> Result<PathBuf
         limit,
     )?;
     std::fs::write(&marker, built)?;
+    std::fs::remove_dir_all(&build).with_context(|| format!("removing {}", build.display()))?;
     Ok(binary)
 }
 

@@ -94,6 +94,8 @@ pub fn native_python(extra_requirements: Option<&Path>) -> Result<PathBuf> {
     stage::pack(&root, &partial)?;
     std::fs::rename(&partial, &archive)?;
     std::fs::write(&stamp, &key)?;
+    // Each build starts from an empty tree: the staged one (half a GiB) has served its purpose.
+    std::fs::remove_dir_all(&work).with_context(|| format!("removing {}", work.display()))?;
     let size = std::fs::metadata(&archive)?.len();
     eprintln!(
         "==> native python: {} ({} MiB, SHA-256 {})",
