@@ -97,3 +97,39 @@ fn a_missing_helper_is_named_by_its_socket() {
         error.message
     );
 }
+
+#[test]
+fn past_its_connections_it_answers_try_again_and_serves_again_once_one_closes() {
+    let (_dir, helper) = helper();
+    // Four connections that ask nothing hold the helper's four threads (each waits ASK_WAIT).
+    let held: Vec<UnixStream> = (0..4)
+        .map(|_| UnixStream::connect(helper.path()).unwrap())
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let busy = loop {
+        let error = match helper.hello() {
+            Err(error) => error,
+            // The helper has not accepted all four yet.
+            Ok(_) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+            Ok(version) => panic!("answered hello ({version}) with four connections held"),
+        };
+        break error;
+    };
+    assert!(
+        busy.message.contains("4 connections open; try again"),
+        "{}",
+        busy.message
+    );
+    drop(held);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while helper.hello().is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the helper never served again"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
