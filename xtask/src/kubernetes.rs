@@ -10,9 +10,11 @@
 //! `/etc/apt/sources.list.d/`), the packages (Go 1.15, and the node's runtime: etcd,
 //! containerd, runc, the CNI plugins), the source package (`apt-get source`, its signatures
 //! checked by apt), the four server binaries (`make WHAT=...` with `GOPROXY=off`, about 9 min
-//! on two cores) and the pause image (the tree's `pause.c`, static, in an archive `ctr` loads).
-//! The result is cached in `target/kubernetes/<version>-<key>/`, keyed by the source package's
-//! version, the Go version and [`RECIPE`]; a second run finds it and builds nothing.
+//! on two cores), the pause image (the tree's `pause.c`, static, in an archive `ctr` loads) and
+//! the test's stand-in for Hyperlight's device plugin (`tests/kube/device-plugin/main.go`,
+//! built in the tree against its vendored device-plugin API). The result is cached in
+//! `target/kubernetes/<version>-<key>/`, keyed by the source package's version, the Go
+//! version, [`RECIPE`] and the plugin's source; a second run finds it and builds nothing.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -21,7 +23,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use sha2::{Digest, Sha256};
 
-use crate::{step, vm};
+use crate::{dist, image, in_vm, python_guest, step, vm, workspace_root};
 
 /// Changed whenever the build below changes, so that a cached build made another way is not
 /// taken for this one.
@@ -68,6 +70,10 @@ Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 ";
 
+/// The device plugin's source, in the repository, and its binary.
+const PLUGIN_SOURCE: &str = "tests/kube/device-plugin/main.go";
+pub const PLUGIN: &str = "hyperlightd-device-plugin";
+
 /// The server binaries the build makes.
 pub const BINARIES: [&str; 4] = [
     "kube-apiserver",
@@ -83,11 +89,20 @@ pub fn kubernetes() -> Result<PathBuf> {
     install_packages()?;
     let version = source_version()?;
     let go = go_version()?;
-    let digest = Sha256::digest(format!("{version}\n{go}\n{RECIPE}"));
+    let plugin = workspace_root()?.join(PLUGIN_SOURCE);
+    let plugin_text = std::fs::read_to_string(&plugin)
+        .with_context(|| format!("reading {}", plugin.display()))?;
+    let digest = Sha256::digest(format!("{version}\n{go}\n{RECIPE}\n{plugin_text}"));
     let key: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
     let root = vm::target_dir()?.join("kubernetes");
     let out = root.join(format!("{version}-{key}"));
-    if BINARIES.iter().all(|b| out.join("bin").join(b).exists()) && out.join("pause.tar").exists() {
+    let bin = out.join("bin");
+    if BINARIES
+        .iter()
+        .chain([&PLUGIN])
+        .all(|b| bin.join(b).exists())
+        && out.join("pause.tar").exists()
+    {
         eprintln!("==> kubernetes: {} is up to date", out.display());
         return Ok(out);
     }
@@ -104,12 +119,63 @@ pub fn kubernetes() -> Result<PathBuf> {
             .with_context(|| format!("copying {binary} from {}", built.display()))?;
     }
     pause_image(&tree, &partial)?;
+    device_plugin(&root, &tree, &plugin, &partial.join("bin").join(PLUGIN))?;
     if out.exists() {
         std::fs::remove_dir_all(&out)?;
     }
     std::fs::rename(&partial, &out)?;
+    remove_older_builds(&root, &version, &out)?;
     eprintln!("==> kubernetes: {}", out.display());
     Ok(out)
+}
+
+/// Removes the builds of `version` under `root` made with other inputs than `kept`'s (a
+/// changed plugin or recipe): each is half a GiB, and nothing uses them again.
+fn remove_older_builds(root: &Path, version: &str, kept: &Path) -> Result<()> {
+    for entry in std::fs::read_dir(root)? {
+        let path = entry?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        if path != kept && name.starts_with(&format!("{version}-")) && path.is_dir() {
+            std::fs::remove_dir_all(&path)
+                .with_context(|| format!("removing {}", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// The VM's memory for the cluster test: the daemon's pod may take its limit (4 GiB), and
+/// the node's writes (containerd's store, the templates, the sessions) live in memory.
+const CLUSTER_VM_MIB: u32 = 12288;
+
+/// `cargo xtask test --kubernetes`: builds the cluster's parts and the image (from the debug
+/// package), then runs `tests/kube/cluster.sh` as root in the VM booted with systemd, whatever
+/// the host: it starts a whole node's services.
+pub fn cluster_test() -> Result<()> {
+    let parts = kubernetes()?;
+    let deb = dist::dist(true, Some(python_guest(None)?))?;
+    let archive = image::from_package(&deb)?;
+    let repo = workspace_root()?;
+    let path = |p: &Path| p.to_string_lossy().into_owned();
+    let name = "end-to-end: the DaemonSet in a real Kubernetes (1.20, one node)";
+    let command = [
+        "sh".to_owned(),
+        path(&repo.join("tests/kube/cluster.sh")),
+        path(&parts),
+        path(&archive),
+        path(&repo),
+    ];
+    let options = vm::VmOptions {
+        memory_mib: CLUSTER_VM_MIB,
+        cpus: 2,
+        timeout: Duration::from_secs(3600),
+        step: name.to_owned(),
+        writable: Vec::new(),
+        tcg: vm::Tcg::Multi,
+        systemd: true,
+        stall: None,
+        output: vm::Output::Live,
+    };
+    in_vm(name, &command, &options)
 }
 
 fn debian_sources() -> Result<()> {
@@ -202,6 +268,20 @@ fn source_tree(root: &Path, version: &str) -> Result<PathBuf> {
 
 /// `make WHAT=...` in a GOPATH whose `src/k8s.io/kubernetes` is the tree, offline.
 fn build(root: &Path, tree: &Path) -> Result<()> {
+    let what = BINARIES.map(|b| format!("cmd/{b}")).join(" ");
+    step(
+        "kubernetes: make the server binaries with Go 1.15 (about 9 min on two cores)",
+        go_command(root, tree, "make")?
+            .arg(format!("WHAT={what}"))
+            .env("KUBE_GIT_VERSION", UPSTREAM)
+            .env("KUBE_GIT_TREE_STATE", "clean"),
+        Duration::from_secs(3600),
+    )
+}
+
+/// `program` in a GOPATH whose `src/k8s.io/kubernetes` is the tree, with Go 1.15, offline,
+/// from the tree's `vendor/`.
+fn go_command(root: &Path, tree: &Path, program: &str) -> Result<Command> {
     let gopath = root.join("gopath");
     let link = gopath.join("src/k8s.io/kubernetes");
     std::fs::create_dir_all(gopath.join("src/k8s.io"))?;
@@ -210,21 +290,33 @@ fn build(root: &Path, tree: &Path) -> Result<()> {
     }
     std::os::unix::fs::symlink(tree, &link)?;
     let path = format!("{GO}:{}", std::env::var("PATH").unwrap_or_default());
-    let what = BINARIES.map(|b| format!("cmd/{b}")).join(" ");
+    let mut command = Command::new(program);
+    command
+        .current_dir(&link)
+        .env("PATH", path)
+        .env("GOPATH", &gopath)
+        .env("GOCACHE", root.join("gocache"))
+        .env("GOPROXY", "off")
+        .env("GOFLAGS", "-mod=vendor")
+        .env("GO111MODULE", "on");
+    Ok(command)
+}
+
+/// The device plugin stand-in (`source`), built as a command of the tree so that it uses the
+/// tree's vendored gRPC and device-plugin API; static, into `to`.
+fn device_plugin(root: &Path, tree: &Path, source: &Path, to: &Path) -> Result<()> {
+    let package = tree.join("cmd").join(PLUGIN);
+    std::fs::create_dir_all(&package)?;
+    std::fs::copy(source, package.join("main.go"))
+        .with_context(|| format!("copying {}", source.display()))?;
     step(
-        "kubernetes: make the server binaries with Go 1.15 (about 9 min on two cores)",
-        Command::new("make")
-            .arg(format!("WHAT={what}"))
-            .current_dir(&link)
-            .env("PATH", path)
-            .env("GOPATH", &gopath)
-            .env("GOCACHE", root.join("gocache"))
-            .env("GOPROXY", "off")
-            .env("GOFLAGS", "-mod=vendor")
-            .env("GO111MODULE", "on")
-            .env("KUBE_GIT_VERSION", UPSTREAM)
-            .env("KUBE_GIT_TREE_STATE", "clean"),
-        Duration::from_secs(3600),
+        "kubernetes: the device plugin stand-in (go build)",
+        go_command(root, tree, "go")?
+            .args(["build", "-o"])
+            .arg(to)
+            .arg(format!("./cmd/{PLUGIN}"))
+            .env("CGO_ENABLED", "0"),
+        Duration::from_secs(900),
     )
 }
 

@@ -81,7 +81,13 @@ enum Cmd {
         command: Vec<String>,
     },
     /// Unit tests on the host, then the end-to-end suite on real KVM (in the VM if need be).
-    Test,
+    Test {
+        /// Instead, the cluster test: the DaemonSet in a real Kubernetes (1.20, built once by
+        /// `cargo xtask kubernetes`) on one node in the VM booted with systemd
+        /// (tests/kube/cluster.sh). Run it before changing k8s/, the caller code or the image.
+        #[arg(long)]
+        kubernetes: bool,
+    },
     /// Check the systemd unit and the Kubernetes manifests (part of `test`).
     CheckDeploy,
     /// Build the Debian package: target/dist/hyperlightd_VERSION_amd64.deb.
@@ -180,7 +186,8 @@ fn main() -> ExitCode {
             },
         )
         .map(exit_code),
-        Cmd::Test => test().map(|()| ExitCode::SUCCESS),
+        Cmd::Test { kubernetes: false } => test().map(|()| ExitCode::SUCCESS),
+        Cmd::Test { kubernetes: true } => kubernetes::cluster_test().map(|()| ExitCode::SUCCESS),
         Cmd::CheckDeploy => check_deploy().map(|()| ExitCode::SUCCESS),
         Cmd::Image { debug } => image::image(debug, None).map(|archive| {
             println!("{} ({})", image::IMAGE, archive.display());
