@@ -75,7 +75,9 @@ impl Admitted {
 
 impl Drop for Admitted {
     fn drop(&mut self) {
-        self.connections.lock().remove(&self.id);
+        let mut open = self.connections.lock();
+        open.remove(&self.id);
+        self.connections.count.send_replace(open.len());
     }
 }
 
@@ -96,6 +98,8 @@ pub struct Connections {
     max: usize,
     next_id: AtomicU64,
     open: Mutex<HashMap<u64, Arc<Entry>>>,
+    /// How many are open, changed under the lock of `open`.
+    count: watch::Sender<usize>,
 }
 
 impl Connections {
@@ -105,6 +109,7 @@ impl Connections {
             max,
             next_id: AtomicU64::new(0),
             open: Mutex::new(HashMap::new()),
+            count: watch::Sender::new(0),
         })
     }
 
@@ -115,6 +120,13 @@ impl Connections {
     /// Connections open now.
     pub fn count(&self) -> usize {
         self.lock().len()
+    }
+
+    /// Returns once no connection is open (at once if none is).
+    pub async fn all_closed(&self) {
+        let mut count = self.count.subscribe();
+        // The sender lives in `self`, so the channel cannot close while this waits.
+        let _ = count.wait_for(|&open| open == 0).await;
     }
 
     /// Admits a new connection, waiting for its first request.
@@ -149,6 +161,7 @@ impl Connections {
         });
         let entry = Arc::new(Entry { state });
         open.insert(id, entry.clone());
+        self.count.send_replace(open.len());
         let admitted = Admitted {
             id,
             connections: self.clone(),
@@ -205,6 +218,26 @@ mod tests {
         drop(oldest);
         assert_eq!(connections.count(), 3);
         drop(newest);
+    }
+
+    #[tokio::test]
+    async fn all_closed_waits_for_the_last_connection() {
+        let connections = Connections::new(2);
+        connections.all_closed().await;
+        let a = admitted(connections.admit());
+        let b = admitted(connections.admit());
+        let waiting = tokio::spawn({
+            let connections = connections.clone();
+            async move { connections.all_closed().await }
+        });
+        drop(a);
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "one connection is still open");
+        drop(b);
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
+            .await
+            .expect("all_closed returns once none is open")
+            .unwrap();
     }
 
     #[test]

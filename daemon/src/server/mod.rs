@@ -10,9 +10,13 @@
 //!   has waited longest.
 //!
 //! On the first stop request the daemon drains: open connections finish the request they are
-//! running and close, and new connections are still accepted, each answered `503
-//! shutting_down`, so that clients learn why rather than find no socket. The drain ends when
-//! the connections are done, at the drain deadline, or at a second stop request.
+//! running and close, and new requests are still read, each answered `503 shutting_down`, so
+//! that clients learn why rather than find no socket or a closed connection. That holds for a
+//! request already on its way on an open connection: one accepted just before the stop whose
+//! head is not read yet, or a kept-alive one whose client sent its next request as the drain
+//! began. So a connection between requests is closed only after [`DRAIN_GRACE`] without a
+//! request; one that takes a request (or is in one) closes once it is answered. The drain ends
+//! when the connections are done, at the drain deadline, or at a second stop request.
 //!
 //! # Design: connections
 //! `server/` owns the accept loop and reads each connection's peer credentials at accept
@@ -31,21 +35,20 @@
 pub mod connections;
 
 use std::convert::Infallible;
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hyper::Request;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::{GracefulConnection, GracefulShutdown};
+use hyper_util::server::graceful::GracefulConnection;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::UnixListener;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 use self::connections::{Admission, Admitted, Connections, Phase};
@@ -83,6 +86,12 @@ pub async fn next_stop(stops: &mut mpsc::Receiver<StopRequest>) -> StopRequest {
     }
 }
 
+/// How long, once the daemon drains, a connection between requests is kept for a request that
+/// may be on its way (see the module's documentation): long enough for a client that has
+/// connected to send its head, short enough that idle kept-alive connections do not hold the
+/// drain.
+pub const DRAIN_GRACE: Duration = Duration::from_secs(1);
+
 /// Serves `api` on `listener` until a stop request arrives on `stops`, then drains (see the
 /// module's documentation).
 pub async fn serve<E: Executor>(
@@ -91,15 +100,16 @@ pub async fn serve<E: Executor>(
     config: ServerConfig,
     stops: &mut mpsc::Receiver<StopRequest>,
 ) {
+    let (draining, drain) = watch::channel(None);
     let server = Server {
         connections: Connections::new(config.max_connections),
         api,
         config,
+        drain,
     };
-    let graceful = GracefulShutdown::new();
     let why = loop {
         tokio::select! {
-            accepted = listener.accept() => server.accepted(accepted, Some(&graceful)).await,
+            accepted = listener.accept() => server.accepted(accepted).await,
             why = next_stop(stops) => break why,
         }
     };
@@ -109,8 +119,9 @@ pub async fn serve<E: Executor>(
         "{why}: draining; new requests are refused while open connections finish"
     );
     server.api.drain();
+    draining.send_replace(Some(Instant::now()));
     crate::sys::notify::stopping(&format!("{why}: draining {open} connections"));
-    let drained = graceful.shutdown();
+    let drained = server.connections.all_closed();
     tokio::pin!(drained);
     let deadline = tokio::time::sleep(config.drain);
     tokio::pin!(deadline);
@@ -128,7 +139,7 @@ pub async fn serve<E: Executor>(
                 warn!(open = server.connections.count(), "{why} again: stopping now, without waiting for open connections");
                 break;
             }
-            accepted = listener.accept() => server.accepted(accepted, None).await,
+            accepted = listener.accept() => server.accepted(accepted).await,
         }
     }
 }
@@ -137,14 +148,15 @@ struct Server<E> {
     connections: Arc<Connections>,
     api: Arc<Api<E>>,
     config: ServerConfig,
+    /// When the drain began; `None` until it does.
+    drain: watch::Receiver<Option<Instant>>,
 }
 
 impl<E: Executor> Server<E> {
-    /// Serves an accepted connection, watched by `graceful` unless the daemon is draining.
+    /// Serves an accepted connection.
     async fn accepted(
         &self,
         accepted: std::io::Result<(tokio::net::UnixStream, tokio::net::unix::SocketAddr)>,
-        graceful: Option<&GracefulShutdown>,
     ) {
         let stream = match accepted {
             Ok((stream, _)) => stream,
@@ -179,32 +191,22 @@ impl<E: Executor> Server<E> {
         };
         metrics.set_connections_open(self.connections.count());
         let admitted = Arc::new(admitted);
-        let mut http = builder(&self.config);
-        if graceful.is_none() {
-            http.keep_alive(false);
-        }
+        let http = builder(&self.config);
         let connection =
             serve_connection(&http, stream, self.api.clone(), admitted.clone(), caller);
-        let idle_timeout = self.config.idle_timeout;
+        let limits = Guard {
+            idle_timeout: self.config.idle_timeout,
+            drain: self.drain.clone(),
+        };
         let connections = self.connections.clone();
         let metrics = metrics.clone();
-        let done = move |closed: Closed| {
+        tokio::spawn(async move {
+            let closed = guard_connection(connection, admitted, limits).await;
             if closed == Closed::Idle {
                 metrics.connection_dropped("idle_timeout");
             }
             metrics.set_connections_open(connections.count());
-        };
-        match graceful {
-            Some(graceful) => {
-                let connection = graceful.watch(connection);
-                tokio::spawn(async move {
-                    done(guard_connection(connection, admitted, idle_timeout).await);
-                })
-            }
-            None => tokio::spawn(async move {
-                done(guard_connection(connection, admitted, idle_timeout).await);
-            }),
-        };
+        });
     }
 }
 
@@ -289,17 +291,24 @@ enum Closed {
     Replaced,
 }
 
-/// Drives `connection` until it ends, it has waited `idle_timeout` without running a request,
-/// or a newer connection took its place. Dropping the connection closes it.
-async fn guard_connection<C>(
-    connection: C,
-    admitted: Arc<Admitted>,
+/// What a connection's task holds it to.
+struct Guard {
+    /// How long it may wait without running a request.
     idle_timeout: Duration,
-) -> Closed
+    /// When the daemon began to drain, once it has.
+    drain: watch::Receiver<Option<Instant>>,
+}
+
+/// Drives `connection` until it ends, it has waited `idle_timeout` without running a request,
+/// or a newer connection took its place. Dropping the connection closes it. Once the daemon
+/// drains, the connection is told to close after the request it is in, or takes, or after
+/// [`DRAIN_GRACE`] between requests (hyper closes it at once if it is between requests then).
+async fn guard_connection<C>(connection: C, admitted: Arc<Admitted>, mut limits: Guard) -> Closed
 where
-    C: Future<Output = hyper::Result<()>>,
+    C: GracefulConnection<Error = hyper::Error>,
 {
     let mut state = admitted.watch();
+    let mut shutting = false;
     tokio::pin!(connection);
     loop {
         let now = *state.borrow_and_update();
@@ -307,7 +316,23 @@ where
             debug!("closing a connection to make room for a new one");
             return Closed::Replaced;
         }
-        let idle_until = (now.phase == Phase::Waiting).then(|| now.since + idle_timeout);
+        let waiting = now.phase == Phase::Waiting;
+        let idle_until = waiting.then(|| now.since + limits.idle_timeout);
+        let drain = *limits.drain.borrow_and_update();
+        let mut shut_at = None;
+        if let (Some(began), false) = (drain, shutting) {
+            let at = if waiting {
+                now.since.max(began) + DRAIN_GRACE
+            } else {
+                Instant::now()
+            };
+            if at <= Instant::now() {
+                connection.as_mut().graceful_shutdown();
+                shutting = true;
+            } else {
+                shut_at = Some(at);
+            }
+        }
         tokio::select! {
             ended = &mut connection => {
                 if let Err(e) = ended {
@@ -316,8 +341,10 @@ where
                 return Closed::Done;
             }
             _ = state.changed() => {}
+            Ok(()) = limits.drain.changed(), if drain.is_none() => {}
+            () = sleep_until(shut_at) => {}
             () = sleep_until(idle_until) => {
-                debug!("closing a connection idle for {idle_timeout:?}");
+                debug!("closing a connection idle for {:?}", limits.idle_timeout);
                 return Closed::Idle;
             }
         }
