@@ -23,7 +23,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use sha2::{Digest, Sha256};
 
-use crate::{dist, image, in_vm, python_guest, step, vm, workspace_root};
+use crate::{dist, e2e, image, python_guest, step, vm, workspace_root};
 
 /// Changed whenever the build below changes, so that a cached build made another way is not
 /// taken for this one.
@@ -134,7 +134,10 @@ pub fn kubernetes() -> Result<PathBuf> {
 fn remove_older_builds(root: &Path, version: &str, kept: &Path) -> Result<()> {
     for entry in std::fs::read_dir(root)? {
         let path = entry?.path();
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
         if path != kept && name.starts_with(&format!("{version}-")) && path.is_dir() {
             std::fs::remove_dir_all(&path)
                 .with_context(|| format!("removing {}", path.display()))?;
@@ -143,39 +146,33 @@ fn remove_older_builds(root: &Path, version: &str, kept: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The VM's memory for the cluster test: the daemon's pod may take its limit (4 GiB), and
-/// the node's writes (containerd's store, the templates, the sessions) live in memory.
-const CLUSTER_VM_MIB: u32 = 12288;
-
-/// `cargo xtask test --kubernetes`: builds the cluster's parts and the image (from the debug
-/// package), then runs `tests/kube/cluster.sh` as root in the VM booted with systemd, whatever
-/// the host: it starts a whole node's services.
+/// `cargo xtask test --kubernetes`: the cluster test alone, with the image made from the debug
+/// package.
 pub fn cluster_test() -> Result<()> {
-    let parts = kubernetes()?;
     let deb = dist::dist(true, Some(python_guest(None)?))?;
     let archive = image::from_package(&deb)?;
+    e2e::run(&[], vec![cluster(&archive)?])
+}
+
+/// The cluster test's boot, its parts built first: `tests/kube/cluster.sh` as root in the VM
+/// booted with systemd, whatever the host (it starts a whole node's services), with the image
+/// `archive`. Its own steps have limits that name them; the boot's covers a slow emulator.
+pub fn cluster(archive: &Path) -> Result<e2e::Boot> {
+    let parts = kubernetes()?;
     let repo = workspace_root()?;
     let path = |p: &Path| p.to_string_lossy().into_owned();
-    let name = "end-to-end: the DaemonSet in a real Kubernetes (1.20, one node)";
-    let command = [
+    let command = vec![
         "sh".to_owned(),
         path(&repo.join("tests/kube/cluster.sh")),
         path(&parts),
-        path(&archive),
+        path(archive),
         path(&repo),
     ];
-    let options = vm::VmOptions {
-        memory_mib: CLUSTER_VM_MIB,
-        cpus: 2,
-        timeout: Duration::from_secs(3600),
-        step: name.to_owned(),
-        writable: Vec::new(),
-        tcg: vm::Tcg::Multi,
-        systemd: true,
-        stall: None,
-        output: vm::Output::Live,
-    };
-    in_vm(name, &command, &options)
+    Ok(e2e::Boot::under_systemd(
+        "end-to-end: the DaemonSet in a real Kubernetes (1.20, one node)".into(),
+        command,
+        Duration::from_secs(2400),
+    ))
 }
 
 fn debian_sources() -> Result<()> {

@@ -82,9 +82,9 @@ enum Cmd {
     },
     /// Unit tests on the host, then the end-to-end suite on real KVM (in the VM if need be).
     Test {
-        /// Instead, the cluster test: the DaemonSet in a real Kubernetes (1.20, built once by
-        /// `cargo xtask kubernetes`) on one node in the VM booted with systemd
-        /// (tests/kube/cluster.sh). Run it before changing k8s/, the caller code or the image.
+        /// Only the cluster test (part of the whole run): the DaemonSet in a real Kubernetes
+        /// (1.20, built once by `cargo xtask kubernetes`) on one node in the VM booted with
+        /// systemd (tests/kube/cluster.sh), for a change to k8s/, the caller code or the image.
         #[arg(long)]
         kubernetes: bool,
     },
@@ -769,7 +769,15 @@ fn test() -> Result<()> {
             limit,
         ));
     }
-    e2e::run(&suites, vec![package_under_systemd(python)?])
+    let deb = dist::dist(true, Some(python))?;
+    let archive = image::from_package(&deb)?;
+    e2e::run(
+        &suites,
+        vec![
+            package_under_systemd(&deb, &archive)?,
+            kubernetes::cluster(&archive)?,
+        ],
+    )
 }
 
 /// The boot that installs the Debian package (debug build) in the VM booted with systemd and
@@ -779,9 +787,7 @@ fn test() -> Result<()> {
 /// `--pod-identity`; the DaemonSet's pod played by `podman kube play`, with a client pod).
 /// Always in the VM, even on a host with KVM: it installs a package and starts a service and
 /// pods.
-fn package_under_systemd(python: PathBuf) -> Result<e2e::Boot> {
-    let deb = dist::dist(true, Some(python))?;
-    let archive = image::from_package(&deb)?;
+fn package_under_systemd(deb: &Path, archive: &Path) -> Result<e2e::Boot> {
     let repo = workspace_root()?;
     let path = |p: &Path| p.to_string_lossy().into_owned();
     let command = vec![
@@ -789,9 +795,9 @@ fn package_under_systemd(python: PathBuf) -> Result<e2e::Boot> {
         "-c".to_owned(),
         r#"sh "$0" "$1" && sh "$2" "$3" "$4""#.to_owned(),
         path(&repo.join("tests/systemd/package.sh")),
-        path(&deb),
+        path(deb),
         path(&repo.join("tests/systemd/kube.sh")),
-        path(&archive),
+        path(archive),
         path(&repo),
     ];
     Ok(e2e::Boot::under_systemd(
