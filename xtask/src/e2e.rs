@@ -3,7 +3,7 @@
 //! boot (a frozen VM then costs only its group's limit and retries), and the boots run on as
 //! many lanes as the machine holds VMs at once: each VM's emulator is one host thread (see
 //! `vm::Tcg`), so on two cores two VMs take the time of one. Boots that run in the VM
-//! whatever the host (the package under systemd, the Kubernetes cluster) share the lanes. The boots allowed longest
+//! whatever the host (the package under systemd) share the lanes. The boots allowed longest
 //! start first, so that the last to end is a short one. Each VM's output is kept and printed
 //! whole when its boot ends; the first failure stops new boots, lets the running ones end, and
 //! is the error.

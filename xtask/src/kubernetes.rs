@@ -9,7 +9,7 @@
 //! Steps: Debian's sources (a `deb-src` line for bookworm and bullseye's Go, written once to
 //! `/etc/apt/sources.list.d/`), the packages (Go 1.15, and the node's runtime: etcd,
 //! containerd, runc, the CNI plugins), the source package (`apt-get source`, its signatures
-//! checked by apt), the four server binaries (`make WHAT=...` with `GOPROXY=off`, about 9 min
+//! checked by apt), the four server binaries (`make WHAT=...` with `GOPROXY=off`, 4 to 9 min
 //! on two cores), the pause image (the tree's `pause.c`, static, in an archive `ctr` loads) and
 //! the test's stand-in for Hyperlight's device plugin (`tests/kube/device-plugin/main.go`,
 //! built in the tree against its vendored device-plugin API). The result is cached in
@@ -23,7 +23,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use sha2::{Digest, Sha256};
 
-use crate::{dist, e2e, image, python_guest, step, vm, workspace_root};
+use crate::{dist, image, in_vm, python_guest, step, vm, workspace_root};
 
 /// Changed whenever the build below changes, so that a cached build made another way is not
 /// taken for this one.
@@ -149,30 +149,45 @@ fn remove_older_builds(root: &Path, version: &str, kept: &Path) -> Result<()> {
 /// `cargo xtask test --kubernetes`: the cluster test alone, with the image made from the debug
 /// package.
 pub fn cluster_test() -> Result<()> {
+    let parts = kubernetes()?;
     let deb = dist::dist(true, Some(python_guest(None)?))?;
     let archive = image::from_package(&deb)?;
-    e2e::run(&[], vec![cluster(&archive)?])
+    cluster(&parts, &archive)
 }
 
-/// The cluster test's boot, its parts built first: `tests/kube/cluster.sh` as root in the VM
-/// booted with systemd, whatever the host (it starts a whole node's services), with the image
-/// `archive`. Its own steps have limits that name them; the boot's covers a slow emulator.
-pub fn cluster(archive: &Path) -> Result<e2e::Boot> {
-    let parts = kubernetes()?;
+/// The VM's memory for the cluster test: the daemon's pod may take its limit (4 GiB), and
+/// the node's writes (containerd's store, the templates, the sessions) live in memory.
+const CLUSTER_VM_MIB: u32 = 12288;
+
+/// The cluster test: `tests/kube/cluster.sh` as root in the VM booted with systemd, whatever
+/// the host (it starts a whole node's services), with the cluster's `parts` and the image
+/// `archive`. It boots alone, with an emulator thread per vCPU (`Tcg::Multi`): a node's control
+/// plane, kubelet and daemon on one emulator thread beside another VM starve (the node goes
+/// NotReady, probes fail). Its own steps have limits that name them; the boot's covers a slow
+/// emulator.
+pub fn cluster(parts: &Path, archive: &Path) -> Result<()> {
     let repo = workspace_root()?;
     let path = |p: &Path| p.to_string_lossy().into_owned();
-    let command = vec![
+    let name = "end-to-end: the DaemonSet in a real Kubernetes (1.20, one node)";
+    let command = [
         "sh".to_owned(),
         path(&repo.join("tests/kube/cluster.sh")),
-        path(&parts),
+        path(parts),
         path(archive),
         path(&repo),
     ];
-    Ok(e2e::Boot::under_systemd(
-        "end-to-end: the DaemonSet in a real Kubernetes (1.20, one node)".into(),
-        command,
-        Duration::from_secs(2400),
-    ))
+    let options = vm::VmOptions {
+        memory_mib: CLUSTER_VM_MIB,
+        cpus: 2,
+        timeout: Duration::from_secs(2400),
+        step: name.to_owned(),
+        writable: Vec::new(),
+        tcg: vm::Tcg::Multi,
+        systemd: true,
+        stall: None,
+        output: vm::Output::Live,
+    };
+    in_vm(name, &command, &options)
 }
 
 fn debian_sources() -> Result<()> {
@@ -193,16 +208,41 @@ fn install_packages() -> Result<()> {
         .copied()
         .filter(|package| !installed(package))
         .collect();
-    if missing.is_empty() {
+    if !missing.is_empty() {
+        step(
+            &format!("kubernetes: apt-get install {}", missing.join(" ")),
+            Command::new("apt-get")
+                .args(["install", "-y", "-q", "--no-install-recommends"])
+                .args(&missing)
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+            Duration::from_secs(1200),
+        )?;
+    }
+    disable_units(&missing)
+}
+
+/// Debian enables etcd's and containerd's units when it installs them, and the VM boots this
+/// machine's root: every VM booted with systemd would start both. Only the cluster test uses
+/// them, and it starts them itself. Units of packages that were here before are left alone.
+fn disable_units(installed_now: &[&str]) -> Result<()> {
+    let wants = Path::new("/etc/systemd/system/multi-user.target.wants");
+    let enabled: Vec<&str> = [
+        ("etcd-server", "etcd.service"),
+        ("containerd", "containerd.service"),
+    ]
+    .into_iter()
+    .filter(|(package, unit)| installed_now.contains(package) && wants.join(unit).exists())
+    .map(|(_, unit)| unit)
+    .collect();
+    if enabled.is_empty() {
         return Ok(());
     }
     step(
-        &format!("kubernetes: apt-get install {}", missing.join(" ")),
-        Command::new("apt-get")
-            .args(["install", "-y", "-q", "--no-install-recommends"])
-            .args(&missing)
-            .env("DEBIAN_FRONTEND", "noninteractive"),
-        Duration::from_secs(1200),
+        &format!("kubernetes: systemctl disable {}", enabled.join(" ")),
+        Command::new("systemctl")
+            .args(["--root=/", "disable"])
+            .args(&enabled),
+        Duration::from_secs(120),
     )
 }
 
@@ -267,7 +307,7 @@ fn source_tree(root: &Path, version: &str) -> Result<PathBuf> {
 fn build(root: &Path, tree: &Path) -> Result<()> {
     let what = BINARIES.map(|b| format!("cmd/{b}")).join(" ");
     step(
-        "kubernetes: make the server binaries with Go 1.15 (about 9 min on two cores)",
+        "kubernetes: make the server binaries with Go 1.15 (4 to 9 min on two cores)",
         go_command(root, tree, "make")?
             .arg(format!("WHAT={what}"))
             .env("KUBE_GIT_VERSION", UPSTREAM)
