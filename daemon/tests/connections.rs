@@ -4,20 +4,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hyperlightd::executor::Executor;
-use hyperlightd::http::Api;
-use hyperlightd::metrics::Metrics;
 use hyperlightd::server::{self, ServerConfig};
-use hyperlightd::service::{Limits, Service};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
 mod common;
-use common::Stub;
+use common::{metric, stub_api};
 
 const MAX_CONNECTIONS: usize = 200;
 const STALLED: usize = 3000;
@@ -87,27 +81,7 @@ async fn thousands_of_stalled_connections_are_bounded_and_dropped_while_requests
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("d.sock");
     let listener = tokio::net::UnixListener::bind(&socket).unwrap();
-    let limits = Limits {
-        default_timeout: Duration::from_secs(5),
-        max_timeout: Duration::from_secs(5),
-        max_body_bytes: 1024 * 1024,
-        max_code_bytes: 1024 * 1024,
-        max_output_bytes: 1024,
-        max_result_bytes: 1024,
-        body_read_timeout: TIMEOUT,
-        files: hyperlightd::job::FileLimits {
-            max_entries: 16,
-            max_bytes: 1024,
-        },
-        tools: hyperlightd::service::ToolGrants::default(),
-    };
-    let metrics = Metrics::new().unwrap();
-    let api = Arc::new(Api::of(Service::new(
-        Arc::new(Stub::new()),
-        metrics.clone(),
-        limits,
-        BTreeMap::new(),
-    )));
+    let (api, metrics) = stub_api(TIMEOUT);
     let config = ServerConfig {
         max_connections: MAX_CONNECTIONS,
         max_header_bytes: 16 * 1024,
@@ -193,16 +167,4 @@ async fn thousands_of_stalled_connections_are_bounded_and_dropped_while_requests
         .await
         .unwrap()
         .unwrap();
-}
-
-/// The value of `series` in the daemon's metrics; it must be there.
-fn metric(metrics: &Metrics, series: &str) -> f64 {
-    let health = Stub::new().health();
-    let text = metrics.render(&health.sandboxes, &health.sessions).unwrap();
-    text.lines()
-        .find_map(|line| {
-            let rest = line.strip_prefix(series)?;
-            rest.starts_with(' ').then(|| rest.trim().parse().ok())?
-        })
-        .unwrap_or_else(|| panic!("no {series} in the metrics:\n{text}"))
 }

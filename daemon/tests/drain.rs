@@ -6,23 +6,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hyperlightd::executor::Executor;
-use hyperlightd::http::Api;
 use hyperlightd::metrics::Metrics;
 use hyperlightd::server::{self, DRAIN_GRACE, ServerConfig};
-use hyperlightd::service::{Limits, Service};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 mod common;
-use common::Stub;
+use common::{metric, stub_api};
 
 /// Far longer than anything here should take: a step that hangs fails by name.
 const STEP: Duration = Duration::from_secs(20);
@@ -39,27 +34,7 @@ fn start() -> Daemon {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("d.sock");
     let listener = tokio::net::UnixListener::bind(&socket).unwrap();
-    let limits = Limits {
-        default_timeout: Duration::from_secs(5),
-        max_timeout: Duration::from_secs(5),
-        max_body_bytes: 1024 * 1024,
-        max_code_bytes: 1024 * 1024,
-        max_output_bytes: 1024,
-        max_result_bytes: 1024,
-        body_read_timeout: Duration::from_secs(5),
-        files: hyperlightd::job::FileLimits {
-            max_entries: 16,
-            max_bytes: 1024,
-        },
-        tools: hyperlightd::service::ToolGrants::default(),
-    };
-    let metrics = Metrics::new().unwrap();
-    let api = Arc::new(Api::of(Service::new(
-        Arc::new(Stub::new()),
-        metrics.clone(),
-        limits,
-        BTreeMap::new(),
-    )));
+    let (api, metrics) = stub_api(Duration::from_secs(5));
     let config = ServerConfig {
         max_connections: 16,
         max_header_bytes: 16 * 1024,
@@ -89,7 +64,7 @@ async fn step<T>(what: &str, future: impl std::future::Future<Output = T>) -> T 
 /// Polls until the daemon has accepted `n` connections.
 async fn open_connections(daemon: &Daemon, n: usize) {
     step(&format!("{n} connections accepted"), async {
-        while gauge(&daemon.metrics, "hyperlightd_connections_open") != n as f64 {
+        while metric(&daemon.metrics, "hyperlightd_connections_open") != n as f64 {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     })
@@ -134,14 +109,6 @@ async fn exchange(mut stream: UnixStream, raw: &str) -> (u16, String) {
         .and_then(|code| code.parse().ok())
         .unwrap_or(0);
     (status, answer)
-}
-
-fn gauge(metrics: &Metrics, series: &str) -> f64 {
-    let health = Stub::new().health();
-    let text = metrics.render(&health.sandboxes, &health.sessions).unwrap();
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("{series} not in the metrics"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -77,3 +77,50 @@ impl Executor for Stub {
         }
     }
 }
+
+/// The real API in front of a [`Stub`], with small limits and `body_read_timeout` for a body to
+/// arrive; and the metrics it reports to. For the binaries that drive the real server.
+#[allow(dead_code)]
+pub fn stub_api(
+    body_read_timeout: Duration,
+) -> (
+    std::sync::Arc<hyperlightd::http::Api<Stub>>,
+    hyperlightd::metrics::Metrics,
+) {
+    use hyperlightd::service::{Limits, Service};
+    let limits = Limits {
+        default_timeout: Duration::from_secs(5),
+        max_timeout: Duration::from_secs(5),
+        max_body_bytes: 1024 * 1024,
+        max_code_bytes: 1024 * 1024,
+        max_output_bytes: 1024,
+        max_result_bytes: 1024,
+        body_read_timeout,
+        files: hyperlightd::job::FileLimits {
+            max_entries: 16,
+            max_bytes: 1024,
+        },
+        tools: hyperlightd::service::ToolGrants::default(),
+    };
+    let metrics = hyperlightd::metrics::Metrics::new().unwrap();
+    let api = std::sync::Arc::new(hyperlightd::http::Api::of(Service::new(
+        std::sync::Arc::new(Stub::new()),
+        metrics.clone(),
+        limits,
+        BTreeMap::new(),
+    )));
+    (api, metrics)
+}
+
+/// The value of `series` in the daemon's metrics; it must be there.
+#[allow(dead_code)]
+pub fn metric(metrics: &hyperlightd::metrics::Metrics, series: &str) -> f64 {
+    let health = Stub::new().health();
+    let text = metrics.render(&health.sandboxes, &health.sessions).unwrap();
+    text.lines()
+        .find_map(|line| {
+            let rest = line.strip_prefix(series)?;
+            rest.starts_with(' ').then(|| rest.trim().parse().ok())?
+        })
+        .unwrap_or_else(|| panic!("no {series} in the metrics:\n{text}"))
+}
