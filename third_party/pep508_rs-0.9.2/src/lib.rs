@@ -638,6 +638,17 @@ fn parse_extras_cursor<T: Pep508Url>(
         let (start, len) = cursor
             .take_while(|char| matches!(char, 'a'..='z' | 'A'..='Z' | '0'..='9' | '-' | '_' | '.'));
         buffer.push_str(cursor.slice(start, len));
+        // [.-_] can't be the final character (`pkg[extra-]`, `pkg[a_, b]`)
+        if let Some(last @ ('.' | '-' | '_')) = buffer.chars().last() {
+            return Err(Pep508Error {
+                message: Pep508ErrorSource::String(format!(
+                    "Extra name must end with an alphanumeric character, not '{last}'"
+                )),
+                start: cursor.pos() - last.len_utf8(),
+                len: last.len_utf8(),
+                input: cursor.to_string(),
+            });
+        }
         match cursor.peek() {
             Some((pos, char)) if char != ',' && char != ']' && !char.is_whitespace() => {
                 return Err(Pep508Error {

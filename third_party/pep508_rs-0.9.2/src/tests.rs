@@ -237,6 +237,31 @@ fn error_extras_eof3() {
 }
 
 #[test]
+fn error_extra_ending_in_a_separator() {
+    assert_snapshot!(
+        parse_pep508_err("A[A-,"),
+        @"
+        Extra name must end with an alphanumeric character, not '-'
+        A[A-,
+           ^"
+    );
+    assert_snapshot!(
+        parse_pep508_err("black[d_]"),
+        @"
+        Extra name must end with an alphanumeric character, not '_'
+        black[d_]
+               ^"
+    );
+    assert_snapshot!(
+        parse_pep508_err("black[d. , e]"),
+        @"
+        Extra name must end with an alphanumeric character, not '.'
+        black[d. , e]
+               ^"
+    );
+}
+
+#[test]
 fn error_extras_illegal_start1() {
     assert_snapshot!(
         parse_pep508_err("black[ö]"),
