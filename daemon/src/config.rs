@@ -297,6 +297,10 @@ pub struct Config {
     #[command(flatten)]
     pub seccomp: crate::sys::seccomp::SeccompOptions,
 
+    /// Traces sent over OTLP.
+    #[command(flatten)]
+    pub traces: crate::telemetry::export::TraceOptions,
+
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -410,6 +414,9 @@ pub enum PythonRuntime {
 /// An inconsistent configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// Traces cannot be sent as `--otlp-endpoint` or the `OTEL_*` variables say.
+    #[error(transparent)]
+    Traces(#[from] crate::telemetry::export::TraceError),
     /// Two `--pool` options for one language.
     #[error("--pool names {0} twice")]
     DuplicatePool(Language),

@@ -5,8 +5,8 @@
 //! `executor::Executor` (the transport-free boundary) → `sandbox` (pools of warm guests per
 //! language, one worker thread per sandbox). `caller` is who calls (peer credentials, allow
 //! lists, quotas), `audit` the audit log, `session` the sessions. `sys` holds the platform
-//! specifics, `metrics` the Prometheus registry, `config` the command line. See
-//! docs/ARCHITECTURE.md.
+//! specifics, `metrics` the Prometheus registry, `telemetry` the spans sent over OTLP, `config`
+//! the command line. See docs/ARCHITECTURE.md.
 //!
 //! # Design: startup and shutdown
 //! `main.rs` parses the command line (clap; an error exits 64), sets up `tracing`, turns SIGTERM and
@@ -30,7 +30,8 @@
 //! first stop request, STOPPING (`sys/notify.rs`; nothing without `NOTIFY_SOCKET`).
 //!
 //! On the first stop request the server drains: connections finish the request they are running
-//! (hyper-util's `GracefulShutdown`), up to `--drain-timeout-ms`; new connections are still
+//! (each connection's task closes it after that request, or after a short grace between
+//! requests: `server::DRAIN_GRACE`), up to `--drain-timeout-ms`; new connections are still
 //! accepted and answered `503 shutting_down`; health says `stopping` and readiness is 503. A second
 //! stop request ends the drain at once. Then the socket file is removed; exit 0. Startup errors
 //! carry exit codes (`StartError::exit_code`).
@@ -55,6 +56,7 @@ pub mod server;
 pub mod service;
 pub mod session;
 pub mod sys;
+pub mod telemetry;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -80,6 +82,8 @@ use crate::server::{ServerConfig, StopRequest};
 use crate::service::{Callers, Limits, Service};
 use crate::sys::hypervisor::{self, Hypervisor, HypervisorError};
 use crate::sys::socket::{self, SocketError};
+use crate::telemetry::Tracer;
+use crate::telemetry::export::Exporter;
 
 /// Why the daemon could not start (or stopped abnormally). Each maps to an exit code.
 #[derive(Debug, thiserror::Error)]
@@ -221,9 +225,11 @@ pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Resu
     if let Some(packages) = &packages {
         info!(indexes = ?packages.health().indexes, "Python programs may install packages");
     }
-    if egress.is_some() || packages.is_some() {
+    let traces = start_traces(&config)?;
+    if egress.is_some() || packages.is_some() || traces.is_some() {
         check_egress_helper(&config).await?;
     }
+    let tracer = traces.as_ref().map(Exporter::tracer).unwrap_or_default();
     let snapshots = open_snapshot_store(&config)?;
     let hypervisor = hypervisor::detect()?;
     info!(%hypervisor, "hypervisor found");
@@ -248,6 +254,7 @@ pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Resu
         Stores {
             audit: audit.clone(),
             snapshots,
+            tracer: tracer.clone(),
         },
     );
     let executor = tokio::select! {
@@ -281,11 +288,14 @@ pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Resu
         .with_code_policy(code_policy)
         .with_egress(egress)
         .with_packages(packages);
-    let api = Arc::new(Api::of(service));
+    let api = Arc::new(Api::of(service).with_tracer(tracer));
     server::serve(listener, api, server_config(&config, identify), &mut stops).await;
     drop(bound);
     if let Some(sessions) = sessions {
         flush_sessions(sessions).await;
+    }
+    if let Some(traces) = traces {
+        send_last_spans(traces).await;
     }
     info!("stopped");
     Ok(())
@@ -309,6 +319,45 @@ async fn check_egress_helper(config: &Config) -> Result<(), StartError> {
         }
         Ok(Err(e)) => Err(StartError::EgressHelper(e.message)),
         Err(e) => Err(StartError::EgressHelper(e.to_string())),
+    }
+}
+
+/// Starts sending traces when `--otlp-endpoint` or the `OTEL_*` variables ask for them.
+fn start_traces(config: &Config) -> Result<Option<Exporter>, StartError> {
+    let environment = |name: &str| std::env::var(name).ok();
+    let Some(endpoint) =
+        telemetry::export::endpoint(&config.traces, &environment).map_err(ConfigError::from)?
+    else {
+        return Ok(None);
+    };
+    let client = config.egress.client().map_err(ConfigError::Egress)?;
+    let runtime = sys::seccomp::egress_runtime().unwrap_or_else(Handle::current);
+    let timeout = telemetry::export::export_timeout(&environment);
+    let collector = egress::collector::Collector::new(client, timeout, runtime);
+    // The batch processor's thread inherits the filter of the thread that starts it: an egress
+    // thread's, which may reach the network and not the hypervisor.
+    let url = endpoint.url.clone();
+    let started = sys::seccomp::spawn(
+        sys::seccomp::Kind::Egress,
+        "otlp-start".to_owned(),
+        move || Exporter::start(&endpoint, collector),
+    )
+    .map_err(|e| StartError::Other(format!("starting the trace exporter: {e}")))?
+    .join()
+    .map_err(|_| StartError::Other("starting the trace exporter panicked".to_owned()))?;
+    let exporter = started.map_err(ConfigError::from)?;
+    info!(endpoint = %url, "sending traces over OTLP");
+    Ok(Some(exporter))
+}
+
+/// How long a stopping daemon waits for its last spans to be sent.
+const LAST_SPANS_LIMIT: Duration = Duration::from_secs(5);
+
+/// Sends the spans not sent yet, within [`LAST_SPANS_LIMIT`].
+async fn send_last_spans(traces: Exporter) {
+    let sent = tokio::task::spawn_blocking(move || traces.shutdown(LAST_SPANS_LIMIT)).await;
+    if let Ok(Err(e)) = sent {
+        warn!("sending the last spans: {e}");
     }
 }
 
@@ -420,6 +469,7 @@ async fn start_executor(
         queue_depth: config.queue_depth,
         build_limit: limit,
         priming: config.prime.priming(),
+        tracer: stores.tracer,
     };
     let (runtime, sizes, metrics) = (Handle::current(), sizes.clone(), metrics.clone());
     let name = hypervisor.to_string();
@@ -463,10 +513,11 @@ async fn blame(hypervisor: Hypervisor, limit: Duration, failed: StartError) -> S
 }
 
 /// Where the executor keeps what outlives a request: the audit log (session expiries), the
-/// saved templates.
+/// saved templates; and where the spans of its start go.
 struct Stores {
     audit: Arc<AuditLog>,
     snapshots: Option<Arc<SnapshotStore>>,
+    tracer: Tracer,
 }
 
 /// The store of `--snapshot-dir`, created if need be (None without the option).

@@ -106,6 +106,10 @@ pub struct ExecRecord<'a> {
     /// absent when it declared none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<&'a BTreeMap<String, u32>>,
+    /// The trace the request is in (the caller's `traceparent`'s, or the daemon's own with
+    /// tracing on), to find its spans; absent when it is in none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 /// What the audit log says of a program's code.

@@ -30,6 +30,7 @@ fn exec_of<'a>(code: &'a Code, session: Option<&'a str>) -> ExecRecord<'a> {
         output_bytes: 30,
         truncated: false,
         tool_calls: None,
+        trace_id: None,
     }
 }
 

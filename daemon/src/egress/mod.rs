@@ -55,6 +55,7 @@
 
 pub mod address;
 pub mod client;
+pub mod collector;
 mod exec;
 pub mod helper;
 pub mod options;

@@ -29,10 +29,11 @@ pub use self::stream::Body;
 use tracing::{Instrument, info_span, warn};
 
 use crate::executor::Executor;
-use crate::job::{Caller, ExecError};
+use crate::job::{Caller, ExecError, PodOf};
 use crate::metrics::Metrics;
 use crate::service::code_policy::CodePolicy;
 use crate::service::{Call, Executed, Program, Refusal, Service, wire};
+use crate::telemetry::{self, Attribute as KeyValue, Kind, Trace, Tracer};
 
 /// The error type bodies are read with.
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -45,6 +46,8 @@ pub const REQUEST_ID_HEADER: &str = "x-request-id";
 pub struct Api<E> {
     service: Arc<Service<E>>,
     next_request_id: AtomicU64,
+    /// Records the requests' spans (off: nothing).
+    tracer: Tracer,
 }
 
 /// The caller a delegate names in `hyperlightd-on-behalf-of`, if it names one; a name that
@@ -192,7 +195,14 @@ impl<E: Executor> Api<E> {
         Api {
             service: Arc::new(service),
             next_request_id: AtomicU64::new(1),
+            tracer: Tracer::default(),
         }
+    }
+
+    /// Records each request as a span with `tracer`.
+    pub fn with_tracer(mut self, tracer: Tracer) -> Self {
+        self.tracer = tracer;
+        self
     }
 
     /// The daemon's metrics.
@@ -215,23 +225,96 @@ impl<E: Executor> Api<E> {
     {
         let id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
         let span = info_span!("request", id, uid = caller.uid, method = %request.method(), path = %request.uri().path());
+        let trace = self.request_trace(&request, id, &caller);
         let call = Call {
             id,
             caller,
             received: Instant::now(),
             span: span.clone(),
+            trace: trace.clone(),
         };
         let result = self.admit_and_route(request, call).await;
+        let mut kind = None;
         let mut response = result.unwrap_or_else(|err| {
-            let (status, kind) = err.status();
-            span.in_scope(|| warn!(status = status.as_u16(), %kind, "{err}"));
-            self.service.rejected(kind);
+            let (status, refused) = err.status();
+            span.in_scope(|| warn!(status = status.as_u16(), kind = %refused, "{err}"));
+            self.service.rejected(refused);
+            kind = Some(refused);
             err.into_response().map(Either::Left)
         });
+        let status = response.status().as_u16();
+        trace.set(|| {
+            vec![KeyValue::new(
+                "http.response.status_code",
+                i64::from(status),
+            )]
+        });
+        if let Some(kind) = kind {
+            trace.fail(kind.as_str());
+        }
+        let headers = response.headers_mut();
+        headers.insert(REQUEST_ID_HEADER, HeaderValue::from(id));
+        if let Some(value) = trace
+            .traceresponse()
+            .and_then(|v| HeaderValue::try_from(v).ok())
+        {
+            headers.insert(telemetry::TRACERESPONSE, value);
+        }
         response
-            .headers_mut()
-            .insert(REQUEST_ID_HEADER, HeaderValue::from(id));
-        response
+    }
+
+    /// The request's place in a trace: its server span (with tracing on), under the caller's
+    /// span when its `traceparent` names one. Probes and metrics scrapes make no span unless
+    /// the caller's trace asks for one.
+    fn request_trace<B>(&self, request: &Request<B>, id: u64, caller: &Caller) -> Trace {
+        let parent = telemetry::remote_parent(request.headers());
+        let path = request.uri().path();
+        let route = Route::parse(path);
+        let quiet = matches!(route, Some(Route::Health(_) | Route::Metrics));
+        if !self.tracer.is_on() || (quiet && parent.is_none()) {
+            return Tracer::default().under(parent);
+        }
+        let method = match *request.method() {
+            Method::GET
+            | Method::POST
+            | Method::PATCH
+            | Method::DELETE
+            | Method::PUT
+            | Method::HEAD
+            | Method::OPTIONS => request.method().as_str().to_owned(),
+            _ => "_OTHER".to_owned(),
+        };
+        let pattern = route.as_ref().map(Route::pattern);
+        let name = match pattern {
+            Some(pattern) => format!("{method} {pattern}"),
+            None => method.clone(),
+        };
+        let path = path.to_owned();
+        let uid = caller.uid;
+        let (pod, container) = match &caller.pod {
+            PodOf::Placed(placed) => (placed.pod.clone(), placed.container.clone()),
+            PodOf::Unread | PodOf::Unknown(_) => (None, None),
+        };
+        self.tracer.under(parent).child(name, Kind::Server, || {
+            let mut attributes = vec![
+                KeyValue::new("http.request.method", method),
+                KeyValue::new("url.path", path),
+                KeyValue::new("url.scheme", "http"),
+                KeyValue::new("network.transport", "unix"),
+                KeyValue::new("hyperlightd.request.id", id as i64),
+                KeyValue::new("hyperlightd.caller.uid", i64::from(uid)),
+            ];
+            if let Some(pattern) = pattern {
+                attributes.push(KeyValue::new("http.route", pattern));
+            }
+            if let Some(pod) = pod {
+                attributes.push(KeyValue::new("k8s.pod.uid", pod.to_string()));
+            }
+            if let Some(container) = container {
+                attributes.push(KeyValue::new("container.id", container.to_string()));
+            }
+            attributes
+        })
     }
 
     /// Reads whom a delegate acts for, lets the caller in (or not), and routes the request.

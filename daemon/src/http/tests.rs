@@ -5,6 +5,7 @@ mod files;
 mod policy;
 mod sessions;
 mod stream;
+mod traces;
 
 use std::sync::Mutex;
 use std::time::Duration;

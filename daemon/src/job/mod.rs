@@ -88,6 +88,9 @@ pub struct Job {
     pub egress: Option<Arc<dyn egress::Outbound>>,
     /// The request's tracing span, entered by whichever thread runs the job.
     pub span: tracing::Span,
+    /// The request's place in a trace: the spans of its steps (the queue, the guest call, its
+    /// tool calls and outbound requests, a session's save) go under it.
+    pub trace: crate::telemetry::Trace,
     /// Who asked: a session runs the job only for the caller it belongs to, and a pool shares
     /// its sandboxes fairly between callers.
     pub caller: Caller,

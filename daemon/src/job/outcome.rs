@@ -129,6 +129,25 @@ pub enum FailureKind {
     InstallFailed,
 }
 
+impl FailureKind {
+    /// Its name in spans and logs (the wire's name of the same kind: `service::wire` checks).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::SyntaxError => "syntax_error",
+            FailureKind::Exception => "exception",
+            FailureKind::Timeout => "timeout",
+            FailureKind::ResultTooLarge => "result_too_large",
+            FailureKind::OutOfMemory => "out_of_memory",
+            FailureKind::SandboxFailure => "sandbox_failure",
+            FailureKind::ResourceLimit => "resource_limit",
+            FailureKind::PolicyViolation => "policy_violation",
+            FailureKind::FileLimit => "file_limit",
+            FailureKind::WallClock => "wall_clock",
+            FailureKind::InstallFailed => "install_failed",
+        }
+    }
+}
+
 /// Something a program names that its policy refuses, as its runner found it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct Violation {

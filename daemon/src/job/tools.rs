@@ -44,6 +44,7 @@ use std::time::{Duration, Instant};
 
 use super::deadline::Deadline;
 use super::{OutputChunk, OutputSink};
+use crate::telemetry::{Attribute, Span, Trace};
 
 /// A tool a request declared: its name (an identifier in both languages), what it does, and
 /// the JSON Schema its arguments must satisfy.
@@ -142,6 +143,8 @@ struct State {
     made: u32,
     /// Calls sent and not answered, with when each runs out of time.
     pending: HashMap<String, Instant>,
+    /// The spans of the calls not answered, which end with their answer.
+    spans: HashMap<String, Span>,
     /// Answers the program has not taken yet, in the order they came.
     ready: Vec<(String, ToolResult)>,
     /// Ids of calls answered (or timed out).
@@ -195,7 +198,7 @@ impl ToolExchange {
 
     /// The program calls `name` with `arguments` (JSON text): checked, then sent to the caller.
     /// Returns the call's id, or the error the program raises (nothing was sent).
-    pub fn call(&self, name: &str, arguments: &str) -> Result<String, String> {
+    pub fn call(&self, name: &str, arguments: &str, trace: &Trace) -> Result<String, String> {
         let refused = |state: &mut State, message: String| {
             *state.summary.outcomes.entry("refused").or_default() += 1;
             Err(message)
@@ -242,6 +245,15 @@ impl ToolExchange {
         *state.summary.calls.entry(name.to_owned()).or_default() += 1;
         let due = Instant::now() + self.limits.call_timeout;
         state.pending.insert(id.clone(), due);
+        let tool = name.to_owned();
+        let span = trace.span(format!("execute_tool {name}"), || {
+            vec![
+                Attribute::new("gen_ai.operation.name", "execute_tool"),
+                Attribute::new("gen_ai.tool.name", tool),
+                Attribute::new("gen_ai.tool.call.id", id.clone()),
+            ]
+        });
+        state.spans.insert(id.clone(), span);
         Ok(id)
     }
 
@@ -259,6 +271,9 @@ impl ToolExchange {
             let now = Instant::now();
             if let Some(id) = expired(&state.pending, now) {
                 state.pending.remove(&id);
+                if let Some(span) = state.spans.remove(&id) {
+                    span.fail("timeout");
+                }
                 state.done.insert(id.clone());
                 *state.summary.outcomes.entry("timeout").or_default() += 1;
                 let ms = self.limits.call_timeout.as_millis();
@@ -322,6 +337,11 @@ impl ToolExchange {
             (result, outcome, Ok(()))
         };
         *state.summary.outcomes.entry(outcome).or_default() += 1;
+        if let Some(span) = state.spans.remove(id)
+            && outcome != "ok"
+        {
+            span.fail(outcome);
+        }
         state.ready.push((id.to_owned(), result));
         self.answered.notify_all();
         refused
@@ -337,6 +357,9 @@ impl ToolExchange {
             *state.summary.outcomes.entry("unanswered").or_default() += unanswered;
         }
         state.pending.clear();
+        for (_, span) in state.spans.drain() {
+            span.fail("unanswered");
+        }
         self.answered.notify_all();
         state.summary.clone()
     }

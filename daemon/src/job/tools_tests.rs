@@ -42,7 +42,7 @@ fn deadline() -> Arc<Deadline> {
 fn a_call_goes_to_the_caller_and_its_answer_back_to_the_program() {
     let (exchange, mut calls) = exchange(LIMITS);
     let id = exchange
-        .call("get_weather", r#"{"city": "Paris"}"#)
+        .call("get_weather", r#"{"city": "Paris"}"#, &Trace::off())
         .unwrap();
     let Ok(OutputChunk::ToolCall(call)) = calls.try_recv() else {
         panic!("the call is sent");
@@ -98,7 +98,8 @@ fn a_call_goes_to_the_caller_and_its_answer_back_to_the_program() {
 #[test]
 fn a_bad_call_fails_in_the_program_and_never_reaches_the_caller() {
     let (exchange, mut calls) = exchange(LIMITS);
-    let refused = |name: &str, arguments: &str| exchange.call(name, arguments).unwrap_err();
+    let refused =
+        |name: &str, arguments: &str| exchange.call(name, arguments, &Trace::off()).unwrap_err();
     assert!(refused("get_wether", "{}").contains("no tool \"get_wether\""));
     let missing = refused("get_weather", "{}");
     assert!(missing.contains("city"), "{missing}");
@@ -115,17 +116,17 @@ fn a_bad_call_fails_in_the_program_and_never_reaches_the_caller() {
 fn calls_past_the_limit_are_refused() {
     let (exchange, _calls) = exchange(LIMITS);
     for _ in 0..3 {
-        exchange.call("now", "{}").unwrap();
+        exchange.call("now", "{}", &Trace::off()).unwrap();
     }
-    let over = exchange.call("now", "{}").unwrap_err();
+    let over = exchange.call("now", "{}", &Trace::off()).unwrap_err();
     assert!(over.contains("its 3 tool calls"), "{over}");
 }
 
 #[test]
 fn answers_come_in_any_order_and_a_large_one_is_an_error_for_the_program() {
     let (exchange, _calls) = exchange(LIMITS);
-    let first = exchange.call("now", "{}").unwrap();
-    let second = exchange.call("now", "{}").unwrap();
+    let first = exchange.call("now", "{}", &Trace::off()).unwrap();
+    let second = exchange.call("now", "{}", &Trace::off()).unwrap();
     exchange.answer(&second, Err("no clock".into())).unwrap();
     let large = format!("\"{}\"", "x".repeat(200));
     assert_eq!(
@@ -157,7 +158,7 @@ fn a_call_without_an_answer_times_out_and_a_late_answer_is_refused() {
         ..LIMITS
     };
     let (exchange, _calls) = exchange(limits);
-    let id = exchange.call("now", "{}").unwrap();
+    let id = exchange.call("now", "{}", &Trace::off()).unwrap();
     let Waited::Answer {
         id: timed_out,
         result,
@@ -177,7 +178,7 @@ fn a_call_without_an_answer_times_out_and_a_late_answer_is_refused() {
 #[test]
 fn a_wait_ends_at_its_bound_when_the_caller_goes_and_at_the_wall_clock_cap() {
     let (exchange, calls) = exchange(LIMITS);
-    exchange.call("now", "{}").unwrap();
+    exchange.call("now", "{}", &Trace::off()).unwrap();
     let until = Instant::now() + Duration::from_millis(20);
     assert_eq!(exchange.wait(&deadline(), Some(until)), Waited::Until);
     drop(calls);
@@ -186,7 +187,10 @@ fn a_wait_ends_at_its_bound_when_the_caller_goes_and_at_the_wall_clock_cap() {
         !exchange.stopped_at_wall_clock(),
         "only the cap stops it so"
     );
-    assert!(exchange.call("now", "{}").is_err(), "nobody to send it to");
+    assert!(
+        exchange.call("now", "{}", &Trace::off()).is_err(),
+        "nobody to send it to"
+    );
     assert_eq!(
         exchange.end().outcomes,
         [("refused", 1), ("unanswered", 1)].into()
@@ -197,7 +201,7 @@ fn a_wait_ends_at_its_bound_when_the_caller_goes_and_at_the_wall_clock_cap() {
         ..LIMITS
     };
     let (exchange, _calls) = super::tests::exchange(capped);
-    exchange.call("now", "{}").unwrap();
+    exchange.call("now", "{}", &Trace::off()).unwrap();
     assert!(!exchange.stopped_at_wall_clock());
     assert_eq!(exchange.wait(&deadline(), None), Waited::WallClock);
     assert!(
@@ -227,7 +231,7 @@ mod fuzz {
             result in any::<Result<String, String>>(),
         ) {
             let (exchange, _calls) = exchange(LIMITS);
-            let called = exchange.call(&name, &arguments);
+            let called = exchange.call(&name, &arguments, &Trace::off());
             let id = id.or(called.ok()).unwrap_or_default();
             let _ = exchange.answer(&id, result);
             let _ = exchange.end();

@@ -20,6 +20,7 @@ use crate::job::{
     Deadline, Env, FailureKind, FileLimits, Files, Footprint, MemoryFile, Policy, Runtime,
     StateCodec, Violation,
 };
+use crate::telemetry::Trace;
 
 /// What a guest is asked to run.
 #[derive(Debug, Clone, Copy)]
@@ -41,6 +42,8 @@ pub struct Program<'a> {
     pub egress: Option<&'a Arc<dyn Outbound>>,
     /// Wheels to install before it runs (the native Python guest's only).
     pub packages: &'a [Wheel],
+    /// Where the spans of its tool calls and outbound requests go (under its guest call's).
+    pub trace: &'a Trace,
 }
 
 impl Program<'_> {
@@ -60,6 +63,7 @@ impl Program<'static> {
         static NO_FILES: Files = Files::new();
         static NO_ENV: Env = Env::EMPTY;
         static NO_WHEELS: [Wheel; 0] = [];
+        static NO_TRACE: std::sync::LazyLock<Trace> = std::sync::LazyLock::new(Trace::off);
         Program {
             code,
             policy: None,
@@ -70,6 +74,7 @@ impl Program<'static> {
             tools: None,
             egress: None,
             packages: &NO_WHEELS,
+            trace: &NO_TRACE,
         }
     }
 }

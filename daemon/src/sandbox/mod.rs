@@ -33,6 +33,7 @@ use self::stored::SnapshotStore;
 use self::watchdog::Watchdog;
 use crate::job::Language;
 use crate::metrics::Metrics;
+use crate::telemetry::Tracer;
 
 /// Settings of the pools.
 #[derive(Debug, Clone)]
@@ -63,6 +64,8 @@ pub struct SandboxSettings {
     /// When workers prime their sandboxes after a restore; None: as each runtime does by
     /// default ([`GuestFactory::primes_when_idle`]).
     pub priming: Option<Priming>,
+    /// Records the spans of each pool's start (its template made ready).
+    pub tracer: Tracer,
 }
 
 impl SandboxSettings {
@@ -139,6 +142,7 @@ pub fn start_pools(
             build_limit: settings.build_limit,
             priming: priming(settings.priming, factory.as_ref()),
             factory,
+            tracer: settings.tracer.clone(),
         };
         let pool = Pool::start(config, watchdog.clone(), metrics.pool(language))
             .map_err(|error| StartError { language, error })?;

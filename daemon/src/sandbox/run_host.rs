@@ -16,6 +16,7 @@ use crate::job::Deadline;
 use crate::job::egress::{FetchError, FetchErrorKind, HttpRequest, HttpResponse, Outbound};
 use crate::job::tools::{ToolExchange, Waited};
 use crate::sandbox::guest::Program;
+use crate::telemetry::{Attribute, Kind, Span, Trace};
 
 /// The tool calls and outbound requests of the run in progress, shared by a sandbox's host
 /// functions.
@@ -29,6 +30,8 @@ struct Run {
     deadline: Arc<Deadline>,
     /// The most body bytes of one response the sandbox can take.
     response_capacity: usize,
+    /// Where the spans of its calls and requests go.
+    trace: Trace,
 }
 
 impl RunHost {
@@ -44,6 +47,7 @@ impl RunHost {
             egress: program.egress.cloned(),
             deadline: deadline.clone(),
             response_capacity,
+            trace: program.trace.clone(),
         });
     }
 
@@ -52,10 +56,14 @@ impl RunHost {
         *self.run() = None;
     }
 
-    fn current(&self) -> Option<(Arc<ToolExchange>, Arc<Deadline>)> {
+    fn current(&self) -> Option<(Arc<ToolExchange>, Arc<Deadline>, Trace)> {
         let run = self.run();
         let run = run.as_ref()?;
-        Some((run.exchange.clone()?, run.deadline.clone()))
+        Some((
+            run.exchange.clone()?,
+            run.deadline.clone(),
+            run.trace.clone(),
+        ))
     }
 
     /// `fetch(request)`: the program's HTTP request (JSON: `method`, `url`, `headers` as
@@ -63,7 +71,7 @@ impl RunHost {
     /// host; the response (`status`, `url`, `redirected`, `headers`, `body` in base64) or
     /// `{"error": {"kind", "message"}}` for the program to raise. Blocks until it is whole.
     pub fn fetch(&self, request: &str) -> Value {
-        let (egress, deadline, capacity) = {
+        let (egress, deadline, capacity, trace) = {
             let run = self.run();
             let Some(run) = run.as_ref() else {
                 return fetch_error(&FetchError::new(
@@ -75,6 +83,7 @@ impl RunHost {
                 run.egress.clone(),
                 run.deadline.clone(),
                 run.response_capacity,
+                run.trace.clone(),
             )
         };
         let Some(egress) = egress else {
@@ -85,10 +94,23 @@ impl RunHost {
             ));
         };
         match parse_request(request, capacity) {
-            Ok(request) => match egress.fetch(request, &deadline) {
-                Ok(response) => response_json(&response),
-                Err(e) => fetch_error(&e),
-            },
+            Ok(request) => {
+                let span = outbound_span(&trace, &request);
+                match egress.fetch(request, &deadline) {
+                    Ok(response) => {
+                        let status = i64::from(response.status);
+                        span.set(|| vec![Attribute::new("http.response.status_code", status)]);
+                        if response.status >= 400 {
+                            span.fail(response.status.to_string());
+                        }
+                        response_json(&response)
+                    }
+                    Err(e) => {
+                        span.fail(e.kind.as_str());
+                        fetch_error(&e)
+                    }
+                }
+            }
             Err(e) => fetch_error(&e),
         }
     }
@@ -96,10 +118,10 @@ impl RunHost {
     /// `tool_call(name, arguments)`: `{"id": ...}` once sent, or `{"error": ...}` for the
     /// program to raise (nothing was sent).
     pub fn call(&self, name: &str, arguments: &str) -> Value {
-        let Some((exchange, _)) = self.current() else {
+        let Some((exchange, _, trace)) = self.current() else {
             return json!({"error": format!("there is no tool {name:?}: this execution declared no tools")});
         };
-        match exchange.call(name, arguments) {
+        match exchange.call(name, arguments, &trace) {
             Ok(id) => json!({"id": id}),
             Err(message) => json!({"error": message}),
         }
@@ -110,9 +132,10 @@ impl RunHost {
     /// `ms`: no bound), `"idle"` when no call is waiting, `"gone"` when the caller went away,
     /// `"wall_clock"` when the execution's wall-clock cap passed (the program is then stopped).
     pub fn wait(&self, ms: f64) -> Value {
-        let Some((exchange, deadline)) = self.current() else {
+        let Some((exchange, deadline, trace)) = self.current() else {
             return json!({"wait": "idle"});
         };
+        let _waiting = trace.span("tool wait", Vec::new);
         let until = (ms >= 0.0)
             .then(|| Duration::try_from_secs_f64(ms / 1000.0).ok())
             .flatten()
@@ -199,4 +222,33 @@ fn response_json(response: &HttpResponse) -> Value {
 
 fn fetch_error(e: &FetchError) -> Value {
     json!({"error": {"kind": e.kind.as_str(), "message": e.message}})
+}
+
+/// The span of one outbound request, as OpenTelemetry's HTTP client conventions name it: its
+/// method, scheme, host and port, and the URL without its query, fragment or user part (a
+/// secret goes in a header, and no header is recorded).
+fn outbound_span(trace: &Trace, request: &HttpRequest) -> Span {
+    let method = match request.method.to_ascii_uppercase().as_str() {
+        known @ ("GET" | "HEAD" | "POST" | "PUT" | "DELETE" | "PATCH" | "OPTIONS" | "TRACE"
+        | "CONNECT") => known.to_owned(),
+        _ => "_OTHER".to_owned(),
+    };
+    trace.span_of(method.clone(), Kind::Client, || {
+        let mut attributes = vec![Attribute::new("http.request.method", method.clone())];
+        if let Ok(url) = request.url.parse::<hyper::Uri>() {
+            let scheme = url.scheme_str().unwrap_or("http").to_owned();
+            let host = url.host().unwrap_or_default().to_owned();
+            let port = url
+                .port_u16()
+                .unwrap_or(if scheme == "https" { 443 } else { 80 });
+            attributes.push(Attribute::new(
+                "url.full",
+                format!("{scheme}://{host}:{port}{}", url.path()),
+            ));
+            attributes.push(Attribute::new("url.scheme", scheme));
+            attributes.push(Attribute::new("server.address", host));
+            attributes.push(Attribute::new("server.port", i64::from(port)));
+        }
+        attributes
+    })
 }

@@ -22,6 +22,7 @@ use crate::job::{
     Env, ExecError, Files, Job, Language, Outcome, OutputChunk, OutputSink, SessionInfo, Status,
     files,
 };
+use crate::telemetry::Attribute;
 
 /// What a request asks to run, whatever carried it.
 #[derive(Debug)]
@@ -210,6 +211,7 @@ impl<E: Executor> Service<E> {
             timeout,
             deadline: call.received + timeout,
             span: call.span.clone(),
+            trace: call.trace.clone(),
             caller: call.caller.clone(),
             tools,
             egress,
@@ -331,6 +333,22 @@ impl<E: Executor> Service<E> {
             audit.exec(&record);
         }
         let outcome = ran?;
+        call.trace.set(|| {
+            let mut attributes = vec![
+                Attribute::new("hyperlightd.language", language.as_str()),
+                Attribute::new("hyperlightd.exec.status", outcome.status.as_str()),
+            ];
+            if let Some(error) = &outcome.error {
+                let kind = wire::error_kind(error.kind).as_str();
+                attributes.push(Attribute::new("hyperlightd.exec.error", kind));
+            }
+            if let Some(session) = &outcome.session {
+                attributes.push(Attribute::new("hyperlightd.session.id", session.id.clone()));
+                let checkpoint = i64::try_from(session.checkpoint).unwrap_or(i64::MAX);
+                attributes.push(Attribute::new("hyperlightd.session.checkpoint", checkpoint));
+            }
+            attributes
+        });
         self.metrics
             .record_execution(language, outcome.status, elapsed);
         let _entered = call.span.enter();
@@ -414,6 +432,7 @@ fn record<'a>(
         output_bytes,
         truncated,
         tool_calls: None,
+        trace_id: call.trace.trace_id(),
     }
 }
 

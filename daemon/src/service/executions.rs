@@ -158,7 +158,9 @@ mod tests {
         let registered = executions.register(Principal::Uid(1000), exchange.clone());
         let id = registered.id().to_owned();
         assert!(id.starts_with("exec_") && id.len() == 37, "{id}");
-        let call = exchange.call("now", "{}").unwrap();
+        let call = exchange
+            .call("now", "{}", &crate::telemetry::Trace::off())
+            .unwrap();
         assert_eq!(
             executions.answer(&Principal::Uid(1001), &id, &call, Ok("1".into())),
             Err(AnswerRefused::NotFound(id.clone())),

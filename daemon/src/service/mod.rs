@@ -47,6 +47,7 @@ use crate::job::tools::AnswerError;
 use crate::job::{Caller, ExecError, ExecutorHealth, PodOf};
 use crate::metrics::Metrics;
 use crate::packages::Packages;
+use crate::telemetry::Trace;
 
 /// One request as the service sees it, whatever carried it.
 #[derive(Debug, Clone)]
@@ -57,8 +58,10 @@ pub struct Call {
     pub caller: Caller,
     /// When it arrived: its time limit counts from here.
     pub received: Instant,
-    /// Its tracing span.
+    /// Its tracing span (the logs').
     pub span: tracing::Span,
+    /// Its place in a trace (its server span, or the caller's trace while tracing is off).
+    pub trace: Trace,
 }
 
 /// Who may call, how much one caller may have at once, and where that is recorded.

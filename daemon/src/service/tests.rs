@@ -80,6 +80,7 @@ fn call() -> Call {
         caller: CALLER,
         received: Instant::now(),
         span: tracing::Span::none(),
+        trace: crate::telemetry::Trace::off(),
     }
 }
 

@@ -310,3 +310,27 @@ fn session_packages(installed: Vec<crate::packages::InstalledPackage>) -> Vec<ap
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_is_named_in_spans_as_on_the_wire() {
+        for kind in [
+            FailureKind::SyntaxError,
+            FailureKind::Exception,
+            FailureKind::Timeout,
+            FailureKind::ResultTooLarge,
+            FailureKind::OutOfMemory,
+            FailureKind::SandboxFailure,
+            FailureKind::ResourceLimit,
+            FailureKind::PolicyViolation,
+            FailureKind::FileLimit,
+            FailureKind::WallClock,
+            FailureKind::InstallFailed,
+        ] {
+            assert_eq!(kind.as_str(), error_kind(kind).as_str(), "{kind:?}");
+        }
+    }
+}

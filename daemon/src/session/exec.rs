@@ -40,13 +40,23 @@ impl Sessions {
             .env
             .overlaid(&job.env)
             .map_err(ExecError::EnvRefused)?;
+        let waiting = job.trace.span("session turn", Vec::new);
         let mut turn = self
-            .turn(session, job.deadline, job.timeout, job.request_id)
+            .turn(
+                session,
+                (job.deadline, job.timeout),
+                job.request_id,
+                &job.trace,
+            )
             .await?;
+        waiting.end();
         let run = async move {
             // Waiting for the session's earlier state to be saved is not the program's time.
             job.deadline = turn.deadline();
-            let resume = match turn.resume().await {
+            let waiting = job.trace.span("session save wait", Vec::new);
+            let resumed = turn.resume().await;
+            waiting.end();
+            let resume = match resumed {
                 Ok(resume) => resume,
                 Err(e) => return turn.finish(Err(e)),
             };

@@ -200,6 +200,7 @@ use crate::job::{
     SessionSettings,
 };
 use crate::metrics::SessionMetrics;
+use crate::telemetry::Trace;
 
 /// The live sessions, their limits and their memory.
 #[derive(Debug)]
@@ -423,7 +424,14 @@ impl Sessions {
         table.insert(session.id.clone(), session.clone());
         drop(table);
         if let (Some(image), Some(disk)) = (start.image, start_disk) {
-            self.write(&session, 0, image, disk, start.from_disk, Instant::now());
+            self.write(
+                &session,
+                0,
+                image,
+                disk,
+                start.from_disk,
+                (Instant::now(), Trace::off()),
+            );
         }
         Ok(session)
     }
@@ -469,7 +477,8 @@ impl Sessions {
     }
 
     /// Hands checkpoint `number` of `session`, state `image`, to the writer, to go into `disk`
-    /// (linked from `from_disk` when that is written); `answered` is when its exec was.
+    /// (linked from `from_disk` when that is written); `answered` is when its exec was, `trace`
+    /// its place in a trace.
     fn write(
         &self,
         session: &Session,
@@ -477,7 +486,7 @@ impl Sessions {
         image: Arc<Image>,
         disk: Arc<OnDisk>,
         from_disk: Option<Arc<OnDisk>>,
-        answered: Instant,
+        (answered, trace): (Instant, Trace),
     ) {
         let (Some(durable), Some(session_disk)) = (&self.durable, &session.disk) else {
             return;
@@ -495,6 +504,7 @@ impl Sessions {
             codec: codec.clone(),
             language: session.language,
             answered,
+            trace,
         });
     }
 

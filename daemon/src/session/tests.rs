@@ -111,6 +111,7 @@ fn job(request_id: u64, deadline: Instant, timeout: Duration, files: Files) -> J
             max_bytes: 1000,
         },
         span: tracing::Span::none(),
+        trace: crate::telemetry::Trace::off(),
         tools: None,
         egress: None,
         caller: Caller {

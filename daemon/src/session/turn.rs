@@ -12,6 +12,7 @@ use super::durable::OnDisk;
 use super::history::History;
 use super::{Image, Session, Sessions};
 use crate::job::{After, ExecError, Outcome, Ran, Resume, Saved, SessionRef};
+use crate::telemetry::Trace;
 
 /// A session exec's turn: the session is its alone until [`finish`](Turn::finish) has saved
 /// what the exec left (or until the turn is dropped, for an exec that never ran).
@@ -24,19 +25,22 @@ pub struct Turn {
     deadline: Instant,
     /// The exec's request id, which the checkpoint it makes records.
     request_id: u64,
+    /// The exec's place in a trace, for the spans of what follows its answer (the checkpoint's
+    /// write), which do not keep its request's span open.
+    trace: Trace,
 }
 
 impl Sessions {
     /// Waits for an exec's turn in `session`, in arrival order, until `deadline`, moved on by
     /// the time the session spends saving meanwhile (see [`super::SaveClock`]). The session may
-    /// have been deleted, or have expired, meanwhile: then it is not found. `request_id` is
-    /// the exec's.
+    /// have been deleted, or have expired, meanwhile: then it is not found. `request_id` and
+    /// `trace` are the exec's.
     pub async fn turn(
         self: &Arc<Self>,
         session: Arc<Session>,
-        deadline: Instant,
-        timeout: Duration,
+        (deadline, timeout): (Instant, Duration),
         request_id: u64,
+        trace: &Trace,
     ) -> Result<Turn, ExecError> {
         session.usable()?;
         let (history, deadline) = session.wait_turn(deadline, timeout).await?;
@@ -48,6 +52,7 @@ impl Sessions {
             history: Some(history),
             deadline,
             request_id,
+            trace: trace.detached(),
         })
     }
 }
@@ -159,9 +164,11 @@ impl Turn {
             After::Saving(saved) => {
                 let saving = session.saving.start();
                 let answered = Instant::now();
+                let trace = self.trace.clone();
                 tokio::spawn(async move {
                     let saved = saved.await.ok().flatten();
-                    sessions.keep(&session, &mut history, checkpoint, saved, answered);
+                    let made = (answered, trace);
+                    sessions.keep(&session, &mut history, checkpoint, saved, made);
                     let mut meta = session.meta();
                     meta.record(&history);
                     meta.touch();
@@ -187,7 +194,7 @@ impl Sessions {
         history: &mut History,
         number: u64,
         saved: Option<Saved>,
-        answered: Instant,
+        (answered, trace): (Instant, Trace),
     ) {
         let Some(saved) = saved else {
             self.metrics.save_failed(session.language);
@@ -206,7 +213,7 @@ impl Sessions {
         let dropped = history.push(image.clone(), disk.clone());
         self.drop_from_disk(&dropped);
         if let Some(disk) = disk {
-            self.write(session, number, image, disk, None, answered);
+            self.write(session, number, image, disk, None, (answered, trace));
         }
     }
 }

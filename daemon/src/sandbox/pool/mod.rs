@@ -130,7 +130,7 @@ use tracing::{error, info};
 
 use self::queue::{FairQueue, Refused};
 use self::worker::{Worker, timeout_outcome};
-use super::guest::{Captured, Guest, GuestFactory, OutputCapture, SavedState};
+use super::guest::{Captured, Guest, GuestFactory, OutputCapture, SavedState, Source};
 use super::watchdog::Watchdog;
 use crate::job::{
     After, Deadline, ExecError, Job, Language, MemoryFile, Outcome, PoolCounts, Ran, Runtime,
@@ -138,6 +138,7 @@ use crate::job::{
 };
 use crate::metrics::PoolMetrics;
 use crate::sys::seccomp::Kind;
+use crate::telemetry::{Attribute, Tracer};
 
 /// How long past a job's deadline the caller waits for the worker running it before answering
 /// "timeout" itself. A worker stops its guest at the deadline; this only bounds the wait should
@@ -167,6 +168,8 @@ pub struct PoolConfig {
     pub factory: Arc<dyn GuestFactory>,
     /// When a worker primes its sandbox after a restore.
     pub priming: Priming,
+    /// Records the spans of its start.
+    pub tracer: Tracer,
 }
 
 /// When a worker primes its sandbox after a restore ([`Guest::prime`]): the priming program
@@ -419,8 +422,19 @@ impl Pool {
         watchdog: Watchdog,
         metrics: PoolMetrics,
     ) -> Result<Pool, PoolError> {
+        let language = config.language;
         if let Some(prepared) = config.factory.prepare().map_err(PoolError::Build)? {
             metrics.template(prepared.source.as_str(), prepared.took);
+            let name = match prepared.source {
+                Source::Built => "template build",
+                Source::Loaded => "template load",
+            };
+            let began = Instant::now()
+                .checked_sub(prepared.took)
+                .unwrap_or_else(Instant::now);
+            config.tracer.root().record(name, began, || {
+                vec![Attribute::new("hyperlightd.language", language.as_str())]
+            });
             info!(
                 language = %config.language,
                 source = prepared.source.as_str(),

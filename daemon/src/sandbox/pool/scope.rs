@@ -15,6 +15,7 @@ use super::worker::{Fate, RESET_LIMIT, Worker};
 use crate::job::{After, ExecError, FailureKind, Files, Outcome, Ran, Saved, SavedState, StateRef};
 use crate::metrics::{Phase, PhaseStart};
 use crate::sandbox::guest::{Guest, GuestError, OutputCapture};
+use crate::telemetry::Trace;
 
 impl Worker {
     /// Runs `task` from its scope and answers it; for a session, saves the state it leaves
@@ -37,7 +38,7 @@ impl Worker {
             ..
         } = task;
         let session = matches!(scope, Scope::Session(_));
-        if let Err(e) = self.resume(guest, &scope, hot) {
+        if let Err(e) = self.resume(guest, &scope, hot, &job.trace) {
             let _ = reply.send(Err(ExecError::Internal(format!(
                 "loading the session's state into a sandbox failed: {e}; nothing ran, and the \
                  session keeps its state"
@@ -58,12 +59,20 @@ impl Worker {
                 (fate, None)
             }
             None => {
+                // The request's span ends with its answer; the save's is still in its trace.
+                let trace = job.trace.detached();
+                drop(job);
                 let (handing, saving) = oneshot::channel();
                 let _ = reply.send(Ok(Ran {
                     outcome,
                     after: After::Saving(saving),
                 }));
+                let span = trace.span("checkpoint save", Vec::new);
                 let saved = self.save(guest, files);
+                if saved.is_none() {
+                    span.fail("save_failed");
+                }
+                span.end();
                 let kept = saved.as_ref().map(|saved| saved.state.downgrade());
                 let _ = handing.send(saved);
                 (fate, kept)
@@ -78,6 +87,7 @@ impl Worker {
         guest: &mut dyn Guest,
         scope: &Scope,
         hot: Option<StateRef>,
+        trace: &Trace,
     ) -> Result<(), GuestError> {
         match scope {
             Scope::Fresh => Ok(()),
@@ -91,7 +101,12 @@ impl Worker {
             }
             Scope::Session(Some(state)) => {
                 self.metrics.session_resumed("snapshot");
-                self.load(guest, state)
+                let span = trace.span("checkpoint load", Vec::new);
+                let loaded = self.load(guest, state);
+                if loaded.is_err() {
+                    span.fail("load_failed");
+                }
+                loaded
             }
         }
     }

@@ -214,7 +214,9 @@ impl Guest for FakeGuest {
             ("host-panic", _) => panic!("a host function panicked"),
             ("tool-capped", _) => {
                 let tools = program.tools.expect("a job with tools");
-                tools.call("now", "{}").unwrap();
+                tools
+                    .call("now", "{}", &crate::telemetry::Trace::off())
+                    .unwrap();
                 assert_eq!(tools.wait(deadline, None), Waited::WallClock);
                 Ok(r#"{"ok":false,"error":{"kind":"exception","message":"capped"}}"#.to_owned())
             }
@@ -314,6 +316,7 @@ fn pool_priming(size: usize, priming: Priming) -> (Pool, Arc<Control>, Metrics) 
         build_limit: Duration::from_secs(10),
         factory: Arc::new(FakeFactory(control.clone())),
         priming,
+        tracer: crate::telemetry::Tracer::default(),
     };
     let watchdog = Watchdog::new(tokio::runtime::Handle::current());
     let pool = Pool::start(config, watchdog, metrics.pool(Language::Javascript)).unwrap();
@@ -346,6 +349,7 @@ fn job_of(uid: u32, code: &str, timeout_ms: u64) -> Job {
             max_bytes: 100,
         },
         span: tracing::Span::none(),
+        trace: crate::telemetry::Trace::off(),
         tools: None,
         egress: None,
         caller: Caller {

@@ -29,6 +29,7 @@ use crate::sandbox::guest::{
 };
 use crate::sandbox::watchdog::Watchdog;
 use crate::sys::signals::block_process_signals_on_this_thread;
+use crate::telemetry::Attribute;
 
 /// How long a restore, or a priming call (fixed code, milliseconds), may take before the
 /// sandbox is stopped and replaced.
@@ -202,6 +203,12 @@ impl Worker {
             self.metrics
                 .queue_wait
                 .observe(task.queued.elapsed().as_secs_f64());
+            let language = self.language;
+            task.job.trace.record("queue wait", task.queued, || {
+                vec![Attribute::new("hyperlightd.language", language.as_str())]
+            });
+            // The restore follows the answer: its span is linked to the request's, not in it.
+            let after = task.job.trace.detached();
             let span = task.job.span.clone();
             let _entered = span.enter();
             if Instant::now() >= task.job.deadline {
@@ -221,9 +228,12 @@ impl Worker {
                 // On this task's path (no job found a warm sandbox idle, or a new session
                 // found one primed).
                 hot = None;
+                let restore = task.job.trace.span("restore", Vec::new);
                 if let Err(reason) = self.recover(guest, Fate::Sound) {
+                    restore.fail(reason.as_str());
                     return Some(reason);
                 }
+                restore.end();
             }
             // The answer goes out first; whatever happens to the sandbox is off its path.
             let (fate, kept) = self.run_task(guest, output, task, hot.take());
@@ -235,9 +245,14 @@ impl Worker {
                 self.shared.set_state(self.index, SlotState::Idle);
                 continue;
             }
+            let restore = after.linked("restore", || {
+                vec![Attribute::new("hyperlightd.language", language.as_str())]
+            });
             if let Err(reason) = self.recover(guest, fate) {
+                restore.fail(reason.as_str());
                 return Some(reason);
             }
+            restore.end();
             if self.priming == Priming::WhenIdle {
                 primed = match self.prime_unless_a_job_waits(guest) {
                     Ok(primed) => primed,
@@ -360,6 +375,10 @@ impl Worker {
         session: bool,
     ) -> (Outcome, Fate, Files) {
         output.begin(job.max_output_bytes, job.output.clone());
+        let language = self.language;
+        let call = job.trace.span("guest call", || {
+            vec![Attribute::new("hyperlightd.language", language.as_str())]
+        });
         let started = Instant::now();
         let phase = PhaseStart::now();
         let result = self.guarded_for(guest, deadline, job.output.clone(), |guest| {
@@ -373,6 +392,7 @@ impl Worker {
                 tools: job.tools.as_ref(),
                 egress: job.egress.as_ref(),
                 packages: &job.packages,
+                trace: call.trace(),
             };
             guest.run(&program, deadline)
         });
@@ -428,6 +448,9 @@ impl Worker {
             },
         };
         (outcome.started, outcome.ran) = (started, ran);
+        if let Some(error) = &outcome.error {
+            call.fail(error.kind.as_str());
+        }
         // Hyperlight knows best whether a sandbox that answered is still sound.
         let fate = match fate {
             Fate::Sound if guest.is_poisoned() => Fate::Poisoned(Recycle::GuestFailure),

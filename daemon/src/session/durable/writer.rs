@@ -19,6 +19,7 @@ use crate::metrics::DurableMetrics;
 use crate::session::Image;
 use crate::sys::durable;
 use crate::sys::seccomp::{self, Kind};
+use crate::telemetry::Trace;
 
 /// A checkpoint to write.
 #[derive(Debug)]
@@ -36,6 +37,8 @@ pub struct Write {
     pub language: Language,
     /// When the exec that made it was answered.
     pub answered: Instant,
+    /// That exec's place in a trace.
+    pub trace: Trace,
 }
 
 #[derive(Debug)]
@@ -190,7 +193,13 @@ fn write_one(
     };
     let header = (write.id.as_str(), write.number, write.image.bytes());
     let started = Instant::now();
-    if let Err(why) = checkpoint::write(&dir, header, write.codec.key(), source, existing) {
+    let span = write.trace.span("checkpoint write", Vec::new);
+    let written = checkpoint::write(&dir, header, write.codec.key(), source, existing);
+    if written.is_err() {
+        span.fail("write_failed");
+    }
+    span.end();
+    if let Err(why) = written {
         metrics.write_failed(write.language, &format!("writing {}: {why}", dir.display()));
         error!(session = %write.id, checkpoint = write.number, "writing the checkpoint failed ({why}): it is kept in memory only, and a restart loses it");
         write.disk.mark_failed(why.to_string());

@@ -135,7 +135,7 @@ async fn exec(sessions: &Arc<Sessions>, id: &str, value: u32) -> (SessionRef, Op
 async fn state_of(sessions: &Arc<Sessions>, id: &str) -> Option<u32> {
     let session = sessions.find(OWNER, id).unwrap();
     let mut turn = sessions
-        .turn(session, clock::now() + WAIT, WAIT, 0)
+        .turn(session, (clock::now() + WAIT, WAIT), 0, &Trace::off())
         .await
         .unwrap();
     let resume = turn.resume().await.unwrap();
@@ -311,7 +311,10 @@ async fn a_session_none_of_whose_checkpoints_fits_is_lost_and_says_why() {
     let lost = sessions.get(OWNER, &fork).unwrap();
     assert!(lost.gone.unwrap().contains("other_build"));
     let session = sessions.find(OWNER, &fork).unwrap();
-    match sessions.turn(session, clock::now() + WAIT, WAIT, 1).await {
+    match sessions
+        .turn(session, (clock::now() + WAIT, WAIT), 1, &Trace::off())
+        .await
+    {
         Err(ExecError::SessionLost { id, .. }) => assert_eq!(id, fork),
         other => panic!("{other:?}"),
     }
