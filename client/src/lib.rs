@@ -162,6 +162,8 @@ pub struct Client {
     response_timeout: Option<Duration>,
     /// The caller this client acts for, as a delegate (`hyperlightd-on-behalf-of`).
     on_behalf_of: Option<HeaderValue>,
+    /// The caller's span its requests go under (W3C `traceparent`).
+    traceparent: Option<HeaderValue>,
 }
 
 impl Client {
@@ -172,7 +174,22 @@ impl Client {
             http: http_client(DEFAULT_CONNECT_TIMEOUT),
             response_timeout: None,
             on_behalf_of: None,
+            traceparent: None,
         }
+    }
+
+    /// The same client (sharing its connections), whose requests carry `traceparent`, a W3C
+    /// Trace Context parent (`00-<trace id>-<span id>-<flags>`): with tracing on, the daemon's
+    /// spans of each request are that span's children, and the answer's `traceresponse` header
+    /// names the daemon's span. Make one per span your code is in (an agent's tool call).
+    /// `Err`: it is not a valid `traceparent`, and why.
+    pub fn with_traceparent(&self, traceparent: &str) -> Result<Client, String> {
+        check_traceparent(traceparent)?;
+        let value = HeaderValue::from_str(traceparent).map_err(|e| e.to_string())?;
+        Ok(Client {
+            traceparent: Some(value),
+            ..self.clone()
+        })
     }
 
     /// The same client (sharing its connections), acting for the caller `name`: for a gateway
@@ -327,6 +344,9 @@ impl Client {
                 .headers_mut()
                 .insert(hyperlightd_api::ON_BEHALF_OF_HEADER, name.clone());
         }
+        if let Some(parent) = &self.traceparent {
+            request.headers_mut().insert("traceparent", parent.clone());
+        }
         let response = self.http.request(request).await.map_err(|e| {
             let reason = innermost(&e);
             let socket = self.socket.clone();
@@ -449,6 +469,34 @@ pub(crate) fn rejection(answer: Answer) -> Error {
     }
 }
 
+/// Whether `value` is a W3C Trace Context `traceparent` of version 00 naming a span: two hex
+/// digits of version, 32 of trace id, 16 of parent id and 2 of flags, lowercase, joined by
+/// `-`, neither id all zeros.
+pub fn check_traceparent(value: &str) -> Result<(), String> {
+    let parts: Vec<&str> = value.split('-').collect();
+    let hex = |part: &str, len: usize| {
+        part.len() == len && part.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    };
+    let zero = |part: &str| part.bytes().all(|b| b == b'0');
+    match parts.as_slice() {
+        [version, trace, span, flags]
+            if *version == "00" && hex(trace, 32) && hex(span, 16) && hex(flags, 2) =>
+        {
+            if zero(trace) || zero(span) {
+                Err(format!(
+                    "{value:?} names no span: its trace id or span id is all zeros"
+                ))
+            } else {
+                Ok(())
+            }
+        }
+        _ => Err(format!(
+            "{value:?} is not a W3C traceparent: expected 00-<32 hex digits>-<16 hex \
+             digits>-<2 hex digits>, lowercase"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -457,6 +505,26 @@ mod tests {
     use tokio::net::UnixListener;
 
     use super::*;
+
+    #[test]
+    fn only_a_w3c_traceparent_is_sent() {
+        let good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        assert!(check_traceparent(good).is_ok());
+        let client = Client::connect("/nowhere").with_traceparent(good).unwrap();
+        assert_eq!(client.traceparent.unwrap(), good);
+        for bad in [
+            "",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\n",
+        ] {
+            assert!(check_traceparent(bad).is_err(), "{bad:?}");
+            assert!(Client::connect("/nowhere").with_traceparent(bad).is_err());
+        }
+    }
 
     /// A daemon stand-in that takes each connection, reads what arrives for a moment, and then
     /// either hangs up (`answer: false`) or never answers at all (`hang: true`).

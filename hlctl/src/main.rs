@@ -44,6 +44,12 @@ struct Cli {
     #[arg(long, global = true, env = hyperlightd_client::SOCKET_ENV, default_value = hyperlightd_client::DEFAULT_SOCKET)]
     socket: PathBuf,
 
+    /// Send the requests under this W3C traceparent (00-<trace id>-<span id>-<flags>), so that
+    /// a daemon that traces puts its spans in your trace. TRACEPARENT is how CI systems and
+    /// tracing wrappers hand a command its parent span.
+    #[arg(long, global = true, env = "TRACEPARENT", value_name = "TRACEPARENT")]
+    traceparent: Option<String>,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -126,7 +132,16 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::USAGE);
         }
     };
-    let client = Client::connect(&cli.socket);
+    let mut client = Client::connect(&cli.socket);
+    if let Some(parent) = cli.traceparent.as_deref().filter(|p| !p.is_empty()) {
+        client = match client.with_traceparent(parent) {
+            Ok(client) => client,
+            Err(message) => {
+                eprintln!("hlctl: --traceparent: {message}");
+                return ExitCode::from(exit::USAGE);
+            }
+        };
+    }
     let code = runtime.block_on(async {
         match cli.command {
             Command::Exec { lang, program } => exec(&client, lang, program).await,

@@ -68,6 +68,7 @@ class StandIn:
     def __init__(self, path: Path, routes: Mapping[str, Route]) -> None:
         self.routes = routes
         self.seen: list[tuple[str, str, Any]] = []
+        self.headers: list[dict[str, str]] = []  # each request's, in order, names lowercased
         self.invalid: list[str] = []
         self.server = _Server(str(path), self._handler())
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
@@ -107,6 +108,7 @@ class StandIn:
                 length = int(self.headers.get("content-length") or 0)
                 body = json.loads(self.rfile.read(length)) if length else None
                 stand_in.seen.append((self.command, self.path, body))
+                stand_in.headers.append({name.lower(): value for name, value in self.headers.items()})
                 schema = stand_in.request_schema(self.command, self.path)
                 try:
                     # A fork's body may be empty.

@@ -52,6 +52,34 @@ DEFAULT_TOOL_WAIT_S = 300.0
 CONNECT_TIMEOUT_S = 5.0
 
 
+# The W3C Trace Context headers a request carries from the caller's current span.
+TRACE_HEADERS = ("traceparent", "tracestate")
+
+
+def trace_headers() -> dict[str, str]:
+    """The caller's current OpenTelemetry span as W3C Trace Context headers (``traceparent``,
+    ``tracestate``), so that a daemon that traces puts its spans of the request under it; none
+    when OpenTelemetry's API is not installed or no span is current. Baggage is not sent."""
+    try:
+        from opentelemetry import propagate
+    except ImportError:
+        return {}
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return {name: value for name, value in carrier.items() if name in TRACE_HEADERS}
+
+
+def add_trace_headers(request: httpx.Request) -> None:
+    """An httpx request hook: :func:`trace_headers`, unless the request names its own."""
+    for name, value in trace_headers().items():
+        request.headers.setdefault(name, value)
+
+
+async def add_trace_headers_async(request: httpx.Request) -> None:
+    """:func:`add_trace_headers`, as an async client's hook."""
+    add_trace_headers(request)
+
+
 def default_socket() -> str:
     """``HYPERLIGHTD_SOCKET``, else the daemon's default path, as ``hlctl`` finds it."""
     return os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET

@@ -41,6 +41,7 @@ class AsyncClient:
             transport=httpx.AsyncHTTPTransport(uds=self.socket),
             base_url=_wire.BASE_URL,
             timeout=_wire.timeout(_wire.DEFAULT_WAIT_S),
+            event_hooks={"request": [_wire.add_trace_headers_async]},
         )
 
     async def aclose(self) -> None:

@@ -45,6 +45,7 @@ class Client:
             transport=httpx.HTTPTransport(uds=self.socket),
             base_url=_wire.BASE_URL,
             timeout=_wire.timeout(_wire.DEFAULT_WAIT_S),
+            event_hooks={"request": [_wire.add_trace_headers]},
         )
 
     def close(self) -> None:
