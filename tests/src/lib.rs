@@ -20,6 +20,7 @@ use hyperlightd_client::{Client, CreateSessionRequest, ExecRequest, ExecResponse
 pub mod deltas;
 pub mod disk;
 pub mod index;
+pub mod otlp;
 mod templates;
 pub mod web;
 use nix::sys::signal::{Signal, kill};

@@ -15,6 +15,8 @@ use serde_json::{Value, json};
 
 #[path = "tools/egress.rs"]
 mod egress;
+#[path = "tools/traces.rs"]
+mod traces;
 
 /// A JavaScript pool of one. Programs get 30 s unless they ask otherwise: their time limit
 /// counts waiting for the sandbox, which a session's save or a restore may hold for seconds under
