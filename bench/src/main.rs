@@ -23,7 +23,8 @@
 //! - `packages`: a native session's install of a small wheel, fetched and from the cache,
 //!   against a session exec that installs nothing (see packages.rs);
 //! - `seccomp`: a warm exec and one outbound request with the daemon's system call filters
-//!   against without (see seccomp.rs).
+//!   against without (see seccomp.rs);
+//! - `traces`: the same with spans sent over OTLP against traces off (see traces.rs).
 //!
 //! Each part prints its rows and targets and writes `<out>/<part>.json`; `--summary` prints
 //! every target from those files. Run it where KVM runs Hyperlight guests: `cargo xtask bench`
@@ -52,6 +53,7 @@ mod start;
 mod sustained;
 mod targets;
 mod tools;
+mod traces;
 
 use std::path::PathBuf;
 
@@ -91,6 +93,7 @@ enum Part {
     Egress,
     Packages,
     Seccomp,
+    Traces,
     Capacity,
     Load,
 }
@@ -224,6 +227,7 @@ async fn run(part: Part, args: &Args) -> Result<PartReport> {
         Part::Egress => egress::run(args).await,
         Part::Packages => packages::run(args).await,
         Part::Seccomp => seccomp::run(args).await,
+        Part::Traces => traces::run(args).await,
         Part::Durable => durable::run(args).await,
         Part::Capacity => capacity::run(args).await,
         Part::Load => capacity::run_load(args).await,

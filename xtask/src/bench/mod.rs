@@ -35,6 +35,7 @@ const BENCH_PARTS: &[BenchPart] = &[
     ("egress", vm::Tcg::Single),
     ("packages", vm::Tcg::Single),
     ("seccomp", vm::Tcg::Single),
+    ("traces", vm::Tcg::Single),
     ("capacity", vm::Tcg::Single),
     // Sixteen clients on pools of two and four: both vCPUs at work.
     ("load", vm::Tcg::Multi),
