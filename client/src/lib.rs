@@ -344,8 +344,8 @@ impl Client {
                 .headers_mut()
                 .insert(hyperlightd_api::ON_BEHALF_OF_HEADER, name.clone());
         }
-        if let Some(parent) = &self.traceparent {
-            request.headers_mut().insert("traceparent", parent.clone());
+        if let Some(parent) = self.traceparent.clone().or_else(current_traceparent) {
+            request.headers_mut().insert("traceparent", parent);
         }
         let response = self.http.request(request).await.map_err(|e| {
             let reason = innermost(&e);
@@ -469,6 +469,28 @@ pub(crate) fn rejection(answer: Answer) -> Error {
     }
 }
 
+/// The caller's current OpenTelemetry span as a `traceparent`, if there is one (with the
+/// `opentelemetry` feature; never without it).
+fn current_traceparent() -> Option<HeaderValue> {
+    #[cfg(feature = "opentelemetry")]
+    {
+        use opentelemetry::trace::TraceContextExt;
+        let context = opentelemetry::Context::current();
+        let span = context.span();
+        let span = span.span_context();
+        if span.is_valid() {
+            let value = format!(
+                "00-{}-{}-{:02x}",
+                span.trace_id(),
+                span.span_id(),
+                span.trace_flags().to_u8()
+            );
+            return HeaderValue::try_from(value).ok();
+        }
+    }
+    None
+}
+
 /// Whether `value` is a W3C Trace Context `traceparent` of version 00 naming a span: two hex
 /// digits of version, 32 of trace id, 16 of parent id and 2 of flags, lowercase, joined by
 /// `-`, neither id all zeros.
@@ -505,6 +527,29 @@ mod tests {
     use tokio::net::UnixListener;
 
     use super::*;
+
+    #[cfg(feature = "opentelemetry")]
+    #[test]
+    fn the_current_opentelemetry_span_is_the_traceparent() {
+        use opentelemetry::trace::{
+            SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState,
+        };
+        assert!(current_traceparent().is_none(), "no span, no header");
+        let span = SpanContext::new(
+            TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap(),
+            SpanId::from_hex("00f067aa0ba902b7").unwrap(),
+            TraceFlags::SAMPLED,
+            false,
+            TraceState::default(),
+        );
+        let _current = opentelemetry::Context::new()
+            .with_remote_span_context(span)
+            .attach();
+        assert_eq!(
+            current_traceparent().unwrap(),
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        );
+    }
 
     #[test]
     fn only_a_w3c_traceparent_is_sent() {

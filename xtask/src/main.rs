@@ -699,6 +699,9 @@ fn test() -> Result<()> {
         "unit tests (host), with a short fuzzing pass of the HTTP layer",
         cargo()
             .args(["test", "--workspace", "--exclude", "hyperlightd-e2e"])
+            // As the end-to-end crate builds the client (and clippy lints it): with its trace
+            // propagation, whose unit test then runs.
+            .args(["--features", "hyperlightd-client/opentelemetry"])
             .env("PROPTEST_CASES", FUZZ_CASES),
         Duration::from_secs(1800),
     )?;
