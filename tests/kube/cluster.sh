@@ -273,8 +273,10 @@ quota=$(kubectl -n hyperlightd get ds hyperlightd -o jsonpath='{.spec.template.s
 [ -n "$quota" ] || fail "the DaemonSet sets no --max-execs-per-caller"
 # As long as the daemon allows (60 s), so that the refused one and tenant-b's, sent at once
 # after they are counted, arrive while they run: under emulation one `kubectl exec` takes
-# seconds (in CI 30 s for the two, one after the other, which outran 45 s loops).
-long='const end = Date.now() + 57000; while (Date.now() < end) {} "done"'
+# seconds. They wait on a timer (the guest sleeps in the host) rather than spin: two programs
+# spinning kept both vCPUs busy, the node's control plane starved (its lease updates timed out)
+# and in CI one `kubectl exec` then took 45 s, outrunning even 57 s loops.
+long='await new Promise((done) => setTimeout(done, 57000)); "done"'
 i=0
 while [ "$i" -lt "$quota" ]; do
     i=$((i + 1))

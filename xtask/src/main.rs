@@ -82,9 +82,9 @@ enum Cmd {
     },
     /// Unit tests on the host, then the end-to-end suite on real KVM (in the VM if need be).
     Test {
-        /// Only the cluster test (the whole run's last boot): the DaemonSet in a real Kubernetes
-        /// (1.20, built once by `cargo xtask kubernetes`) on one node in the VM booted with
-        /// systemd (tests/kube/cluster.sh), for a change to k8s/, the caller code or the image.
+        /// Instead, the cluster test: the DaemonSet in a real Kubernetes (1.20, built once by
+        /// `cargo xtask kubernetes`) on one node in the VM booted with systemd
+        /// (tests/kube/cluster.sh). Run it before changing k8s/, the caller code or the image.
         #[arg(long)]
         kubernetes: bool,
     },
@@ -707,8 +707,6 @@ fn test() -> Result<()> {
     )?;
     python_sdk_checks()?;
     check_deploy()?;
-    // Before any VM boots, so that a build that fails does so early.
-    let cluster = kubernetes::kubernetes()?;
     let binaries = e2e_test_binaries()?;
 
     let startup = find_binary(&binaries, "startup")?;
@@ -776,8 +774,7 @@ fn test() -> Result<()> {
     }
     let deb = dist::dist(true, Some(python))?;
     let archive = image::from_package(&deb)?;
-    e2e::run(&suites, vec![package_under_systemd(&deb, &archive)?])?;
-    kubernetes::cluster(&cluster, &archive)
+    e2e::run(&suites, vec![package_under_systemd(&deb, &archive)?])
 }
 
 /// The boot that installs the Debian package (debug build) in the VM booted with systemd and
