@@ -271,12 +271,13 @@ check "a per-pod quota (--max-execs-per-caller): tenant-a refused at it while te
 quota=$(kubectl -n hyperlightd get ds hyperlightd -o jsonpath='{.spec.template.spec.containers[0].args}' \
     | tr ',' '\n' | sed -n 's/.*--max-execs-per-caller=\([0-9]*\).*/\1/p')
 [ -n "$quota" ] || fail "the DaemonSet sets no --max-execs-per-caller"
-# As long as the daemon allows (60 s), so that the refused one and tenant-b's, sent at once
-# after they are counted, arrive while they run: under emulation one `kubectl exec` takes
-# seconds. They wait on a timer (the guest sleeps in the host) rather than spin: two programs
-# spinning kept both vCPUs busy, the node's control plane starved (its lease updates timed out)
-# and in CI one `kubectl exec` then took 45 s, outrunning even 57 s loops.
-long='await new Promise((done) => setTimeout(done, 57000)); "done"'
+# Long enough that the refused one and tenant-b's, sent at once after they are counted, arrive
+# while they run (under emulation one `kubectl exec` takes seconds), with room under the
+# daemon's 60 s limit for a wait for a sandbox (a 57 s one timed out after such a wait). They
+# wait on a timer (the guest sleeps in the host) rather than spin: two programs spinning kept
+# both vCPUs busy, the node's control plane starved (its lease updates timed out) and in CI
+# one `kubectl exec` then took 45 s.
+long='await new Promise((done) => setTimeout(done, 45000)); "done"'
 i=0
 while [ "$i" -lt "$quota" ]; do
     i=$((i + 1))
