@@ -15,7 +15,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::Request;
 use hyper_util::rt::TokioIo;
-use hyperlightd_client::{ExecRequest, Language};
+use hyperlightd_client::{Client, ExecRequest, Language};
 use serde::Serialize;
 use tokio::net::{TcpListener, TcpStream};
 
@@ -141,5 +141,69 @@ pub async fn run(args: &Args) -> Result<PartReport> {
         part: "egress".into(),
         figures: serde_json::to_value(&figures)?,
         targets: Vec::new(),
+    })
+}
+
+/// The four rows of a part that asks two daemons in turn, `on` (with the feature it measures)
+/// and `off`: a warm exec of `plain` and of `fetching` on each, and each pair's p50 ratio.
+#[derive(Debug)]
+pub struct OnOff {
+    pub warm_on: Latency,
+    pub warm_off: Latency,
+    pub request_on: Latency,
+    pub request_off: Latency,
+    pub warm_ratio_p50: f64,
+    pub request_ratio_p50: f64,
+}
+
+/// Measures [`OnOff`] for `language` and prints its rows, naming the daemons `names` (such as
+/// `("filters on", "filters off")`) and the ratios `ratio` (such as `"on / off"`).
+pub async fn on_against_off(
+    args: &Args,
+    language: Language,
+    (on, off): (&Client, &Client),
+    (plain, fetching): (String, String),
+    (names, ratio): ((&str, &str), &str),
+) -> Result<OnOff> {
+    let (plain, fetching) = (
+        ExecRequest::new(language, plain),
+        ExecRequest::new(language, fetching),
+    );
+    let n = args.iterations.min(100);
+    let mut samples = [(); 4].map(|()| Vec::with_capacity(n));
+    for _ in 0..n {
+        samples[0].push(warm_once(on, &plain).await?);
+        samples[1].push(warm_once(off, &plain).await?);
+        samples[2].push(warm_once(on, &fetching).await?);
+        samples[3].push(warm_once(off, &fetching).await?);
+    }
+    let [warm_on, warm_off, request_on, request_off] = samples.map(Latency::of);
+    print_row(&format!("{language}: warm exec, {}", names.0), &warm_on);
+    print_row(&format!("{language}: warm exec, {}", names.1), &warm_off);
+    print_row(
+        &format!("{language}: one request, {}", names.0),
+        &request_on,
+    );
+    print_row(
+        &format!("{language}: one request, {}", names.1),
+        &request_off,
+    );
+    let warm_ratio_p50 = warm_on.p50_ms / warm_off.p50_ms;
+    let request_ratio_p50 = request_on.p50_ms / request_off.p50_ms;
+    println!(
+        "{:<52} {warm_ratio_p50:>10.3}",
+        format!("{language}: warm exec, {ratio} (p50)")
+    );
+    println!(
+        "{:<52} {request_ratio_p50:>10.3}",
+        format!("{language}: one request, {ratio} (p50)")
+    );
+    Ok(OnOff {
+        warm_on,
+        warm_off,
+        request_on,
+        request_off,
+        warm_ratio_p50,
+        request_ratio_p50,
     })
 }

@@ -6,11 +6,11 @@
 //! language: JavaScript, and WebAssembly Python when its guest is given.
 
 use anyhow::{Context, Result};
-use hyperlightd_client::{ExecRequest, Language};
+use hyperlightd_client::Language;
 use serde::Serialize;
 
-use crate::common::{daemon_args, print_header, print_row, warm_once};
-use crate::egress::{programs, server};
+use crate::common::{daemon_args, print_header};
+use crate::egress::{on_against_off, programs, server};
 use crate::targets::PartReport;
 use crate::{Args, Latency, start_daemon};
 
@@ -40,58 +40,22 @@ pub async fn run(args: &Args) -> Result<PartReport> {
     print_header();
     let mut figures = Vec::new();
     for (language, plain, fetching) in languages {
-        let (plain, fetching) = (
-            ExecRequest::new(language, plain),
-            ExecRequest::new(language, fetching),
-        );
-        let n = args.iterations.min(100);
-        let mut samples = [(); 4].map(|()| Vec::with_capacity(n));
-        for _ in 0..n {
-            samples[0].push(warm_once(&filtered.client, &plain).await?);
-            samples[1].push(warm_once(&unfiltered.client, &plain).await?);
-            samples[2].push(warm_once(&filtered.client, &fetching).await?);
-            samples[3].push(warm_once(&unfiltered.client, &fetching).await?);
-        }
-        let [
-            warm_filtered,
-            warm_unfiltered,
-            request_filtered,
-            request_unfiltered,
-        ] = samples.map(Latency::of);
-        print_row(
-            &format!("{language}: warm exec, filters on"),
-            &warm_filtered,
-        );
-        print_row(
-            &format!("{language}: warm exec, filters off"),
-            &warm_unfiltered,
-        );
-        print_row(
-            &format!("{language}: one request, filters on"),
-            &request_filtered,
-        );
-        print_row(
-            &format!("{language}: one request, filters off"),
-            &request_unfiltered,
-        );
-        let warm_ratio_p50 = warm_filtered.p50_ms / warm_unfiltered.p50_ms;
-        let request_ratio_p50 = request_filtered.p50_ms / request_unfiltered.p50_ms;
-        println!(
-            "{:<52} {warm_ratio_p50:>10.3}",
-            format!("{language}: warm exec, on / off (p50)")
-        );
-        println!(
-            "{:<52} {request_ratio_p50:>10.3}",
-            format!("{language}: one request, on / off (p50)")
-        );
+        let m = on_against_off(
+            args,
+            language,
+            (&filtered.client, &unfiltered.client),
+            (plain, fetching),
+            (("filters on", "filters off"), "on / off"),
+        )
+        .await?;
         figures.push(SeccompFigures {
             language,
-            warm_filtered,
-            warm_unfiltered,
-            request_filtered,
-            request_unfiltered,
-            warm_ratio_p50,
-            request_ratio_p50,
+            warm_filtered: m.warm_on,
+            warm_unfiltered: m.warm_off,
+            request_filtered: m.request_on,
+            request_unfiltered: m.request_off,
+            warm_ratio_p50: m.warm_ratio_p50,
+            request_ratio_p50: m.request_ratio_p50,
         });
     }
     Ok(PartReport {

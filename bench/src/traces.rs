@@ -6,11 +6,11 @@
 //! JavaScript, and WebAssembly Python when its guest is given.
 
 use anyhow::{Context, Result};
-use hyperlightd_client::{ExecRequest, Language};
+use hyperlightd_client::Language;
 use serde::Serialize;
 
-use crate::common::{daemon_args, print_header, print_row, warm_once};
-use crate::egress::{programs, server};
+use crate::common::{daemon_args, print_header};
+use crate::egress::{on_against_off, programs, server};
 use crate::targets::PartReport;
 use crate::{Args, Latency, start_daemon};
 
@@ -47,48 +47,22 @@ pub async fn run(args: &Args) -> Result<PartReport> {
     print_header();
     let mut figures = Vec::new();
     for (language, plain, fetching) in programs(args, address) {
-        let (plain, fetching) = (
-            ExecRequest::new(language, plain),
-            ExecRequest::new(language, fetching),
-        );
-        let n = args.iterations.min(100);
-        let mut samples = [(); 4].map(|()| Vec::with_capacity(n));
-        for _ in 0..n {
-            samples[0].push(warm_once(&traced_client, &plain).await?);
-            samples[1].push(warm_once(&untraced.client, &plain).await?);
-            samples[2].push(warm_once(&traced_client, &fetching).await?);
-            samples[3].push(warm_once(&untraced.client, &fetching).await?);
-        }
-        let [warm_traced, warm_untraced, request_traced, request_untraced] =
-            samples.map(Latency::of);
-        print_row(&format!("{language}: warm exec, traced"), &warm_traced);
-        print_row(
-            &format!("{language}: warm exec, traces off"),
-            &warm_untraced,
-        );
-        print_row(&format!("{language}: one request, traced"), &request_traced);
-        print_row(
-            &format!("{language}: one request, traces off"),
-            &request_untraced,
-        );
-        let warm_ratio_p50 = warm_traced.p50_ms / warm_untraced.p50_ms;
-        let request_ratio_p50 = request_traced.p50_ms / request_untraced.p50_ms;
-        println!(
-            "{:<52} {warm_ratio_p50:>10.3}",
-            format!("{language}: warm exec, traced / off (p50)")
-        );
-        println!(
-            "{:<52} {request_ratio_p50:>10.3}",
-            format!("{language}: one request, traced / off (p50)")
-        );
+        let m = on_against_off(
+            args,
+            language,
+            (&traced_client, &untraced.client),
+            (plain, fetching),
+            (("traced", "traces off"), "traced / off"),
+        )
+        .await?;
         figures.push(TraceFigures {
             language,
-            warm_traced,
-            warm_untraced,
-            request_traced,
-            request_untraced,
-            warm_ratio_p50,
-            request_ratio_p50,
+            warm_traced: m.warm_on,
+            warm_untraced: m.warm_off,
+            request_traced: m.request_on,
+            request_untraced: m.request_off,
+            warm_ratio_p50: m.warm_ratio_p50,
+            request_ratio_p50: m.request_ratio_p50,
         });
     }
     Ok(PartReport {
