@@ -57,13 +57,18 @@ pub struct Admitted {
 }
 
 impl Admitted {
-    /// Moves the connection to `phase`, from now on.
+    /// Moves the connection to `phase`, from now on. Its watchers are told only of a change:
+    /// an answer's body sets its phase each time it is polled, and its connection's task,
+    /// which polls it, watches the phase; told of every set, that task would wake itself and
+    /// poll again, on and on, for as long as a streamed answer waits for the program.
     pub fn set(&self, phase: Phase) {
-        self.state.state.send_modify(|state| {
-            if state.phase != phase {
-                state.phase = phase;
-                state.since = Instant::now();
+        self.state.state.send_if_modified(|state| {
+            if state.phase == phase {
+                return false;
             }
+            state.phase = phase;
+            state.since = Instant::now();
+            true
         });
     }
 
@@ -238,6 +243,22 @@ mod tests {
             .await
             .expect("all_closed returns once none is open")
             .unwrap();
+    }
+
+    #[test]
+    fn only_a_change_of_phase_is_news_to_the_connections_task() {
+        let connections = Connections::new(1);
+        let connection = admitted(connections.admit());
+        let mut watched = connection.watch();
+        connection.set(Phase::Running);
+        assert!(watched.has_changed().unwrap());
+        let since = watched.borrow_and_update().since;
+        // A streamed answer's body, polled again while the program has written nothing.
+        connection.set(Phase::Running);
+        assert!(!watched.has_changed().unwrap(), "the same phase again is no change");
+        assert_eq!(watched.borrow().since, since, "nor does it restart the phase's clock");
+        connection.set(Phase::Waiting);
+        assert!(watched.has_changed().unwrap());
     }
 
     #[test]
