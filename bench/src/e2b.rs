@@ -1,6 +1,8 @@
 //! (e) E2B's API through `hlctl e2b-gateway`, beside the same work on the daemon's socket, in
 //! one daemon: a sandbox made and its first `run_code` against a session made and its first
 //! exec; then a warm `run_code` against a warm session exec, each once the daemon is idle.
+//! The socket's execs are asked both ways: answered whole, and streamed (as `run_code` is:
+//! its output sent as it is made), so that the gateway's own cost shows apart from streaming's.
 //! The gateway's requests are those E2B's SDK sends (`POST /v2/sandboxes`, `POST /execute`
 //! with the sandbox's headers, its stream read to the end), alternating with the socket's so
 //! that both see the same machine. Per language: JavaScript, and WebAssembly Python when its
@@ -32,9 +34,15 @@ const KEY: &str = "e2b_bench_key_0123456789abcdef";
 pub struct GatewayFigures {
     language: Language,
     socket_first: Latency,
+    socket_first_streamed: Latency,
     gateway_first: Latency,
     socket_warm: Latency,
+    socket_warm_streamed: Latency,
     gateway_warm: Latency,
+    /// gateway_first's p50 over socket_first_streamed's: the gateway's own cost.
+    first_over_streamed_p50: f64,
+    /// gateway_warm's p50 over socket_warm_streamed's.
+    warm_over_streamed_p50: f64,
 }
 
 /// The gateway, stopped when dropped.
@@ -67,44 +75,68 @@ pub async fn run(args: &Args) -> Result<PartReport> {
     let mut figures = Vec::new();
     let mut targets = Vec::new();
     for (language, template, program) in languages {
-        let mut samples: [Vec<Duration>; 4] = Default::default();
-        let (mut sessions, mut sandboxes) = (Vec::new(), Vec::new());
+        let mut samples: [Vec<Duration>; 6] = Default::default();
+        // Per round: a session answered whole, a session streamed, a sandbox.
+        let mut made: [Vec<String>; 3] = Default::default();
         for _ in 0..n {
-            wait_until_idle(client).await?;
-            let started = Instant::now();
-            let id = client
-                .create_session(&CreateSessionRequest::new(language))
-                .await?
-                .id;
-            socket_exec(client, &id, program).await?;
-            samples[0].push(started.elapsed());
-            sessions.push(id);
+            for (i, streamed) in [(0, false), (1, true)] {
+                wait_until_idle(client).await?;
+                let started = Instant::now();
+                let id = client
+                    .create_session(&CreateSessionRequest::new(language))
+                    .await?
+                    .id;
+                socket_exec(client, &id, program, streamed).await?;
+                samples[i].push(started.elapsed());
+                made[i].push(id);
+            }
             wait_until_idle(client).await?;
             let started = Instant::now();
             let id = gateway.create(template).await?;
             gateway.execute(&id, program).await?;
-            samples[1].push(started.elapsed());
-            sandboxes.push(id);
-        }
-        for (session, sandbox) in sessions.iter().zip(&sandboxes) {
-            wait_until_idle(client).await?;
-            let started = Instant::now();
-            socket_exec(client, session, program).await?;
             samples[2].push(started.elapsed());
+            made[2].push(id);
+        }
+        let [whole, streamed, sandboxes] = &made;
+        for ((whole, streamed), sandbox) in whole.iter().zip(streamed).zip(sandboxes) {
+            for (i, (id, stream)) in [(whole, false), (streamed, true)].into_iter().enumerate() {
+                wait_until_idle(client).await?;
+                let started = Instant::now();
+                socket_exec(client, id, program, stream).await?;
+                samples[3 + i].push(started.elapsed());
+            }
             wait_until_idle(client).await?;
             let started = Instant::now();
             gateway.execute(sandbox, program).await?;
-            samples[3].push(started.elapsed());
+            samples[5].push(started.elapsed());
         }
-        for id in sessions.iter().chain(&sandboxes) {
+        for id in made.iter().flatten() {
             client.delete_session(id).await?;
         }
-        let [socket_first, gateway_first, socket_warm, gateway_warm] = samples.map(Latency::of);
+        let [
+            socket_first,
+            socket_first_streamed,
+            gateway_first,
+            socket_warm,
+            socket_warm_streamed,
+            gateway_warm,
+        ] = samples.map(Latency::of);
         let row = |what: &str, l: &Latency| print_row(&format!("{language}: {what}"), l);
         row("session + first exec (socket)", &socket_first);
+        row(
+            "session + first exec streamed (socket)",
+            &socket_first_streamed,
+        );
         row("sandbox + first run_code (gateway)", &gateway_first);
         row("warm session exec (socket)", &socket_warm);
+        row("warm session exec streamed (socket)", &socket_warm_streamed);
         row("warm run_code (gateway)", &gateway_warm);
+        let first_over_streamed_p50 = gateway_first.p50_ms / socket_first_streamed.p50_ms;
+        let warm_over_streamed_p50 = gateway_warm.p50_ms / socket_warm_streamed.p50_ms;
+        println!(
+            "{language}: gateway / socket streamed, p50: first {first_over_streamed_p50:.2}, \
+             warm {warm_over_streamed_p50:.2}"
+        );
         targets.push(Target::at_most(
             &format!("E56 {language} first"),
             &format!("{language} sandbox + first run_code / session + first exec, p50"),
@@ -120,9 +152,13 @@ pub async fn run(args: &Args) -> Result<PartReport> {
         figures.push(GatewayFigures {
             language,
             socket_first,
+            socket_first_streamed,
             gateway_first,
             socket_warm,
+            socket_warm_streamed,
             gateway_warm,
+            first_over_streamed_p50,
+            warm_over_streamed_p50,
         });
     }
     Ok(PartReport {
@@ -132,11 +168,18 @@ pub async fn run(args: &Args) -> Result<PartReport> {
     })
 }
 
-/// A session exec of `program`, checked.
-async fn socket_exec(client: &Client, id: &str, program: &str) -> Result<()> {
-    let response = client
-        .session_exec(id, &SessionExecRequest::new(program))
-        .await?;
+/// A session exec of `program`, answered whole or streamed (read to its last line), checked.
+async fn socket_exec(client: &Client, id: &str, program: &str, streamed: bool) -> Result<()> {
+    let request = SessionExecRequest::new(program);
+    let response = if streamed {
+        client
+            .session_exec_stream(id, &request)
+            .await?
+            .finish(|_| {})
+            .await?
+    } else {
+        client.session_exec(id, &request).await?
+    };
     if response.result != json!(EXPECTED) {
         bail!("the session exec answered {response:?}");
     }

@@ -255,8 +255,15 @@ mod tests {
         let since = watched.borrow_and_update().since;
         // A streamed answer's body, polled again while the program has written nothing.
         connection.set(Phase::Running);
-        assert!(!watched.has_changed().unwrap(), "the same phase again is no change");
-        assert_eq!(watched.borrow().since, since, "nor does it restart the phase's clock");
+        assert!(
+            !watched.has_changed().unwrap(),
+            "the same phase again is no change"
+        );
+        assert_eq!(
+            watched.borrow().since,
+            since,
+            "nor does it restart the phase's clock"
+        );
         connection.set(Phase::Waiting);
         assert!(watched.has_changed().unwrap());
     }
