@@ -1,22 +1,16 @@
 //! `traces`: what traces cost, side by side in one run: a warm exec, and a warm exec whose
 //! program makes one allowed request to a loopback server, on a daemon sending spans over OTLP
-//! (`--otlp-endpoint`, to a loopback server standing in for a collector; each request carries a
-//! `traceparent`, as an agent's would) against one with traces off (the default). Both daemons
-//! run at once and are asked in turn, so that both see the same machine. Per language:
-//! JavaScript, and WebAssembly Python when its guest is given.
+//! (`--otlp-endpoint`, to the end-to-end suite's loopback collector, which decodes the exports;
+//! each request carries a `traceparent`, as an agent's would) against one with traces off (the
+//! default). Both daemons run at once and are asked in turn, so that both see the same machine.
+//! Per language: JavaScript, and WebAssembly Python when its guest is given.
 
-use std::convert::Infallible;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
 use hyperlightd_client::Language;
+use hyperlightd_e2e::otlp::Collector;
 use serde::Serialize;
-use tokio::net::TcpListener;
 
 use crate::common::{daemon_args, print_header};
 use crate::egress::{on_against_off, programs, server};
@@ -42,11 +36,11 @@ pub struct TraceFigures {
 
 pub async fn run(args: &Args) -> Result<PartReport> {
     let address = server().await.context("a loopback server")?;
-    let (collector, exports) = collector().await.context("a loopback collector")?;
+    let collector = Collector::start().await;
     let mut extra = daemon_args(args, 1);
     extra.extend(["--egress-allow".to_owned(), format!("GET http://{address}")]);
     let (untraced, _) = start_daemon(&args.daemon, 1, &extra).await?;
-    extra.extend(["--otlp-endpoint".to_owned(), format!("http://{collector}")]);
+    extra.extend(["--otlp-endpoint".to_owned(), collector.endpoint()]);
     let (traced, _) = start_daemon(&args.daemon, 1, &extra).await?;
     let traced_client = traced
         .client
@@ -76,44 +70,14 @@ pub async fn run(args: &Args) -> Result<PartReport> {
     }
     // The batch processor sends at most every 5 s: wait that long for the last spans.
     tokio::time::sleep(Duration::from_secs(6)).await;
-    let received = exports.load(Ordering::Relaxed);
-    println!("the collector received {received} exports");
-    if received == 0 {
-        bail!("the traced daemon sent no spans to the collector");
+    let (spans, refused) = (collector.spans().len(), collector.refused());
+    println!("the collector received {spans} spans");
+    if spans == 0 || !refused.is_empty() {
+        bail!("the traced daemon's spans did not reach the collector: it refused {refused:?}");
     }
     Ok(PartReport {
         part: "traces".into(),
         figures: serde_json::to_value(&figures)?,
         targets: Vec::new(),
     })
-}
-
-/// A stand-in for a collector on a loopback port: reads each export whole, answers 200 with an
-/// empty body (an `ExportTraceServiceResponse` without a partial success), counts the exports.
-async fn collector() -> Result<(std::net::SocketAddr, Arc<AtomicU64>)> {
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let address = listener.local_addr()?;
-    let exports = Arc::new(AtomicU64::new(0));
-    let counted = exports.clone();
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let counted = counted.clone();
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(
-                    move |request: hyper::Request<hyper::body::Incoming>| {
-                        let counted = counted.clone();
-                        async move {
-                            if request.into_body().collect().await.is_ok() {
-                                counted.fetch_add(1, Ordering::Relaxed);
-                            }
-                            Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::new())))
-                        }
-                    },
-                );
-                let http = hyper::server::conn::http1::Builder::new();
-                let _ = http.serve_connection(TokioIo::new(tcp), service).await;
-            });
-        }
-    });
-    Ok((address, exports))
 }
