@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use crate::{Tool, install_tool, step, workspace_root};
+use crate::tools::{Tool, install_tool};
+use crate::{step, workspace_root};
 
 /// cargo-deny, installed from crates.io into target/tools (once). Unoptimised: it checks this
 /// workspace's graph in seconds that way too.

@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use crate::{pip_tool, step, vm, workspace_root};
+use crate::tools::pip_tool;
+use crate::{step, vm, workspace_root};
 
 /// The highest exposure score `systemd-analyze security` may give a unit, in tenths (the form
 /// systemd 252's `--threshold` takes): 1.0.

@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use crate::{Tool, cargo, install_tool, pip_tool, step, workspace_root};
+use crate::tools::{Tool, install_tool, pip_tool};
+use crate::{cargo, step, workspace_root};
 
 /// How long installing a tool from crates.io may take.
 const INSTALL_LIMIT: Duration = Duration::from_secs(1800);

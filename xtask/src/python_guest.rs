@@ -8,7 +8,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use sha2::{Digest, Sha256};
 
-use crate::{Tool, built_from, install_tool, step, virtualenv, vm, workspace_root};
+use crate::tools::{Tool, install_tool, virtualenv};
+use crate::{built_from, step, vm, workspace_root};
 
 /// componentize-py, pinned: the Python guest's CPython and standard library come from it.
 const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";

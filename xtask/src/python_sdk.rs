@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use crate::{pinned_virtualenv, step, virtualenv, vm, workspace_root};
+use crate::tools::{pinned_virtualenv, virtualenv};
+use crate::{step, vm, workspace_root};
 
 /// Builds the client's wheel in target/python-sdk/dist and installs it (with the pinned test
 /// tools and frameworks of clients/python/e2e/requirements.txt) in target/python-sdk/venv;

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use crate::{Tool, install_tool, vm};
+use crate::tools::{Tool, install_tool};
+use crate::vm;
 
 /// hyperlight-unikraft at the version the daemon links (the workspace manifest pins it),
 /// optimised as released: the benchmark compares the daemon with it.

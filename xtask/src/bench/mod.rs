@@ -97,7 +97,7 @@ pub fn bench(args: &[String]) -> Result<()> {
     if runs("packages") {
         command.extend([
             "--wheels".to_owned(),
-            crate::test_wheels()?.to_string_lossy().into_owned(),
+            crate::tools::test_wheels()?.to_string_lossy().into_owned(),
         ]);
     }
     if runs("native") {

@@ -21,7 +21,8 @@ use anyhow::{Context, Result, bail};
 use sha2::{Digest, Sha256};
 
 use self::lock::{Deb, WHEEL_PLATFORM};
-use crate::{built_from, cargo, step, virtualenv, vm, workspace_root};
+use crate::tools::virtualenv;
+use crate::{built_from, cargo, step, vm, workspace_root};
 
 /// The guest's inputs in the source tree.
 const GUEST_DIR: &str = "guest/python-native";
