@@ -240,6 +240,11 @@ pub struct Config {
 
     /// Most live sessions, all languages together; past it, creating or forking a session is
     /// refused with `too_many_sessions`.
+    ///
+    /// Lowered at start, and logged, to the sessions whose checkpoints fit in the kernel's cap
+    /// on the daemon's memory mappings (vm.max_map_count), at up to 42 mappings a checkpoint:
+    /// past the cap a checkpoint cannot be saved. Linux's default cap holds 385 sessions of 4
+    /// checkpoints beside the default pool; raise it (sysctl -w vm.max_map_count=262144) for more.
     #[arg(long, default_value_t = 1000)]
     pub max_sessions: usize,
 
@@ -475,6 +480,19 @@ pub enum ConfigError {
         /// The maximum.
         max: u64,
     },
+    /// The kernel's cap on memory mappings holds no session's checkpoints.
+    #[error(
+        "the kernel lets this process have {max_map_count} memory mappings \
+         (vm.max_map_count), too few for one session's checkpoints ({per_session}) beside the \
+         daemon's own: raise it (sysctl -w vm.max_map_count=262144) or lower \
+         --session-checkpoints"
+    )]
+    TooFewMappings {
+        /// The kernel's cap.
+        max_map_count: u64,
+        /// The mappings one session's checkpoints may take.
+        per_session: u64,
+    },
     /// An allow list or a per-caller quota does not hold.
     #[error(transparent)]
     Caller(#[from] CallerOptionError),
@@ -669,6 +687,63 @@ impl Config {
             .saturating_add(FILES_OF_OUR_OWN)
             .saturating_add(FILES_PER_SANDBOX.saturating_mul(sandboxes as u64))
     }
+
+    /// `settings` with `--max-sessions` lowered, if need be, to the sessions whose checkpoints
+    /// fit in `max_map_count` memory mappings beside the daemon's own, each session holding up
+    /// to `--session-checkpoints` of them at [`MAPPINGS_PER_CHECKPOINT`]; the per-caller quota
+    /// lowered with it. Past the kernel's cap a checkpoint cannot be mapped and an exec's state
+    /// is lost: refusing the session is the error a caller can act on. `Lowered` when it did.
+    pub fn sessions_within_mappings(
+        &self,
+        mut settings: SessionSettings,
+        max_map_count: u64,
+    ) -> Result<(SessionSettings, Option<Lowered>), ConfigError> {
+        let sandboxes: u64 = self.pools.iter().map(|pool| pool.size as u64).sum();
+        let own =
+            MAPPINGS_OF_OUR_OWN.saturating_add(MAPPINGS_PER_SANDBOX.saturating_mul(sandboxes));
+        let per_session = MAPPINGS_PER_CHECKPOINT.saturating_mul(settings.max_checkpoints as u64);
+        let fit = usize::try_from(max_map_count.saturating_sub(own) / per_session.max(1))
+            .unwrap_or(usize::MAX);
+        if fit >= settings.max_sessions {
+            return Ok((settings, None));
+        }
+        if fit == 0 {
+            return Err(ConfigError::TooFewMappings {
+                max_map_count,
+                per_session,
+            });
+        }
+        let lowered = Lowered {
+            from: settings.max_sessions,
+            to: fit,
+            per_session,
+        };
+        settings.max_sessions = fit;
+        settings.max_per_caller = self.callers.session_quota(fit)?.min(fit);
+        Ok((settings, Some(lowered)))
+    }
+}
+
+/// The most memory mappings one checkpoint in memory may take: a mapping for each run of the
+/// files its memory is composed from (at most 8 of pages and 32 of page tables, by
+/// hyperlight-host patches 0003 and 0005) and the guard pages around them. Measured in the VM:
+/// 14 to 17 after a small JavaScript exec.
+pub const MAPPINGS_PER_CHECKPOINT: u64 = 42;
+/// Memory mappings the daemon may hold besides its sessions' checkpoints: its own (code,
+/// heaps, thread stacks; about 80 at start), and each sandbox's.
+const MAPPINGS_OF_OUR_OWN: u64 = 512;
+/// Memory mappings a sandbox of a pool may hold.
+const MAPPINGS_PER_SANDBOX: u64 = 128;
+
+/// `--max-sessions` lowered to what the kernel's cap on memory mappings holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lowered {
+    /// The sessions asked for.
+    pub from: usize,
+    /// The sessions that fit.
+    pub to: usize,
+    /// The mappings one session's checkpoints may take.
+    pub per_session: u64,
 }
 
 /// Open files the daemon needs besides connections and sandboxes.

@@ -384,3 +384,53 @@ fn the_log_names_a_pools_priming_as_the_option_does() {
         assert_eq!(prime.priming().unwrap().as_str(), name.get_name());
     }
 }
+
+#[test]
+fn sessions_are_lowered_to_what_the_kernels_cap_on_mappings_holds() {
+    let config = parse(&[]).unwrap();
+    let settings = config.sessions().unwrap();
+    // Defaults: 1000 sessions of 4 checkpoints, and the default pool's sandboxes.
+    let sandboxes: u64 = config.pools.iter().map(|pool| pool.size as u64).sum();
+    let own = MAPPINGS_OF_OUR_OWN + MAPPINGS_PER_SANDBOX * sandboxes;
+    let per_session = 4 * MAPPINGS_PER_CHECKPOINT;
+    // A cap that holds them all changes nothing.
+    let roomy = own + 1000 * per_session;
+    let (kept, lowered) = config.sessions_within_mappings(settings, roomy).unwrap();
+    assert_eq!((kept.max_sessions, kept.max_per_caller), (1000, 500));
+    assert_eq!(lowered, None);
+    // Linux's default cap holds fewer: the cap and the derived per-caller quota come down.
+    let (fitted, lowered) = config.sessions_within_mappings(settings, 65_530).unwrap();
+    let fit = ((65_530 - own) / per_session) as usize;
+    assert!(fit > 100 && fit < 1000, "{fit}");
+    assert_eq!((fitted.max_sessions, fitted.max_per_caller), (fit, fit / 2));
+    assert_eq!(
+        lowered,
+        Some(Lowered {
+            from: 1000,
+            to: fit,
+            per_session
+        })
+    );
+    // An explicit per-caller quota stays unless it is above the new cap.
+    for (quota, expected) in [("10", 10), ("900", fit)] {
+        let config = parse(&["--max-sessions-per-caller", quota]).unwrap();
+        let (fitted, _) = config
+            .sessions_within_mappings(config.sessions().unwrap(), 65_530)
+            .unwrap();
+        assert_eq!(fitted.max_per_caller, expected, "{quota}");
+    }
+    // Fewer checkpoints a session, more sessions.
+    let one = parse(&["--session-checkpoints", "1"]).unwrap();
+    let (fitted, _) = one
+        .sessions_within_mappings(one.sessions().unwrap(), 65_530)
+        .unwrap();
+    assert!(fitted.max_sessions > fit);
+    // A cap that holds not one session is a configuration error that says what to do.
+    let refused = config.sessions_within_mappings(settings, own + per_session - 1);
+    match refused {
+        Err(e @ ConfigError::TooFewMappings { .. }) => {
+            assert!(e.to_string().contains("vm.max_map_count"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -198,6 +198,7 @@ pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Resu
         exempt_uid: Some(own_uid),
         ..config.sessions()?
     };
+    let sessions = fit_sessions_to_mappings(&config, sessions)?;
     let access = config.callers.access(own_uid).map_err(ConfigError::from)?;
     let identify = config.callers.identify().map_err(ConfigError::from)?;
     if identify.by_pod() {
@@ -412,6 +413,40 @@ fn check_open_files(config: &Config) -> Result<(), StartError> {
             Ok(())
         }
     }
+}
+
+/// Lowers `--max-sessions` to the sessions whose checkpoints fit in the kernel's cap on memory
+/// mappings ([`Config::sessions_within_mappings`]), and says so.
+fn fit_sessions_to_mappings(
+    config: &Config,
+    settings: SessionSettings,
+) -> Result<SessionSettings, StartError> {
+    let cap = match sys::maps::max_map_count() {
+        Ok(cap) => cap,
+        Err(e) => {
+            warn!(
+                "cannot read the kernel's cap on memory mappings ({e}); sessions are not held to it"
+            );
+            return Ok(settings);
+        }
+    };
+    let (settings, lowered) = config.sessions_within_mappings(settings, cap)?;
+    if let Some(config::Lowered {
+        from,
+        to,
+        per_session,
+    }) = lowered
+    {
+        warn!(
+            from,
+            to,
+            per_session,
+            vm_max_map_count = cap,
+            "--max-sessions lowered to the sessions whose checkpoints fit in the kernel's cap on \
+             memory mappings; raise the cap for more (sysctl -w vm.max_map_count=262144)"
+        );
+    }
+    Ok(settings)
 }
 
 /// Loads the Python guest's library, once for every sandbox.
