@@ -2,7 +2,8 @@
 # The Debian package under a real systemd: run by `cargo xtask test` in the VM booted with
 # systemd (`cargo xtask vm --systemd -- sh tests/systemd/package.sh DEB`), as root, with the
 # package `cargo xtask dist --debug` made. Installs it, starts hyperlightd.service with the
-# package's default options (a JavaScript and a Python pool), checks READY and the status line,
+# package's default options (a JavaScript and a Python pool), checks that installing raised the
+# cap on memory mappings (so the daemon keeps its --max-sessions), READY and the status line,
 # runs programs through the socket as a member of the group hyperlightd (and is refused as a
 # user outside it), reads the audit log, waits for the templates to be saved in the state
 # directory, restarts the service (which loads them), gives it egress through the egress helper
@@ -26,6 +27,11 @@ dpkg -i "$deb" || fail "installing the package"
 id hyperlightd || fail "the package made no user hyperlightd"
 getent group kvm | grep -qw hyperlightd || fail "hyperlightd is not in the group kvm"
 ls -l /dev/kvm
+
+check "the package raised the kernel's cap on memory mappings, which sessions' checkpoints take"
+[ -f /usr/lib/sysctl.d/60-hyperlightd.conf ] || fail "no /usr/lib/sysctl.d/60-hyperlightd.conf"
+maps=$(cat /proc/sys/vm/max_map_count)
+[ "$maps" -ge 262144 ] || fail "vm.max_map_count is $maps after installing, not at least 262144"
 
 check "systemd-analyze verify, on the installed unit"
 systemd-analyze verify hyperlightd.service || fail "systemd-analyze verify"
@@ -54,6 +60,9 @@ esac
 socket=/run/hyperlightd/hyperlightd.sock
 [ "$(stat -c '%a %U %G' "$socket")" = "660 hyperlightd hyperlightd" ] \
     || fail "socket mode and owner: $(stat -c '%a %U %G' "$socket")"
+if journalctl --no-pager -u hyperlightd | grep -q "max-sessions lowered"; then
+    fail "the daemon lowered --max-sessions under the package's cap on memory mappings"
+fi
 
 check "a program as alice, a member of the group hyperlightd"
 useradd --no-create-home alice && usermod -aG hyperlightd alice || fail "making alice"

@@ -8,11 +8,14 @@
 //! - `/usr/lib/hyperlightd/python.aot` and `python-lib.tar`, the WebAssembly Python guest
 //!   (`--python-runtime wasm`);
 //! - `/lib/systemd/system/hyperlightd.service`, `hyperlightd-egress.service` and `.socket`
-//!   (the egress helper, off until enabled), `/usr/lib/sysusers.d/hyperlightd.conf`, and
-//!   `/etc/default/hyperlightd` (a conffile: the operator's options);
+//!   (the egress helper, off until enabled), `/usr/lib/sysusers.d/hyperlightd.conf`,
+//!   `/usr/lib/sysctl.d/60-hyperlightd.conf` (a cap on memory mappings that holds the
+//!   sessions' checkpoints), and `/etc/default/hyperlightd` (a conffile: the operator's
+//!   options);
 //! - `/usr/share/doc/hyperlightd/`: the README and each program's `--help`.
 //!
-//! Installing creates the user and group (`systemd-sysusers`) and reloads systemd; it does not
+//! Installing creates the user and group (`systemd-sysusers`), raises the cap on memory mappings
+//! to the sysctl.d file's when it is lower, and reloads systemd; it does not
 //! start the service, whose pools the operator sizes first (`systemctl enable --now
 //! hyperlightd`). Release binaries by default; `--debug` packages the debug build (quicker to
 //! make, for tests).
@@ -51,6 +54,13 @@ if [ \"$1\" = configure ]; then
     fi
     if [ -d /run/systemd/system ]; then
         systemctl daemon-reload
+    fi
+    # The cap on memory mappings the sysctl.d file sets at boot, now; only ever raised (a
+    # container's /proc/sys is read-only: then the host's cap stands).
+    wanted=262144
+    current=$(cat /proc/sys/vm/max_map_count 2>/dev/null || echo \"$wanted\")
+    if [ \"$current\" -lt \"$wanted\" ]; then
+        echo \"$wanted\" > /proc/sys/vm/max_map_count 2>/dev/null || true
     fi
 fi
 ";
@@ -98,7 +108,7 @@ pub fn dist(debug: bool, guest: Option<PathBuf>) -> Result<PathBuf> {
     }
     let bin = target.join(profile);
     let repo = workspace_root()?;
-    let files: [(PathBuf, &str, u32); 12] = [
+    let files: [(PathBuf, &str, u32); 13] = [
         (bin.join("hyperlightd"), "usr/bin/hyperlightd", 0o755),
         (bin.join("hlctl"), "usr/bin/hlctl", 0o755),
         (
@@ -131,6 +141,11 @@ pub fn dist(debug: bool, guest: Option<PathBuf>) -> Result<PathBuf> {
         (
             repo.join("systemd/hyperlightd.sysusers"),
             "usr/lib/sysusers.d/hyperlightd.conf",
+            0o644,
+        ),
+        (
+            repo.join("systemd/hyperlightd.sysctl"),
+            "usr/lib/sysctl.d/60-hyperlightd.conf",
             0o644,
         ),
         (
