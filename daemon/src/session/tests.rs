@@ -67,6 +67,11 @@ fn outcome() -> Outcome {
     }
 }
 
+/// `OWNER`'s new session of `language`: the default idle timeout, no labels, no variables.
+fn create(sessions: &Sessions, language: Language) -> Result<SessionInfo, ExecError> {
+    sessions.create(OWNER, language, None, Labels::default(), Default::default())
+}
+
 /// A fake worker: runs one job with `run`, handed the state it starts from and the job (its
 /// files laid over the session's, its deadline moved on by the saving it waited for).
 struct Fake<F>(Mutex<Option<F>>);
@@ -232,15 +237,7 @@ async fn settled(sessions: &Arc<Sessions>, id: &str) {
 #[tokio::test(start_paused = true)]
 async fn state_carries_from_one_exec_to_the_next_and_memory_is_counted() {
     let sessions = sessions(settings());
-    let info = sessions
-        .create(
-            OWNER,
-            Language::Python,
-            None,
-            Labels::default(),
-            Default::default(),
-        )
-        .unwrap();
+    let info = create(&sessions, Language::Python).unwrap();
     assert_eq!(info.id.len(), 32);
     assert!(info.id.chars().all(|c| c.is_ascii_hexdigit()));
     assert_eq!(exec_saving(&sessions, &info.id, 1, 100).await, None);
@@ -264,16 +261,7 @@ async fn state_carries_from_one_exec_to_the_next_and_memory_is_counted() {
 #[tokio::test(start_paused = true)]
 async fn a_rolled_back_exec_leaves_the_state_from_before_it() {
     let sessions = sessions(settings());
-    let id = sessions
-        .create(
-            OWNER,
-            Language::Javascript,
-            None,
-            Labels::default(),
-            Default::default(),
-        )
-        .unwrap()
-        .id;
+    let id = create(&sessions, Language::Javascript).unwrap().id;
     exec_saving(&sessions, &id, 7, 10).await;
     settled(&sessions, &id).await;
     let outcome = exec_rolling_back(&sessions, &id).await;
@@ -284,16 +272,7 @@ async fn a_rolled_back_exec_leaves_the_state_from_before_it() {
 #[tokio::test(start_paused = true)]
 async fn a_fork_shares_the_state_until_either_changes_and_memory_is_counted_once() {
     let sessions = sessions(settings());
-    let origin = sessions
-        .create(
-            OWNER,
-            Language::Python,
-            None,
-            Labels::default(),
-            Default::default(),
-        )
-        .unwrap()
-        .id;
+    let origin = create(&sessions, Language::Python).unwrap().id;
     exec_saving(&sessions, &origin, 5, 400).await;
     let fork = sessions
         .fork(OWNER, &origin, None, Duration::from_secs(5))
@@ -314,16 +293,7 @@ async fn a_fork_shares_the_state_until_either_changes_and_memory_is_counted_once
 #[tokio::test(start_paused = true)]
 async fn execs_of_one_session_run_one_at_a_time_in_arrival_order() {
     let sessions = sessions(settings());
-    let id = sessions
-        .create(
-            OWNER,
-            Language::Python,
-            None,
-            Labels::default(),
-            Default::default(),
-        )
-        .unwrap()
-        .id;
+    let id = create(&sessions, Language::Python).unwrap().id;
     let running = Arc::new(AtomicUsize::new(0));
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut execs = Vec::new();
@@ -416,16 +386,7 @@ async fn exec_with_slow_save(
 #[tokio::test(start_paused = true)]
 async fn an_exec_sent_after_the_last_answer_waits_for_the_save_outside_its_time_limit() {
     let sessions = sessions(settings());
-    let id = sessions
-        .create(
-            OWNER,
-            Language::Python,
-            None,
-            Labels::default(),
-            Default::default(),
-        )
-        .unwrap()
-        .id;
+    let id = create(&sessions, Language::Python).unwrap().id;
     let save = Duration::from_millis(600);
     let limit = Duration::from_millis(200);
     // Three execs back to back, each sent the moment the last one's answer came, each with a
@@ -452,16 +413,7 @@ async fn an_exec_sent_after_the_last_answer_waits_for_the_save_outside_its_time_
 #[tokio::test(start_paused = true)]
 async fn waiting_for_a_turn_past_the_deadline_is_session_busy_and_nothing_runs() {
     let sessions = sessions(settings());
-    let id = sessions
-        .create(
-            OWNER,
-            Language::Python,
-            None,
-            Labels::default(),
-            Default::default(),
-        )
-        .unwrap()
-        .id;
+    let id = create(&sessions, Language::Python).unwrap().id;
     let session = sessions.find(OWNER, &id).unwrap();
     let held = session.history.clone().lock_owned().await;
     let ran = Arc::new(AtomicUsize::new(0));
@@ -494,16 +446,7 @@ async fn waiting_for_a_turn_past_the_deadline_is_session_busy_and_nothing_runs()
 #[tokio::test(start_paused = true)]
 async fn files_follow_the_state_through_rollback_and_fork() {
     let sessions = sessions(settings());
-    let id = sessions
-        .create(
-            OWNER,
-            Language::Python,
-            None,
-            Labels::default(),
-            Default::default(),
-        )
-        .unwrap()
-        .id;
+    let id = create(&sessions, Language::Python).unwrap().id;
     let wait = Duration::from_secs(1);
     assert!(sessions.files(OWNER, &id, wait).await.unwrap().is_empty());
     // A new session's files (none) are read at once while its first exec runs.
@@ -545,16 +488,7 @@ async fn files_follow_the_state_through_rollback_and_fork() {
 #[tokio::test]
 async fn a_daemon_without_a_state_directory_parks_nothing_and_says_why() {
     let sessions = sessions(settings());
-    let id = sessions
-        .create(
-            OWNER,
-            Language::Python,
-            None,
-            Labels::default(),
-            Default::default(),
-        )
-        .unwrap()
-        .id;
+    let id = create(&sessions, Language::Python).unwrap().id;
     let refused = sessions.park_now(OWNER, &id, Duration::from_secs(1)).await;
     assert!(
         matches!(refused, Err(ExecError::NotParkable(ref why)) if why.contains("--state-dir")),

@@ -46,16 +46,7 @@ async fn numbers(sessions: &Arc<Sessions>, id: &str) -> Vec<u64> {
 #[tokio::test(start_paused = true)]
 async fn each_exec_whose_state_is_kept_makes_the_next_checkpoint_and_names_it() {
     let sessions = keeping(8, u64::MAX);
-    let id = sessions
-        .create(
-            OWNER,
-            Language::Python,
-            None,
-            Labels::default(),
-            Default::default(),
-        )
-        .unwrap()
-        .id;
+    let id = create(&sessions, Language::Python).unwrap().id;
     assert_eq!(numbers(&sessions, &id).await, [0]);
     for (n, value) in [(1, 10), (2, 20), (3, 30)] {
         let (session, _) = exec(&sessions, &id, 100 + n, Some(value), n * 10).await;
@@ -88,16 +79,7 @@ async fn each_exec_whose_state_is_kept_makes_the_next_checkpoint_and_names_it() 
 #[tokio::test(start_paused = true)]
 async fn a_rollback_returns_to_a_checkpoint_and_drops_the_later_ones() {
     let sessions = keeping(8, u64::MAX);
-    let id = sessions
-        .create(
-            OWNER,
-            Language::Javascript,
-            None,
-            Labels::default(),
-            Default::default(),
-        )
-        .unwrap()
-        .id;
+    let id = create(&sessions, Language::Javascript).unwrap().id;
     for value in [1, 2, 3] {
         exec(&sessions, &id, 1, Some(value), 100).await;
     }
@@ -135,16 +117,7 @@ async fn a_rollback_returns_to_a_checkpoint_and_drops_the_later_ones() {
 #[tokio::test(start_paused = true)]
 async fn a_fork_from_a_checkpoint_starts_there_and_leaves_its_origin_as_it_was() {
     let sessions = keeping(8, u64::MAX);
-    let origin = sessions
-        .create(
-            OWNER,
-            Language::Python,
-            None,
-            Labels::default(),
-            Default::default(),
-        )
-        .unwrap()
-        .id;
+    let origin = create(&sessions, Language::Python).unwrap().id;
     for value in [1, 2, 3] {
         exec(&sessions, &origin, 1, Some(value), 100).await;
     }
@@ -173,16 +146,7 @@ async fn a_fork_from_a_checkpoint_starts_there_and_leaves_its_origin_as_it_was()
 async fn the_oldest_checkpoints_beyond_the_retention_are_dropped_never_the_newest() {
     // By count: three kept.
     let sessions = keeping(3, u64::MAX);
-    let id = sessions
-        .create(
-            OWNER,
-            Language::Python,
-            None,
-            Labels::default(),
-            Default::default(),
-        )
-        .unwrap()
-        .id;
+    let id = create(&sessions, Language::Python).unwrap().id;
     for value in 1..=5 {
         exec(&sessions, &id, 1, Some(value), 10).await;
     }
@@ -191,16 +155,7 @@ async fn the_oldest_checkpoints_beyond_the_retention_are_dropped_never_the_newes
 
     // By bytes: 250 hold two of 100 (and the warm start, 0 bytes, until it is oldest).
     let sessions = keeping(10, 250);
-    let id = sessions
-        .create(
-            OWNER,
-            Language::Python,
-            None,
-            Labels::default(),
-            Default::default(),
-        )
-        .unwrap()
-        .id;
+    let id = create(&sessions, Language::Python).unwrap().id;
     exec(&sessions, &id, 1, Some(1), 100).await;
     exec(&sessions, &id, 1, Some(2), 100).await;
     assert_eq!(numbers(&sessions, &id).await, [0, 1, 2]);
@@ -217,16 +172,7 @@ async fn the_oldest_checkpoints_beyond_the_retention_are_dropped_never_the_newes
 #[tokio::test(start_paused = true)]
 async fn a_save_that_fails_loses_that_exec_and_the_session_says_so_once() {
     let sessions = keeping(8, u64::MAX);
-    let id = sessions
-        .create(
-            OWNER,
-            Language::Python,
-            None,
-            Labels::default(),
-            Default::default(),
-        )
-        .unwrap()
-        .id;
+    let id = create(&sessions, Language::Python).unwrap().id;
     exec(&sessions, &id, 1, Some(1), 10).await;
     // The answer named checkpoint 2, but it was never saved.
     let (session, _) = exec(&sessions, &id, 2, None, 10).await;

@@ -153,16 +153,7 @@ fn counter(metrics: &Metrics, series: &str) -> f64 {
 
 /// A new JavaScript session of the owner's in `sessions`.
 fn create(sessions: &Arc<Sessions>) -> String {
-    sessions
-        .create(
-            OWNER,
-            Language::Javascript,
-            None,
-            Labels::default(),
-            Default::default(),
-        )
-        .unwrap()
-        .id
+    super::create(sessions, Language::Javascript).unwrap().id
 }
 
 /// The directory of checkpoint `number` of session `id` under the state directory `dir`.

@@ -7,16 +7,7 @@ use super::*;
 #[tokio::test(start_paused = true)]
 async fn a_fork_asked_while_a_save_runs_waits_for_it_and_copies_what_was_saved() {
     let sessions = sessions(settings());
-    let id = sessions
-        .create(
-            OWNER,
-            Language::Python,
-            None,
-            Labels::default(),
-            Default::default(),
-        )
-        .unwrap()
-        .id;
+    let id = create(&sessions, Language::Python).unwrap().id;
     exec_saving(&sessions, &id, 1, 10).await;
     // The next exec answers at once and saves for 500 ms; the fork is asked meanwhile.
     let slow = Duration::from_millis(500);
@@ -46,16 +37,7 @@ async fn a_fork_asked_while_a_save_runs_waits_for_it_and_copies_what_was_saved()
 #[tokio::test(start_paused = true)]
 async fn a_job_sees_its_files_over_the_sessions_and_over_the_cap_nothing_runs() {
     let sessions = sessions(settings());
-    let id = sessions
-        .create(
-            OWNER,
-            Language::Python,
-            None,
-            Labels::default(),
-            Default::default(),
-        )
-        .unwrap()
-        .id;
+    let id = create(&sessions, Language::Python).unwrap().id;
     exec_saving(&sessions, &id, 7, 10).await;
     // The session holds state.txt; the job brings another file, and a new state.txt.
     let mine = Files::from([
@@ -100,16 +82,7 @@ async fn a_job_sees_its_files_over_the_sessions_and_over_the_cap_nothing_runs() 
 #[tokio::test(start_paused = true)]
 async fn file_changes_are_made_in_order_over_the_sessions_files_and_one_refused_changes_none() {
     let sessions = sessions(settings());
-    let id = sessions
-        .create(
-            OWNER,
-            Language::Python,
-            None,
-            Labels::default(),
-            Default::default(),
-        )
-        .unwrap()
-        .id;
+    let id = create(&sessions, Language::Python).unwrap().id;
     exec_saving(&sessions, &id, 7, 10).await;
     let deadline = clock::now() + Duration::from_secs(5);
     let write = |path: &str, text: &str| FileChange::Write {
@@ -185,16 +158,7 @@ async fn file_changes_are_made_in_order_over_the_sessions_files_and_one_refused_
 #[tokio::test(start_paused = true)]
 async fn an_exec_whose_caller_goes_away_runs_to_its_end_and_its_state_is_kept() {
     let sessions = sessions(settings());
-    let id = sessions
-        .create(
-            OWNER,
-            Language::Python,
-            None,
-            Labels::default(),
-            Default::default(),
-        )
-        .unwrap()
-        .id;
+    let id = create(&sessions, Language::Python).unwrap().id;
     let (started, running) = oneshot::channel();
     let run = move |_state, _job| async move {
         started.send(()).unwrap();
@@ -284,16 +248,7 @@ async fn a_job_sees_the_sessions_env_under_its_own_and_a_fork_keeps_the_sessions
 #[tokio::test(start_paused = true)]
 async fn a_fresh_interpreter_starts_from_the_warm_state_with_the_sessions_files() {
     let sessions = sessions(settings());
-    let id = sessions
-        .create(
-            OWNER,
-            Language::Python,
-            None,
-            Labels::default(),
-            Default::default(),
-        )
-        .unwrap()
-        .id;
+    let id = create(&sessions, Language::Python).unwrap().id;
     exec_saving(&sessions, &id, 7, 10).await;
     let (tx, saw) = oneshot::channel();
     let run = move |state: Option<SavedState>, seen: Job| async move {

@@ -8,27 +8,10 @@ use super::*;
 async fn limits_refuse_new_sessions_and_change_nothing_else() {
     let sessions = sessions(settings());
     let ids: Vec<String> = (0..4)
-        .map(|_| {
-            sessions
-                .create(
-                    OWNER,
-                    Language::Python,
-                    None,
-                    Labels::default(),
-                    Default::default(),
-                )
-                .unwrap()
-                .id
-        })
+        .map(|_| create(&sessions, Language::Python).unwrap().id)
         .collect();
     assert!(matches!(
-        sessions.create(
-            OWNER,
-            Language::Python,
-            None,
-            Labels::default(),
-            Default::default()
-        ),
+        create(&sessions, Language::Python),
         Err(ExecError::TooManySessions { limit: 4 })
     ));
     assert!(matches!(
@@ -43,13 +26,7 @@ async fn limits_refuse_new_sessions_and_change_nothing_else() {
     exec_saving(&sessions, &ids[0], 1, 1000).await;
     settled(&sessions, &ids[0]).await;
     assert!(matches!(
-        sessions.create(
-            OWNER,
-            Language::Javascript,
-            None,
-            Labels::default(),
-            Default::default()
-        ),
+        create(&sessions, Language::Javascript),
         Err(ExecError::SessionMemoryFull {
             held: 1000,
             budget: 1000
@@ -67,15 +44,7 @@ async fn idle_timeouts_are_defaulted_capped_and_expired_sessions_are_reaped() {
         max_idle: Duration::from_millis(200),
         ..settings()
     });
-    let short = sessions
-        .create(
-            OWNER,
-            Language::Python,
-            None,
-            Labels::default(),
-            Default::default(),
-        )
-        .unwrap();
+    let short = create(&sessions, Language::Python).unwrap();
     let long = sessions
         .create(
             OWNER,
@@ -111,16 +80,7 @@ async fn an_idle_timeout_set_again_counts_from_then_is_capped_and_forks_keep_it(
         max_idle: Duration::from_millis(1000),
         ..settings()
     });
-    let id = sessions
-        .create(
-            OWNER,
-            Language::Python,
-            None,
-            Labels::default(),
-            Default::default(),
-        )
-        .unwrap()
-        .id;
+    let id = create(&sessions, Language::Python).unwrap().id;
     exec_saving(&sessions, &id, 1, 10).await;
     settled(&sessions, &id).await;
     tokio::time::sleep(Duration::from_millis(80)).await;
@@ -156,15 +116,7 @@ async fn the_reaper_runs_without_requests() {
         default_idle: Duration::from_millis(50),
         ..settings()
     });
-    sessions
-        .create(
-            OWNER,
-            Language::Javascript,
-            None,
-            Labels::default(),
-            Default::default(),
-        )
-        .unwrap();
+    create(&sessions, Language::Javascript).unwrap();
     sessions.reap_every(
         Duration::from_millis(20),
         &tokio::runtime::Handle::current(),
@@ -178,13 +130,7 @@ async fn a_language_without_a_pool_has_no_sessions() {
     let metrics = Metrics::new().unwrap().sessions();
     let sessions = Sessions::new(settings(), &[Language::Javascript], metrics, audit_off());
     assert!(matches!(
-        sessions.create(
-            OWNER,
-            Language::Python,
-            None,
-            Labels::default(),
-            Default::default()
-        ),
+        create(&sessions, Language::Python),
         Err(ExecError::LanguageNotServed(Language::Python))
     ));
 }
@@ -192,16 +138,7 @@ async fn a_language_without_a_pool_has_no_sessions() {
 #[tokio::test(start_paused = true)]
 async fn a_session_is_its_creators_alone_and_others_are_told_it_does_not_exist() {
     let sessions = sessions(settings());
-    let id = sessions
-        .create(
-            OWNER,
-            Language::Python,
-            None,
-            Labels::default(),
-            Default::default(),
-        )
-        .unwrap()
-        .id;
+    let id = create(&sessions, Language::Python).unwrap().id;
     // Another uid; with --pod-identity, another pod (whatever its uids), or the same uid
     // outside the pod that created it.
     let pod = Principal::Pod("pod-a".into());
@@ -263,29 +200,12 @@ async fn each_caller_holds_at_most_its_quota_of_sessions_forks_included() {
         default_idle: Duration::from_secs(30),
         ..settings()
     });
-    let first = sessions
-        .create(
-            OWNER,
-            Language::Python,
-            None,
-            Labels::default(),
-            Default::default(),
-        )
-        .unwrap()
-        .id;
+    let first = create(&sessions, Language::Python).unwrap().id;
     sessions
         .fork(OWNER, &first, None, Duration::from_secs(1))
         .await
         .unwrap();
-    let over = sessions
-        .create(
-            OWNER,
-            Language::Javascript,
-            None,
-            Labels::default(),
-            Default::default(),
-        )
-        .unwrap_err();
+    let over = create(&sessions, Language::Javascript).unwrap_err();
     let ExecError::SessionQuota {
         caller,
         limit,
@@ -344,15 +264,7 @@ async fn each_caller_holds_at_most_its_quota_of_sessions_forks_included() {
         "{pods_over}"
     );
     sessions.delete(OWNER, &first).unwrap();
-    sessions
-        .create(
-            OWNER,
-            Language::Javascript,
-            None,
-            Labels::default(),
-            Default::default(),
-        )
-        .unwrap();
+    create(&sessions, Language::Javascript).unwrap();
 }
 
 #[tokio::test(start_paused = true)]
@@ -363,15 +275,7 @@ async fn the_daemons_own_user_is_held_to_no_session_quota() {
         ..settings()
     });
     for _ in 0..3 {
-        sessions
-            .create(
-                OWNER,
-                Language::Python,
-                None,
-                Labels::default(),
-                Default::default(),
-            )
-            .unwrap();
+        create(&sessions, Language::Python).unwrap();
     }
     sessions
         .create(
@@ -405,16 +309,7 @@ async fn an_expiry_is_written_to_the_audit_log() {
         ..settings()
     };
     let sessions = Sessions::new(settings, &[Language::Javascript], metrics, audit);
-    let id = sessions
-        .create(
-            OWNER,
-            Language::Javascript,
-            None,
-            Labels::default(),
-            Default::default(),
-        )
-        .unwrap()
-        .id;
+    let id = create(&sessions, Language::Javascript).unwrap().id;
     tokio::time::sleep(Duration::from_millis(30)).await;
     assert_eq!(sessions.reap(), 1);
     let [line] = crate::audit::testing::lines(&path).try_into().unwrap();
