@@ -682,10 +682,14 @@ impl Config {
     /// The open files the daemon needs: one per connection, and its own (the socket, logs,
     /// and a handful per sandbox: the VM, its vCPU, its memory).
     pub fn files_needed(&self) -> u64 {
-        let sandboxes: usize = self.pools.iter().map(|pool| pool.size).sum();
         (self.max_connections as u64)
             .saturating_add(FILES_OF_OUR_OWN)
-            .saturating_add(FILES_PER_SANDBOX.saturating_mul(sandboxes as u64))
+            .saturating_add(FILES_PER_SANDBOX.saturating_mul(self.sandboxes()))
+    }
+
+    /// The sandboxes of every pool together.
+    fn sandboxes(&self) -> u64 {
+        self.pools.iter().map(|pool| pool.size as u64).sum()
     }
 
     /// `settings` with `--max-sessions` lowered, if need be, to the sessions whose checkpoints
@@ -698,9 +702,8 @@ impl Config {
         mut settings: SessionSettings,
         max_map_count: u64,
     ) -> Result<(SessionSettings, Option<Lowered>), ConfigError> {
-        let sandboxes: u64 = self.pools.iter().map(|pool| pool.size as u64).sum();
-        let own =
-            MAPPINGS_OF_OUR_OWN.saturating_add(MAPPINGS_PER_SANDBOX.saturating_mul(sandboxes));
+        let own = MAPPINGS_OF_OUR_OWN
+            .saturating_add(MAPPINGS_PER_SANDBOX.saturating_mul(self.sandboxes()));
         let per_session = MAPPINGS_PER_CHECKPOINT.saturating_mul(settings.max_checkpoints as u64);
         let fit = usize::try_from(max_map_count.saturating_sub(own) / per_session.max(1))
             .unwrap_or(usize::MAX);
