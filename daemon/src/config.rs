@@ -243,8 +243,8 @@ pub struct Config {
     ///
     /// Lowered at start, and logged, to the sessions whose checkpoints fit in the kernel's cap
     /// on the daemon's memory mappings (vm.max_map_count), at up to 42 mappings a checkpoint:
-    /// past the cap a checkpoint cannot be saved. Linux's default cap holds 385 sessions of 4
-    /// checkpoints beside the default pool; raise it (sysctl -w vm.max_map_count=262144) for more.
+    /// past the cap a checkpoint cannot be saved. Raise the cap for more (sysctl -w
+    /// vm.max_map_count=262144); the sessions guide says how many each cap holds.
     #[arg(long, default_value_t = 1000)]
     pub max_sessions: usize,
 
@@ -729,8 +729,8 @@ impl Config {
 
 /// The most memory mappings one checkpoint in memory may take: a mapping for each run of the
 /// files its memory is composed from (at most 8 of pages and 32 of page tables, by
-/// hyperlight-host patches 0003 and 0005) and the guard pages around them. Measured in the VM:
-/// 14 to 17 after a small JavaScript exec.
+/// hyperlight-host patches 0003 and 0005) and the guard pages around them. What small execs
+/// take is in the sessions guide.
 pub const MAPPINGS_PER_CHECKPOINT: u64 = 42;
 /// Memory mappings the daemon may hold besides its sessions' checkpoints: its own (code,
 /// heaps, thread stacks; about 80 at start), and each sandbox's.
