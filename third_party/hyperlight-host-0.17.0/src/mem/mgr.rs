@@ -110,7 +110,7 @@ impl ReadonlySharedMemory {
         &self,
     ) -> Result<SnapshotSharedMemory<ExclusiveSharedMemory>> {
         #[cfg(not(unshared_snapshot_mem))]
-        let ret = self.clone();
+        let ret = self.mapped()?.clone();
         #[cfg(unshared_snapshot_mem)]
         let ret = self.copy_to_writable()?;
         Ok(ret)

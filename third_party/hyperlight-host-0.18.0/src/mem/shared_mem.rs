@@ -1508,9 +1508,23 @@ impl SharedMemory for HostSharedMemory {
 /// runs of the snapshot the sandbox was restored from that still hold
 /// its pages, and adds one of its own, so that the pages snapshots
 /// have in common are in host memory once.
+///
+/// On Linux the runs are mapped one after the other (one `mmap` per
+/// run, beside a reservation) only when something needs the memory as
+/// one range of host memory: a sandbox restored from it (see
+/// [`ReadonlySharedMemory::mapped`]). A snapshot taken from a sandbox
+/// that runs on without being restored from it is never mapped that
+/// way: taking it costs no mapping, and a snapshot kept but never
+/// restored holds none beyond its files'. Reading a few of its bytes
+/// ([`ReadonlySharedMemory::bytes_at`]) goes through the mapping of
+/// the file that holds them, made once per file.
 #[derive(Clone, Debug)]
 pub struct ReadonlySharedMemory {
-    region: Arc<HostMapping>,
+    /// The memory as one mapping, `[guard][blob][guard]`; made on
+    /// Linux when first needed, and shared by every clone.
+    region: Arc<std::sync::OnceLock<Arc<HostMapping>>>,
+    /// Bytes of the memory.
+    len: usize,
     /// Number of bytes from the start of the blob that `mapping_at`
     /// exposes to the guest. Production callers pass the size of the
     /// guest-visible prefix of the snapshot blob; the remainder of
@@ -1554,7 +1568,25 @@ pub(crate) struct MemoryFile {
     /// Made in this process (a memfd): its pages are memory the process
     /// holds, not a file's cache.
     in_memory: bool,
+    /// The whole file mapped read-only, made the first time a few of
+    /// its bytes are read (see [`MemoryFile::bytes`]).
+    map: std::sync::OnceLock<FileMap>,
 }
+
+/// A whole [`MemoryFile`] mapped read-only.
+#[cfg(unix)]
+#[derive(Debug)]
+struct FileMap(Mmap);
+
+// SAFETY: the mapping is of a file whose bytes never change while it
+// is in use (a sealed memfd, or a snapshot's blob), mapped read-only
+// and `MAP_PRIVATE`: nothing writes through it, so reading it from
+// several threads at once is not racy. `Mmap` is not `Send`/`Sync`
+// only because it holds a raw pointer.
+#[cfg(unix)]
+unsafe impl Send for FileMap {}
+#[cfg(unix)]
+unsafe impl Sync for FileMap {}
 
 #[cfg(unix)]
 impl MemoryFile {
@@ -1566,6 +1598,7 @@ impl MemoryFile {
             len,
             sha256: std::sync::OnceLock::new(),
             in_memory: true,
+            map: std::sync::OnceLock::new(),
         }
     }
 
@@ -1587,6 +1620,7 @@ impl MemoryFile {
             len,
             sha256: known,
             in_memory: false,
+            map: std::sync::OnceLock::new(),
         }
     }
 
@@ -1596,6 +1630,45 @@ impl MemoryFile {
 
     pub(crate) fn len(&self) -> u64 {
         self.len
+    }
+
+    /// The file's bytes, through one read-only mapping of the whole
+    /// file, made the first time they are asked for and kept while the
+    /// file is.
+    pub(crate) fn bytes(&self) -> std::io::Result<&[u8]> {
+        let len = usize::try_from(self.len).map_err(std::io::Error::other)?;
+        if len == 0 {
+            return Ok(&[]);
+        }
+        if self.map.get().is_none() {
+            use std::os::unix::io::AsRawFd;
+            // SAFETY: a new mapping the kernel places, of `len` bytes of
+            // a file that is at least that long; read-only and
+            // private, so it never changes the file.
+            let base = unsafe {
+                libc::mmap(
+                    null_mut(),
+                    len,
+                    libc::PROT_READ,
+                    libc::MAP_PRIVATE | libc::MAP_NORESERVE,
+                    self.file.as_raw_fd(),
+                    0,
+                )
+            };
+            if base == libc::MAP_FAILED {
+                return Err(std::io::Error::last_os_error());
+            }
+            // Two threads may map it at once: one mapping is kept, the
+            // other unmapped as it drops.
+            let _ = self.map.set(FileMap(Mmap { base, len }));
+        }
+        let Some(FileMap(map)) = self.map.get() else {
+            return Err(std::io::Error::other("the file's mapping was not kept"));
+        };
+        // SAFETY: `map` maps `map.len` bytes, read-only, for as long as
+        // `self` (which owns it) lives, and the file's bytes never
+        // change while it is in use.
+        Ok(unsafe { std::slice::from_raw_parts(map.base as *const u8, map.len) })
     }
 
     /// The lowercase hex SHA-256 of the whole file, read once.
@@ -1738,7 +1811,8 @@ impl ReadonlySharedMemory {
             let mut anon = ExclusiveSharedMemory::new(len)?;
             anon.copy_from_slice(contents, 0)?;
             Ok(ReadonlySharedMemory {
-                region: anon.region,
+                region: Arc::new(std::sync::OnceLock::from(anon.region)),
+                len,
                 guest_mapped_size,
                 own_size: len,
             })
@@ -1766,13 +1840,62 @@ impl ReadonlySharedMemory {
                 page_size::get(),
             ));
         }
-        let region = Self::map_runs(&runs, len)?;
         Ok(ReadonlySharedMemory {
-            region,
+            region: Arc::new(std::sync::OnceLock::new()),
+            len,
             guest_mapped_size,
             runs: runs.into(),
             own_size,
         })
+    }
+
+    /// This memory, mapped as one range of host memory (made the
+    /// first time it is asked for, then kept by every clone): what a
+    /// sandbox restored from it maps into the guest, and what the
+    /// [`SharedMemory`] methods read.
+    pub(crate) fn mapped(&self) -> Result<&Self> {
+        #[cfg(unix)]
+        if self.region.get().is_none() {
+            let region = Self::map_runs(&self.runs, self.len)?;
+            // Two threads may map it at once: one mapping is kept, the
+            // other unmapped as it drops.
+            let _ = self.region.set(region);
+        }
+        Ok(self)
+    }
+
+    /// Bytes of the memory.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// `len` bytes of the memory from `offset`, read without mapping
+    /// the whole memory: through the mapping of the one file that
+    /// holds them all. None if they are not all in one run, or out of
+    /// bounds, or the file cannot be mapped.
+    #[cfg(unix)]
+    pub(crate) fn bytes_at(&self, offset: usize, len: usize) -> Option<&[u8]> {
+        let end = offset.checked_add(len)?;
+        if let Some(region) = self.region.get() {
+            // SAFETY: the mapping holds the memory's `self.len` bytes
+            // after its guard page, read-only, for as long as `self`.
+            let all = unsafe {
+                std::slice::from_raw_parts(region.ptr().add(page_size::get()), self.len)
+            };
+            return all.get(offset..end);
+        }
+        let mut at = 0;
+        for run in self.runs.iter() {
+            if offset < at + run.len {
+                if end > at + run.len {
+                    return None;
+                }
+                let from = usize::try_from(run.offset).ok()? + (offset - at);
+                return run.file.bytes().ok()?.get(from..from + len);
+            }
+            at += run.len;
+        }
+        None
     }
 
     /// A memory that maps `kept` (runs of the memory of another
@@ -1943,7 +2066,8 @@ impl ReadonlySharedMemory {
         {
             let region = Self::map_file(file, len)?;
             Ok(ReadonlySharedMemory {
-                region,
+                region: Arc::new(std::sync::OnceLock::from(region)),
+                len,
                 guest_mapped_size,
                 own_size: len,
             })
@@ -2110,8 +2234,9 @@ impl ReadonlySharedMemory {
 
     #[cfg(unshared_snapshot_mem)]
     pub(crate) fn copy_to_writable(&self) -> Result<ExclusiveSharedMemory> {
-        let mut writable = ExclusiveSharedMemory::new(self.mem_size())?;
-        writable.copy_from_slice(self.as_slice(), 0)?;
+        let mapped = self.mapped()?;
+        let mut writable = ExclusiveSharedMemory::new(mapped.mem_size())?;
+        writable.copy_from_slice(mapped.as_slice(), 0)?;
         Ok(writable)
     }
 
@@ -2144,8 +2269,21 @@ impl ReadonlySharedMemory {
 }
 
 impl SharedMemory for ReadonlySharedMemory {
+    /// The memory's one mapping. Whatever reads the memory through it
+    /// maps it first, fallibly ([`ReadonlySharedMemory::mapped`]):
+    /// a sandbox is given it by `to_mgr_snapshot_mem`. Should anything
+    /// not have, it is mapped here, and a failure to map it then is a
+    /// panic, as there is no error to return.
     fn region(&self) -> &HostMapping {
-        &self.region
+        if let Some(region) = self.region.get() {
+            return region;
+        }
+        #[allow(clippy::panic)]
+        match self.mapped().map(|mapped| mapped.region.get()) {
+            Ok(Some(region)) => region,
+            Ok(None) => panic!("a snapshot's memory was not kept mapped"),
+            Err(e) => panic!("mapping a snapshot's memory failed: {e}"),
+        }
     }
     // Trait defaults work for `base_addr`, `base_ptr`, and
     // `mem_size`: each `ReadonlySharedMemory` has the
@@ -2188,8 +2326,12 @@ impl SharedMemory for ReadonlySharedMemory {
 }
 
 impl<S: SharedMemory> PartialEq<S> for ReadonlySharedMemory {
+    /// The same mapping. A memory not mapped yet is no memory a sandbox
+    /// maps (a sandbox's is mapped), and it is not mapped to find out.
     fn eq(&self, other: &S) -> bool {
-        self.raw_ptr() == other.raw_ptr()
+        self.region
+            .get()
+            .is_some_and(|region| region.ptr() == other.raw_ptr())
     }
 }
 

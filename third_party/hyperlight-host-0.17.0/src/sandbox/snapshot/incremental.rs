@@ -84,8 +84,15 @@ pub(super) struct Inputs<'a> {
     /// away), then those of the previous snapshot's copies.
     pub(super) kept: Range<usize>,
     /// The previous snapshot taken since the restore, if any: where it
-    /// put each page it copied, and its memory.
-    pub(super) previous: Option<(&'a HashMap<u64, u64>, &'a [u8])>,
+    /// put each page it copied, and its memory's page at an offset.
+    pub(super) previous: Option<(&'a HashMap<u64, u64>, &'a dyn Pages)>,
+}
+
+/// A snapshot's memory, a page at a time.
+pub(super) trait Pages {
+    /// The page at `offset`; None if it cannot be read (then a page it
+    /// was to be compared with is copied again).
+    fn page(&self, offset: usize) -> Option<&[u8]>;
 }
 
 /// The new snapshot's pages and tables, or `None` when the guest's
@@ -326,7 +333,7 @@ impl Builder<'_, '_> {
     /// the new one keeps that copy and the page is unchanged since (a page
     /// of the snapshot memory cannot change; one in scratch may have).
     fn previous_copy(&self, gpa: u64) -> Option<u64> {
-        let (copies, memory) = self.inputs.previous?;
+        let (copies, previous) = self.inputs.previous?;
         let copy = *copies.get(&gpa)?;
         if copy == 0 || !self.inputs.kept.contains(&(copy as usize)) {
             return None;
@@ -336,7 +343,7 @@ impl Builder<'_, '_> {
         }
         let now = (gpa - self.scratch.start) as usize;
         let then = copy as usize - SandboxMemoryLayout::BASE_ADDRESS;
-        let same = self.inputs.scratch.get(now..now + PAGE_SIZE)? == memory.get(then..then + PAGE_SIZE)?;
+        let same = self.inputs.scratch.get(now..now + PAGE_SIZE)? == previous.page(then)?;
         same.then_some(copy)
     }
 

@@ -5,6 +5,15 @@ mod file;
 mod file_tests;
 #[cfg(target_arch = "x86_64")]
 mod incremental;
+
+/// The previous snapshot's pages are read through the mappings of the
+/// files that hold them, so that reading them maps nothing else.
+#[cfg(all(target_arch = "x86_64", unix))]
+impl incremental::Pages for ReadonlySharedMemory {
+    fn page(&self, offset: usize) -> Option<&[u8]> {
+        self.bytes_at(offset, PAGE_SIZE)
+    }
+}
 mod tripwires;
 
 use std::collections::{BTreeMap, HashMap};
@@ -141,7 +150,11 @@ impl hyperlight_common::vmem::TableReadOps for Snapshot {
     }
     unsafe fn read_entry(&self, addr: u64) -> vmem::PageTableEntry {
         let addr = addr as usize;
-        let Some(pte_bytes) = self.state.memory.as_slice().get(addr..addr + PTE_SIZE) else {
+        #[cfg(unix)]
+        let pte_bytes = self.state.memory.bytes_at(addr, PTE_SIZE);
+        #[cfg(not(unix))]
+        let pte_bytes = self.state.memory.as_slice().get(addr..addr + PTE_SIZE);
+        let Some(pte_bytes) = pte_bytes else {
             // Attacker-controlled data pointed out-of-bounds. We'll
             // default to returning 0 in this case, which, for most
             // architectures (including x86-64 and arm64, the ones we
@@ -1048,7 +1061,8 @@ impl Snapshot {
                             ..SandboxMemoryLayout::BASE_ADDRESS + restored_len,
                         kept: SandboxMemoryLayout::BASE_ADDRESS
                             ..SandboxMemoryLayout::BASE_ADDRESS + kept.len,
-                        previous: previous.map(|taken| (&*taken.copies, taken.memory.as_slice())),
+                        previous: previous
+                            .map(|taken| (&*taken.copies, &taken.memory as &dyn incremental::Pages)),
                     })
                 })
             })??;

@@ -40,7 +40,7 @@ use self::reference::{OciDigest, OciReference, OciTag};
 use super::{NextAction, Snapshot};
 use crate::mem::layout::SandboxMemoryLayout;
 use crate::mem::memory_region::MemoryRegionFlags;
-use crate::mem::shared_mem::{ReadonlySharedMemory, SharedMemory};
+use crate::mem::shared_mem::ReadonlySharedMemory;
 
 pub(super) const OCI_LAYOUT_VERSION: &str = "1.0.0";
 
@@ -539,8 +539,7 @@ impl Snapshot {
         cfg_bytes: &[u8],
         #[cfg_attr(not(unix), allow(unused_variables))] existing: ExistingBlob<'_>,
     ) -> crate::Result<Descriptor> {
-        let memory_bytes = self.state.memory.as_slice();
-        let memory_size = memory_bytes.len();
+        let memory_size = self.state.memory.len();
         if memory_size == 0 || !memory_size.is_multiple_of(PAGE_SIZE) {
             return Err(crate::new_error!(
                 "snapshot memory size {} must be a non-zero multiple of PAGE_SIZE",
@@ -560,6 +559,7 @@ impl Snapshot {
             layers::write(&blobs_dir, &layers::of(&self.state.memory), existing)?;
         #[cfg(not(unix))]
         let mut layer_descriptors = {
+            let memory_bytes = self.state.memory.as_slice();
             let snapshot_digest = Digest256::from_bytes(memory_bytes);
             put_blob_if_absent(&blobs_dir, &snapshot_digest, memory_bytes)?;
             vec![
@@ -704,7 +704,7 @@ impl Snapshot {
                 snapshot_size: l.snapshot_size(),
                 pt_size: l.pt_size(),
             },
-            memory_size: self.state.memory.mem_size() as u64,
+            memory_size: self.state.memory.len() as u64,
             host_functions,
             snapshot_generation: self.state.snapshot_generation,
             metadata: self.metadata.clone(),
@@ -1010,10 +1010,10 @@ impl Snapshot {
         // the mapping shorter than the config claims and make restore
         // read past the end. Compare the mapped length against
         // `memory_size` to reject a file mutated under us.
-        if memory.mem_size() as u64 != cfg.memory_size {
+        if memory.len() as u64 != cfg.memory_size {
             return Err(crate::new_error!(
                 "mapped snapshot size ({}) does not match config memory_size ({}); the blob may have changed during loading",
-                memory.mem_size(),
+                memory.len(),
                 cfg.memory_size
             ));
         }
