@@ -242,8 +242,8 @@ pub struct Config {
     /// refused with `too_many_sessions`.
     ///
     /// Lowered at start, and logged, to the sessions whose checkpoints fit in the kernel's cap
-    /// on the daemon's memory mappings (vm.max_map_count), at up to 42 mappings a checkpoint:
-    /// past the cap a checkpoint cannot be saved. Raise the cap for more (sysctl -w
+    /// on the daemon's memory mappings (vm.max_map_count), at up to 43 mappings a checkpoint:
+    /// past the cap a checkpoint cannot be restored. Raise the cap for more (sysctl -w
     /// vm.max_map_count=262144); the sessions guide says how many each cap holds.
     #[arg(long, default_value_t = 1000)]
     pub max_sessions: usize,
@@ -695,8 +695,9 @@ impl Config {
     /// `settings` with `--max-sessions` lowered, if need be, to the sessions whose checkpoints
     /// fit in `max_map_count` memory mappings beside the daemon's own, each session holding up
     /// to `--session-checkpoints` of them at [`MAPPINGS_PER_CHECKPOINT`]; the per-caller quota
-    /// lowered with it. Past the kernel's cap a checkpoint cannot be mapped and an exec's state
-    /// is lost: refusing the session is the error a caller can act on. `Lowered` when it did.
+    /// lowered with it. Past the kernel's cap a checkpoint cannot be restored into a sandbox, and
+    /// an exec that needs it fails: refusing the session up front is the error a caller can act
+    /// on. `Lowered` when it did.
     pub fn sessions_within_mappings(
         &self,
         mut settings: SessionSettings,
@@ -727,11 +728,12 @@ impl Config {
     }
 }
 
-/// The most memory mappings one checkpoint in memory may take: a mapping for each run of the
-/// files its memory is composed from (at most 8 of pages and 32 of page tables, by
-/// hyperlight-host patches 0003 and 0005) and the guard pages around them. What small execs
+/// The most memory mappings one checkpoint in memory may take: one of its own file, read by
+/// the checkpoint after it (hyperlight-host patch 0010); and once a sandbox is restored from
+/// it, one for each run of the files its memory is composed from (at most 8 of pages and 32 of
+/// page tables, by patches 0003 and 0005) and the guard pages around them. What small execs
 /// take is in the sessions guide.
-pub const MAPPINGS_PER_CHECKPOINT: u64 = 42;
+pub const MAPPINGS_PER_CHECKPOINT: u64 = 43;
 /// Memory mappings the daemon may hold besides its sessions' checkpoints: its own (code,
 /// heaps, thread stacks; about 80 at start), and each sandbox's.
 const MAPPINGS_OF_OUR_OWN: u64 = 512;

@@ -1,6 +1,6 @@
-//! The kernel's cap on a process's memory mappings (`vm.max_map_count`). Each checkpoint a
-//! session keeps in memory is mapped from pieces, a mapping each, and a daemon at the cap
-//! cannot map another: saving an exec's state fails and that state is lost.
+//! The kernel's cap on a process's memory mappings (`vm.max_map_count`). A checkpoint a
+//! session keeps in memory is mapped from pieces, a mapping each, once a sandbox is restored
+//! from it, and a daemon at the cap cannot map another: the session's exec is refused.
 
 use std::io;
 
