@@ -1934,13 +1934,8 @@ impl ReadonlySharedMemory {
     #[cfg(unix)]
     pub(crate) fn bytes_at(&self, offset: usize, len: usize) -> Option<&[u8]> {
         let end = offset.checked_add(len)?;
-        if let Some(region) = self.region.get() {
-            // SAFETY: the mapping holds the memory's `self.len` bytes
-            // after its guard page, read-only, for as long as `self`.
-            let all = unsafe {
-                std::slice::from_raw_parts(region.ptr().add(page_size::get()), self.len)
-            };
-            return all.get(offset..end);
+        if self.region.get().is_some() {
+            return self.as_slice().get(offset..end);
         }
         let mut at = 0;
         for run in self.runs.iter() {

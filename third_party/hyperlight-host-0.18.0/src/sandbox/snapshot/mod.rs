@@ -5,15 +5,6 @@ mod file;
 mod file_tests;
 #[cfg(target_arch = "x86_64")]
 mod incremental;
-
-/// The previous snapshot's pages are read through the mappings of the
-/// files that hold them, so that reading them maps nothing else.
-#[cfg(all(target_arch = "x86_64", unix))]
-impl incremental::Pages for ReadonlySharedMemory {
-    fn page(&self, offset: usize) -> Option<&[u8]> {
-        self.bytes_at(offset, PAGE_SIZE)
-    }
-}
 mod tripwires;
 
 use std::collections::{BTreeMap, HashMap};
@@ -136,6 +127,15 @@ struct SnapshotState {
     /// Construction and loading validate these images against `layout`.
     /// Both the images and layout remain immutable afterwards.
     virtq: Option<VirtqSnapshot>,
+}
+
+/// The previous snapshot's pages are read through the mappings of the
+/// files that hold them, so that reading them maps nothing else.
+#[cfg(all(target_arch = "x86_64", unix))]
+impl incremental::Pages for ReadonlySharedMemory {
+    fn page(&self, offset: usize) -> Option<&[u8]> {
+        self.bytes_at(offset, PAGE_SIZE)
+    }
 }
 
 impl core::convert::AsRef<Snapshot> for Snapshot {
