@@ -1634,9 +1634,7 @@ impl MemoryFile {
 
     /// The file's bytes, through one read-only mapping of the whole
     /// file, made the first time they are asked for and kept while the
-    /// file is. The mapping is populated as it is made: its reader (the
-    /// next snapshot, comparing pages with this one's) reads most of a
-    /// file, and one populate costs less than a fault per page.
+    /// file is.
     pub(crate) fn bytes(&self) -> std::io::Result<&[u8]> {
         let len = usize::try_from(self.len).map_err(std::io::Error::other)?;
         if len == 0 {
@@ -1652,7 +1650,7 @@ impl MemoryFile {
                     null_mut(),
                     len,
                     libc::PROT_READ,
-                    libc::MAP_PRIVATE | libc::MAP_NORESERVE | libc::MAP_POPULATE,
+                    libc::MAP_PRIVATE | libc::MAP_NORESERVE,
                     self.file.as_raw_fd(),
                     0,
                 )

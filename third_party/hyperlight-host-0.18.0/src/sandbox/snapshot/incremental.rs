@@ -19,9 +19,7 @@
 //! part of the snapshot gets the address of a copy of that page, appended
 //! to the new pages (pages of zeroes share one copy), or of the copy the
 //! sandbox's previous snapshot made, when the sandbox ran on after it
-//! without a restore and the page is unchanged since; an entry left as
-//! the restored table had it, mapping a kept page, is passed over without
-//! a visit. A new table is
+//! without a restore and the page is unchanged since. A new table is
 //! copied after the restored ones. The work is in proportion to the page
 //! tables the guest changed and the pages it wrote, not to its memory.
 //! What the full rebuild in [`super::Snapshot::new`] drops is dropped
@@ -188,13 +186,7 @@ impl Builder<'_, '_> {
                 self.same_tables[index] = true;
                 continue;
             }
-            let quick = level == 1
-                && self.keeps_restored_table(index)
-                && ordinary(va, self.scratch_gva);
             for slot in 0..ENTRIES {
-                if quick && self.kept_entry(index, slot) {
-                    continue;
-                }
                 if let Some(child) = self.visit_entry(index, level, va, slot)? {
                     stack.push(child);
                 }
@@ -206,25 +198,9 @@ impl Builder<'_, '_> {
     /// Whether the leaf table at `index` is the restored snapshot's own,
     /// unchanged, mapping kept pages only.
     fn kept_as_is(&self, index: usize) -> bool {
-        self.keeps_restored_table(index) && self.table(index) == self.parent_table(index)
-    }
-
-    /// Whether the table at `index` is a restored one and the new
-    /// snapshot keeps in place every page the restored snapshot has.
-    fn keeps_restored_table(&self, index: usize) -> bool {
-        self.inputs.kept.end >= self.inputs.restored.end && index < self.restored_tables
-    }
-
-    /// Whether entry `slot` of the restored leaf table at `index` is the
-    /// restored snapshot's own, unchanged, and maps nothing or one of that
-    /// snapshot's pages, which the new snapshot keeps in place: then the
-    /// new snapshot has the entry as it is (as [`Builder::kept_as_is`]
-    /// has a whole table), and a visit would find nothing to do. Most
-    /// entries of a table the guest wrote a page through are such.
-    fn kept_entry(&self, index: usize, slot: usize) -> bool {
-        let entry = self.entry(index, slot);
-        entry == self.parent_entry(index, slot)
-            && (entry & PRESENT == 0 || self.inputs.restored.contains(&((entry & ADDR) as usize)))
+        self.inputs.kept.end >= self.inputs.restored.end
+            && index < self.restored_tables
+            && self.table(index) == self.parent_table(index)
     }
 
     /// Rewrites entry `slot` of the table at `index` (of `level`, 4 for
@@ -473,16 +449,6 @@ fn leaf(entry: u64, gpa: u64) -> u64 {
     }
     let cow = if entry & (RW | AVL_COW) != 0 { AVL_COW } else { 0 };
     gpa | (entry & NX) | cow | DIRTY | ACCESSED | PRESENT
-}
-
-/// Whether the leaf table mapping from `va` maps ordinary memory only:
-/// neither the page tables' self-map nor the scratch mapping, whose
-/// entries [`Builder::visit_entry`] treats apart.
-fn ordinary(va: u64, scratch_gva: u64) -> bool {
-    let start = canonical(va);
-    let end = start.wrapping_add((ENTRIES * PAGE_SIZE) as u64 - 1);
-    let self_map = end >= SNAPSHOT_PT_GVA_MIN as u64 && start <= SNAPSHOT_PT_GVA_MAX as u64;
-    start <= end && !self_map && end < scratch_gva
 }
 
 /// `va` with its bit 47 extended, as x86-64 addresses are.
