@@ -1937,18 +1937,34 @@ impl ReadonlySharedMemory {
         if self.region.get().is_some() {
             return self.as_slice().get(offset..end);
         }
-        let mut at = 0;
-        for run in self.runs.iter() {
-            if offset < at + run.len {
-                if end > at + run.len {
-                    return None;
-                }
-                let from = usize::try_from(run.offset).ok()? + (offset - at);
-                return run.file.bytes().ok()?.get(from..from + len);
-            }
-            at += run.len;
+        let (run, within) = self.pieces(offset, end).next()?;
+        if within.len() != len {
+            return None;
         }
-        None
+        let from = usize::try_from(run.offset).ok()? + within.start;
+        run.file.bytes().ok()?.get(from..from + len)
+    }
+
+    /// The runs that hold bytes `offset..end` of this memory, in order,
+    /// each with the range of its own bytes that falls within them.
+    #[cfg(unix)]
+    fn pieces(
+        &self,
+        offset: usize,
+        end: usize,
+    ) -> impl Iterator<Item = (&SnapshotRun, std::ops::Range<usize>)> {
+        self.runs
+            .iter()
+            .scan(0, |at, run| {
+                let start = *at;
+                *at += run.len;
+                Some((run, start))
+            })
+            .take_while(move |&(_, start)| start < end)
+            .filter_map(move |(run, start)| {
+                let (from, to) = (start.max(offset), (start + run.len).min(end));
+                (from < to).then(|| (run, from - start..to - start))
+            })
     }
 
     /// A memory that maps `kept` (runs of the memory of another
@@ -2000,20 +2016,14 @@ impl ReadonlySharedMemory {
     #[cfg(unix)]
     pub(crate) fn runs_of(&self, offset: usize, len: usize) -> Option<Vec<SnapshotRun>> {
         let end = offset.checked_add(len)?;
-        let mut at = 0;
-        let mut found = Vec::new();
-        for run in self.runs.iter() {
-            let (start, stop) = (at, at + run.len);
-            at = stop;
-            let (from, to) = (start.max(offset), stop.min(end));
-            if from < to {
-                found.push(SnapshotRun {
-                    file: run.file.clone(),
-                    offset: run.offset + (from - start) as u64,
-                    len: to - from,
-                });
-            }
-        }
+        let found: Vec<SnapshotRun> = self
+            .pieces(offset, end)
+            .map(|(run, within)| SnapshotRun {
+                file: run.file.clone(),
+                offset: run.offset + within.start as u64,
+                len: within.len(),
+            })
+            .collect();
         (found.iter().map(|run| run.len).sum::<usize>() == len).then_some(found)
     }
 
@@ -2428,6 +2438,70 @@ mod tests {
 
         assert!(hshm.fill(0, 0, mem_size + 1).is_err());
         assert!(hshm.fill(0, mem_size, 1).is_err());
+    }
+
+    /// `bytes_at` and `runs_of` find the same runs, unmapped and mapped:
+    /// a memory of three runs of two files, read one page at a time,
+    /// across a run's end, and out of bounds.
+    #[test]
+    #[cfg(unix)]
+    fn runs_read_unmapped_as_mapped() {
+        use super::{Piece, ReadonlySharedMemory};
+        let page = page_size::get();
+        let pattern = |n: usize, seed: u8| -> Vec<u8> {
+            (0..n * page).map(|i| (i / page) as u8 ^ seed).collect()
+        };
+        let other = ReadonlySharedMemory::compose(
+            vec![Piece::Own(0..2 * page)],
+            &pattern(2, 0x80),
+            2 * page,
+        )
+        .unwrap();
+        let own = pattern(3, 0x10);
+        let shared = other.runs_of(page, page).unwrap();
+        let pieces = vec![
+            Piece::Own(0..2 * page),
+            Piece::Shared(shared),
+            Piece::Own(2 * page..3 * page),
+        ];
+        let memory = ReadonlySharedMemory::compose(pieces, &own, 4 * page).unwrap();
+        let mut expected = own[..2 * page].to_vec();
+        expected.extend_from_slice(&pattern(2, 0x80)[page..]);
+        expected.extend_from_slice(&own[2 * page..]);
+
+        let unmapped: Vec<Option<Vec<u8>>> = (0..4)
+            .map(|p| memory.bytes_at(p * page, page).map(<[u8]>::to_vec))
+            .collect();
+        for (p, bytes) in unmapped.iter().enumerate() {
+            assert_eq!(bytes.as_deref(), Some(&expected[p * page..(p + 1) * page]));
+        }
+        // The first run holds two pages; the next page is another run's.
+        assert!(memory.bytes_at(0, 2 * page).is_some());
+        assert!(memory.bytes_at(page, 2 * page).is_none());
+        assert!(memory.bytes_at(3 * page, 2 * page).is_none());
+        assert!(memory.bytes_at(usize::MAX, 1).is_none());
+
+        let runs = memory.runs_of(page, 3 * page).unwrap();
+        let lens: Vec<usize> = runs.iter().map(|r| r.len).collect();
+        assert_eq!(lens, [page, page, page]);
+        let mut read = Vec::new();
+        for run in &runs {
+            let at = run.offset as usize;
+            read.extend_from_slice(&run.file.bytes().unwrap()[at..at + run.len]);
+        }
+        assert_eq!(read, expected[page..]);
+        assert!(memory.runs_of(page, 4 * page).is_none());
+        assert_eq!(memory.runs_of(0, 0).map(|r| r.len()), Some(0));
+
+        let mapped = memory.mapped().unwrap();
+        assert_eq!(&mapped.as_slice()[..4 * page], &expected[..]);
+        for p in 0..4 {
+            assert_eq!(
+                mapped.bytes_at(p * page, page),
+                unmapped[p].as_deref(),
+                "page {p}"
+            );
+        }
     }
 
     /// Verify that `bounds_check!` rejects offset + size combinations that
