@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use hyperlightd_client::{ExecEvent, ExecResponse, Language, SessionInfo};
+use hyperlightd_api::{ExecEvent, ExecResponse, Language, SessionInfo};
 use serde_json::{Value, json};
 
 /// The label naming the sandbox a context's session belongs to (the default context's session

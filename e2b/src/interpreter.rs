@@ -7,47 +7,49 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use http_body_util::channel::Channel;
 use hyper::{Method, Response, StatusCode};
-use hyperlightd_client::{
-    Client, CreateSessionRequest, Language, Network, SessionExecRequest, SessionInfo,
-};
+use hyperlightd_api::{CreateSessionRequest, Language, Network, SessionExecRequest, SessionInfo};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use super::control::{self, CONTEXT_KIND};
 use super::wire::{self, DEFAULT_CONTEXT, KIND, NETWORK, SANDBOX};
-use super::{Body, Known, Refusal, empty};
+use super::{Body, Daemon, Events, Known, Refusal, empty};
 
 /// Lines of output the stream holds for a slow reader before the program waits for it.
 const BUFFERED_LINES: usize = 64;
 
 /// The caller's sandbox `id`, as `known` has it, else as the daemon describes it.
-pub async fn sandbox(client: &Client, known: &Known, id: &str) -> Result<SessionInfo, Refusal> {
+pub async fn sandbox<D: Daemon>(
+    daemon: &D,
+    known: &Known,
+    id: &str,
+) -> Result<SessionInfo, Refusal> {
     if let Some(info) = known.get(id) {
         return Ok(info);
     }
-    let info = control::sandbox(client, id).await?;
+    let info = control::sandbox(daemon, id).await?;
     known.insert(info.clone());
     Ok(info)
 }
 
-pub async fn route(
-    client: &Client,
+pub async fn route<D: Daemon>(
+    daemon: &D,
     sandbox: &SessionInfo,
     method: &Method,
     segments: &[&str],
     body: Bytes,
 ) -> Result<Response<Body>, Refusal> {
     match (method, segments) {
-        (&Method::POST, ["execute"]) => execute(client, sandbox, &body).await,
+        (&Method::POST, ["execute"]) => execute(daemon, sandbox, &body).await,
         (&Method::POST, ["contexts"]) => {
-            let context = new_context(client, sandbox, &body).await?;
+            let context = new_context(daemon, sandbox, &body).await?;
             Ok(super::json(StatusCode::OK, &wire::context(&context)))
         }
         (&Method::GET, ["contexts"]) => {
             let mut contexts = vec![wire::context(sandbox)];
             contexts.extend(
-                contexts_of(client, sandbox)
+                contexts_of(daemon, sandbox)
                     .await?
                     .iter()
                     .map(wire::context),
@@ -55,19 +57,19 @@ pub async fn route(
             Ok(super::json(StatusCode::OK, &json!(contexts)))
         }
         (&Method::DELETE, ["contexts", id]) => {
-            context(client, sandbox, id).await?;
+            context(daemon, sandbox, id).await?;
             if *id == sandbox.id {
                 return Err(Refusal::BadRequest(
                     "the sandbox's default context cannot be removed: kill the sandbox".to_owned(),
                 ));
             }
-            client.delete_session(id).await?;
+            daemon.delete_session(id).await?;
             Ok(empty(StatusCode::NO_CONTENT))
         }
         (&Method::POST, ["contexts", id, "restart"]) => {
             // A fresh interpreter with the context's files kept: the daemon's restart.
-            let context = context(client, sandbox, id).await?;
-            client.restart_session(&context.id).await?;
+            let context = context(daemon, sandbox, id).await?;
+            daemon.restart_session(&context.id).await?;
             Ok(empty(StatusCode::NO_CONTENT))
         }
         (&Method::GET, ["health"]) => Ok(empty(StatusCode::OK)),
@@ -91,8 +93,8 @@ struct Execute {
 }
 
 /// `POST /execute`: the program in its context's session, its output streamed as E2B's lines.
-async fn execute(
-    client: &Client,
+async fn execute<D: Daemon>(
+    daemon: &D,
     sandbox: &SessionInfo,
     body: &Bytes,
 ) -> Result<Response<Body>, Refusal> {
@@ -104,8 +106,8 @@ async fn execute(
                 "give a context or a language, not both".to_owned(),
             ));
         }
-        (Some(id), None) => context(client, sandbox, id).await?,
-        (None, Some(name)) => default_context(client, sandbox, language(name)?).await?,
+        (Some(id), None) => context(daemon, sandbox, id).await?,
+        (None, Some(name)) => default_context(daemon, sandbox, language(name)?).await?,
         (None, None) => sandbox.clone(),
     };
     let mut request = SessionExecRequest::new(execute.code);
@@ -117,7 +119,7 @@ async fn execute(
     if sandbox.labels.get(NETWORK).map(String::as_str) == Some("none") {
         request.network = Some(Network { allow: Vec::new() });
     }
-    let mut stream = client.session_exec_stream(&context.id, &request).await?;
+    let mut stream = daemon.session_exec(&context.id, request).await?;
     let (mut lines, body) = Channel::<Bytes>::new(BUFFERED_LINES);
     // The answer's body holds `gone`: when hyper drops it (the client went away, or gave up at
     // its deadline), the task below stops at once, output or none, and drops the daemon's
@@ -170,8 +172,8 @@ fn language(name: &str) -> Result<Language, Refusal> {
 }
 
 /// `POST /contexts`: a new session of the language asked for, labelled with the sandbox.
-async fn new_context(
-    client: &Client,
+async fn new_context<D: Daemon>(
+    daemon: &D,
     sandbox: &SessionInfo,
     body: &Bytes,
 ) -> Result<SessionInfo, Refusal> {
@@ -192,12 +194,12 @@ async fn new_context(
         Some(name) => language(name)?,
         None => Language::Python,
     };
-    create_context(client, sandbox, language, None).await
+    create_context(daemon, sandbox, language, None).await
 }
 
 /// A new context of `language` in `sandbox`: its default for the language if `default`.
-async fn create_context(
-    client: &Client,
+async fn create_context<D: Daemon>(
+    daemon: &D,
     sandbox: &SessionInfo,
     language: Language,
     default: Option<&str>,
@@ -213,21 +215,28 @@ async fn create_context(
     if let Some(default) = default {
         request = request.with_label(DEFAULT_CONTEXT, default);
     }
-    Ok(client.create_session(&request).await?)
+    Ok(daemon.create_session(request).await?)
 }
 
 /// The sandbox's contexts besides its default one.
-async fn contexts_of(client: &Client, sandbox: &SessionInfo) -> Result<Vec<SessionInfo>, Refusal> {
+async fn contexts_of<D: Daemon>(
+    daemon: &D,
+    sandbox: &SessionInfo,
+) -> Result<Vec<SessionInfo>, Refusal> {
     let wanted = BTreeMap::from([(SANDBOX.to_owned(), sandbox.id.clone())]);
-    Ok(client.sessions_labelled(&wanted).await?)
+    Ok(daemon.sessions_labelled(&wanted).await?)
 }
 
 /// The context `id` of `sandbox` (the sandbox itself is its default context).
-async fn context(client: &Client, sandbox: &SessionInfo, id: &str) -> Result<SessionInfo, Refusal> {
+async fn context<D: Daemon>(
+    daemon: &D,
+    sandbox: &SessionInfo,
+    id: &str,
+) -> Result<SessionInfo, Refusal> {
     if id == sandbox.id {
         return Ok(sandbox.clone());
     }
-    contexts_of(client, sandbox)
+    contexts_of(daemon, sandbox)
         .await?
         .into_iter()
         .find(|context| context.id == id)
@@ -236,8 +245,8 @@ async fn context(client: &Client, sandbox: &SessionInfo, id: &str) -> Result<Ses
 
 /// The sandbox's default context for `language`: the sandbox itself for its own language,
 /// otherwise one made on first use.
-async fn default_context(
-    client: &Client,
+async fn default_context<D: Daemon>(
+    daemon: &D,
     sandbox: &SessionInfo,
     language: Language,
 ) -> Result<SessionInfo, Refusal> {
@@ -245,12 +254,12 @@ async fn default_context(
         return Ok(sandbox.clone());
     }
     let name = language.to_string();
-    let found = contexts_of(client, sandbox)
+    let found = contexts_of(daemon, sandbox)
         .await?
         .into_iter()
         .find(|c| c.labels.get(DEFAULT_CONTEXT) == Some(&name));
     match found {
         Some(context) => Ok(context),
-        None => create_context(client, sandbox, language, Some(&name)).await,
+        None => create_context(daemon, sandbox, language, Some(&name)).await,
     }
 }

@@ -5,56 +5,56 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use hyper::{Method, Response, StatusCode};
-use hyperlightd_client::{Client, CreateSessionRequest, SessionInfo};
+use hyperlightd_api::{CreateSessionRequest, SessionInfo};
 use serde_json::{Value, json};
 
 use super::wire::{self, KIND, METADATA, NETWORK, SANDBOX, TEMPLATE};
-use super::{Account, Body, Refusal, empty};
+use super::{Account, Body, Daemon, Refusal, empty};
 
 /// What a sandbox's session is: the sandbox itself (its default context), or a context of one.
 pub const SANDBOX_KIND: &str = "sandbox";
 pub const CONTEXT_KIND: &str = "context";
 
-pub async fn route(
-    account: &Account,
+pub async fn route<D: Daemon>(
+    account: &Account<D>,
     method: &Method,
     segments: &[&str],
     query: &str,
     body: Bytes,
 ) -> Result<Response<Body>, Refusal> {
-    let Account { client, key, known } = account;
+    let Account { daemon, key, known } = account;
     let segments = match segments {
         ["v2", rest @ ..] => rest,
         rest => rest,
     };
     match (method, segments) {
         (&Method::POST, ["sandboxes"]) => {
-            let info = create(client, &body).await?;
+            let info = create(daemon, &body).await?;
             known.insert(info.clone());
             Ok(super::json(StatusCode::CREATED, &wire::created(&info, key)))
         }
-        (&Method::GET, ["sandboxes"]) => list(client, query).await,
+        (&Method::GET, ["sandboxes"]) => list(daemon, query).await,
         (&Method::GET, ["sandboxes", id]) => {
-            let info = sandbox(client, id).await?;
+            let info = sandbox(daemon, id).await?;
             Ok(super::json(StatusCode::OK, &wire::detail(&info)))
         }
         (&Method::DELETE, ["sandboxes", id]) => {
             known.forget(id);
-            kill(client, id).await
+            kill(daemon, id).await
         }
         (&Method::POST, ["sandboxes", id, "connect" | "resume"]) => {
             known.forget(id);
-            let (info, status) = connect(client, id, &body).await?;
+            let (info, status) = connect(daemon, id, &body).await?;
             Ok(super::json(status, &wire::created(&info, key)))
         }
         (&Method::POST, ["sandboxes", id, "pause"]) => {
             known.forget(id);
-            pause(client, id, &body).await
+            pause(daemon, id, &body).await
         }
         (&Method::POST, ["sandboxes", id, "timeout"]) => {
             // Its contexts take the sandbox's timeout: the next one made asks the daemon.
             known.forget(id);
-            set_timeout(client, id, &body).await
+            set_timeout(daemon, id, &body).await
         }
         (&Method::POST, ["sandboxes", _, "refreshes"]) => Err(Refusal::Unsupported(
             "refreshing a sandbox is not supported: set its timeout instead (set_timeout), or \
@@ -69,7 +69,7 @@ pub async fn route(
 }
 
 /// `POST /sandboxes`: a session of the template's language, labelled as a sandbox.
-async fn create(client: &Client, body: &Bytes) -> Result<SessionInfo, Refusal> {
+async fn create<D: Daemon>(daemon: &D, body: &Bytes) -> Result<SessionInfo, Refusal> {
     let body: BTreeMap<String, Value> = serde_json::from_slice(body)
         .map_err(|e| Refusal::BadRequest(format!("the new sandbox's body: {e}")))?;
     let template = match body.get("templateID") {
@@ -112,7 +112,7 @@ async fn create(client: &Client, body: &Bytes) -> Result<SessionInfo, Refusal> {
         request.env = serde_json::from_value(vars.clone())
             .map_err(|_| Refusal::BadRequest("envVars must be an object of strings".to_owned()))?;
     }
-    Ok(client.create_session(&request).await?)
+    Ok(daemon.create_session(request).await?)
 }
 
 /// Fields of a new sandbox that ask for what hyperlightd does not do: refused rather than
@@ -154,7 +154,7 @@ fn is_empty(value: &Value) -> bool {
 }
 
 /// `GET /v2/sandboxes`: the caller's sandboxes, filtered by `metadata` and `state` as asked.
-async fn list(client: &Client, query: &str) -> Result<Response<Body>, Refusal> {
+async fn list<D: Daemon>(daemon: &D, query: &str) -> Result<Response<Body>, Refusal> {
     let mut metadata = BTreeMap::new();
     let mut states: Option<Vec<String>> = None;
     for (key, value) in form_urlencoded::parse(query.as_bytes()) {
@@ -166,7 +166,7 @@ async fn list(client: &Client, query: &str) -> Result<Response<Body>, Refusal> {
         }
     }
     let wanted = BTreeMap::from([(KIND.to_owned(), SANDBOX_KIND.to_owned())]);
-    let sessions = client.sessions_labelled(&wanted).await?;
+    let sessions = daemon.sessions_labelled(&wanted).await?;
     let listed: Vec<Value> = sessions
         .iter()
         .map(wire::detail)
@@ -187,34 +187,38 @@ async fn list(client: &Client, query: &str) -> Result<Response<Body>, Refusal> {
 }
 
 /// `DELETE /sandboxes/{id}`: its contexts' sessions, then its own.
-async fn kill(client: &Client, id: &str) -> Result<Response<Body>, Refusal> {
-    sandbox(client, id).await?;
+async fn kill<D: Daemon>(daemon: &D, id: &str) -> Result<Response<Body>, Refusal> {
+    sandbox(daemon, id).await?;
     let wanted = BTreeMap::from([(SANDBOX.to_owned(), id.to_owned())]);
-    for context in client.sessions_labelled(&wanted).await? {
-        client.delete_session(&context.id).await?;
+    for context in daemon.sessions_labelled(&wanted).await? {
+        daemon.delete_session(&context.id).await?;
     }
-    client.delete_session(id).await?;
+    daemon.delete_session(id).await?;
     Ok(empty(StatusCode::NO_CONTENT))
 }
 
 /// `POST /sandboxes/{id}/timeout`: the sandbox, and each of its contexts, expire once idle
 /// `timeout` seconds from now (capped by the daemon's maximum).
-async fn set_timeout(client: &Client, id: &str, body: &Bytes) -> Result<Response<Body>, Refusal> {
+async fn set_timeout<D: Daemon>(
+    daemon: &D,
+    id: &str,
+    body: &Bytes,
+) -> Result<Response<Body>, Refusal> {
     #[derive(serde::Deserialize)]
     struct Timeout {
         timeout: u64,
     }
     let asked: Timeout = serde_json::from_slice(body)
         .map_err(|e| Refusal::BadRequest(format!("the timeout's body: {e}")))?;
-    sandbox(client, id).await?;
-    set_timeouts(client, id, asked.timeout).await?;
+    sandbox(daemon, id).await?;
+    set_timeouts(daemon, id, asked.timeout).await?;
     Ok(empty(StatusCode::NO_CONTENT))
 }
 
 /// Sandbox `id`'s sessions, its contexts' first.
-async fn sessions_of(client: &Client, id: &str) -> Result<Vec<String>, Refusal> {
+async fn sessions_of<D: Daemon>(daemon: &D, id: &str) -> Result<Vec<String>, Refusal> {
     let wanted = BTreeMap::from([(SANDBOX.to_owned(), id.to_owned())]);
-    let mut ids: Vec<String> = client
+    let mut ids: Vec<String> = daemon
         .sessions_labelled(&wanted)
         .await?
         .into_iter()
@@ -225,9 +229,9 @@ async fn sessions_of(client: &Client, id: &str) -> Result<Vec<String>, Refusal> 
 }
 
 /// Sandbox `id` and its contexts expire once idle `seconds` from now.
-async fn set_timeouts(client: &Client, id: &str, seconds: u64) -> Result<(), Refusal> {
-    for session in sessions_of(client, id).await? {
-        client
+async fn set_timeouts<D: Daemon>(daemon: &D, id: &str, seconds: u64) -> Result<(), Refusal> {
+    for session in sessions_of(daemon, id).await? {
+        daemon
             .set_session_idle_timeout(&session, seconds.max(1))
             .await?;
     }
@@ -255,15 +259,15 @@ fn refuse_dropping_memory(body: &Bytes, what: &str) -> Result<Value, Refusal> {
 /// `POST /sandboxes/{id}/pause`: each of the sandbox's sessions parked by the daemon (its
 /// state written to `--state-dir` and out of memory) until the next use brings it back. 409
 /// when it is paused already, as E2B answers; a daemon without a state directory refuses.
-async fn pause(client: &Client, id: &str, body: &Bytes) -> Result<Response<Body>, Refusal> {
+async fn pause<D: Daemon>(daemon: &D, id: &str, body: &Bytes) -> Result<Response<Body>, Refusal> {
     refuse_dropping_memory(body, "pause")?;
-    if sandbox(client, id).await?.parked {
+    if sandbox(daemon, id).await?.parked {
         return Err(Refusal::Conflict(format!(
             "sandbox {id:?} is paused already"
         )));
     }
-    for session in sessions_of(client, id).await? {
-        client.park_session(&session).await?;
+    for session in sessions_of(daemon, id).await? {
+        daemon.park_session(&session).await?;
     }
     Ok(empty(StatusCode::NO_CONTENT))
 }
@@ -271,18 +275,18 @@ async fn pause(client: &Client, id: &str, body: &Bytes) -> Result<Response<Body>
 /// `POST /sandboxes/{id}/connect` (and the older `resume`): the sandbox, 201 if it was paused
 /// (its state comes back from disk with its next use), 200 if it ran; `timeout` sets its
 /// timeout as `set_timeout` does.
-async fn connect(
-    client: &Client,
+async fn connect<D: Daemon>(
+    daemon: &D,
     id: &str,
     body: &Bytes,
 ) -> Result<(SessionInfo, StatusCode), Refusal> {
     let asked = refuse_dropping_memory(body, "connect")?;
-    let info = sandbox(client, id).await?;
+    let info = sandbox(daemon, id).await?;
     if let Some(timeout) = asked.get("timeout").filter(|t| !t.is_null()) {
         let seconds = timeout
             .as_u64()
             .ok_or_else(|| Refusal::BadRequest("timeout must be a number of seconds".to_owned()))?;
-        set_timeouts(client, id, seconds).await?;
+        set_timeouts(daemon, id, seconds).await?;
     }
     let status = if info.parked {
         StatusCode::CREATED
@@ -293,12 +297,12 @@ async fn connect(
 }
 
 /// The caller's sandbox `id`: its default session. 404 for any other id, a context's included.
-pub async fn sandbox(client: &Client, id: &str) -> Result<SessionInfo, Refusal> {
+pub async fn sandbox<D: Daemon>(daemon: &D, id: &str) -> Result<SessionInfo, Refusal> {
     let not_found = || Refusal::NotFound(format!("sandbox {id:?} not found"));
     if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
         return Err(not_found());
     }
-    match client.session(id).await {
+    match daemon.session(id).await {
         Ok(info) if info.labels.get(KIND).map(String::as_str) == Some(SANDBOX_KIND) => Ok(info),
         Ok(_) => Err(not_found()),
         Err(e) if super::daemon_status(&e) == StatusCode::NOT_FOUND => Err(not_found()),

@@ -15,11 +15,11 @@ use std::convert::Infallible;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{Method, Response, StatusCode};
-use hyperlightd_client::{Client, Error as DaemonError, ErrorKind, FileChange, FileData};
+use hyperlightd_api::{ErrorKind, FileChange, FileData};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Body, Refusal};
+use super::{Body, Daemon, DaemonError, Refusal};
 
 /// The user's home, where E2B's relative paths are.
 pub const HOME: &str = "/home/user";
@@ -27,8 +27,8 @@ pub const HOME: &str = "/home/user";
 const WORK: &str = "/work";
 
 /// Serves one of envd's file requests for the sandbox `id` (its default context's session).
-pub async fn route(
-    client: &Client,
+pub async fn route<D: Daemon>(
+    daemon: &D,
     id: &str,
     method: &Method,
     segments: &[&str],
@@ -37,10 +37,10 @@ pub async fn route(
     body: Bytes,
 ) -> Result<Response<Body>, Refusal> {
     match (method, segments) {
-        (&Method::GET, ["files"]) => read(client, id, &param(query, "path")?).await,
-        (&Method::POST, ["files"]) => write(client, id, query, content_type, body).await,
+        (&Method::GET, ["files"]) => read(daemon, id, &param(query, "path")?).await,
+        (&Method::POST, ["files"]) => write(daemon, id, query, content_type, body).await,
         (&Method::POST, ["filesystem.Filesystem", rpc]) => {
-            match filesystem(client, id, rpc, &body).await {
+            match filesystem(daemon, id, rpc, &body).await {
                 Ok(answer) => Ok(super::json(StatusCode::OK, &answer)),
                 Err(error) => Ok(error.response()),
             }
@@ -102,9 +102,9 @@ fn param(query: &str, name: &str) -> Result<String, Refusal> {
 }
 
 /// `GET /files?path=`: the file's bytes.
-async fn read(client: &Client, id: &str, path: &str) -> Result<Response<Body>, Refusal> {
+async fn read<D: Daemon>(daemon: &D, id: &str, path: &str) -> Result<Response<Body>, Refusal> {
     let at = session_path(path).map_err(Rpc::refusal)?;
-    match client.session_file(id, &at).await {
+    match daemon.session_file(id, &at).await {
         Ok(bytes) => {
             let mut response = Response::new(Full::new(Bytes::from(bytes)).boxed());
             response.headers_mut().insert(
@@ -114,7 +114,7 @@ async fn read(client: &Client, id: &str, path: &str) -> Result<Response<Body>, R
             Ok(response)
         }
         Err(e) if file_missing(&e) => {
-            let tree = Tree::of(client, id).await?;
+            let tree = Tree::of(daemon, id).await?;
             Err(match tree.entry(&at) {
                 Some(_) => Refusal::BadRequest(format!("{path} is a directory, not a file")),
                 None => Refusal::NotFound(format!("{path}: no such file")),
@@ -126,13 +126,13 @@ async fn read(client: &Client, id: &str, path: &str) -> Result<Response<Body>, R
 
 /// Whether the daemon said the file is not there (not the session).
 fn file_missing(error: &DaemonError) -> bool {
-    matches!(error, DaemonError::Rejected { error, .. } if error.kind == ErrorKind::NotFound)
+    error.kind == Some(ErrorKind::NotFound)
 }
 
 /// `POST /files`: the files of a multipart upload (each part's file name its path, or the
 /// query's `path` for one), written as one change.
-async fn write(
-    client: &Client,
+async fn write<D: Daemon>(
+    daemon: &D,
     id: &str,
     query: &str,
     content_type: &str,
@@ -177,12 +177,12 @@ async fn write(
     if changes.is_empty() {
         return Err(Refusal::BadRequest("the upload holds no file".to_owned()));
     }
-    change(client, id, changes).await.map_err(Rpc::refusal)?;
+    change(daemon, id, changes).await.map_err(Rpc::refusal)?;
     Ok(super::json(StatusCode::OK, &json!(written)))
 }
 
-async fn change(client: &Client, id: &str, changes: Vec<FileChange>) -> Result<(), Rpc> {
-    client
+async fn change<D: Daemon>(daemon: &D, id: &str, changes: Vec<FileChange>) -> Result<(), Rpc> {
+    daemon
         .change_session_files(id, changes)
         .await
         .map(drop)
@@ -196,8 +196,8 @@ pub struct Tree {
 }
 
 impl Tree {
-    async fn of(client: &Client, id: &str) -> Result<Tree, DaemonError> {
-        let list = client.session_files(id).await?;
+    async fn of<D: Daemon>(daemon: &D, id: &str) -> Result<Tree, DaemonError> {
+        let list = daemon.session_files(id).await?;
         Ok(Tree::new(
             list.files.into_iter().map(|f| (f.path, f.size)).collect(),
         ))
@@ -291,13 +291,13 @@ struct MoveRequest {
 }
 
 /// One unary call of the `filesystem.Filesystem` service.
-async fn filesystem(client: &Client, id: &str, rpc: &str, body: &[u8]) -> Result<Value, Rpc> {
+async fn filesystem<D: Daemon>(daemon: &D, id: &str, rpc: &str, body: &[u8]) -> Result<Value, Rpc> {
     let parse = |what: &str| Rpc::InvalidArgument(format!("{rpc}: not a {what} request"));
     match rpc {
         "Stat" | "ListDir" | "Remove" | "MakeDir" => {
             let asked: PathRequest = serde_json::from_slice(body).map_err(|_| parse(rpc))?;
             let at = session_path(&asked.path)?;
-            path_rpc(client, id, rpc, &asked, &at).await
+            path_rpc(daemon, id, rpc, &asked, &at).await
         }
         "Move" => {
             let asked: MoveRequest = serde_json::from_slice(body).map_err(|_| parse(rpc))?;
@@ -305,14 +305,14 @@ async fn filesystem(client: &Client, id: &str, rpc: &str, body: &[u8]) -> Result
                 session_path(&asked.source)?,
                 session_path(&asked.destination)?,
             );
-            let size = Tree::of(client, id).await?.entry(&from).ok_or_else(|| {
+            let size = Tree::of(daemon, id).await?.entry(&from).ok_or_else(|| {
                 Rpc::NotFound(format!("{}: no such file or directory", asked.source))
             })?;
             let moving = FileChange::Move {
                 from,
                 to: to.clone(),
             };
-            change(client, id, vec![moving]).await?;
+            change(daemon, id, vec![moving]).await?;
             Ok(json!({"entry": entry_info(&to, size)}))
         }
         _ => Err(Rpc::Unimplemented(format!(
@@ -322,14 +322,14 @@ async fn filesystem(client: &Client, id: &str, rpc: &str, body: &[u8]) -> Result
     }
 }
 
-async fn path_rpc(
-    client: &Client,
+async fn path_rpc<D: Daemon>(
+    daemon: &D,
     id: &str,
     rpc: &str,
     asked: &PathRequest,
     at: &str,
 ) -> Result<Value, Rpc> {
-    let tree = Tree::of(client, id).await?;
+    let tree = Tree::of(daemon, id).await?;
     let entry = tree.entry(at);
     let missing = || Rpc::NotFound(format!("{}: no such file or directory", asked.path));
     match rpc {
@@ -360,7 +360,7 @@ async fn path_rpc(
             let removing = FileChange::Remove {
                 path: at.to_owned(),
             };
-            change(client, id, vec![removing]).await?;
+            change(daemon, id, vec![removing]).await?;
             Ok(json!({}))
         }
         _ => match entry {
@@ -392,10 +392,10 @@ pub enum Rpc {
 impl From<DaemonError> for Rpc {
     fn from(error: DaemonError) -> Rpc {
         let message = error.to_string();
-        let DaemonError::Rejected { error, .. } = &error else {
+        let Some(kind) = error.kind else {
             return Rpc::Unavailable(message);
         };
-        match error.kind {
+        match kind {
             ErrorKind::NotFound | ErrorKind::SessionNotFound => Rpc::NotFound(message),
             ErrorKind::InvalidRequest => Rpc::InvalidArgument(message),
             ErrorKind::PayloadTooLarge => Rpc::ResourceExhausted(message),
