@@ -1,6 +1,7 @@
-//! (e) E2B's API through `hlctl e2b-gateway`, beside the same work on the daemon's socket, in
-//! one daemon: a sandbox made and its first `run_code` against a session made and its first
-//! exec; then a warm `run_code` against a warm session exec, each once the daemon is idle.
+//! (e) E2B's API served two ways, the daemon's own listener (`--e2b-listen`) and `hlctl
+//! e2b-gateway` in front of its socket, beside the same work on the daemon's socket, in one
+//! daemon: a sandbox made and its first `run_code` against a session made and its first exec;
+//! then a warm `run_code` against a warm session exec, each once the daemon is idle.
 //! The socket's execs are asked both ways: answered whole, and streamed (as `run_code` is:
 //! its output sent as it is made), so that the gateway's own cost shows apart from streaming's.
 //! The gateway's requests are those E2B's SDK sends (`POST /v2/sandboxes`, `POST /execute`
@@ -35,19 +36,18 @@ pub struct GatewayFigures {
     language: Language,
     socket_first: Latency,
     socket_first_streamed: Latency,
+    listener_first: Latency,
     gateway_first: Latency,
     socket_warm: Latency,
     socket_warm_streamed: Latency,
+    listener_warm: Latency,
     gateway_warm: Latency,
-    /// gateway_first's p50 over socket_first_streamed's: the gateway's own cost.
-    first_over_streamed_p50: f64,
-    /// gateway_warm's p50 over socket_warm_streamed's.
-    warm_over_streamed_p50: f64,
 }
 
-/// The gateway, stopped when dropped.
+/// Where E2B's API is served: the daemon's listener, or a gateway process (stopped when
+/// dropped).
 struct Gateway {
-    child: Child,
+    child: Option<Child>,
     url: String,
     http: HttpClient<HttpConnector, Full<Bytes>>,
     _dir: tempfile::TempDir,
@@ -55,13 +55,19 @@ struct Gateway {
 
 impl Drop for Gateway {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
 pub async fn run(args: &Args) -> Result<PartReport> {
-    let (daemon, _) = start_daemon(&args.daemon, 1, &daemon_args(args, 1)).await?;
+    let keys = tempfile::tempdir()?;
+    let (listen, listener) = listener(keys.path())?;
+    let mut with_listener = daemon_args(args, 1);
+    with_listener.extend(listen);
+    let (daemon, _) = start_daemon(&args.daemon, 1, &with_listener).await?;
     let client = &daemon.client;
     let hlctl = args.daemon.with_file_name("hlctl");
     let gateway = start_gateway(&hlctl, client.socket()).await?;
@@ -69,15 +75,17 @@ pub async fn run(args: &Args) -> Result<PartReport> {
     if args.python_guest.is_some() {
         languages.push((Language::Python, "code-interpreter-v1", PYTHON_BODY));
     }
-    println!("\n(e) E2B's API through hlctl e2b-gateway, beside the daemon's socket");
+    println!("\n(e) E2B's API by the daemon's listener and hlctl e2b-gateway, beside its socket");
     print_header();
     let n = args.iterations.min(30);
     let mut figures = Vec::new();
     let mut targets = Vec::new();
     for (language, template, program) in languages {
-        let mut samples: [Vec<Duration>; 6] = Default::default();
-        // Per round: a session answered whole, a session streamed, a sandbox.
-        let mut made: [Vec<String>; 3] = Default::default();
+        // Per round, in turns: a session answered whole, a session streamed, a sandbox of the
+        // daemon's listener, a sandbox of the gateway process.
+        let e2b = [&listener, &gateway];
+        let mut samples: [Vec<Duration>; 8] = Default::default();
+        let mut made: [Vec<String>; 4] = Default::default();
         for _ in 0..n {
             for (i, streamed) in [(0, false), (1, true)] {
                 wait_until_idle(client).await?;
@@ -90,25 +98,33 @@ pub async fn run(args: &Args) -> Result<PartReport> {
                 samples[i].push(started.elapsed());
                 made[i].push(id);
             }
-            wait_until_idle(client).await?;
-            let started = Instant::now();
-            let id = gateway.create(template).await?;
-            gateway.execute(&id, program).await?;
-            samples[2].push(started.elapsed());
-            made[2].push(id);
+            for (i, front) in e2b.iter().enumerate() {
+                wait_until_idle(client).await?;
+                let started = Instant::now();
+                let id = front.create(template).await?;
+                front.execute(&id, program).await?;
+                samples[2 + i].push(started.elapsed());
+                made[2 + i].push(id);
+            }
         }
-        let [whole, streamed, sandboxes] = &made;
-        for ((whole, streamed), sandbox) in whole.iter().zip(streamed).zip(sandboxes) {
+        let [whole, streamed, by_listener, by_gateway] = &made;
+        let rounds = whole
+            .iter()
+            .zip(streamed)
+            .zip(by_listener.iter().zip(by_gateway));
+        for ((whole, streamed), (by_listener, by_gateway)) in rounds {
             for (i, (id, stream)) in [(whole, false), (streamed, true)].into_iter().enumerate() {
                 wait_until_idle(client).await?;
                 let started = Instant::now();
                 socket_exec(client, id, program, stream).await?;
-                samples[3 + i].push(started.elapsed());
+                samples[4 + i].push(started.elapsed());
             }
-            wait_until_idle(client).await?;
-            let started = Instant::now();
-            gateway.execute(sandbox, program).await?;
-            samples[5].push(started.elapsed());
+            for (i, (front, id)) in e2b.iter().zip([by_listener, by_gateway]).enumerate() {
+                wait_until_idle(client).await?;
+                let started = Instant::now();
+                front.execute(id, program).await?;
+                samples[6 + i].push(started.elapsed());
+            }
         }
         for id in made.iter().flatten() {
             client.delete_session(id).await?;
@@ -116,9 +132,11 @@ pub async fn run(args: &Args) -> Result<PartReport> {
         let [
             socket_first,
             socket_first_streamed,
+            listener_first,
             gateway_first,
             socket_warm,
             socket_warm_streamed,
+            listener_warm,
             gateway_warm,
         ] = samples.map(Latency::of);
         let row = |what: &str, l: &Latency| print_row(&format!("{language}: {what}"), l);
@@ -127,38 +145,47 @@ pub async fn run(args: &Args) -> Result<PartReport> {
             "session + first exec streamed (socket)",
             &socket_first_streamed,
         );
-        row("sandbox + first run_code (gateway)", &gateway_first);
+        row(
+            "sandbox + first run_code (daemon's listener)",
+            &listener_first,
+        );
+        row("sandbox + first run_code (gateway process)", &gateway_first);
         row("warm session exec (socket)", &socket_warm);
         row("warm session exec streamed (socket)", &socket_warm_streamed);
-        row("warm run_code (gateway)", &gateway_warm);
-        let first_over_streamed_p50 = gateway_first.p50_ms / socket_first_streamed.p50_ms;
-        let warm_over_streamed_p50 = gateway_warm.p50_ms / socket_warm_streamed.p50_ms;
-        println!(
-            "{language}: gateway / socket streamed, p50: first {first_over_streamed_p50:.2}, \
-             warm {warm_over_streamed_p50:.2}"
-        );
-        targets.push(Target::at_most(
-            &format!("E56 {language} first"),
-            &format!("{language} sandbox + first run_code / session + first exec, p50"),
-            gateway_first.p50_ms / socket_first.p50_ms,
-            1.2,
-        ));
-        targets.push(Target::at_most(
-            &format!("E56 {language} warm"),
-            &format!("{language} warm run_code / warm session exec, p50"),
-            gateway_warm.p50_ms / socket_warm.p50_ms,
-            1.2,
-        ));
+        row("warm run_code (daemon's listener)", &listener_warm);
+        row("warm run_code (gateway process)", &gateway_warm);
+        for (front, first, warm) in [
+            ("listener", &listener_first, &listener_warm),
+            ("gateway", &gateway_first, &gateway_warm),
+        ] {
+            println!(
+                "{language}: {front} / socket streamed, p50: first {:.2}, warm {:.2}",
+                first.p50_ms / socket_first_streamed.p50_ms,
+                warm.p50_ms / socket_warm_streamed.p50_ms
+            );
+            targets.push(Target::at_most(
+                &format!("E56 {language} first ({front})"),
+                &format!("{language} sandbox + first run_code / session + first exec, p50"),
+                first.p50_ms / socket_first.p50_ms,
+                1.2,
+            ));
+            targets.push(Target::at_most(
+                &format!("E56 {language} warm ({front})"),
+                &format!("{language} warm run_code / warm session exec, p50"),
+                warm.p50_ms / socket_warm.p50_ms,
+                1.2,
+            ));
+        }
         figures.push(GatewayFigures {
             language,
             socket_first,
             socket_first_streamed,
+            listener_first,
             gateway_first,
             socket_warm,
             socket_warm_streamed,
+            listener_warm,
             gateway_warm,
-            first_over_streamed_p50,
-            warm_over_streamed_p50,
         });
     }
     Ok(PartReport {
@@ -186,13 +213,39 @@ async fn socket_exec(client: &Client, id: &str, program: &str, streamed: bool) -
     Ok(())
 }
 
+/// The daemon's own listener: the arguments that start it, with a keys file in `dir`.
+fn listener(dir: &Path) -> Result<(Vec<String>, Gateway)> {
+    use std::os::unix::fs::PermissionsExt;
+    let keys = dir.join("keys");
+    std::fs::write(&keys, format!("bench {KEY}\n"))?;
+    std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o600))?;
+    let port = free_port()?;
+    let args = vec![
+        "--e2b-listen".to_owned(),
+        format!("127.0.0.1:{port}"),
+        "--e2b-keys".to_owned(),
+        keys.to_str().context("a UTF-8 temporary path")?.to_owned(),
+    ];
+    let listener = Gateway {
+        child: None,
+        url: format!("http://127.0.0.1:{port}"),
+        http: HttpClient::builder(TokioExecutor::new()).build(nodelay()),
+        _dir: tempfile::tempdir()?,
+    };
+    Ok((args, listener))
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
 async fn start_gateway(hlctl: &Path, socket: &Path) -> Result<Gateway> {
     let dir = tempfile::tempdir()?;
     let key = dir.path().join("key");
     std::fs::write(&key, format!("{KEY}\n"))?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
+    let port = free_port()?;
     let child = Command::new(hlctl)
         .arg("--socket")
         .arg(socket)
@@ -211,7 +264,7 @@ async fn start_gateway(hlctl: &Path, socket: &Path) -> Result<Gateway> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Ok(Gateway {
-        child,
+        child: Some(child),
         url: format!("http://127.0.0.1:{port}"),
         http: HttpClient::builder(TokioExecutor::new()).build(nodelay()),
         _dir: dir,

@@ -306,6 +306,10 @@ pub struct Config {
     #[command(flatten)]
     pub traces: crate::telemetry::export::TraceOptions,
 
+    /// E2B's API on a TCP address.
+    #[command(flatten)]
+    pub e2b: crate::e2b::E2bOptions,
+
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

@@ -45,6 +45,7 @@ pub use self::sandbox::javascript::RUNNER as JAVASCRIPT_RUNNER;
 pub mod audit;
 pub mod caller;
 pub mod config;
+pub mod e2b;
 pub mod egress;
 pub mod executor;
 pub mod http;
@@ -104,6 +105,9 @@ pub enum StartError {
     /// The socket could not be set up.
     #[error(transparent)]
     Socket(#[from] SocketError),
+    /// E2B's API could not be served as `--e2b-listen` and `--e2b-keys` ask.
+    #[error(transparent)]
+    E2b(#[from] e2b::E2bError),
     /// The audit log could not be opened.
     #[error(transparent)]
     Audit(#[from] AuditOpenError),
@@ -153,7 +157,14 @@ impl StartError {
             | StartError::ProbeTimedOut(_)
             | StartError::EgressHelper(_) => 69,
             StartError::Socket(SocketError::InUse(_)) => 75,
+            StartError::E2b(e2b::E2bError::Keys(_)) => 64,
+            StartError::E2b(e2b::E2bError::Listen { error, .. })
+                if error.kind() == std::io::ErrorKind::AddrInUse =>
+            {
+                75
+            }
             StartError::Socket(_)
+            | StartError::E2b(_)
             | StartError::Audit(_)
             | StartError::SnapshotDir { .. }
             | StartError::StateDir { .. } => 73,
@@ -244,6 +255,7 @@ pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Resu
     // Bound before the pools warm, so that a second daemon on the same socket is refused at
     // once; connections wait in the backlog until the pools are warm and serving starts.
     let (listener, bound) = socket::bind(&config.socket, config.socket_group.as_deref())?;
+    let e2b = config.e2b.bind()?;
     let saves = snapshots.clone();
     let starting = start_executor(
         &config,
@@ -289,8 +301,14 @@ pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Resu
         .with_code_policy(code_policy)
         .with_egress(egress)
         .with_packages(packages);
-    let api = Arc::new(Api::of(service).with_tracer(tracer));
+    let service = Arc::new(service);
+    // Until the socket's server has drained: its requests then refused as the socket's are.
+    let e2b = e2b.map(|e2b| tokio::spawn(e2b.serve(service.clone())));
+    let api = Arc::new(Api::over(service).with_tracer(tracer));
     server::serve(listener, api, server_config(&config, identify), &mut stops).await;
+    if let Some(e2b) = e2b {
+        e2b.abort();
+    }
     drop(bound);
     if let Some(sessions) = sessions {
         flush_sessions(sessions).await;

@@ -154,12 +154,27 @@ impl Known {
     }
 }
 
-/// Serves `gateway` on `listener` until the task is dropped.
+/// Connections served at once; past them a new one is closed at once.
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// How long a connection may take to send a request's head, or wait between requests.
+pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Serves `gateway` on `listener` until the task is dropped, at most [`MAX_CONNECTIONS`] at
+/// once: anyone who can reach the address can open one, key or none.
 pub async fn serve<D: Daemon>(listener: TcpListener, gateway: Arc<Gateway<D>>) {
+    let open = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
-                tokio::spawn(serve_connection(gateway.clone(), stream));
+                let Ok(permit) = open.clone().try_acquire_owned() else {
+                    continue;
+                };
+                let gateway = gateway.clone();
+                tokio::spawn(async move {
+                    serve_connection(gateway, stream).await;
+                    drop(permit);
+                });
             }
             // Out of file descriptors, or the connection reset before it was taken: the next
             // one may do; a moment's pause keeps a lasting failure from spinning.
@@ -179,6 +194,8 @@ pub async fn serve_connection<D: Daemon>(gateway: Arc<Gateway<D>>, stream: TcpSt
     });
     // A client that goes away mid-answer is its own business.
     let _ = http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
         .serve_connection(TokioIo::new(stream), service)
         .await;
 }

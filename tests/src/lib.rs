@@ -522,6 +522,47 @@ impl E2bGateway {
     }
 }
 
+/// The daemon's own E2B listener (`--e2b-listen`), on a free loopback port, with a keys file of
+/// `(name, key)`s: the arguments to start the daemon with, and its URL.
+#[derive(Debug)]
+pub struct E2bListen {
+    /// `--e2b-listen ADDR --e2b-keys FILE`.
+    pub args: Vec<String>,
+    /// `http://127.0.0.1:PORT`: both `E2B_API_URL` and `E2B_SANDBOX_URL`.
+    pub url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl E2bListen {
+    pub fn new(keys: &[(&str, &str)]) -> E2bListen {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let file = dir.path().join("keys");
+        let lines: String = keys
+            .iter()
+            .map(|(name, key)| format!("{name} {key}\n"))
+            .collect();
+        std::fs::write(&file, lines).expect("the keys file is written");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
+            .expect("the keys file is the daemon's user's alone");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free loopback port")
+            .port();
+        let args = vec![
+            "--e2b-listen".to_owned(),
+            format!("127.0.0.1:{port}"),
+            "--e2b-keys".to_owned(),
+            file.to_str().expect("a UTF-8 path").to_owned(),
+        ];
+        E2bListen {
+            args,
+            url: format!("http://127.0.0.1:{port}"),
+            _dir: dir,
+        }
+    }
+}
+
 /// The lines of the audit log at `path`, as JSON (the daemon writes each line whole).
 pub fn audit_lines(path: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)

@@ -305,3 +305,39 @@ def test_a_shared_gateway_keeps_each_key_s_sandboxes_apart(socket: str, tmp_path
             assert Sandbox.kill(sandbox.sandbox_id, **as_alice) is True
     finally:
         stop(process)
+
+
+def test_the_daemon_s_own_listener_keeps_each_key_s_sandboxes_apart(socket: str) -> None:
+    # The daemon serves E2B's API itself (hyperlightd --e2b-listen, with alice's and bob's keys
+    # in its keys file: tests/tests/python_sdk.rs): no gateway process, each key a caller of
+    # the daemon's own.
+    url = os.environ.get("HYPERLIGHTD_E2B_URL")
+    if not url:
+        pytest.fail("HYPERLIGHTD_E2B_URL must name the daemon's E2B listener (tests/tests/python_sdk.rs sets it)")
+    as_alice = {"api_key": ALICE, "api_url": url, "sandbox_url": url}
+    as_bob = {"api_key": BOB, "api_url": url, "sandbox_url": url}
+    sandbox = Sandbox.create(**as_alice)
+    try:
+        assert sandbox.run_code("x = 41; x + 1").text == "42"
+        seen: list[str] = []
+        sandbox.run_code("for i in range(3):\n    print(i)", on_stdout=lambda message: seen.append(message.line))
+        assert "".join(seen) == "0\n1\n2\n", seen
+        sandbox.files.write("note.txt", "from alice")
+        assert sandbox.run_code("open('note.txt').read()").text == "'from alice'"
+        assert sandbox.run_code("const a = 40; a + 2", language="js").text == "42"
+        # Neither bob nor the test's own user sees it; bob cannot reach it.
+        listed = Sandbox.list(**as_bob).next_items()
+        assert sandbox.sandbox_id not in [s.sandbox_id for s in listed]
+        with Client(socket) as own:
+            assert sandbox.sandbox_id not in [s.id for s in own.sessions()]
+        with pytest.raises(NotFoundException):
+            Sandbox.connect(sandbox.sandbox_id, **as_bob)
+        assert Sandbox.kill(sandbox.sandbox_id, **as_bob) is False
+        with pytest.raises(AuthenticationException):
+            Sandbox.list(api_key=KEY, api_url=url, sandbox_url=url).next_items()
+        mine = Sandbox.list(**as_alice).next_items()
+        assert sandbox.sandbox_id in [s.sandbox_id for s in mine]
+        assert sandbox.run_code("x").text == "41"
+    finally:
+        assert Sandbox.kill(sandbox.sandbox_id, **as_alice) is True
+    assert Sandbox.list(**as_alice).next_items() == [], "the sandbox and its contexts are gone"

@@ -1,37 +1,16 @@
-//! Files on the wire: a request's files decoded for the service (which checks their paths and
-//! caps), and a session's working directory listed, fetched and changed.
+//! A session's working directory listed, fetched and changed (`service::wire` decodes what
+//! the wire carries; the service checks paths and caps).
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Request, Response, StatusCode};
-use hyperlightd_api::{
-    FileChange as WireChange, FileChanges, FileData, FileInfo, FileList, FileMap, FilesChanged,
-};
+use hyperlightd_api::{FileChanges, FilesChanged};
 use percent_encoding::percent_decode_str;
 
 use super::{Api, ApiError, BoxError, json_response};
 use crate::executor::Executor;
-use crate::job::Files;
-use crate::job::files::FileChange;
-use crate::service::Call;
-
-/// The request's files as bytes, by path: text as it is, base64 decoded.
-pub(super) fn decode(given: FileMap) -> Result<Files, ApiError> {
-    given
-        .into_iter()
-        .map(|(path, data)| {
-            let bytes = bytes_of("files", &path, &data)?;
-            Ok((path, bytes))
-        })
-        .collect()
-}
-
-/// One file's bytes; bad base64 is the request's fault, named by the field and path.
-fn bytes_of(field: &str, path: &str, data: &FileData) -> Result<Vec<u8>, ApiError> {
-    data.to_bytes()
-        .map_err(|why| ApiError::InvalidRequest(format!("{field}: {path:?}: {why}")))
-}
+use crate::service::{Call, wire};
 
 impl<E: Executor> Api<E> {
     /// `GET /v1/sessions/{id}/files`: the session's files, by path, with their sizes.
@@ -41,16 +20,7 @@ impl<E: Executor> Api<E> {
         id: &str,
     ) -> Result<Response<Full<Bytes>>, ApiError> {
         let files = self.service.session_files(call, id).await?;
-        let list = FileList {
-            files: files
-                .iter()
-                .map(|(path, bytes)| FileInfo {
-                    path: path.clone(),
-                    size: bytes.len() as u64,
-                })
-                .collect(),
-        };
-        Ok(json_response(StatusCode::OK, &list))
+        Ok(json_response(StatusCode::OK, &wire::file_list(&files)))
     }
 
     /// `POST /v1/sessions/{id}/files`: changes to the session's files, all or none; the
@@ -69,15 +39,8 @@ impl<E: Executor> Api<E> {
         let changes = asked
             .changes
             .into_iter()
-            .map(|change| match change {
-                WireChange::Write { path, data } => Ok(FileChange::Write {
-                    bytes: bytes_of("changes", &path, &data)?,
-                    path,
-                }),
-                WireChange::Remove { path } => Ok(FileChange::Remove { path }),
-                WireChange::Move { from, to } => Ok(FileChange::Move { from, to }),
-            })
-            .collect::<Result<Vec<_>, ApiError>>()?;
+            .map(wire::file_change)
+            .collect::<Result<Vec<_>, _>>()?;
         let checkpoint = self.service.change_session_files(call, id, changes).await?;
         Ok(json_response(StatusCode::OK, &FilesChanged { checkpoint }))
     }

@@ -4,7 +4,6 @@
 //! sandboxes.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -31,7 +30,6 @@ use tracing::{Instrument, info_span, warn};
 use crate::executor::Executor;
 use crate::job::{Caller, ExecError, PodOf};
 use crate::metrics::Metrics;
-use crate::service::code_policy::CodePolicy;
 use crate::service::{Call, Executed, Program, Refusal, Service, wire};
 use crate::telemetry::{self, Attribute as KeyValue, Kind, Trace, Tracer};
 
@@ -45,7 +43,6 @@ pub const REQUEST_ID_HEADER: &str = "x-request-id";
 #[derive(Debug)]
 pub struct Api<E> {
     service: Arc<Service<E>>,
-    next_request_id: AtomicU64,
     /// Records the requests' spans (off: nothing).
     tracer: Tracer,
 }
@@ -192,9 +189,13 @@ fn status_of(kind: ErrorKind) -> StatusCode {
 impl<E: Executor> Api<E> {
     /// The API in front of `service`.
     pub fn of(service: Service<E>) -> Self {
+        Api::over(Arc::new(service))
+    }
+
+    /// The API in front of `service`, which other front ends share.
+    pub fn over(service: Arc<Service<E>>) -> Self {
         Api {
-            service: Arc::new(service),
-            next_request_id: AtomicU64::new(1),
+            service,
             tracer: Tracer::default(),
         }
     }
@@ -223,7 +224,7 @@ impl<E: Executor> Api<E> {
         B: hyper::body::Body<Data = Bytes>,
         B::Error: Into<BoxError>,
     {
-        let id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
+        let id = self.service.next_call_id();
         let span = info_span!("request", id, uid = caller.uid, method = %request.method(), path = %request.uri().path());
         let trace = self.request_trace(&request, id, &caller);
         let call = Call {
@@ -410,7 +411,7 @@ impl<E: Executor> Api<E> {
         let mut exec: ExecRequest = self.read_json(request).await?;
         exec.stream |= accepts_lines;
         let language = exec.language;
-        let (stream, program) = program(exec)?;
+        let (stream, program) = wire::program(exec)?;
         self.answer(call, stream, program, move |service, call, program| async move {
             service.exec(&call, language, program).await
         })
@@ -588,31 +589,6 @@ impl<E: Executor> Api<E> {
 
 fn millis(duration: std::time::Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// The program a request asks to run (`POST /v1/exec` and a session's exec carry the same
-/// fields), its files decoded, and whether it is answered as a stream (asked for, or tools
-/// declared, whose calls travel in it).
-fn program(exec: ExecRequest) -> Result<(bool, Program), ApiError> {
-    let stream = exec.stream || !exec.tools.is_empty();
-    let program = Program {
-        code: exec.code,
-        timeout_ms: exec.timeout_ms,
-        max_output_bytes: exec.max_output_bytes,
-        policy: exec.policy.map(CodePolicy::from),
-        files: files::decode(exec.files)?,
-        output: None,
-        tools: exec.tools.into_iter().map(wire::declared).collect(),
-        tool_timeout_ms: exec.tool_timeout_ms,
-        network: exec
-            .network
-            .map(|network| crate::egress::options::rules_of(&network.allow))
-            .transpose()
-            .map_err(ApiError::InvalidRequest)?,
-        env: exec.env,
-        packages: exec.packages,
-    };
-    Ok((stream, program))
 }
 
 /// Whether the request's `Accept` header asks for newline-delimited JSON.

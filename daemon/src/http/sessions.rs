@@ -58,7 +58,7 @@ impl<E: Executor> Api<E> {
         exec.stream |= accepts_lines;
         // The session decides the language; the rest are the fields of any exec.
         let exec = exec.with_language(hyperlightd_api::Language::Javascript);
-        let (stream, program) = super::program(exec)?;
+        let (stream, program) = wire::program(exec)?;
         let id = id.to_owned();
         self.answer(call, stream, program, move |service, call, program| async move {
             service.session_exec(&call, &id, program).await

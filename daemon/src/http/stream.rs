@@ -23,8 +23,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::ApiError;
-use crate::job::tools::ToolCall;
-use crate::job::{Display, OutputChunk, Stream};
+use crate::job::OutputChunk;
+use crate::service::wire;
 
 /// Every answer's body: whole, or a stream of lines.
 pub type Body = Either<Full<Bytes>, Lines>;
@@ -125,34 +125,7 @@ fn joined_result(
 
 /// A chunk's line of the answer; none for the program's start, which only begins it.
 fn line_of(chunk: OutputChunk) -> Option<Bytes> {
-    event(chunk).map(|event| line(&event))
-}
-
-fn event(chunk: OutputChunk) -> Option<ExecEvent> {
-    let event = match chunk {
-        OutputChunk::Running => return None,
-        OutputChunk::Text {
-            stream: Stream::Stdout,
-            text,
-        } => ExecEvent::Stdout { text },
-        OutputChunk::Text {
-            stream: Stream::Stderr,
-            text,
-        } => ExecEvent::Stderr { text },
-        OutputChunk::Display(Display { data, result }) => ExecEvent::Display { data, result },
-        OutputChunk::Started(execution_id) => ExecEvent::Started { execution_id },
-        OutputChunk::ToolCall(ToolCall {
-            id,
-            name,
-            arguments,
-        }) => ExecEvent::ToolCall {
-            id,
-            name,
-            // Checked JSON when the call was made.
-            arguments: serde_json::from_str(&arguments).unwrap_or_default(),
-        },
-    };
-    Some(event)
+    wire::exec_event(chunk).map(|event| line(&event))
 }
 
 /// `event` as one line of JSON.

@@ -27,7 +27,7 @@ pub mod wire;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use hyperlightd_api::{AuditHealth, EgressHealth, ErrorKind, Language, PackagesHealth};
@@ -243,6 +243,8 @@ pub struct Service<E> {
     packages: Option<Arc<Packages>>,
     /// Each session's turn to install.
     installing: packages::Installing,
+    /// The next request's id, whichever front end it came through.
+    next_call_id: AtomicU64,
 }
 
 impl<E: Executor> Service<E> {
@@ -266,6 +268,7 @@ impl<E: Executor> Service<E> {
             egress: None,
             packages: None,
             installing: packages::Installing::default(),
+            next_call_id: AtomicU64::new(1),
         }
     }
 
@@ -292,6 +295,11 @@ impl<E: Executor> Service<E> {
     pub fn with_packages(mut self, packages: Option<Arc<Packages>>) -> Self {
         self.packages = packages;
         self
+    }
+
+    /// A new request's id: unique across the daemon's front ends, for logs and audit lines.
+    pub fn next_call_id(&self) -> u64 {
+        self.next_call_id.fetch_add(1, Ordering::Relaxed)
     }
 
     /// The daemon's metrics.

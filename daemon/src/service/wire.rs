@@ -2,17 +2,116 @@
 //! mapping an exhaustive `match` or a whole struct, so that a new variant or field must be
 //! decided here.
 
+use super::code_policy::CodePolicy;
 use super::tools::Declared;
-use crate::job::tools::ToolResult;
+use super::{Program, Refusal};
+use crate::job::files::FileChange;
+use crate::job::tools::{ToolCall, ToolResult};
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use hyperlightd_api as api;
 
 use crate::job::{
-    CheckpointInfo, Display, Failure, FailureKind, Files, Language, Loss, Outcome, PoolCounts,
-    Runtime, SessionCounts, SessionInfo, SessionRef, SessionSettings, Status,
+    CheckpointInfo, Display, Failure, FailureKind, Files, Language, Loss, Outcome, OutputChunk,
+    PoolCounts, Runtime, SessionCounts, SessionInfo, SessionRef, SessionSettings, Status, Stream,
 };
+
+/// The program a request asks to run (`POST /v1/exec` and a session's exec carry the same
+/// fields), its files decoded, and whether it is answered as a stream (asked for, or tools
+/// declared, whose calls travel in it).
+pub fn program(exec: api::ExecRequest) -> Result<(bool, Program), Refusal> {
+    let stream = exec.stream || !exec.tools.is_empty();
+    let program = Program {
+        code: exec.code,
+        timeout_ms: exec.timeout_ms,
+        max_output_bytes: exec.max_output_bytes,
+        policy: exec.policy.map(CodePolicy::from),
+        files: request_files(exec.files)?,
+        output: None,
+        tools: exec.tools.into_iter().map(declared).collect(),
+        tool_timeout_ms: exec.tool_timeout_ms,
+        network: exec
+            .network
+            .map(|network| crate::egress::options::rules_of(&network.allow))
+            .transpose()
+            .map_err(Refusal::InvalidRequest)?,
+        env: exec.env,
+        packages: exec.packages,
+    };
+    Ok((stream, program))
+}
+
+/// A request's files as bytes, by path: text as it is, base64 decoded.
+pub fn request_files(given: api::FileMap) -> Result<Files, Refusal> {
+    given
+        .into_iter()
+        .map(|(path, data)| {
+            let bytes = bytes_of("files", &path, &data)?;
+            Ok((path, bytes))
+        })
+        .collect()
+}
+
+/// A change asked of a session's files, its bytes decoded.
+pub fn file_change(change: api::FileChange) -> Result<FileChange, Refusal> {
+    Ok(match change {
+        api::FileChange::Write { path, data } => FileChange::Write {
+            bytes: bytes_of("changes", &path, &data)?,
+            path,
+        },
+        api::FileChange::Remove { path } => FileChange::Remove { path },
+        api::FileChange::Move { from, to } => FileChange::Move { from, to },
+    })
+}
+
+/// One file's bytes; bad base64 is the request's fault, named by the field and path.
+fn bytes_of(field: &str, path: &str, data: &api::FileData) -> Result<Vec<u8>, Refusal> {
+    data.to_bytes()
+        .map_err(|why| Refusal::InvalidRequest(format!("{field}: {path:?}: {why}")))
+}
+
+/// A working directory's files, by path, with their sizes.
+pub fn file_list(files: &Files) -> api::FileList {
+    api::FileList {
+        files: files
+            .iter()
+            .map(|(path, bytes)| api::FileInfo {
+                path: path.clone(),
+                size: bytes.len() as u64,
+            })
+            .collect(),
+    }
+}
+
+/// A running program's output as a streamed answer's event; none for its start, which only
+/// begins the answer.
+pub fn exec_event(chunk: OutputChunk) -> Option<api::ExecEvent> {
+    let event = match chunk {
+        OutputChunk::Running => return None,
+        OutputChunk::Text {
+            stream: Stream::Stdout,
+            text,
+        } => api::ExecEvent::Stdout { text },
+        OutputChunk::Text {
+            stream: Stream::Stderr,
+            text,
+        } => api::ExecEvent::Stderr { text },
+        OutputChunk::Display(Display { data, result }) => api::ExecEvent::Display { data, result },
+        OutputChunk::Started(execution_id) => api::ExecEvent::Started { execution_id },
+        OutputChunk::ToolCall(ToolCall {
+            id,
+            name,
+            arguments,
+        }) => api::ExecEvent::ToolCall {
+            id,
+            name,
+            // Checked JSON when the call was made.
+            arguments: serde_json::from_str(&arguments).unwrap_or_default(),
+        },
+    };
+    Some(event)
+}
 
 /// A program's outcome as the response carries it, with how long it waited and ran.
 pub fn response(outcome: Outcome, queued_ms: f64, duration_ms: f64) -> api::ExecResponse {

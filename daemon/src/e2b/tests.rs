@@ -1,0 +1,198 @@
+//! The daemon's E2B listener over a stub executor: real TCP on loopback, no KVM.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+
+use bytes::Bytes;
+use clap::Parser;
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::config::Config;
+use crate::executor::testing::{StubExecutor, ok_outcome};
+use crate::job::{OutputChunk, Stream};
+use crate::metrics::Metrics;
+use crate::service::Call;
+
+const ALICE: &str = "e2b_alice_0123456789abcdef";
+const BOB: &str = "e2b_bob_0123456789abcdef";
+
+/// A daemon's service whose programs print their code and answer 42, and its E2B listener
+/// with alice's and bob's keys; the listener's address.
+async fn listening(dir: &std::path::Path) -> (std::net::SocketAddr, Arc<Service<StubExecutor>>) {
+    let executor = StubExecutor::new(|job| {
+        if let Some(sink) = &job.output {
+            let _ = sink.send(OutputChunk::Running);
+            let text = job.code.clone();
+            let _ = sink.send(OutputChunk::Text {
+                stream: Stream::Stdout,
+                text,
+            });
+        }
+        Ok(ok_outcome(&job.code, json!(42)))
+    });
+    let limits = Config::try_parse_from(["hyperlightd"])
+        .unwrap()
+        .limits()
+        .unwrap();
+    let versions = BTreeMap::new();
+    let metrics = Metrics::new().unwrap();
+    let service = Arc::new(Service::new(Arc::new(executor), metrics, limits, versions));
+    let keys = dir.join("keys");
+    std::fs::write(&keys, format!("alice {ALICE}\nbob {BOB}\n")).unwrap();
+    std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let options = E2bOptions {
+        e2b_listen: Some("127.0.0.1:0".parse().unwrap()),
+        e2b_keys: Some(keys),
+    };
+    let listener = options.bind().unwrap().unwrap();
+    let addr = listener.listener.local_addr().unwrap();
+    tokio::spawn(listener.serve(service.clone()));
+    (addr, service)
+}
+
+/// One request to the listener at `addr`, with `key` (as `X-API-Key`) and for `sandbox`'s
+/// code interpreter: its status and body.
+async fn send(
+    addr: std::net::SocketAddr,
+    method: Method,
+    path: &str,
+    key: Option<&str>,
+    sandbox: Option<&str>,
+    body: Value,
+) -> (StatusCode, String) {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let mut request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", "e2b");
+    if let Some(key) = key {
+        request = request.header("x-api-key", key);
+    }
+    if let Some(sandbox) = sandbox {
+        request = request
+            .header("e2b-sandbox-id", sandbox)
+            .header("e2b-sandbox-port", "49999");
+    }
+    let request = request
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8(bytes.to_vec()).unwrap())
+}
+
+#[tokio::test]
+async fn a_key_s_sandbox_runs_code_streamed_and_is_its_caller_s_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (addr, service) = listening(dir.path()).await;
+    let new = json!({"templateID": "code-interpreter-v1", "metadata": {}, "envVars": {}});
+    let (status, created) = send(addr, Method::POST, "/v2/sandboxes", Some(ALICE), None, new).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let created: Value = serde_json::from_str(&created).unwrap();
+    let id = created["sandboxID"].as_str().unwrap().to_owned();
+
+    let code = json!({"code": "print(1)"});
+    let (status, lines) = send(addr, Method::POST, "/execute", Some(ALICE), Some(&id), code).await;
+    assert_eq!(status, StatusCode::OK, "{lines}");
+    let lines: Vec<Value> = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["type"] == "stdout" && l["text"] == "print(1)"),
+        "the output as it was written: {lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["is_main_result"] == true && l["text"] == "42"),
+        "the result: {lines:?}"
+    );
+
+    // The session is alice's, as the daemon counts callers: a delegate's name.
+    let alice = Call {
+        id: 0,
+        caller: Caller {
+            uid: nix::unistd::geteuid().as_raw(),
+            gid: nix::unistd::getegid().as_raw(),
+            pid: None,
+            pod: PodOf::Unread,
+            on_behalf_of: Some("alice".into()),
+        },
+        received: std::time::Instant::now(),
+        span: tracing::Span::none(),
+        trace: crate::telemetry::Trace::off(),
+    };
+    assert_eq!(service.session(&alice, &id).unwrap().id, id);
+
+    let code = json!({"code": "1"});
+    let (status, _) = send(addr, Method::POST, "/execute", Some(BOB), Some(&id), code).await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "bob's key reaches no sandbox of alice's"
+    );
+    let path = format!("/sandboxes/{id}");
+    let (status, _) = send(addr, Method::DELETE, &path, Some(BOB), None, Value::Null).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    for key in [None, Some("e2b_carol_0123456789abcdef")] {
+        let (status, body) = send(addr, Method::GET, "/v2/sandboxes", key, None, Value::Null).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    }
+    let (status, _) = send(addr, Method::DELETE, &path, Some(ALICE), None, Value::Null).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert!(service.session(&alice, &id).is_err(), "killed");
+}
+
+#[tokio::test]
+async fn an_exec_refused_before_it_runs_is_the_sdk_s_error_not_a_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let (addr, _) = listening(dir.path()).await;
+    let new = json!({"templateID": "code-interpreter-v1"});
+    let (_, created) = send(addr, Method::POST, "/v2/sandboxes", Some(ALICE), None, new).await;
+    let id = serde_json::from_str::<Value>(&created).unwrap()["sandboxID"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // A run's envs are checked before it runs: a name that cannot be one is refused.
+    let code = json!({"code": "1", "env_vars": {"NOT-A-NAME": "x"}});
+    let (status, body) = send(addr, Method::POST, "/execute", Some(ALICE), Some(&id), code).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.contains("letters, digits"), "{body}");
+}
+
+#[test]
+fn a_listener_without_keys_or_with_a_bad_keys_file_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys");
+    std::fs::write(&keys, format!("alice {ALICE}\n")).unwrap();
+    std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let options = E2bOptions {
+        e2b_listen: Some("127.0.0.1:0".parse().unwrap()),
+        e2b_keys: Some(keys),
+    };
+    let refused = options.bind().unwrap_err().to_string();
+    assert!(
+        refused.starts_with("--e2b-keys: ") && refused.contains("chmod 600"),
+        "{refused}"
+    );
+    assert!(
+        E2bOptions::default().bind().unwrap().is_none(),
+        "off by default"
+    );
+    let alone = Config::try_parse_from(["hyperlightd", "--e2b-listen", "127.0.0.1:1"]);
+    assert!(alone.is_err(), "--e2b-listen needs --e2b-keys");
+}
