@@ -157,7 +157,12 @@ impl StartError {
             | StartError::ProbeTimedOut(_)
             | StartError::EgressHelper(_) => 69,
             StartError::Socket(SocketError::InUse(_)) => 75,
-            StartError::E2b(e2b::E2bError::Keys(_)) => 64,
+            StartError::E2b(
+                e2b::E2bError::Keys(_)
+                | e2b::E2bError::NoSocket
+                | e2b::E2bError::TwoSockets
+                | e2b::E2bError::NoKeys,
+            ) => 64,
             StartError::E2b(e2b::E2bError::Listen { error, .. })
                 if error.kind() == std::io::ErrorKind::AddrInUse =>
             {
@@ -194,7 +199,11 @@ fn versions() -> BTreeMap<String, String> {
 /// hypervisor, binds the socket, builds one sandbox per language (a probe sandbox says whose
 /// fault a failure is), serves while the pools warm to their size, then drains. A stop request during startup ends
 /// it at once, removing the socket.
-pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Result<(), StartError> {
+pub async fn run(
+    config: Config,
+    passed: socket::Passed,
+    mut stops: mpsc::Receiver<StopRequest>,
+) -> Result<(), StartError> {
     let sizes = config.pool_sizes()?;
     let limits = config.limits()?;
     let (code_policy, policy_rules) = config.policy_file()?;
@@ -255,7 +264,7 @@ pub async fn run(config: Config, mut stops: mpsc::Receiver<StopRequest>) -> Resu
     // Bound before the pools warm, so that a second daemon on the same socket is refused at
     // once; connections wait in the backlog until the pools are warm and serving starts.
     let (listener, bound) = socket::bind(&config.socket, config.socket_group.as_deref())?;
-    let e2b = config.e2b.bind()?;
+    let e2b = config.e2b.bind(passed.tcp)?;
     let saves = snapshots.clone();
     let starting = start_executor(
         &config,

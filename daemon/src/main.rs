@@ -25,6 +25,14 @@ fn main() -> ExitCode {
         LogFormat::Json => logs.json().init(),
     }
 
+    // Before any other thread starts: reading them clears the variables that name them.
+    let passed = match hyperlightd::sys::socket::Passed::from_env() {
+        Ok(passed) => passed,
+        Err(e) => {
+            tracing::error!("socket activation: {e}");
+            return ExitCode::from(64);
+        }
+    };
     // Before any other thread starts: each inherits the filter its creator has (see
     // hyperlightd::sys::seccomp).
     if let Err(e) = seccomp::start(&config.seccomp) {
@@ -48,7 +56,7 @@ fn main() -> ExitCode {
         let stops = hyperlightd::sys::signals::stop_requests().map_err(|e| {
             hyperlightd::StartError::Other(format!("cannot install signal handlers: {e}"))
         })?;
-        hyperlightd::run(config, stops).await
+        hyperlightd::run(config, passed, stops).await
     });
     // A guest call or sandbox build stuck in the hypervisor must not keep the process alive:
     // its thread cannot be cancelled, so the runtime is not waited for past this.

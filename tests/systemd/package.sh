@@ -7,7 +7,8 @@
 # runs programs through the socket as a member of the group hyperlightd (and is refused as a
 # user outside it), reads the audit log, waits for the templates to be saved in the state
 # directory, restarts the service (which loads them), gives it egress through the egress helper
-# (hyperlightd-egress.socket) and takes it back, and stops the service cleanly.
+# (hyperlightd-egress.socket) and takes it back, serves E2B's API on the socket systemd passes
+# (hyperlightd-e2b.socket) and takes it back, and stops the service cleanly.
 set -u
 deb=$1
 
@@ -187,6 +188,53 @@ systemctl daemon-reload
 timeout 600 systemctl restart hyperlightd || fail "restarting without egress"
 [ ! -e "$helper" ] || fail "the helper's socket is still there"
 kill "$echo_server"
+
+check "E2B's API on hyperlightd-e2b.socket: systemd listens, the daemon still has no network"
+e2b_key=e2b_alice_0123456789abcdef
+printf 'alice %s\n' "$e2b_key" > /etc/hyperlightd/e2b-keys
+chown hyperlightd /etc/hyperlightd/e2b-keys && chmod 0600 /etc/hyperlightd/e2b-keys || fail "the keys file"
+cp /etc/default/hyperlightd /etc/default/hyperlightd.without-e2b
+sed -i 's|^HYPERLIGHTD_OPTS="\(.*\)"$|HYPERLIGHTD_OPTS="\1 --e2b-keys /etc/hyperlightd/e2b-keys"|' /etc/default/hyperlightd
+systemctl enable --now hyperlightd-e2b.socket || fail "enabling E2B's socket"
+timeout 600 systemctl restart hyperlightd || fail "restarting with E2B's socket"
+[ "$(systemctl show -p PrivateNetwork --value hyperlightd)" = yes ] || fail "the daemon has a network"
+families=$(systemctl show -p RestrictAddressFamilies --value hyperlightd)
+[ "$families" = AF_UNIX ] || fail "the daemon may open sockets of families $families"
+# The requests E2B's SDK sends for Sandbox.create, run_code and kill, and one without a key.
+python3 - "$e2b_key" <<'PY' || fail "E2B's API on the socket systemd passed"
+import json, sys, urllib.error, urllib.request
+key, url = sys.argv[1], "http://127.0.0.1:49999"
+def send(method, path, body=None, key=key, sandbox=None):
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["X-API-Key"] = key
+    if sandbox:
+        headers.update({"E2b-Sandbox-Id": sandbox, "E2b-Sandbox-Port": "49999"})
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url + path, data=data, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=120) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as refused:
+        return refused.code, refused.read().decode()
+status, created = send("POST", "/v2/sandboxes", {"templateID": "code-interpreter-v1"})
+assert status == 201, (status, created)
+sandbox = json.loads(created)["sandboxID"]
+status, lines = send("POST", "/execute", {"code": "import numpy as np\nint(np.arange(4).sum()) * 7"}, sandbox=sandbox)
+results = [json.loads(line) for line in lines.splitlines() if line]
+assert status == 200 and any(r.get("is_main_result") and r.get("text") == "42" for r in results), lines
+status, refused = send("GET", "/v2/sandboxes", key=None)
+assert status == 401, (status, refused)
+status, killed = send("DELETE", "/sandboxes/" + sandbox)
+assert status == 204, (status, killed)
+print("sandbox", sandbox, "ran numpy, was killed; no key was 401")
+PY
+grep -q '"on_behalf_of":"alice"' /var/log/hyperlightd/audit.log || fail "no audit line of alice's key"
+
+check "without E2B's socket again"
+systemctl disable --now hyperlightd-e2b.socket || fail "disabling E2B's socket"
+mv /etc/default/hyperlightd.without-e2b /etc/default/hyperlightd
+timeout 600 systemctl restart hyperlightd || fail "restarting without E2B's socket"
 
 check "systemctl stop"
 timeout 120 systemctl stop hyperlightd || fail "stopping the service"

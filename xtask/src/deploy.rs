@@ -1,7 +1,8 @@
 //! Checks of what an operator deploys, run by `test` on the host (no KVM needed):
 //!
-//! - the systemd units (`systemd/hyperlightd.service`, and the egress helper's
-//!   `hyperlightd-egress.service` with its socket): `systemd-analyze verify` is clean (with
+//! - the systemd units (`systemd/hyperlightd.service` with E2B's `hyperlightd-e2b.socket`, and
+//!   the egress helper's `hyperlightd-egress.service` with its socket): `systemd-analyze
+//!   verify` is clean (with
 //!   `ExecStart` pointed at the program just built, since nothing is installed here), and
 //!   `systemd-analyze security --offline=true` scores each at most [`MAX_EXPOSURE`]; the
 //!   sysusers.d file makes the user `hyperlightd`, its group, and puts it in `kvm`
@@ -73,7 +74,11 @@ fn check_sysusers() -> Result<()> {
 }
 
 fn check_systemd_unit() -> Result<()> {
-    check_unit("hyperlightd.service", "hyperlightd", &[])?;
+    check_unit(
+        "hyperlightd.service",
+        "hyperlightd",
+        &["hyperlightd-e2b.socket"],
+    )?;
     check_unit(
         "hyperlightd-egress.service",
         "hyperlightd-egress",

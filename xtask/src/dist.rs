@@ -8,7 +8,8 @@
 //! - `/usr/lib/hyperlightd/python.aot` and `python-lib.tar`, the WebAssembly Python guest
 //!   (`--python-runtime wasm`);
 //! - `/lib/systemd/system/hyperlightd.service`, `hyperlightd-egress.service` and `.socket`
-//!   (the egress helper, off until enabled), `/usr/lib/sysusers.d/hyperlightd.conf`,
+//!   (the egress helper, off until enabled), `hyperlightd-e2b.socket` (E2B's API on loopback,
+//!   off until enabled), `/usr/lib/sysusers.d/hyperlightd.conf`,
 //!   `/usr/lib/sysctl.d/60-hyperlightd.conf` (a cap on memory mappings that holds the
 //!   sessions' checkpoints), and `/etc/default/hyperlightd` (a conffile: the operator's
 //!   options);
@@ -75,7 +76,7 @@ fi
 const PRERM: &str = "#!/bin/sh
 set -e
 if [ \"$1\" = remove ] && [ -d /run/systemd/system ]; then
-    systemctl stop hyperlightd.service hyperlightd-egress.socket hyperlightd-egress.service || true
+    systemctl stop hyperlightd.service hyperlightd-e2b.socket hyperlightd-egress.socket hyperlightd-egress.service || true
 fi
 ";
 
@@ -108,7 +109,7 @@ pub fn dist(debug: bool, guest: Option<PathBuf>) -> Result<PathBuf> {
     }
     let bin = target.join(profile);
     let repo = workspace_root()?;
-    let files: [(PathBuf, &str, u32); 13] = [
+    let files: [(PathBuf, &str, u32); 14] = [
         (bin.join("hyperlightd"), "usr/bin/hyperlightd", 0o755),
         (bin.join("hlctl"), "usr/bin/hlctl", 0o755),
         (
@@ -136,6 +137,11 @@ pub fn dist(debug: bool, guest: Option<PathBuf>) -> Result<PathBuf> {
         (
             repo.join("systemd/hyperlightd-egress.socket"),
             "lib/systemd/system/hyperlightd-egress.socket",
+            0o644,
+        ),
+        (
+            repo.join("systemd/hyperlightd-e2b.socket"),
+            "lib/systemd/system/hyperlightd-e2b.socket",
             0o644,
         ),
         (

@@ -42,11 +42,13 @@ pub struct E2bOptions {
     #[arg(long, value_name = "ADDR", requires = "e2b_keys")]
     pub e2b_listen: Option<SocketAddr>,
 
-    /// The API keys of --e2b-listen: a file of lines `NAME KEY`, each key acting for the caller
-    /// NAME (letters, digits, `.`, `_`, `-`, `@`; keys of 16 characters or more). It must not be
-    /// readable by group or others; blank lines and lines starting with `#` are skipped. Read
-    /// at start.
-    #[arg(long, value_name = "FILE", requires = "e2b_listen")]
+    /// Serve E2B's API with these keys: a file of lines `NAME KEY`, each key acting for the
+    /// caller NAME (letters, digits, `.`, `_`, `-`, `@`; keys of 16 characters or more). It
+    /// must not be readable by group or others; blank lines and lines starting with `#` are
+    /// skipped. Read at start. Served on --e2b-listen's address, or without it on the TCP
+    /// socket systemd passes (hyperlightd-e2b.socket), so that the daemon needs no network of
+    /// its own.
+    #[arg(long, value_name = "FILE")]
     pub e2b_keys: Option<PathBuf>,
 }
 
@@ -62,23 +64,54 @@ pub struct Listener {
 pub enum E2bError {
     #[error("--e2b-keys: {0}")]
     Keys(String),
-    #[error("--e2b-listen {addr}: {error}")]
+    #[error(
+        "--e2b-keys without --e2b-listen serves the TCP socket systemd passes \
+         (hyperlightd-e2b.socket), and none was passed: enable that socket, or give \
+         --e2b-listen ADDR"
+    )]
+    NoSocket,
+    #[error(
+        "systemd passed a TCP socket (hyperlightd-e2b.socket) and --e2b-listen names an \
+         address too: drop one"
+    )]
+    TwoSockets,
+    #[error(
+        "systemd passed a TCP socket (hyperlightd-e2b.socket), but no --e2b-keys names who may \
+         use it: give the keys, or disable the socket"
+    )]
+    NoKeys,
+    #[error("E2B's listener on {addr}: {error}")]
     Listen {
         addr: SocketAddr,
         error: std::io::Error,
     },
+    #[error("E2B's listener: {error}")]
+    Socket { error: std::io::Error },
 }
 
 impl E2bOptions {
-    /// Reads the keys and binds the address, when asked to serve: on the main thread before
-    /// its system call filter narrows to the runtime's, which opens no network socket.
-    pub fn bind(&self) -> Result<Option<Listener>, E2bError> {
-        let (Some(addr), Some(keys)) = (self.e2b_listen, &self.e2b_keys) else {
-            return Ok(None);
+    /// Reads the keys and binds the address (or takes `passed`, the socket systemd passed),
+    /// when asked to serve: on the main thread before its system call filter narrows to the
+    /// runtime's, which opens no network socket.
+    pub fn bind(
+        &self,
+        passed: Option<std::net::TcpListener>,
+    ) -> Result<Option<Listener>, E2bError> {
+        let std = match (self.e2b_listen, &self.e2b_keys, passed) {
+            (None, None, None) => return Ok(None),
+            (None, None, Some(_)) => return Err(E2bError::NoKeys),
+            (None, Some(_), None) => return Err(E2bError::NoSocket),
+            (Some(_), _, Some(_)) => return Err(E2bError::TwoSockets),
+            (None, Some(_), Some(passed)) => passed,
+            (Some(addr), _, None) => std::net::TcpListener::bind(addr)
+                .map_err(|error| E2bError::Listen { addr, error })?,
         };
+        let keys = self.e2b_keys.as_deref().ok_or(E2bError::NoKeys)?;
         let keys = hyperlightd_e2b::read_keys(keys).map_err(E2bError::Keys)?;
+        let addr = std
+            .local_addr()
+            .map_err(|error| E2bError::Socket { error })?;
         let listen = |error| E2bError::Listen { addr, error };
-        let std = std::net::TcpListener::bind(addr).map_err(listen)?;
         std.set_nonblocking(true).map_err(listen)?;
         let listener = TcpListener::from_std(std).map_err(listen)?;
         Ok(Some(Listener { listener, keys }))

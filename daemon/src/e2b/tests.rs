@@ -50,7 +50,7 @@ async fn listening(dir: &std::path::Path) -> (std::net::SocketAddr, Arc<Service<
         e2b_listen: Some("127.0.0.1:0".parse().unwrap()),
         e2b_keys: Some(keys),
     };
-    let listener = options.bind().unwrap().unwrap();
+    let listener = options.bind(None).unwrap().unwrap();
     let addr = listener.listener.local_addr().unwrap();
     tokio::spawn(listener.serve(service.clone()));
     (addr, service)
@@ -184,15 +184,38 @@ fn a_listener_without_keys_or_with_a_bad_keys_file_is_refused_at_start() {
         e2b_listen: Some("127.0.0.1:0".parse().unwrap()),
         e2b_keys: Some(keys),
     };
-    let refused = options.bind().unwrap_err().to_string();
+    let refused = options.bind(None).unwrap_err().to_string();
     assert!(
         refused.starts_with("--e2b-keys: ") && refused.contains("chmod 600"),
         "{refused}"
     );
     assert!(
-        E2bOptions::default().bind().unwrap().is_none(),
+        E2bOptions::default().bind(None).unwrap().is_none(),
         "off by default"
     );
     let alone = Config::try_parse_from(["hyperlightd", "--e2b-listen", "127.0.0.1:1"]);
     assert!(alone.is_err(), "--e2b-listen needs --e2b-keys");
+}
+
+#[tokio::test]
+async fn a_socket_systemd_passes_is_served_with_keys_and_refused_otherwise() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys");
+    std::fs::write(&keys, format!("alice {ALICE}\n")).unwrap();
+    std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let passed = || Some(std::net::TcpListener::bind("127.0.0.1:0").unwrap());
+    let keys_only = E2bOptions {
+        e2b_listen: None,
+        e2b_keys: Some(keys.clone()),
+    };
+    let taken = keys_only.bind(passed()).unwrap().unwrap();
+    assert!(taken.listener.local_addr().unwrap().ip().is_loopback());
+    let refused = |options: &E2bOptions, passed| options.bind(passed).unwrap_err().to_string();
+    assert!(refused(&keys_only, None).contains("none was passed"));
+    assert!(refused(&E2bOptions::default(), passed()).contains("no --e2b-keys"));
+    let both = E2bOptions {
+        e2b_listen: Some("127.0.0.1:0".parse().unwrap()),
+        e2b_keys: Some(keys),
+    };
+    assert!(refused(&both, passed()).contains("drop one"));
 }

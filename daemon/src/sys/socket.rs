@@ -59,6 +59,35 @@ pub enum SocketError {
     },
 }
 
+/// The sockets systemd passed (socket activation: `LISTEN_FDS`), taken once, before any
+/// thread starts, as reading them clears the variables that name them. The daemon's own socket
+/// is never passed; a TCP listener is E2B's (`hyperlightd-e2b.socket`).
+#[derive(Debug, Default)]
+pub struct Passed {
+    /// The TCP listener passed, if one was.
+    pub tcp: Option<std::net::TcpListener>,
+}
+
+impl Passed {
+    /// What systemd passed this process: at most one socket, a listening TCP one.
+    pub fn from_env() -> Result<Passed, String> {
+        let mut passed = listenfd::ListenFd::from_env();
+        match passed.len() {
+            0 => Ok(Passed::default()),
+            1 => {
+                let tcp = passed.take_tcp_listener(0).map_err(|e| {
+                    format!("the socket systemd passed is not a listening TCP socket: {e}")
+                })?;
+                Ok(Passed { tcp })
+            }
+            n => Err(format!(
+                "systemd passed {n} sockets; the daemon takes one, the TCP socket of \
+                 hyperlightd-e2b.socket"
+            )),
+        }
+    }
+}
+
 fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> SocketError + 'a {
     move |source| SocketError::Io {
         what,
