@@ -126,8 +126,14 @@ pub async fn run(args: &Args) -> Result<PartReport> {
                 samples[6 + i].push(started.elapsed());
             }
         }
-        for id in made.iter().flatten() {
+        for id in made[..2].iter().flatten() {
             client.delete_session(id).await?;
+        }
+        // The listener's sandboxes are its key's caller's, not the socket's.
+        for (front, ids) in e2b.iter().zip(&made[2..]) {
+            for id in ids {
+                front.kill(id).await?;
+            }
         }
         let [
             socket_first,
@@ -303,6 +309,18 @@ impl Gateway {
         // Python shows the JSON string as `repr` does; JavaScript as it is.
         if shown.is_none_or(|shown| shown.trim_matches('\'') != EXPECTED) {
             bail!("the gateway's run_code answered {text}");
+        }
+        Ok(())
+    }
+
+    /// `DELETE /sandboxes/{id}`, as `Sandbox.kill` sends it.
+    async fn kill(&self, sandbox: &str) -> Result<()> {
+        let request = Request::delete(format!("{}/sandboxes/{sandbox}", self.url))
+            .header("x-api-key", KEY)
+            .body(Full::new(Bytes::new()))?;
+        let status = self.http.request(request).await?.status();
+        if status != hyper::StatusCode::NO_CONTENT {
+            bail!("killing sandbox {sandbox} was answered {status}");
         }
         Ok(())
     }
