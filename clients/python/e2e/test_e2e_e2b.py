@@ -274,46 +274,9 @@ ALICE = "e2b_alice_0123456789abcdef"
 BOB = "e2b_bob_0123456789abcdef"
 
 
-def test_a_shared_gateway_keeps_each_key_s_sandboxes_apart(socket: str, tmp_path: Path) -> None:
-    # One listener for two callers: the daemon trusts the gateway's user to act for the name of
-    # each key (tests/tests/python_sdk.rs starts it with --delegate-uid).
-    keys = tmp_path / "keys"
-    keys.write_text(f"alice {ALICE}\nbob {BOB}\n")
-    keys.chmod(0o600)
-    process, url = start_gateway(socket, "--api-keys", str(keys))
-    try:
-        as_alice = {"api_key": ALICE, "api_url": url, "sandbox_url": url}
-        as_bob = {"api_key": BOB, "api_url": url, "sandbox_url": url}
-        sandbox = Sandbox.create(**as_alice)
-        try:
-            assert sandbox.run_code("x = 41; x + 1").text == "42"
-            # Neither bob nor the gateway's own user sees it; bob cannot reach it.
-            listed = Sandbox.list(**as_bob).next_items()
-            assert sandbox.sandbox_id not in [s.sandbox_id for s in listed]
-            with Client(socket) as own:
-                assert sandbox.sandbox_id not in [s.id for s in own.sessions()]
-            with pytest.raises(NotFoundException):
-                Sandbox.connect(sandbox.sandbox_id, **as_bob)
-            assert Sandbox.kill(sandbox.sandbox_id, **as_bob) is False
-            with pytest.raises(AuthenticationException):
-                Sandbox.list(api_key=KEY, api_url=url, sandbox_url=url).next_items()
-            # Alice's own list has it, and her state is there.
-            mine = Sandbox.list(**as_alice).next_items()
-            assert sandbox.sandbox_id in [s.sandbox_id for s in mine]
-            assert sandbox.run_code("x").text == "41"
-        finally:
-            assert Sandbox.kill(sandbox.sandbox_id, **as_alice) is True
-    finally:
-        stop(process)
-
-
-def test_the_daemon_s_own_listener_keeps_each_key_s_sandboxes_apart(socket: str) -> None:
-    # The daemon serves E2B's API itself (hyperlightd --e2b-listen, with alice's and bob's keys
-    # in its keys file: tests/tests/python_sdk.rs): no gateway process, each key a caller of
-    # the daemon's own.
-    url = os.environ.get("HYPERLIGHTD_E2B_URL")
-    if not url:
-        pytest.fail("HYPERLIGHTD_E2B_URL must name the daemon's E2B listener (tests/tests/python_sdk.rs sets it)")
+def keys_keep_sandboxes_apart(url: str, socket: str) -> None:
+    """Alice's sandbox on the listener at ``url`` runs and keeps her state, files and contexts;
+    to bob's key, to an unknown key and to the test's own user on the socket it does not exist."""
     as_alice = {"api_key": ALICE, "api_url": url, "sandbox_url": url}
     as_bob = {"api_key": BOB, "api_url": url, "sandbox_url": url}
     sandbox = Sandbox.create(**as_alice)
@@ -335,9 +298,33 @@ def test_the_daemon_s_own_listener_keeps_each_key_s_sandboxes_apart(socket: str)
         assert Sandbox.kill(sandbox.sandbox_id, **as_bob) is False
         with pytest.raises(AuthenticationException):
             Sandbox.list(api_key=KEY, api_url=url, sandbox_url=url).next_items()
+        # Alice's own list has it, and her state is there.
         mine = Sandbox.list(**as_alice).next_items()
         assert sandbox.sandbox_id in [s.sandbox_id for s in mine]
         assert sandbox.run_code("x").text == "41"
     finally:
         assert Sandbox.kill(sandbox.sandbox_id, **as_alice) is True
     assert Sandbox.list(**as_alice).next_items() == [], "the sandbox and its contexts are gone"
+
+
+def test_a_shared_gateway_keeps_each_key_s_sandboxes_apart(socket: str, tmp_path: Path) -> None:
+    # One listener for two callers: the daemon trusts the gateway's user to act for the name of
+    # each key (tests/tests/python_sdk.rs starts it with --delegate-uid).
+    keys = tmp_path / "keys"
+    keys.write_text(f"alice {ALICE}\nbob {BOB}\n")
+    keys.chmod(0o600)
+    process, url = start_gateway(socket, "--api-keys", str(keys))
+    try:
+        keys_keep_sandboxes_apart(url, socket)
+    finally:
+        stop(process)
+
+
+def test_the_daemon_s_own_listener_keeps_each_key_s_sandboxes_apart(socket: str) -> None:
+    # The daemon serves E2B's API itself (hyperlightd --e2b-listen, with alice's and bob's keys
+    # in its keys file: tests/tests/python_sdk.rs): no gateway process, each key a caller of
+    # the daemon's own.
+    url = os.environ.get("HYPERLIGHTD_E2B_URL")
+    if not url:
+        pytest.fail("HYPERLIGHTD_E2B_URL must name the daemon's E2B listener (tests/tests/python_sdk.rs sets it)")
+    keys_keep_sandboxes_apart(url, socket)
