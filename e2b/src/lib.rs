@@ -160,6 +160,9 @@ pub const MAX_CONNECTIONS: usize = 256;
 /// How long a connection may take to send a request's head, or wait between requests.
 pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// How long a request's body may take to arrive, once its head has.
+pub const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Serves `gateway` on `listener` until the task is dropped, at most [`MAX_CONNECTIONS`] at
 /// once: anyone who can reach the address can open one, key or none.
 pub async fn serve<D: Daemon>(listener: TcpListener, gateway: Arc<Gateway<D>>) {
@@ -339,10 +342,14 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let limited = http_body_util::Limited::new(request.into_body(), MAX_BODY_BYTES);
-    match limited.collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) => Err(Refusal::BadRequest(format!(
+    match tokio::time::timeout(BODY_READ_TIMEOUT, limited.collect()).await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) => Err(Refusal::BadRequest(format!(
             "the request's body could not be read (at most {MAX_BODY_BYTES} bytes): {e}"
+        ))),
+        Err(_) => Err(Refusal::BadRequest(format!(
+            "the request's body did not arrive within {} s",
+            BODY_READ_TIMEOUT.as_secs()
         ))),
     }
 }
@@ -399,6 +406,7 @@ fn daemon_status(error: &DaemonError) -> StatusCode {
         ErrorKind::TooManySessions | ErrorKind::Overloaded | ErrorKind::QuotaExceeded => {
             StatusCode::TOO_MANY_REQUESTS
         }
+        ErrorKind::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::BAD_GATEWAY,
     }
 }
@@ -532,6 +540,18 @@ mod tests {
         let refused = read_body(sized(MAX_BODY_BYTES + 1)).await.unwrap_err();
         assert!(
             matches!(&refused, Refusal::BadRequest(m) if m.contains("at most 16777216 bytes")),
+            "{refused:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_never_arrives_is_refused_at_its_deadline() {
+        let never =
+            futures_util::stream::pending::<Result<hyper::body::Frame<Bytes>, Infallible>>();
+        let request = Request::new(http_body_util::StreamBody::new(never));
+        let refused = read_body(request).await.unwrap_err();
+        assert!(
+            matches!(&refused, Refusal::BadRequest(m) if m.contains("within 30 s")),
             "{refused:?}"
         );
     }
