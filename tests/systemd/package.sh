@@ -195,8 +195,10 @@ printf 'alice %s\n' "$e2b_key" > /etc/hyperlightd/e2b-keys
 chown hyperlightd /etc/hyperlightd/e2b-keys && chmod 0600 /etc/hyperlightd/e2b-keys || fail "the keys file"
 cp /etc/default/hyperlightd /etc/default/hyperlightd.without-e2b
 sed -i 's|^HYPERLIGHTD_OPTS="\(.*\)"$|HYPERLIGHTD_OPTS="\1 --e2b-keys /etc/hyperlightd/e2b-keys"|' /etc/default/hyperlightd
+# systemd starts a socket only while its service is stopped.
+timeout 120 systemctl stop hyperlightd || fail "stopping the service for E2B's socket"
 systemctl enable --now hyperlightd-e2b.socket || fail "enabling E2B's socket"
-timeout 600 systemctl restart hyperlightd || fail "restarting with E2B's socket"
+timeout 600 systemctl start hyperlightd || fail "starting with E2B's socket"
 [ "$(systemctl show -p PrivateNetwork --value hyperlightd)" = yes ] || fail "the daemon has a network"
 families=$(systemctl show -p RestrictAddressFamilies --value hyperlightd)
 [ "$families" = AF_UNIX ] || fail "the daemon may open sockets of families $families"
