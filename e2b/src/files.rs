@@ -106,7 +106,7 @@ async fn read<D: Daemon>(daemon: &D, id: &str, path: &str) -> Result<Response<Bo
     let at = session_path(path).map_err(Rpc::refusal)?;
     match daemon.session_file(id, &at).await {
         Ok(bytes) => {
-            let mut response = Response::new(Full::new(Bytes::from(bytes)).boxed());
+            let mut response = Response::new(Full::new(Bytes::from(bytes)).boxed_unsync());
             response.headers_mut().insert(
                 hyper::header::CONTENT_TYPE,
                 hyper::header::HeaderValue::from_static("application/octet-stream"),

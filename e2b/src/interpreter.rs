@@ -5,19 +5,16 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use http_body_util::channel::Channel;
+use http_body_util::StreamBody;
+use hyper::body::Frame;
 use hyper::{Method, Response, StatusCode};
 use hyperlightd_api::{CreateSessionRequest, Language, Network, SessionExecRequest, SessionInfo};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
 
 use super::control::{self, CONTEXT_KIND};
 use super::wire::{self, DEFAULT_CONTEXT, KIND, NETWORK, SANDBOX};
 use super::{Body, Daemon, Events, Known, Refusal, empty};
-
-/// Lines of output the stream holds for a slow reader before the program waits for it.
-const BUFFERED_LINES: usize = 64;
 
 /// The caller's sandbox `id`, as `known` has it, else as the daemon describes it.
 pub async fn sandbox<D: Daemon>(
@@ -119,28 +116,15 @@ async fn execute<D: Daemon>(
     if sandbox.labels.get(NETWORK).map(String::as_str) == Some("none") {
         request.network = Some(Network { allow: Vec::new() });
     }
-    let mut stream = daemon.session_exec(&context.id, request).await?;
-    let (mut lines, body) = Channel::<Bytes>::new(BUFFERED_LINES);
-    // The answer's body holds `gone`: when hyper drops it (the client went away, or gave up at
-    // its deadline), the task below stops at once, output or none, and drops the daemon's
-    // stream, which stops the program.
-    let (watched, gone) = oneshot::channel::<()>();
-    let body = body.map_frame(move |frame| {
-        let _held = &gone;
-        frame
-    });
+    let events = daemon.session_exec(&context.id, request).await?;
+    // The body reads the daemon's events itself as hyper asks for more: each becomes E2B's
+    // lines, and the last is followed at once by the body's end. When hyper drops the body (the
+    // client went away, or gave up at its deadline), the events go with it, which stops the
+    // program.
     let language = context.language;
-    tokio::spawn(async move {
-        let mut watched = watched;
+    let lines = futures_util::stream::unfold(events, move |mut events| async move {
         loop {
-            let event = tokio::select! {
-                event = stream.next() => event,
-                () = watched.closed() => return,
-            };
-            let Some(event) = event else {
-                return;
-            };
-            let lines_of = match event {
+            let lines_of = match events.next().await? {
                 Ok(event) => wire::lines(event, language),
                 Err(e) => vec![json!({"type": "error", "name": "GatewayError",
                     "value": e.to_string(), "traceback": ""})],
@@ -150,12 +134,13 @@ async fn execute<D: Daemon>(
                 text.push_str(&line.to_string());
                 text.push('\n');
             }
-            if !text.is_empty() && lines.send_data(Bytes::from(text)).await.is_err() {
-                return;
+            if !text.is_empty() {
+                return Some((Ok(Frame::data(Bytes::from(text))), events));
             }
         }
     });
-    let mut response = Response::new(body.boxed());
+    let body = StreamBody::new(lines);
+    let mut response = Response::new(body.boxed_unsync());
     response.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
         hyper::header::HeaderValue::from_static("application/x-ndjson"),

@@ -55,7 +55,7 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
-use http_body_util::combinators::BoxBody;
+use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -66,7 +66,7 @@ use hyperlightd_api::{ErrorKind, SessionInfo};
 use tokio::net::{TcpListener, TcpStream};
 
 /// What an answer's body is: whole, or a stream of lines.
-pub type Body = BoxBody<Bytes, Infallible>;
+pub type Body = UnsyncBoxBody<Bytes, Infallible>;
 
 /// The port the SDKs name for the code interpreter, and for envd.
 const INTERPRETER_PORT: &str = "49999";
@@ -319,7 +319,7 @@ fn connect_error(content_type: &str, message: &str) -> Response<Body> {
     framed.push(0x02);
     framed.extend_from_slice(&u32::try_from(end.len()).unwrap_or(u32::MAX).to_be_bytes());
     framed.extend_from_slice(end.as_bytes());
-    let mut response = Response::new(Full::new(Bytes::from(framed)).boxed());
+    let mut response = Response::new(Full::new(Bytes::from(framed)).boxed_unsync());
     if let Ok(value) = hyper::header::HeaderValue::from_str(content_type) {
         response
             .headers_mut()
@@ -412,7 +412,7 @@ fn daemon_status(error: &DaemonError) -> StatusCode {
 }
 
 fn json(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
-    let mut response = Response::new(Full::new(Bytes::from(value.to_string())).boxed());
+    let mut response = Response::new(Full::new(Bytes::from(value.to_string())).boxed_unsync());
     *response.status_mut() = status;
     response.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
@@ -422,7 +422,7 @@ fn json(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
 }
 
 fn empty(status: StatusCode) -> Response<Body> {
-    let mut response = Response::new(Full::new(Bytes::new()).boxed());
+    let mut response = Response::new(Full::new(Bytes::new()).boxed_unsync());
     *response.status_mut() = status;
     response
 }
