@@ -8,9 +8,11 @@
 //! files through [`Daemon`], in the API's own types, for one caller. `hlctl e2b-gateway`
 //! implements it over the daemon's Unix socket with the client crate: a process of the
 //! caller's own, beside the agent (as `hlctl mcp` is), whose identity the daemon reads from the
-//! socket's peer credentials (in Kubernetes the pod's, since the gateway runs in the pod).
-//! Either way every request goes through the daemon's one service layer: its policies, quotas,
-//! audit lines and sessions are the caller's own.
+//! socket's peer credentials (in Kubernetes the pod's, since the gateway runs in the pod). The
+//! daemon implements it over its service layer in-process (`hyperlightd --e2b-listen`), each
+//! key of its keys file a caller of its own: one exchange per request instead of two. Either
+//! way every request goes through the daemon's one service layer: its policies, quotas, audit
+//! lines and sessions are the caller's own.
 //!
 //! **Who may use it.** A TCP port, even on loopback, is open to every user of the host, so the
 //! listener answers only requests that carry a key it knows (`X-API-Key`, as the SDKs send

@@ -105,6 +105,8 @@ enum Command {
     },
     /// Serve E2B's API on a TCP address, so that E2B's SDKs run unchanged against this
     /// daemon: set E2B_API_URL and E2B_SANDBOX_URL to the address, E2B_API_KEY to the key.
+    /// The daemon can serve the same API itself (`hyperlightd --e2b-listen`), one exchange per
+    /// request rather than two; this gateway is for callers who reach only its socket (pods).
     E2bGateway(e2b::Args),
 }
 
