@@ -32,6 +32,13 @@ impl<E: Executor> InDaemon<E> {
         InDaemon { service, caller }
     }
 
+    /// A refusal of the service's, as the seam carries it, counted as the HTTP API counts its
+    /// refusals (`hyperlightd_requests_rejected_total`).
+    fn refused(&self, refusal: Refusal) -> DaemonError {
+        self.service.rejected(refusal.kind());
+        DaemonError::refused(refusal.kind(), refusal.to_string())
+    }
+
     /// A new request of the caller's, named `what` in the logs.
     fn call(&self, what: &'static str) -> Call {
         let id = self.service.next_call_id();
@@ -44,11 +51,6 @@ impl<E: Executor> InDaemon<E> {
             trace: Trace::off(),
         }
     }
-}
-
-/// A refusal of the service's, as the seam carries it.
-fn refused(refusal: Refusal) -> DaemonError {
-    DaemonError::refused(refusal.kind(), refusal.to_string())
 }
 
 /// A session exec's events: its output from the service's sink, then its outcome.
@@ -116,13 +118,13 @@ impl<E: Executor> Daemon for InDaemon<E> {
         let created = self
             .service
             .create_session(&call, language, idle_timeout_s, labels, env);
-        created.map(wire::session_info).map_err(refused)
+        created.map(wire::session_info).map_err(|r| self.refused(r))
     }
 
     async fn session(&self, id: &str) -> Result<SessionInfo, DaemonError> {
         let call = self.call("session");
         let info = self.service.session(&call, id);
-        info.map(wire::session_info).map_err(refused)
+        info.map(wire::session_info).map_err(|r| self.refused(r))
     }
 
     async fn sessions_labelled(
@@ -133,33 +135,35 @@ impl<E: Executor> Daemon for InDaemon<E> {
         let sessions = self
             .service
             .sessions(&call, labels.clone())
-            .map_err(refused)?;
+            .map_err(|r| self.refused(r))?;
         Ok(sessions.into_iter().map(wire::session_info).collect())
     }
 
     async fn set_session_idle_timeout(&self, id: &str, seconds: u64) -> Result<(), DaemonError> {
         let call = self.call("update_session");
         let updated = self.service.update_session(&call, id, seconds);
-        updated.map(drop).map_err(refused)
+        updated.map(drop).map_err(|r| self.refused(r))
     }
 
     async fn park_session(&self, id: &str) -> Result<(), DaemonError> {
         let call = self.call("park_session");
         let span = call.span.clone();
         let parked = self.service.park_session(&call, id).instrument(span).await;
-        parked.map(drop).map_err(refused)
+        parked.map(drop).map_err(|r| self.refused(r))
     }
 
     async fn restart_session(&self, id: &str) -> Result<(), DaemonError> {
         let call = self.call("restart_session");
         let span = call.span.clone();
         let restarted = self.service.restart_session(&call, id).instrument(span);
-        restarted.await.map(drop).map_err(refused)
+        restarted.await.map(drop).map_err(|r| self.refused(r))
     }
 
     async fn delete_session(&self, id: &str) -> Result<(), DaemonError> {
         let call = self.call("delete_session");
-        self.service.delete_session(&call, id).map_err(refused)
+        self.service
+            .delete_session(&call, id)
+            .map_err(|r| self.refused(r))
     }
 
     async fn session_exec(
@@ -170,7 +174,7 @@ impl<E: Executor> Daemon for InDaemon<E> {
         let call = self.call("session_exec");
         // The session decides the language; the rest are the fields of any exec.
         let exec = request.with_language(hyperlightd_api::Language::Javascript);
-        let (_, mut program) = wire::program(exec).map_err(refused)?;
+        let (_, mut program) = wire::program(exec).map_err(|r| self.refused(r))?;
         let (sink, mut chunks) = mpsc::unbounded_channel();
         program.output = Some(sink);
         let (service, id, span) = (self.service.clone(), id.to_owned(), call.span.clone());
@@ -197,7 +201,7 @@ impl<E: Executor> Daemon for InDaemon<E> {
                     output.ready.extend(wire::exec_event(chunk));
                 }
                 match joined {
-                    Ok(Err(refusal)) if output.ready.is_empty() => return Err(refused(refusal)),
+                    Ok(Err(refusal)) if output.ready.is_empty() => return Err(self.refused(refusal)),
                     joined => output.ready.push_back(outcome(joined)),
                 }
                 return Ok(output);
@@ -216,7 +220,7 @@ impl<E: Executor> Daemon for InDaemon<E> {
             .service
             .session_files(&call, id)
             .await
-            .map_err(refused)?;
+            .map_err(|r| self.refused(r))?;
         Ok(wire::file_list(&files))
     }
 
@@ -230,10 +234,14 @@ impl<E: Executor> Daemon for InDaemon<E> {
             .into_iter()
             .map(wire::file_change)
             .collect::<Result<Vec<_>, _>>()
-            .map_err(refused)?;
+            .map_err(|r| self.refused(r))?;
         let span = call.span.clone();
         let changed = self.service.change_session_files(&call, id, changes);
-        changed.instrument(span).await.map(drop).map_err(refused)
+        changed
+            .instrument(span)
+            .await
+            .map(drop)
+            .map_err(|r| self.refused(r))
     }
 
     async fn session_file(&self, id: &str, path: &str) -> Result<Vec<u8>, DaemonError> {
@@ -242,7 +250,7 @@ impl<E: Executor> Daemon for InDaemon<E> {
             .service
             .session_files(&call, id)
             .await
-            .map_err(refused)?;
+            .map_err(|r| self.refused(r))?;
         files.get(path).cloned().ok_or_else(|| {
             let kind = hyperlightd_api::ErrorKind::NotFound;
             DaemonError::refused(kind, format!("the session has no file {path:?}"))

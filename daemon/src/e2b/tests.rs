@@ -155,6 +155,15 @@ async fn a_key_s_sandbox_runs_code_streamed_and_is_its_caller_s_alone() {
     let (status, _) = send(addr, Method::DELETE, &path, Some(ALICE), None, Value::Null).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     assert!(service.session(&alice, &id).is_err(), "killed");
+    // Bob's refusals counted as the HTTP API counts its own.
+    let metrics = service.metrics_text().unwrap();
+    let rejected = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("hyperlightd_requests_rejected_total{") && l.contains("session_not_found")
+        })
+        .unwrap_or_else(|| panic!("no session_not_found rejections in:\n{metrics}"));
+    assert!(rejected.ends_with(" 2"), "{rejected}");
 }
 
 #[tokio::test]
