@@ -1,23 +1,20 @@
 //! [`Daemon`] over the service layer, for one key's caller: each call a request of the
 //! daemon's own (its id, span and audit lines as the HTTP API's), answered in the API's types
-//! by `service::wire`, a session's exec streamed from the service's own output sink.
+//! by `service::wire`, a session's exec streamed as the service's [`Running`] gives it.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use hyperlightd_api::{
-    CreateSessionRequest, ErrorBody, ExecEvent, ExecResponse, FileChange, FileList,
-    SessionExecRequest, SessionInfo,
+    CreateSessionRequest, ExecEvent, FileChange, FileList, SessionExecRequest, SessionInfo,
 };
 use hyperlightd_e2b::{Daemon, DaemonError, Events};
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use tracing::{Instrument, info_span};
 
 use crate::executor::Executor;
-use crate::job::{Caller, OutputChunk};
-use crate::service::{Call, Refusal, Service, wire};
+use crate::job::Caller;
+use crate::service::{Call, Refusal, Running, Service, wire};
 use crate::telemetry::Trace;
 
 /// The daemon's service, acting for one caller.
@@ -53,51 +50,13 @@ impl<E: Executor> InDaemon<E> {
     }
 }
 
-/// A session exec's events: its output from the service's sink, then its outcome.
+/// A session exec's events, as the service's [`Running`] gives them.
 #[derive(Debug)]
-pub struct Output {
-    chunks: mpsc::UnboundedReceiver<OutputChunk>,
-    finished: Option<JoinHandle<Result<ExecResponse, Refusal>>>,
-    /// Events read before the exec's end was seen, in order.
-    ready: VecDeque<ExecEvent>,
-}
+pub struct Output(Running);
 
 impl Events for Output {
     async fn next(&mut self) -> Option<Result<ExecEvent, DaemonError>> {
-        loop {
-            if let Some(event) = self.ready.pop_front() {
-                return Some(Ok(event));
-            }
-            let finished = self.finished.as_mut()?;
-            tokio::select! {
-                biased;
-                Some(chunk) = self.chunks.recv() => self.ready.extend(wire::exec_event(chunk)),
-                joined = finished => {
-                    self.finished = None;
-                    // Written before the job ended, so all in the channel now.
-                    while let Ok(chunk) = self.chunks.try_recv() {
-                        self.ready.extend(wire::exec_event(chunk));
-                    }
-                    self.ready.push_back(outcome(joined));
-                }
-            }
-        }
-    }
-}
-
-/// The last event of an exec that ran: its response, or why it ended without one.
-fn outcome(joined: Result<Result<ExecResponse, Refusal>, tokio::task::JoinError>) -> ExecEvent {
-    match joined {
-        Ok(Ok(response)) => ExecEvent::Result(response),
-        Ok(Err(refusal)) => ExecEvent::Error {
-            error: ErrorBody::new(refusal.kind(), refusal.to_string()),
-        },
-        Err(e) => ExecEvent::Error {
-            error: ErrorBody::new(
-                hyperlightd_api::ErrorKind::Internal,
-                format!("the job's task failed: {e}"),
-            ),
-        },
+        self.0.next().await.map(Ok)
     }
 }
 
@@ -174,44 +133,12 @@ impl<E: Executor> Daemon for InDaemon<E> {
         let call = self.call("session_exec");
         // The session decides the language; the rest are the fields of any exec.
         let exec = request.with_language(hyperlightd_api::Language::Javascript);
-        let (_, mut program) = wire::program(exec).map_err(|r| self.refused(r))?;
-        let (sink, mut chunks) = mpsc::unbounded_channel();
-        program.output = Some(sink);
+        let (_, program) = wire::program(exec).map_err(|r| self.refused(r))?;
         let (service, id, span) = (self.service.clone(), id.to_owned(), call.span.clone());
-        // In a task of its own, which ends with its audit line and metrics even if the
-        // client goes away (dropping the events closes the sink, which stops the program).
-        let mut finished = tokio::spawn(
-            async move {
-                let executed = service.session_exec(&call, &id, program).await?;
-                let (outcome, queued, ran) =
-                    (executed.outcome, executed.queued_ms, executed.duration_ms);
-                Ok(wire::response(outcome, queued, ran))
-            }
-            .instrument(span),
-        );
-        // As the HTTP API answers: a job refused before it ran (no such session, a quota) is
-        // refused, not a stream that ends in an error.
-        let mut ready = VecDeque::new();
-        tokio::select! {
-            biased;
-            Some(chunk) = chunks.recv() => ready.extend(wire::exec_event(chunk)),
-            joined = &mut finished => {
-                let mut output = Output { chunks, finished: None, ready };
-                while let Ok(chunk) = output.chunks.try_recv() {
-                    output.ready.extend(wire::exec_event(chunk));
-                }
-                match joined {
-                    Ok(Err(refusal)) if output.ready.is_empty() => return Err(self.refused(refusal)),
-                    joined => output.ready.push_back(outcome(joined)),
-                }
-                return Ok(output);
-            }
-        }
-        Ok(Output {
-            chunks,
-            finished: Some(finished),
-            ready,
-        })
+        let running = Running::start(span, program, move |program| async move {
+            service.session_exec(&call, &id, program).await
+        });
+        running.await.map(Output).map_err(|r| self.refused(r))
     }
 
     async fn session_files(&self, id: &str) -> Result<FileList, DaemonError> {

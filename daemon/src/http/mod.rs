@@ -30,7 +30,7 @@ use tracing::{Instrument, info_span, warn};
 use crate::executor::Executor;
 use crate::job::{Caller, ExecError, PodOf};
 use crate::metrics::Metrics;
-use crate::service::{Call, Executed, Program, Refusal, Service, wire};
+use crate::service::{Call, Executed, Program, Refusal, Running, Service, wire};
 use crate::telemetry::{self, Attribute as KeyValue, Kind, Trace, Tracer};
 
 /// The error type bodies are read with.
@@ -425,7 +425,7 @@ impl<E: Executor> Api<E> {
         &self,
         call: Call,
         stream: bool,
-        mut program: Program,
+        program: Program,
         run: F,
     ) -> Result<Response<Body>, ApiError>
     where
@@ -439,22 +439,9 @@ impl<E: Executor> Api<E> {
                 wire::response(executed.outcome, executed.queued_ms, executed.duration_ms);
             return Ok(json_response(StatusCode::OK, &response).map(Either::Left));
         }
-        let (sink, chunks) = tokio::sync::mpsc::unbounded_channel();
-        program.output = Some(sink);
         let span = call.span.clone();
-        let running = run(service, call, program);
-        let finished = tokio::spawn(
-            async move {
-                let executed = running.await?;
-                Ok(wire::response(
-                    executed.outcome,
-                    executed.queued_ms,
-                    executed.duration_ms,
-                ))
-            }
-            .instrument(span),
-        );
-        stream::answer(chunks, finished).await
+        let running = Running::start(span, program, move |program| run(service, call, program));
+        Ok(stream::answer(running.await?).await)
     }
 
     /// Reads the body as a `T`.

@@ -13,6 +13,7 @@
 //! - [`code_policy`]: a program's policy, validated, combined and cut to its language;
 //! - [`exec`]: plain and session execs;
 //! - [`limits`]: the limits requests are granted;
+//! - [`running`]: a streamed exec's events, as every front end reads them;
 //! - [`sessions`]: the session operations;
 //! - [`wire`]: the one place where core types become the API's wire types.
 
@@ -21,6 +22,7 @@ mod exec;
 mod executions;
 mod limits;
 mod packages;
+mod running;
 mod sessions;
 pub mod tools;
 pub mod wire;
@@ -38,6 +40,7 @@ pub use self::executions::AnswerRefused;
 use self::executions::Executions;
 pub use self::limits::{Limits, ToolGrants, tool_defaults};
 pub use self::packages::Installed;
+pub use self::running::Running;
 use crate::audit::{AuditLog, DeniedRecord};
 use crate::caller::{Access, ExecQuota, OverQuota};
 use crate::egress::Egress;
