@@ -50,11 +50,13 @@ mod keys;
 mod wire;
 
 pub use daemon::{Daemon, DaemonError, Events};
-pub use keys::{MIN_KEY_CHARS, new_key, read_key, read_keys};
+pub use keys::{new_key, read_key, read_keys};
 
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
@@ -80,12 +82,35 @@ const MAX_BODY_BYTES: usize = 16 << 20;
 /// The gateway: an account per key it answers.
 pub struct Gateway<D> {
     accounts: Vec<Account<D>>,
+    on_unknown_key: Option<OnUnknownKey>,
+}
+
+/// Told of each request refused for its key, before it is answered 401.
+pub type OnUnknownKey = Box<dyn Fn(&UnknownKey<'_>) + Send + Sync>;
+
+/// A request that carried no key, or none the gateway knows.
+#[derive(Debug)]
+pub struct UnknownKey<'a> {
+    /// Whence it came, when the connection could tell.
+    pub peer: Option<SocketAddr>,
+    pub method: &'a Method,
+    pub path: &'a str,
 }
 
 impl<D: Daemon> Gateway<D> {
     /// A gateway answering each of `accounts`' keys; none answers no request.
     pub fn new(accounts: Vec<Account<D>>) -> Self {
-        Gateway { accounts }
+        Gateway {
+            accounts,
+            on_unknown_key: None,
+        }
+    }
+
+    /// The gateway, telling `hook` of each request refused for its key (to count and audit
+    /// them: they never reach a daemon).
+    pub fn on_unknown_key(mut self, hook: OnUnknownKey) -> Self {
+        self.on_unknown_key = Some(hook);
+        self
     }
 }
 
@@ -156,19 +181,41 @@ impl Known {
     }
 }
 
-/// Connections served at once; past them a new one is closed at once.
-pub const MAX_CONNECTIONS: usize = 256;
+/// How a listener bounds its connections: anyone who can reach its address can open one, key
+/// or none.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    /// Connections served at once; past them a new one is closed at once.
+    pub max_connections: usize,
+    /// How long a connection may take to send a request's head, or wait between requests.
+    pub header_read_timeout: Duration,
+}
 
-/// How long a connection may take to send a request's head, or wait between requests.
-pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            max_connections: 256,
+            header_read_timeout: Duration::from_secs(30),
+        }
+    }
+}
 
 /// How long a request's body may take to arrive, once its head has.
-pub const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Serves `gateway` on `listener` until the task is dropped, at most [`MAX_CONNECTIONS`] at
-/// once: anyone who can reach the address can open one, key or none.
+/// Serves `gateway` on `listener` within the default [`ConnectionLimits`] until the task is
+/// dropped.
 pub async fn serve<D: Daemon>(listener: TcpListener, gateway: Arc<Gateway<D>>) {
-    let open = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    serve_within(listener, gateway, ConnectionLimits::default()).await;
+}
+
+/// Serves `gateway` on `listener` within `limits` until the task is dropped.
+pub async fn serve_within<D: Daemon>(
+    listener: TcpListener,
+    gateway: Arc<Gateway<D>>,
+    limits: ConnectionLimits,
+) {
+    let open = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
@@ -177,7 +224,7 @@ pub async fn serve<D: Daemon>(listener: TcpListener, gateway: Arc<Gateway<D>>) {
                 };
                 let gateway = gateway.clone();
                 tokio::spawn(async move {
-                    serve_connection(gateway, stream).await;
+                    serve_connection(gateway, stream, limits.header_read_timeout).await;
                     drop(permit);
                 });
             }
@@ -188,34 +235,49 @@ pub async fn serve<D: Daemon>(listener: TcpListener, gateway: Arc<Gateway<D>>) {
     }
 }
 
-/// Serves one connection's requests until it closes.
-pub async fn serve_connection<D: Daemon>(gateway: Arc<Gateway<D>>, stream: TcpStream) {
+/// Serves one connection's requests until it closes, each head within `header_read_timeout`.
+pub async fn serve_connection<D: Daemon>(
+    gateway: Arc<Gateway<D>>,
+    stream: TcpStream,
+    header_read_timeout: Duration,
+) {
     // Answers go out as they are written: a stream's lines are small, and Nagle's algorithm
     // would hold each behind the client's delayed acknowledgement.
     let _ = stream.set_nodelay(true);
+    let peer = stream.peer_addr().ok();
     let service = service_fn(move |request| {
         let gateway = gateway.clone();
-        async move { Ok::<_, Infallible>(gateway.handle(request).await) }
+        async move { Ok::<_, Infallible>(gateway.handle(request, peer).await) }
     });
     // A client that goes away mid-answer is its own business.
     let _ = http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .header_read_timeout(header_read_timeout)
         .serve_connection(TokioIo::new(stream), service)
         .await;
 }
 
 impl<D: Daemon> Gateway<D> {
-    async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
-        match self.route(request).await {
+    async fn handle(&self, request: Request<Incoming>, peer: Option<SocketAddr>) -> Response<Body> {
+        match self.route(request, peer).await {
             Ok(response) => response,
             Err(refusal) => refusal.response(),
         }
     }
 
     /// The one routing table.
-    async fn route(&self, request: Request<Incoming>) -> Result<Response<Body>, Refusal> {
-        let account = self.account(&request).ok_or(Refusal::Unauthorized)?;
+    async fn route(
+        &self,
+        request: Request<Incoming>,
+        peer: Option<SocketAddr>,
+    ) -> Result<Response<Body>, Refusal> {
+        let Some(account) = self.account(&request) else {
+            if let Some(hook) = &self.on_unknown_key {
+                let (method, path) = (request.method(), request.uri().path());
+                hook(&UnknownKey { peer, method, path });
+            }
+            return Err(Refusal::Unauthorized);
+        };
         let method = request.method().clone();
         let path = request.uri().path().to_owned();
         let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
@@ -430,198 +492,4 @@ fn empty(status: StatusCode) -> Response<Body> {
 }
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-
-    use super::*;
-
-    /// A daemon that cannot be asked anything.
-    struct Unreachable;
-
-    struct NoEvents;
-
-    impl Events for NoEvents {
-        async fn next(&mut self) -> Option<Result<hyperlightd_api::ExecEvent, DaemonError>> {
-            None
-        }
-    }
-
-    fn gone<T>() -> Result<T, DaemonError> {
-        Err(DaemonError::unreachable("no daemon here"))
-    }
-
-    impl Daemon for Unreachable {
-        type Events = NoEvents;
-        async fn create_session(
-            &self,
-            _: hyperlightd_api::CreateSessionRequest,
-        ) -> Result<SessionInfo, DaemonError> {
-            gone()
-        }
-        async fn session(&self, _: &str) -> Result<SessionInfo, DaemonError> {
-            gone()
-        }
-        async fn sessions_labelled(
-            &self,
-            _: &std::collections::BTreeMap<String, String>,
-        ) -> Result<Vec<SessionInfo>, DaemonError> {
-            gone()
-        }
-        async fn set_session_idle_timeout(&self, _: &str, _: u64) -> Result<(), DaemonError> {
-            gone()
-        }
-        async fn park_session(&self, _: &str) -> Result<(), DaemonError> {
-            gone()
-        }
-        async fn restart_session(&self, _: &str) -> Result<(), DaemonError> {
-            gone()
-        }
-        async fn delete_session(&self, _: &str) -> Result<(), DaemonError> {
-            gone()
-        }
-        async fn session_exec(
-            &self,
-            _: &str,
-            _: hyperlightd_api::SessionExecRequest,
-        ) -> Result<NoEvents, DaemonError> {
-            gone()
-        }
-        async fn session_files(&self, _: &str) -> Result<hyperlightd_api::FileList, DaemonError> {
-            gone()
-        }
-        async fn change_session_files(
-            &self,
-            _: &str,
-            _: Vec<hyperlightd_api::FileChange>,
-        ) -> Result<(), DaemonError> {
-            gone()
-        }
-        async fn session_file(&self, _: &str, _: &str) -> Result<Vec<u8>, DaemonError> {
-            gone()
-        }
-    }
-
-    async fn body(response: Response<Body>) -> Bytes {
-        response.into_body().collect().await.unwrap().to_bytes()
-    }
-
-    #[tokio::test]
-    async fn a_refused_connect_rpc_says_why_as_connect_does() {
-        let streaming = connect_error("application/connect+proto", "no processes");
-        assert_eq!(streaming.status(), StatusCode::OK);
-        let bytes = body(streaming).await;
-        assert_eq!(bytes[0], 0x02, "one message, ending the stream");
-        let length = u32::from_be_bytes(bytes[1..5].try_into().unwrap()) as usize;
-        assert_eq!(length, bytes.len() - 5);
-        let end: serde_json::Value = serde_json::from_slice(&bytes[5..]).unwrap();
-        assert_eq!(end["error"]["code"], "unimplemented");
-        assert_eq!(end["error"]["message"], "no processes");
-
-        let unary = connect_error("application/json", "no processes");
-        assert_eq!(unary.status(), StatusCode::NOT_IMPLEMENTED);
-        let error: serde_json::Value = serde_json::from_slice(&body(unary).await).unwrap();
-        assert_eq!(error["code"], "unimplemented");
-    }
-
-    #[tokio::test]
-    async fn refusals_are_e2bs_status_and_body() {
-        let response = Refusal::Unauthorized.response();
-        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
-        let error: serde_json::Value = serde_json::from_slice(&body(response).await).unwrap();
-        assert_eq!(error["code"], 401);
-        assert!(error["message"].as_str().unwrap().contains("X-API-Key"));
-    }
-
-    #[tokio::test]
-    async fn a_body_past_the_limit_is_refused_and_one_at_it_read() {
-        let sized = |n: usize| Request::new(Full::new(Bytes::from(vec![b'x'; n])));
-        assert_eq!(
-            read_body(sized(MAX_BODY_BYTES)).await.unwrap().len(),
-            MAX_BODY_BYTES
-        );
-        let refused = read_body(sized(MAX_BODY_BYTES + 1)).await.unwrap_err();
-        assert!(
-            matches!(&refused, Refusal::BadRequest(m) if m.contains("at most 16777216 bytes")),
-            "{refused:?}"
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_body_that_never_arrives_is_refused_at_its_deadline() {
-        let never =
-            futures_util::stream::pending::<Result<hyper::body::Frame<Bytes>, Infallible>>();
-        let request = Request::new(http_body_util::StreamBody::new(never));
-        let refused = read_body(request).await.unwrap_err();
-        assert!(
-            matches!(&refused, Refusal::BadRequest(m) if m.contains("within 30 s")),
-            "{refused:?}"
-        );
-    }
-
-    #[test]
-    fn known_sandboxes_are_forgotten_when_gone_and_the_table_stays_bounded() {
-        let known = Known::default();
-        let info = |id: String| SessionInfo {
-            id,
-            language: hyperlightd_api::Language::Python,
-            created_at: String::new(),
-            expires_at: String::new(),
-            idle_timeout_s: 1,
-            labels: Default::default(),
-            env: Default::default(),
-            execs: 0,
-            memory_bytes: 0,
-            checkpoint: 0,
-            checkpoints: 1,
-            restored_from_checkpoint: None,
-            lost_execs: 0,
-            durable: false,
-            parked: false,
-            lost: None,
-            packages: Vec::new(),
-        };
-        known.insert(info("a".to_owned()));
-        assert!(known.get("a").is_some());
-        known.forget("a");
-        assert!(known.get("a").is_none());
-        for i in 0..MAX_KNOWN {
-            known.insert(info(i.to_string()));
-        }
-        assert_eq!(known.table().len(), MAX_KNOWN);
-        known.insert(info("one more".to_owned()));
-        assert_eq!(
-            known.table().len(),
-            1,
-            "emptied when full, then the new one kept"
-        );
-        assert!(known.get("one more").is_some());
-    }
-
-    #[test]
-    fn a_request_is_its_key_s_account_and_an_unknown_key_none() {
-        let gateway = Gateway {
-            accounts: vec![
-                Account::new("e2b_aaaaaaaaaaaaaaaa".into(), Unreachable),
-                Account::new("e2b_bbbbbbbbbbbbbbbb".into(), Unreachable),
-            ],
-        };
-        let with = |name: &str, key: &str| {
-            Request::builder()
-                .header(name, key)
-                .body(Full::new(Bytes::new()))
-                .unwrap()
-        };
-        let key_of = |request| gateway.account(&request).map(|a| a.key.clone());
-        assert_eq!(
-            key_of(with("x-api-key", "e2b_bbbbbbbbbbbbbbbb")).as_deref(),
-            Some("e2b_bbbbbbbbbbbbbbbb")
-        );
-        assert_eq!(
-            key_of(with("x-access-token", "e2b_aaaaaaaaaaaaaaaa")).as_deref(),
-            Some("e2b_aaaaaaaaaaaaaaaa")
-        );
-        assert_eq!(key_of(with("x-api-key", "e2b_cccccccccccccccc")), None);
-        assert_eq!(key_of(with("x-api-key", "e2b_aaaaaaaaaaaaaaa")), None);
-        assert_eq!(key_of(with("authorization", "e2b_aaaaaaaaaaaaaaaa")), None);
-    }
-}
+mod tests;
