@@ -245,6 +245,10 @@ pub struct DeniedRecord<'a> {
     pub method: &'a str,
     /// The path.
     pub path: &'a str,
+    /// Whence it came, for a request that had no caller to name (E2B's listener: no key it
+    /// knows, `caller` then being the listener's own uid).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer: Option<String>,
 }
 
 /// One line: when, what, and the event's own fields.

@@ -122,6 +122,7 @@ fn session_events_and_refusals_have_lines_of_their_own() {
         caller: caller(),
         method: "POST",
         path: "/v1/exec",
+        peer: None,
     });
     let lines = lines(&path);
     assert_eq!(lines[0]["audit"], "session_forked");

@@ -23,7 +23,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use hyperlightd_e2b::{Account, Gateway};
+use hyperlightd_e2b::{Account, Gateway, OnUnknownKey, UnknownKey};
 use tokio::net::TcpListener;
 use tracing::info;
 
@@ -121,17 +121,20 @@ impl E2bOptions {
 impl Listener {
     /// Serves E2B's API over `service` until the task is dropped.
     pub async fn serve<E: Executor>(self, service: Arc<Service<E>>) {
-        let (uid, gid) = (nix::unistd::geteuid(), nix::unistd::getegid());
+        let listener = Caller {
+            uid: nix::unistd::geteuid().as_raw(),
+            gid: nix::unistd::getegid().as_raw(),
+            pid: None,
+            pod: PodOf::Unread,
+            on_behalf_of: None,
+        };
         let accounts = self
             .keys
             .into_iter()
             .map(|(name, key)| {
                 let caller = Caller {
-                    uid: uid.as_raw(),
-                    gid: gid.as_raw(),
-                    pid: None,
-                    pod: PodOf::Unread,
                     on_behalf_of: Some(name.into()),
+                    ..listener.clone()
                 };
                 Account::new(key, InDaemon::new(service.clone(), caller))
             })
@@ -139,7 +142,16 @@ impl Listener {
         if let Ok(addr) = self.listener.local_addr() {
             info!(%addr, keys = accounts.len(), "serving E2B's API");
         }
-        hyperlightd_e2b::serve(self.listener, Arc::new(Gateway::new(accounts))).await;
+        // Refused without reaching the service's calls: counted and audited as its refusals.
+        let hook: OnUnknownKey = Box::new(move |unknown: &UnknownKey<'_>| {
+            let peer = unknown
+                .peer
+                .map_or_else(|| "unknown".to_owned(), |p| p.to_string());
+            let method = unknown.method.as_str();
+            service.refuse_unknown_key(&listener, method, unknown.path, peer);
+        });
+        let gateway = Gateway::new(accounts).on_unknown_key(hook);
+        hyperlightd_e2b::serve(self.listener, Arc::new(gateway)).await;
     }
 }
 

@@ -17,14 +17,14 @@ use crate::config::Config;
 use crate::executor::testing::{StubExecutor, ok_outcome};
 use crate::job::{OutputChunk, Stream};
 use crate::metrics::Metrics;
-use crate::service::Call;
+use crate::service::{Call, Callers};
 
 const ALICE: &str = "e2b_alice_0123456789abcdef";
 const BOB: &str = "e2b_bob_0123456789abcdef";
 
-/// A daemon's service whose programs print their code and answer 42, and its E2B listener
-/// with alice's and bob's keys; the listener's address.
-async fn listening(dir: &std::path::Path) -> (std::net::SocketAddr, Arc<Service<StubExecutor>>) {
+/// A daemon's service whose programs print their code and answer 42, its audit log in `dir`,
+/// and its E2B listener with alice's and bob's keys; the listener's address.
+async fn listening(dir: &tempfile::TempDir) -> (std::net::SocketAddr, Arc<Service<StubExecutor>>) {
     let executor = StubExecutor::new(|job| {
         if let Some(sink) = &job.output {
             let _ = sink.send(OutputChunk::Running);
@@ -42,8 +42,14 @@ async fn listening(dir: &std::path::Path) -> (std::net::SocketAddr, Arc<Service<
         .unwrap();
     let versions = BTreeMap::new();
     let metrics = Metrics::new().unwrap();
-    let service = Arc::new(Service::new(Arc::new(executor), metrics, limits, versions));
-    let keys = dir.join("keys");
+    let (audit, _) = crate::audit::testing::log_in(dir, false);
+    let callers = Callers {
+        audit: Arc::new(audit),
+        ..Callers::open()
+    };
+    let service = Service::new(Arc::new(executor), metrics, limits, versions).with_callers(callers);
+    let service = Arc::new(service);
+    let keys = dir.path().join("keys");
     std::fs::write(&keys, format!("alice {ALICE}\nbob {BOB}\n")).unwrap();
     std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o600)).unwrap();
     let options = E2bOptions {
@@ -95,7 +101,7 @@ async fn send(
 #[tokio::test]
 async fn a_key_s_sandbox_runs_code_streamed_and_is_its_caller_s_alone() {
     let dir = tempfile::tempdir().unwrap();
-    let (addr, service) = listening(dir.path()).await;
+    let (addr, service) = listening(&dir).await;
     let new = json!({"templateID": "code-interpreter-v1", "metadata": {}, "envVars": {}});
     let (status, created) = send(addr, Method::POST, "/v2/sandboxes", Some(ALICE), None, new).await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
@@ -152,6 +158,20 @@ async fn a_key_s_sandbox_runs_code_streamed_and_is_its_caller_s_alone() {
         let (status, body) = send(addr, Method::GET, "/v2/sandboxes", key, None, Value::Null).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
     }
+    // Those two never reached a call of the service's: audited as denied, whence they came.
+    let denied: Vec<Value> = crate::audit::testing::lines(&dir.path().join("audit.log"))
+        .into_iter()
+        .filter(|l| l["audit"] == "denied")
+        .collect();
+    assert_eq!(denied.len(), 2, "{denied:?}");
+    for line in &denied {
+        assert_eq!(line["path"], "/v2/sandboxes");
+        assert!(
+            line["peer"].as_str().unwrap().starts_with("127.0.0.1:"),
+            "{line}"
+        );
+        assert_eq!(line["caller"]["on_behalf_of"], Value::Null, "{line}");
+    }
     let (status, _) = send(addr, Method::DELETE, &path, Some(ALICE), None, Value::Null).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     assert!(service.session(&alice, &id).is_err(), "killed");
@@ -164,12 +184,20 @@ async fn a_key_s_sandbox_runs_code_streamed_and_is_its_caller_s_alone() {
         })
         .unwrap_or_else(|| panic!("no session_not_found rejections in:\n{metrics}"));
     assert!(rejected.ends_with(" 2"), "{rejected}");
+    let unknown = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("hyperlightd_requests_rejected_total{")
+                && l.contains("caller_not_allowed")
+        })
+        .unwrap_or_else(|| panic!("no caller_not_allowed rejections in:\n{metrics}"));
+    assert!(unknown.ends_with(" 2"), "{unknown}");
 }
 
 #[tokio::test]
 async fn an_exec_refused_before_it_runs_is_the_sdk_s_error_not_a_stream() {
     let dir = tempfile::tempdir().unwrap();
-    let (addr, _) = listening(dir.path()).await;
+    let (addr, _) = listening(&dir).await;
     let new = json!({"templateID": "code-interpreter-v1"});
     let (_, created) = send(addr, Method::POST, "/v2/sandboxes", Some(ALICE), None, new).await;
     let id = serde_json::from_str::<Value>(&created).unwrap()["sandboxID"]

@@ -357,8 +357,23 @@ impl<E: Executor> Service<E> {
             caller: call.caller.clone(),
             method,
             path,
+            peer: None,
         });
         Err(refusal)
+    }
+
+    /// Counts and audits a request refused before it had a caller: E2B's listener, asked
+    /// without a key it knows. `listener` is whom the listener serves as, `peer` whence the
+    /// request came.
+    pub fn refuse_unknown_key(&self, listener: &Caller, method: &str, path: &str, peer: String) {
+        self.rejected(ErrorKind::CallerNotAllowed);
+        self.callers.audit.denied(&DeniedRecord {
+            request_id: self.next_call_id(),
+            caller: listener.clone(),
+            method,
+            path,
+            peer: Some(peer),
+        });
     }
 
     /// Counts a request answered with an error of `kind`, whoever refused it.
