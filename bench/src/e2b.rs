@@ -50,7 +50,8 @@ struct Gateway {
     child: Option<Child>,
     url: String,
     http: HttpClient<HttpConnector, Full<Bytes>>,
-    _dir: tempfile::TempDir,
+    /// The gateway process's key file, removed when dropped.
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl Drop for Gateway {
@@ -236,7 +237,7 @@ fn listener(dir: &Path) -> Result<(Vec<String>, Gateway)> {
         child: None,
         url: format!("http://127.0.0.1:{port}"),
         http: HttpClient::builder(TokioExecutor::new()).build(nodelay()),
-        _dir: tempfile::tempdir()?,
+        _dir: None,
     };
     Ok((args, listener))
 }
@@ -273,7 +274,7 @@ async fn start_gateway(hlctl: &Path, socket: &Path) -> Result<Gateway> {
         child: Some(child),
         url: format!("http://127.0.0.1:{port}"),
         http: HttpClient::builder(TokioExecutor::new()).build(nodelay()),
-        _dir: dir,
+        _dir: Some(dir),
     })
 }
 
