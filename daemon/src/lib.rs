@@ -312,7 +312,7 @@ pub async fn run(
         .with_packages(packages);
     let service = Arc::new(service);
     // Until the socket's server has drained: its requests then refused as the socket's are.
-    let e2b = e2b.map(|e2b| tokio::spawn(e2b.serve(service.clone())));
+    let e2b = e2b.map(|e2b| tokio::spawn(e2b.serve(service.clone(), tracer.clone())));
     let api = Arc::new(Api::over(service).with_tracer(tracer));
     server::serve(listener, api, server_config(&config, identify), &mut stops).await;
     if let Some(e2b) = e2b {

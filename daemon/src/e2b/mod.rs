@@ -31,6 +31,7 @@ pub use self::service::InDaemon;
 use crate::executor::Executor;
 use crate::job::{Caller, PodOf};
 use crate::service::Service;
+use crate::telemetry::Tracer;
 
 /// The command line's settings.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -119,8 +120,9 @@ impl E2bOptions {
 }
 
 impl Listener {
-    /// Serves E2B's API over `service` until the task is dropped.
-    pub async fn serve<E: Executor>(self, service: Arc<Service<E>>) {
+    /// Serves E2B's API over `service` until the task is dropped, each request a span of
+    /// `tracer`'s.
+    pub async fn serve<E: Executor>(self, service: Arc<Service<E>>, tracer: Tracer) {
         let listener = Caller {
             uid: nix::unistd::geteuid().as_raw(),
             gid: nix::unistd::getegid().as_raw(),
@@ -136,7 +138,8 @@ impl Listener {
                     on_behalf_of: Some(name.into()),
                     ..listener.clone()
                 };
-                Account::new(key, InDaemon::new(service.clone(), caller))
+                let daemon = InDaemon::new(service.clone(), caller, tracer.clone());
+                Account::new(key, daemon)
             })
             .collect::<Vec<_>>();
         if let Ok(addr) = self.listener.local_addr() {

@@ -15,37 +15,58 @@ use tracing::{Instrument, info_span};
 use crate::executor::Executor;
 use crate::job::Caller;
 use crate::service::{Call, Refusal, Running, Service, wire};
-use crate::telemetry::Trace;
+use crate::telemetry::{Attribute, Kind, Trace, Tracer};
 
 /// The daemon's service, acting for one caller.
 #[derive(Debug)]
 pub struct InDaemon<E> {
     service: Arc<Service<E>>,
     caller: Caller,
+    tracer: Tracer,
 }
 
 impl<E: Executor> InDaemon<E> {
-    pub fn new(service: Arc<Service<E>>, caller: Caller) -> Self {
-        InDaemon { service, caller }
+    /// The service acting for `caller`, each call a span of `tracer`'s (when it is on).
+    pub fn new(service: Arc<Service<E>>, caller: Caller, tracer: Tracer) -> Self {
+        InDaemon {
+            service,
+            caller,
+            tracer,
+        }
     }
 
-    /// A refusal of the service's, as the seam carries it, counted as the HTTP API counts its
-    /// refusals (`hyperlightd_requests_rejected_total`).
-    fn refused(&self, refusal: Refusal) -> DaemonError {
-        self.service.rejected(refusal.kind());
-        DaemonError::refused(refusal.kind(), refusal.to_string())
+    /// A refusal of the service's to `trace`'s call, as the seam carries it, counted as the
+    /// HTTP API counts its refusals (`hyperlightd_requests_rejected_total`).
+    fn refused(&self, trace: &Trace, refusal: Refusal) -> DaemonError {
+        let kind = refusal.kind();
+        self.service.rejected(kind);
+        trace.fail(kind.as_str());
+        DaemonError::refused(kind, refusal.to_string())
     }
 
-    /// A new request of the caller's, named `what` in the logs.
+    /// A new request of the caller's, named `what` in the logs and, with tracing on, a server
+    /// span at the root of a trace of its own (E2B's SDKs send no `traceparent`).
     fn call(&self, what: &'static str) -> Call {
         let id = self.service.next_call_id();
-        let name = self.caller.on_behalf_of.as_deref().unwrap_or("");
+        let name = self.caller.on_behalf_of.clone().unwrap_or_default();
+        let uid = self.caller.uid;
+        let trace = self
+            .tracer
+            .root()
+            .child(format!("e2b {what}"), Kind::Server, || {
+                vec![
+                    Attribute::new("network.transport", "tcp"),
+                    Attribute::new("hyperlightd.request.id", id as i64),
+                    Attribute::new("hyperlightd.caller.uid", i64::from(uid)),
+                    Attribute::new("hyperlightd.caller.on_behalf_of", name.to_string()),
+                ]
+            });
         Call {
             id,
             caller: self.caller.clone(),
             received: Instant::now(),
-            span: info_span!("e2b", id, caller = name, what),
-            trace: Trace::off(),
+            span: info_span!("e2b", id, caller = &*name, what),
+            trace,
         }
     }
 }
@@ -77,13 +98,16 @@ impl<E: Executor> Daemon for InDaemon<E> {
         let created = self
             .service
             .create_session(&call, language, idle_timeout_s, labels, env);
-        created.map(wire::session_info).map_err(|r| self.refused(r))
+        created
+            .map(wire::session_info)
+            .map_err(|r| self.refused(&call.trace, r))
     }
 
     async fn session(&self, id: &str) -> Result<SessionInfo, DaemonError> {
         let call = self.call("session");
         let info = self.service.session(&call, id);
-        info.map(wire::session_info).map_err(|r| self.refused(r))
+        info.map(wire::session_info)
+            .map_err(|r| self.refused(&call.trace, r))
     }
 
     async fn sessions_labelled(
@@ -94,35 +118,38 @@ impl<E: Executor> Daemon for InDaemon<E> {
         let sessions = self
             .service
             .sessions(&call, labels.clone())
-            .map_err(|r| self.refused(r))?;
+            .map_err(|r| self.refused(&call.trace, r))?;
         Ok(sessions.into_iter().map(wire::session_info).collect())
     }
 
     async fn set_session_idle_timeout(&self, id: &str, seconds: u64) -> Result<(), DaemonError> {
         let call = self.call("update_session");
         let updated = self.service.update_session(&call, id, seconds);
-        updated.map(drop).map_err(|r| self.refused(r))
+        updated.map(drop).map_err(|r| self.refused(&call.trace, r))
     }
 
     async fn park_session(&self, id: &str) -> Result<(), DaemonError> {
         let call = self.call("park_session");
         let span = call.span.clone();
         let parked = self.service.park_session(&call, id).instrument(span).await;
-        parked.map(drop).map_err(|r| self.refused(r))
+        parked.map(drop).map_err(|r| self.refused(&call.trace, r))
     }
 
     async fn restart_session(&self, id: &str) -> Result<(), DaemonError> {
         let call = self.call("restart_session");
         let span = call.span.clone();
         let restarted = self.service.restart_session(&call, id).instrument(span);
-        restarted.await.map(drop).map_err(|r| self.refused(r))
+        restarted
+            .await
+            .map(drop)
+            .map_err(|r| self.refused(&call.trace, r))
     }
 
     async fn delete_session(&self, id: &str) -> Result<(), DaemonError> {
         let call = self.call("delete_session");
         self.service
             .delete_session(&call, id)
-            .map_err(|r| self.refused(r))
+            .map_err(|r| self.refused(&call.trace, r))
     }
 
     async fn session_exec(
@@ -133,12 +160,17 @@ impl<E: Executor> Daemon for InDaemon<E> {
         let call = self.call("session_exec");
         // The session decides the language; the rest are the fields of any exec.
         let exec = request.with_language(hyperlightd_api::Language::Javascript);
-        let (_, program) = wire::program(exec).map_err(|r| self.refused(r))?;
+        let (_, program) = wire::program(exec).map_err(|r| self.refused(&call.trace, r))?;
         let (service, id, span) = (self.service.clone(), id.to_owned(), call.span.clone());
+        // The call's span ends with its job, in the job's task.
+        let trace = call.trace.clone();
         let running = Running::start(span, program, move |program| async move {
             service.session_exec(&call, &id, program).await
         });
-        running.await.map(Output).map_err(|r| self.refused(r))
+        running
+            .await
+            .map(Output)
+            .map_err(|r| self.refused(&trace, r))
     }
 
     async fn session_files(&self, id: &str) -> Result<FileList, DaemonError> {
@@ -147,7 +179,7 @@ impl<E: Executor> Daemon for InDaemon<E> {
             .service
             .session_files(&call, id)
             .await
-            .map_err(|r| self.refused(r))?;
+            .map_err(|r| self.refused(&call.trace, r))?;
         Ok(wire::file_list(&files))
     }
 
@@ -161,14 +193,14 @@ impl<E: Executor> Daemon for InDaemon<E> {
             .into_iter()
             .map(wire::file_change)
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|r| self.refused(r))?;
+            .map_err(|r| self.refused(&call.trace, r))?;
         let span = call.span.clone();
         let changed = self.service.change_session_files(&call, id, changes);
         changed
             .instrument(span)
             .await
             .map(drop)
-            .map_err(|r| self.refused(r))
+            .map_err(|r| self.refused(&call.trace, r))
     }
 
     async fn session_file(&self, id: &str, path: &str) -> Result<Vec<u8>, DaemonError> {
@@ -177,9 +209,11 @@ impl<E: Executor> Daemon for InDaemon<E> {
             .service
             .session_files(&call, id)
             .await
-            .map_err(|r| self.refused(r))?;
+            .map_err(|r| self.refused(&call.trace, r))?;
         files.get(path).cloned().ok_or_else(|| {
             let kind = hyperlightd_api::ErrorKind::NotFound;
+            self.service.rejected(kind);
+            call.trace.fail(kind.as_str());
             DaemonError::refused(kind, format!("the session has no file {path:?}"))
         })
     }

@@ -18,6 +18,7 @@ use crate::executor::testing::{StubExecutor, ok_outcome};
 use crate::job::{OutputChunk, Stream};
 use crate::metrics::Metrics;
 use crate::service::{Call, Callers};
+use crate::telemetry::Tracer;
 
 const ALICE: &str = "e2b_alice_0123456789abcdef";
 const BOB: &str = "e2b_bob_0123456789abcdef";
@@ -25,6 +26,14 @@ const BOB: &str = "e2b_bob_0123456789abcdef";
 /// A daemon's service whose programs print their code and answer 42, its audit log in `dir`,
 /// and its E2B listener with alice's and bob's keys; the listener's address.
 async fn listening(dir: &tempfile::TempDir) -> (std::net::SocketAddr, Arc<Service<StubExecutor>>) {
+    listening_traced(dir, Tracer::default()).await
+}
+
+/// [`listening`], each request a span of `tracer`'s.
+async fn listening_traced(
+    dir: &tempfile::TempDir,
+    tracer: Tracer,
+) -> (std::net::SocketAddr, Arc<Service<StubExecutor>>) {
     let executor = StubExecutor::new(|job| {
         if let Some(sink) = &job.output {
             let _ = sink.send(OutputChunk::Running);
@@ -58,7 +67,7 @@ async fn listening(dir: &tempfile::TempDir) -> (std::net::SocketAddr, Arc<Servic
     };
     let listener = options.bind(None).unwrap().unwrap();
     let addr = listener.listener.local_addr().unwrap();
-    tokio::spawn(listener.serve(service.clone()));
+    tokio::spawn(listener.serve(service.clone(), tracer));
     (addr, service)
 }
 
@@ -192,6 +201,65 @@ async fn a_key_s_sandbox_runs_code_streamed_and_is_its_caller_s_alone() {
         })
         .unwrap_or_else(|| panic!("no caller_not_allowed rejections in:\n{metrics}"));
     assert!(unknown.ends_with(" 2"), "{unknown}");
+}
+
+#[tokio::test]
+async fn each_request_is_a_span_of_its_key_s_caller_and_the_audit_names_its_trace() {
+    use opentelemetry::trace::{Status, TracerProvider as _};
+    let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let dir = tempfile::tempdir().unwrap();
+    let tracer = Tracer::new(provider.tracer("test"));
+    let (addr, _) = listening_traced(&dir, tracer).await;
+    let new = json!({"templateID": "code-interpreter-v1"});
+    let (_, created) = send(addr, Method::POST, "/v2/sandboxes", Some(ALICE), None, new).await;
+    let id = serde_json::from_str::<Value>(&created).unwrap()["sandboxID"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let code = json!({"code": "1"});
+    let (status, _) = send(addr, Method::POST, "/execute", Some(ALICE), Some(&id), code).await;
+    assert_eq!(status, StatusCode::OK);
+    let code = json!({"code": "1"});
+    let (status, _) = send(addr, Method::POST, "/execute", Some(BOB), Some(&id), code).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    let spans = exporter.get_finished_spans().unwrap();
+    let named = |name: &str| spans.iter().filter(|s| s.name == name).collect::<Vec<_>>();
+    let attribute = |span: &opentelemetry_sdk::trace::SpanData, key: &str| {
+        let found = span.attributes.iter().find(|kv| kv.key.as_str() == key);
+        found.map(|kv| kv.value.to_string())
+    };
+    let [created] = named("e2b create_session")[..] else {
+        panic!("one span of the sandbox made: {spans:?}");
+    };
+    assert_eq!(
+        attribute(created, "hyperlightd.caller.on_behalf_of").as_deref(),
+        Some("alice")
+    );
+    let [ran] = named("e2b session_exec")[..] else {
+        panic!("one span of the run: {spans:?}");
+    };
+    assert_eq!(ran.status, Status::Unset, "{ran:?}");
+    // Bob's request asked the daemon for a sandbox that is not his: refused, and said so.
+    let [looked] = named("e2b session")[..] else {
+        panic!("one span of bob's lookup: {spans:?}");
+    };
+    assert_eq!(
+        attribute(looked, "hyperlightd.caller.on_behalf_of").as_deref(),
+        Some("bob")
+    );
+    assert!(matches!(looked.status, Status::Error { .. }), "{looked:?}");
+    // The run's audit line names its trace.
+    let audit = crate::audit::testing::lines(&dir.path().join("audit.log"));
+    let exec = audit
+        .iter()
+        .find(|l| l["audit"] == "exec")
+        .unwrap_or_else(|| panic!("an exec line: {audit:?}"));
+    let trace_id = ran.span_context.trace_id().to_string();
+    assert_eq!(exec["trace_id"], trace_id.as_str(), "{exec}");
 }
 
 #[tokio::test]
