@@ -435,8 +435,7 @@ impl<E: Executor> Api<E> {
         let service = self.service.clone();
         if !stream {
             let executed = run(service, call, program).await?;
-            let response =
-                wire::response(executed.outcome, executed.queued_ms, executed.duration_ms);
+            let response = wire::response(executed);
             return Ok(json_response(StatusCode::OK, &response).map(Either::Left));
         }
         let span = call.span.clone();

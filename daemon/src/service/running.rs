@@ -49,15 +49,7 @@ impl Running {
         let (sink, chunks) = mpsc::unbounded_channel();
         program.output = Some(sink);
         let job = run(program);
-        let finished = tokio::spawn(
-            async move {
-                let executed = job.await?;
-                let (outcome, queued, ran) =
-                    (executed.outcome, executed.queued_ms, executed.duration_ms);
-                Ok(wire::response(outcome, queued, ran))
-            }
-            .instrument(span),
-        );
+        let finished = tokio::spawn(async move { Ok(wire::response(job.await?)) }.instrument(span));
         let mut running = Running {
             chunks,
             finished: Some(finished),

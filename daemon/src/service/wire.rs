@@ -4,7 +4,7 @@
 
 use super::code_policy::CodePolicy;
 use super::tools::Declared;
-use super::{Program, Refusal};
+use super::{Executed, Program, Refusal};
 use crate::job::files::FileChange;
 use crate::job::tools::{ToolCall, ToolResult};
 use std::collections::BTreeMap;
@@ -13,8 +13,8 @@ use std::time::SystemTime;
 use hyperlightd_api as api;
 
 use crate::job::{
-    CheckpointInfo, Display, Failure, FailureKind, Files, Language, Loss, Outcome, OutputChunk,
-    PoolCounts, Runtime, SessionCounts, SessionInfo, SessionRef, SessionSettings, Status, Stream,
+    CheckpointInfo, Display, Failure, FailureKind, Files, Language, Loss, OutputChunk, PoolCounts,
+    Runtime, SessionCounts, SessionInfo, SessionRef, SessionSettings, Status, Stream,
 };
 
 /// The program a request asks to run (`POST /v1/exec` and a session's exec carry the same
@@ -113,8 +113,13 @@ pub fn exec_event(chunk: OutputChunk) -> Option<api::ExecEvent> {
     Some(event)
 }
 
-/// A program's outcome as the response carries it, with how long it waited and ran.
-pub fn response(outcome: Outcome, queued_ms: f64, duration_ms: f64) -> api::ExecResponse {
+/// A job's outcome as the response carries it, with how long it waited and ran.
+pub fn response(executed: Executed) -> api::ExecResponse {
+    let Executed {
+        outcome,
+        queued_ms,
+        duration_ms,
+    } = executed;
     api::ExecResponse {
         status: status(outcome.status),
         stdout: outcome.stdout,
