@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use hyperlightd_api::{
-    CreateSessionRequest, ExecEvent, FileChange, FileList, SessionExecRequest, SessionInfo,
+    CreateSessionRequest, ErrorKind, ExecEvent, FileChange, FileList, SessionExecRequest,
+    SessionInfo,
 };
 use hyperlightd_e2b::{Daemon, DaemonError, Events};
 use tracing::{Instrument, info_span};
@@ -38,10 +39,14 @@ impl<E: Executor> InDaemon<E> {
     /// A refusal of the service's to `trace`'s call, as the seam carries it, counted as the
     /// HTTP API counts its refusals (`hyperlightd_requests_rejected_total`).
     fn refused(&self, trace: &Trace, refusal: Refusal) -> DaemonError {
-        let kind = refusal.kind();
+        self.failed(trace, refusal.kind(), refusal.to_string())
+    }
+
+    /// An error of `kind` answered to `trace`'s call, counted and marked in its span.
+    fn failed(&self, trace: &Trace, kind: ErrorKind, message: String) -> DaemonError {
         self.service.rejected(kind);
         trace.fail(kind.as_str());
-        DaemonError::refused(kind, refusal.to_string())
+        DaemonError::refused(kind, message)
     }
 
     /// A new request of the caller's, named `what` in the logs and, with tracing on, a server
@@ -211,10 +216,8 @@ impl<E: Executor> Daemon for InDaemon<E> {
             .await
             .map_err(|r| self.refused(&call.trace, r))?;
         files.get(path).cloned().ok_or_else(|| {
-            let kind = hyperlightd_api::ErrorKind::NotFound;
-            self.service.rejected(kind);
-            call.trace.fail(kind.as_str());
-            DaemonError::refused(kind, format!("the session has no file {path:?}"))
+            let missing = format!("the session has no file {path:?}");
+            self.failed(&call.trace, ErrorKind::NotFound, missing)
         })
     }
 }
