@@ -7,6 +7,7 @@ use hyperlightd_api::{ExecEvent, NDJSON};
 
 use super::*;
 use crate::job::{OutputChunk, Stream};
+use crate::service::HEAD_WAIT;
 
 /// Writes each `(stream, text)` of `writes` to the job's output sink, then answers with all
 /// of it as the outcome's stdout and stderr.
@@ -236,4 +237,114 @@ async fn the_answer_begins_when_the_program_starts_though_it_writes_nothing() {
     );
     drop(begun);
     until_gone(&gone).await;
+}
+
+/// Starts, then after `delay` writes a line and holds until its caller goes; with no delay,
+/// writes the line and ends at once.
+struct Paced {
+    stub: StubExecutor,
+    delay: Option<Duration>,
+}
+
+impl Executor for Paced {
+    type Session = std::convert::Infallible;
+
+    async fn exec(&self, job: Job) -> Result<Outcome, ExecError> {
+        let sink = job.output.clone().unwrap();
+        sink.send(OutputChunk::Running).unwrap();
+        if let Some(delay) = self.delay {
+            tokio::time::sleep(delay).await;
+            let _ = sink.send(started_line());
+            let _ = tokio::time::timeout(Duration::from_secs(30), sink.closed()).await;
+        } else {
+            let _ = sink.send(started_line());
+        }
+        Ok(ok_outcome("started\n", serde_json::Value::Null))
+    }
+
+    fn health(&self) -> ExecutorHealth {
+        self.stub.health()
+    }
+}
+
+fn paced(delay: Option<Duration>) -> Api<Paced> {
+    let executor = Arc::new(Paced {
+        stub: writer(&[]),
+        delay,
+    });
+    Api::of(Service::new(
+        executor,
+        Metrics::new().unwrap(),
+        limits(),
+        BTreeMap::new(),
+    ))
+}
+
+const STREAMED: &str = r#"{"language":"javascript","code":"x","stream":true}"#;
+
+#[tokio::test(start_paused = true)]
+async fn a_program_that_ends_soon_after_its_start_is_answered_in_one_piece() {
+    let api = paced(None);
+    let response = api
+        .handle_from_test_caller(exec_request(STREAMED, None))
+        .await;
+    assert_eq!(response.headers()[CONTENT_TYPE], NDJSON);
+    // A body of known length: hyper writes it with its head.
+    let body = response.into_body();
+    assert!(
+        hyper::body::Body::size_hint(&body).exact().is_some(),
+        "{body:?}"
+    );
+    let bytes = body.collect().await.unwrap().to_bytes();
+    let lines: Vec<ExecEvent> = String::from_utf8(bytes.to_vec())
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert!(
+        matches!(&lines[..], [ExecEvent::Stdout { .. }, ExecEvent::Result(_)]),
+        "{lines:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn output_soon_after_the_start_comes_with_the_answer_s_head() {
+    let api = paced(Some(HEAD_WAIT / 4));
+    let started = tokio::time::Instant::now();
+    let response = api
+        .handle_from_test_caller(exec_request(STREAMED, None))
+        .await;
+    // The program runs on: its answer begins once the wait is over, with what it wrote.
+    assert_eq!(started.elapsed(), HEAD_WAIT);
+    let mut body = response.into_body();
+    let first = tokio::time::timeout(Duration::ZERO, body.frame()).await;
+    let first = first.expect("the first line is there with the head");
+    let first = first.unwrap().unwrap().into_data().unwrap();
+    assert_eq!(
+        &first[..],
+        b"{\"type\":\"stdout\",\"text\":\"started\\n\"}\n"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_program_silent_after_its_start_has_its_head_sent_after_the_wait() {
+    let api = paced(Some(HEAD_WAIT * 3));
+    let started = tokio::time::Instant::now();
+    let response = api
+        .handle_from_test_caller(exec_request(STREAMED, None))
+        .await;
+    assert_eq!(started.elapsed(), HEAD_WAIT);
+    let mut body = response.into_body();
+    let pending = tokio::time::timeout(Duration::ZERO, body.frame()).await;
+    assert!(
+        pending.is_err(),
+        "nothing to read before the program writes"
+    );
+    // Its output is not held back once it comes.
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert_eq!(started.elapsed(), HEAD_WAIT * 3);
+    assert_eq!(
+        &first[..],
+        b"{\"type\":\"stdout\",\"text\":\"started\\n\"}\n"
+    );
 }
