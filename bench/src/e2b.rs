@@ -78,7 +78,9 @@ pub async fn run(args: &Args) -> Result<PartReport> {
     }
     println!("\n(e) E2B's API by the daemon's listener and hlctl e2b-gateway, beside its socket");
     print_header();
-    let n = args.iterations.min(30);
+    // Sixty rounds: with thirty, a first row's p50 moved its ratio by up to 0.06 between runs
+    // of the same code (a first exec alone spreads over 10 to 14 ms under emulation).
+    let n = args.iterations.min(60);
     let mut figures = Vec::new();
     let mut targets = Vec::new();
     for (language, template, program) in languages {
