@@ -5,9 +5,7 @@
 //! The answer begins when the program starts in its sandbox (`OutputChunk::Running`), or at its
 //! first output or its end, whichever comes first: a job refused before it ran (quota, a full
 //! queue) is answered with its own status, as without streaming, and a client's deadline for
-//! the answer's head counts from the program's start, not from its first output. A program
-//! that has started is given a few milliseconds ([`HEAD_WAIT`](crate::service::HEAD_WAIT)) to
-//! end first, so that a short one is answered whole, in one write. Once it has
+//! the answer's head counts from the program's start, not from its first output. Once it has
 //! begun, a client that goes away (its body dropped) closes the job's output sink, and the
 //! watchdog stops the program.
 

@@ -40,7 +40,7 @@ pub use self::executions::AnswerRefused;
 use self::executions::Executions;
 pub use self::limits::{Limits, ToolGrants, tool_defaults};
 pub use self::packages::Installed;
-pub use self::running::{HEAD_WAIT, Running};
+pub use self::running::Running;
 use crate::audit::{AuditLog, DeniedRecord};
 use crate::caller::{Access, ExecQuota, OverQuota};
 use crate::egress::Egress;

@@ -7,18 +7,11 @@
 //! comes as it is written, then one last event, its response or why it ended without one.
 //! Dropping the events closes the job's output sink, and the watchdog stops the program; the
 //! job still ends in its task, with its audit line and metrics.
-//!
-//! A program that has started is given [`HEAD_WAIT`] to end before its events are handed over,
-//! what it writes meanwhile kept: a short program is then answered in one piece, where its
-//! answer's head, each line and its end would each have been a write of their own and a wake
-//! of the client. A longer one's answer begins then, with what it has written so far; what it
-//! writes later comes as it is written.
 
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use hyperlightd_api::{ErrorBody, ErrorKind, ExecEvent, ExecResponse};
 use tokio::sync::mpsc;
@@ -27,11 +20,6 @@ use tracing::{Instrument, Span};
 
 use super::{Executed, Program, Refusal, wire};
 use crate::job::OutputChunk;
-
-/// How long [`Running::start`] waits, once the program has started, for the job to end. A
-/// client's deadline for an answer's head counts from the program's start, so this is all it
-/// can add to one, and no output waits longer.
-pub const HEAD_WAIT: Duration = Duration::from_millis(20);
 
 /// A job's outcome, from the task that runs it.
 type Finished = JoinHandle<Result<ExecResponse, Refusal>>;
@@ -48,8 +36,7 @@ pub struct Running {
 
 impl Running {
     /// Starts `run` on `program` in a task of its own (in `span`), with the program's output
-    /// sent to the events, and waits until the program has started or the job has ended; once
-    /// started, at most [`HEAD_WAIT`] more for its end.
+    /// sent to the events, and waits until the program has started or the job has ended.
     ///
     /// # Errors
     ///
@@ -69,14 +56,7 @@ impl Running {
             ready: VecDeque::new(),
         };
         running.begun().await?;
-        running.settle(HEAD_WAIT).await;
         Ok(running)
-    }
-
-    /// Waits at most `wait` for the job to end, keeping what it writes meanwhile.
-    async fn settle(&mut self, wait: Duration) {
-        let ended = std::future::poll_fn(|cx| self.poll_fill(cx));
-        let _ = tokio::time::timeout(wait, ended).await;
     }
 
     /// Waits for the program's first chunk (its start, or output) or the job's end.
@@ -117,31 +97,26 @@ impl Running {
 
     /// The next event if there is one yet (for a body that polls it).
     pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<ExecEvent>> {
-        let ended = self.poll_fill(cx).is_ready();
-        match self.ready.pop_front() {
-            Some(event) => Poll::Ready(Some(event)),
-            None if ended => Poll::Ready(None),
-            None => Poll::Pending,
+        let this = self;
+        loop {
+            if let Some(event) = this.ready.pop_front() {
+                return Poll::Ready(Some(event));
+            }
+            let Some(finished) = this.finished.as_mut() else {
+                return Poll::Ready(None);
+            };
+            // Output first: all of it is written before the job ends.
+            if let Poll::Ready(Some(chunk)) = this.chunks.poll_recv(cx) {
+                this.ready.extend(wire::exec_event(chunk));
+                continue;
+            }
+            let joined = std::task::ready!(Pin::new(finished).poll(cx));
+            this.finished = None;
+            while let Ok(chunk) = this.chunks.try_recv() {
+                this.ready.extend(wire::exec_event(chunk));
+            }
+            this.ready.push_back(outcome(joined));
         }
-    }
-
-    /// Takes the output written so far into the events, and the outcome once the job has
-    /// ended: ready then.
-    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        let Some(finished) = self.finished.as_mut() else {
-            return Poll::Ready(());
-        };
-        // Output first: all of it is written before the job ends.
-        while let Poll::Ready(Some(chunk)) = self.chunks.poll_recv(cx) {
-            self.ready.extend(wire::exec_event(chunk));
-        }
-        let joined = std::task::ready!(Pin::new(finished).poll(cx));
-        self.finished = None;
-        while let Ok(chunk) = self.chunks.try_recv() {
-            self.ready.extend(wire::exec_event(chunk));
-        }
-        self.ready.push_back(outcome(joined));
-        Poll::Ready(())
     }
 }
 
