@@ -237,3 +237,61 @@ async fn the_answer_begins_when_the_program_starts_though_it_writes_nothing() {
     drop(begun);
     until_gone(&gone).await;
 }
+
+/// Starts the program, then fails in a way no executor should: its task panics.
+struct Panics(StubExecutor);
+
+impl Executor for Panics {
+    type Session = std::convert::Infallible;
+
+    async fn exec(&self, job: Job) -> Result<Outcome, ExecError> {
+        job.output.as_ref().unwrap().send(started_line()).unwrap();
+        panic!("the executor broke after its program started");
+    }
+
+    fn health(&self) -> ExecutorHealth {
+        self.0.health()
+    }
+}
+
+#[tokio::test]
+async fn a_job_that_panics_after_its_start_ends_its_stream_with_an_internal_error() {
+    let api = Api::of(Service::new(
+        Arc::new(Panics(writer(&[]))),
+        Metrics::new().unwrap(),
+        limits(),
+        BTreeMap::new(),
+    ));
+    let body = r#"{"language":"javascript","code":"x","stream":true}"#;
+    for _ in 0..2 {
+        // Answered each time, the second as the first: nothing of the first stays held.
+        let (status, _, lines) = events(&api, exec_request(body, None)).await;
+        assert_eq!(status, StatusCode::OK);
+        let [ExecEvent::Stdout { .. }, ExecEvent::Error { error }] = &lines[..] else {
+            panic!("its output, then why it ended: {lines:?}");
+        };
+        assert_eq!(
+            error.kind,
+            hyperlightd_api::ErrorKind::Internal,
+            "{error:?}"
+        );
+        assert!(error.message.contains("the job's task failed"), "{error:?}");
+    }
+    let metrics = api
+        .handle_from_test_caller(request_to(paths::METRICS))
+        .await
+        .into_body()
+        .collect()
+        .await
+        .unwrap()
+        .to_bytes();
+    let metrics = String::from_utf8(metrics.to_vec()).unwrap();
+    assert!(
+        metrics.contains("\nhyperlightd_executions_in_flight 0\n"),
+        "{metrics}"
+    );
+}
+
+fn request_to(path: &str) -> Request<Full<Bytes>> {
+    Request::get(path).body(Full::new(Bytes::new())).unwrap()
+}
