@@ -278,7 +278,7 @@ async fn a_job_that_panics_after_its_start_ends_its_stream_with_an_internal_erro
         assert!(error.message.contains("the job's task failed"), "{error:?}");
     }
     let metrics = api
-        .handle_from_test_caller(request_to(paths::METRICS))
+        .handle_from_test_caller(request(Method::GET, paths::METRICS, ""))
         .await
         .into_body()
         .collect()
@@ -290,8 +290,4 @@ async fn a_job_that_panics_after_its_start_ends_its_stream_with_an_internal_erro
         metrics.contains("\nhyperlightd_executions_in_flight 0\n"),
         "{metrics}"
     );
-}
-
-fn request_to(path: &str) -> Request<Full<Bytes>> {
-    Request::get(path).body(Full::new(Bytes::new())).unwrap()
 }
