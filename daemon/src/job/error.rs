@@ -148,6 +148,15 @@ pub enum ExecError {
     Internal(String),
 }
 
+/// The message of a caught panic.
+pub fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".to_owned())
+}
+
 /// `numbers` in words: "0, 3 and 4".
 fn numbers(numbers: &[u64]) -> String {
     let words: Vec<String> = numbers.iter().map(u64::to_string).collect();

@@ -30,7 +30,7 @@ use serde::Serialize;
 pub use self::caller::{Caller, Placement, PodOf, Principal};
 pub use self::deadline::{Deadline, Now, Paused};
 pub use self::env::Env;
-pub use self::error::ExecError;
+pub use self::error::{ExecError, panic_message};
 pub use self::files::{FileLimits, Files};
 pub use self::health::{
     CheckpointInfo, DurableHealth, ExecutorHealth, Loss, PoolCounts, Runtime, SessionCounts,

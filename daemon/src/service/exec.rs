@@ -2,9 +2,12 @@
 //! run within the caller's room, then audited, counted and logged.
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use tracing::info;
 
 use super::code_policy::{self, CodePolicy};
@@ -20,9 +23,24 @@ use crate::job::files::FileChange;
 use crate::job::tools::{ToolExchange, ToolResult};
 use crate::job::{
     Env, ExecError, Files, Job, Language, Outcome, OutputChunk, OutputSink, SessionInfo, Status,
-    files,
+    files, panic_message,
 };
 use crate::telemetry::Attribute;
+
+/// `run`'s result, or an internal error if it panicked: a fault in an executor is answered,
+/// audited and counted like any job that did not run, not a connection closed without an
+/// answer (a job's output sent before the panic stays sent).
+async fn unwinding<T>(run: impl Future<Output = Result<T, ExecError>>) -> Result<T, ExecError> {
+    AssertUnwindSafe(run)
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|panic| {
+            Err(ExecError::Internal(format!(
+                "the executor failed: {}",
+                panic_message(&panic)
+            )))
+        })
+}
 
 /// What a request asks to run, whatever carried it.
 #[derive(Debug)]
@@ -314,8 +332,8 @@ impl<E: Executor> Service<E> {
                     registered
                 });
                 let ran = match session {
-                    None => self.executor.exec(job).await,
-                    Some(session) => self.executor.exec_in_session(session, job).await,
+                    None => unwinding(self.executor.exec(job)).await,
+                    Some(session) => unwinding(self.executor.exec_in_session(session, job)).await,
                 };
                 ran.map_err(Refusal::from)
             }

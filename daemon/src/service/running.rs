@@ -19,7 +19,7 @@ use tokio::task::{JoinError, JoinHandle};
 use tracing::{Instrument, Span};
 
 use super::{Executed, Program, Refusal, wire};
-use crate::job::OutputChunk;
+use crate::job::{ExecError, OutputChunk};
 
 /// A job's outcome, from the task that runs it.
 type Finished = JoinHandle<Result<ExecResponse, Refusal>>;
@@ -76,6 +76,9 @@ impl Running {
                 // none came, so the program never started.
                 match joined {
                     Ok(Err(refusal)) => Err(refusal),
+                    Err(failed) => Err(Refusal::Exec(ExecError::Internal(format!(
+                        "the job's task failed: {failed}"
+                    )))),
                     joined => {
                         self.ready.push_back(outcome(joined));
                         Ok(())

@@ -115,6 +115,29 @@ async fn an_exec_runs_with_the_limits_granted_and_is_audited() {
 }
 
 #[tokio::test]
+async fn an_executor_that_panics_is_an_internal_error_audited_and_its_slot_freed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (service, _, _, audit) = service(StubExecutor::new(|_| panic!("broke")), &dir, 1);
+    for _ in 0..2 {
+        // With a cap of one, the second is admitted only if the first gave its slot back.
+        let refused = service
+            .exec(&call(), Language::Javascript, program("1"))
+            .await
+            .unwrap_err();
+        assert_eq!(refused.kind(), ErrorKind::Internal, "{refused:?}");
+        assert!(
+            refused.to_string().contains("the executor failed: broke"),
+            "{refused}"
+        );
+    }
+    let lines = lines(&audit);
+    assert_eq!(lines.len(), 2);
+    for line in lines {
+        assert_eq!(line["error_kind"], "internal", "{line}");
+    }
+}
+
+#[tokio::test]
 async fn past_the_caller_s_cap_an_exec_is_refused_and_nothing_runs() {
     let dir = tempfile::tempdir().unwrap();
     let (service, executor, quota, audit) = service(echo(), &dir, 1);

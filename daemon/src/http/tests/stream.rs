@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 
 use hyper::header::{ACCEPT, CONTENT_TYPE};
-use hyperlightd_api::{ExecEvent, NDJSON};
+use hyperlightd_api::{ErrorResponse, ExecEvent, NDJSON};
 
 use super::*;
 use crate::job::{OutputChunk, Stream};
@@ -238,45 +238,44 @@ async fn the_answer_begins_when_the_program_starts_though_it_writes_nothing() {
     until_gone(&gone).await;
 }
 
-/// Starts the program, then fails in a way no executor should: its task panics.
-struct Panics(StubExecutor);
+/// Fails in a way no executor should: it panics, after starting the program (writing a line)
+/// or before.
+struct Panics {
+    started: bool,
+    stub: StubExecutor,
+}
+
+impl Panics {
+    fn api(started: bool) -> Api<Panics> {
+        Api::of(Service::new(
+            Arc::new(Panics {
+                started,
+                stub: writer(&[]),
+            }),
+            Metrics::new().unwrap(),
+            limits(),
+            BTreeMap::new(),
+        ))
+    }
+}
 
 impl Executor for Panics {
     type Session = std::convert::Infallible;
 
     async fn exec(&self, job: Job) -> Result<Outcome, ExecError> {
-        job.output.as_ref().unwrap().send(started_line()).unwrap();
-        panic!("the executor broke after its program started");
+        if self.started {
+            job.output.as_ref().unwrap().send(started_line()).unwrap();
+        }
+        panic!("the executor broke");
     }
 
     fn health(&self) -> ExecutorHealth {
-        self.0.health()
+        self.stub.health()
     }
 }
 
-#[tokio::test]
-async fn a_job_that_panics_after_its_start_ends_its_stream_with_an_internal_error() {
-    let api = Api::of(Service::new(
-        Arc::new(Panics(writer(&[]))),
-        Metrics::new().unwrap(),
-        limits(),
-        BTreeMap::new(),
-    ));
-    let body = r#"{"language":"javascript","code":"x","stream":true}"#;
-    for _ in 0..2 {
-        // Answered each time, the second as the first: nothing of the first stays held.
-        let (status, _, lines) = events(&api, exec_request(body, None)).await;
-        assert_eq!(status, StatusCode::OK);
-        let [ExecEvent::Stdout { .. }, ExecEvent::Error { error }] = &lines[..] else {
-            panic!("its output, then why it ended: {lines:?}");
-        };
-        assert_eq!(
-            error.kind,
-            hyperlightd_api::ErrorKind::Internal,
-            "{error:?}"
-        );
-        assert!(error.message.contains("the job's task failed"), "{error:?}");
-    }
+/// The daemon's metrics text.
+async fn metrics_of(api: &Api<impl Executor>) -> String {
     let metrics = api
         .handle_from_test_caller(request(Method::GET, paths::METRICS, ""))
         .await
@@ -285,9 +284,59 @@ async fn a_job_that_panics_after_its_start_ends_its_stream_with_an_internal_erro
         .await
         .unwrap()
         .to_bytes();
-    let metrics = String::from_utf8(metrics.to_vec()).unwrap();
+    String::from_utf8(metrics.to_vec()).unwrap()
+}
+
+/// That an executor's panic was answered as an internal error and left nothing in flight.
+async fn internal(api: &Api<Panics>, error: &hyperlightd_api::ErrorBody) {
+    assert_eq!(
+        error.kind,
+        hyperlightd_api::ErrorKind::Internal,
+        "{error:?}"
+    );
+    assert!(
+        error
+            .message
+            .contains("the executor failed: the executor broke"),
+        "{error:?}"
+    );
+    let metrics = metrics_of(api).await;
     assert!(
         metrics.contains("\nhyperlightd_executions_in_flight 0\n"),
         "{metrics}"
     );
+}
+
+#[tokio::test]
+async fn a_job_that_panics_after_its_start_ends_its_stream_with_an_internal_error() {
+    let api = Panics::api(true);
+    let body = r#"{"language":"javascript","code":"x","stream":true}"#;
+    for _ in 0..2 {
+        // Answered each time, the second as the first: nothing of the first stays held.
+        let (status, _, lines) = events(&api, exec_request(body, None)).await;
+        assert_eq!(status, StatusCode::OK);
+        let [ExecEvent::Stdout { .. }, ExecEvent::Error { error }] = &lines[..] else {
+            panic!("its output, then why it ended: {lines:?}");
+        };
+        internal(&api, error).await;
+    }
+}
+
+#[tokio::test]
+async fn a_job_that_panics_before_its_start_is_refused_with_an_internal_error() {
+    let api = Panics::api(false);
+    let streamed = r#"{"language":"javascript","code":"x","stream":true}"#;
+    let whole = r#"{"language":"javascript","code":"x"}"#;
+    for body in [streamed, whole, streamed] {
+        // A refusal with its own status, streamed or not, and the same the second time.
+        let response = api.handle_from_test_caller(exec_request(body, None)).await;
+        assert_eq!(
+            response.status(),
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "{body}"
+        );
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let error: ErrorResponse = serde_json::from_slice(&bytes).unwrap();
+        internal(&api, &error.error).await;
+    }
 }

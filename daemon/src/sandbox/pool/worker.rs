@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::job::{
     Deadline, ExecError, Failure, FailureKind, FileLimits, Files, Job, Language, Outcome,
-    OutputChunk, StateRef, Status, tools::ToolExchange,
+    OutputChunk, StateRef, Status, panic_message, tools::ToolExchange,
 };
 use tracing::{debug, error, info, warn};
 
@@ -515,15 +515,6 @@ impl Worker {
         };
         (error_outcome(Failure::new(kind, message), captured), fate)
     }
-}
-
-/// The message of a caught panic.
-fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "no message".to_owned())
 }
 
 /// Builds one warm sandbox with an output capture of its own, and records how long it took.
