@@ -15,14 +15,16 @@ use super::{Account, Body, Daemon, Refusal, empty};
 pub const SANDBOX_KIND: &str = "sandbox";
 pub const CONTEXT_KIND: &str = "context";
 
+/// `daemon` is `account`'s, for this request.
 pub async fn route<D: Daemon>(
+    daemon: &D,
     account: &Account<D>,
     method: &Method,
     segments: &[&str],
     query: &str,
     body: Bytes,
 ) -> Result<Response<Body>, Refusal> {
-    let Account { daemon, key, known } = account;
+    let Account { key, known, .. } = account;
     let segments = match segments {
         ["v2", rest @ ..] => rest,
         rest => rest,

@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 
+use hyper::Method;
+
 use hyperlightd_api::{
     CreateSessionRequest, ErrorKind, ExecEvent, FileChange, FileList, SessionExecRequest,
     SessionInfo,
@@ -17,6 +19,13 @@ use hyperlightd_api::{
 pub trait Daemon: Send + Sync + 'static {
     /// A running exec's events.
     type Events: Events;
+
+    /// The daemon for one HTTP request, `method` on `path`: every call the request makes goes
+    /// through the value returned, so that an implementation that traces or audits can make
+    /// the request one unit (one span, its calls inside it) however many calls it takes.
+    fn for_request(&self, method: &Method, path: &str) -> Self
+    where
+        Self: Sized;
 
     /// A new session.
     fn create_session(

@@ -50,6 +50,8 @@ mod keys;
 mod wire;
 
 pub use daemon::{Daemon, DaemonError, Events};
+/// The HTTP method a request of [`Daemon::for_request`] was sent with.
+pub use hyper::Method;
 pub use keys::{new_key, read_key, read_keys};
 
 use std::collections::HashMap;
@@ -64,7 +66,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use hyperlightd_api::{ErrorKind, SessionInfo};
 use tokio::net::{TcpListener, TcpStream};
@@ -280,13 +282,14 @@ impl<D: Daemon> Gateway<D> {
         };
         let method = request.method().clone();
         let path = request.uri().path().to_owned();
+        let daemon = &account.daemon.for_request(&method, &path);
         let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
         let sandbox = header(&request, "e2b-sandbox-id");
         let port = header(&request, "e2b-sandbox-port");
         match (sandbox, port.as_deref()) {
             (Some(id), Some(INTERPRETER_PORT)) => {
                 let body = read_body(request).await?;
-                let Account { daemon, known, .. } = account;
+                let known = &account.known;
                 let sandbox = interpreter::sandbox(daemon, known, &id).await?;
                 let routed = interpreter::route(daemon, &sandbox, &method, &segments, body);
                 let answer = routed.await;
@@ -306,7 +309,7 @@ impl<D: Daemon> Gateway<D> {
                 }
                 let query = request.uri().query().unwrap_or("").to_owned();
                 let body = read_body(request).await?;
-                let (daemon, segments) = (&account.daemon, segments.as_slice());
+                let segments = segments.as_slice();
                 files::route(daemon, &id, &method, segments, &query, &content_type, body).await
             }
             (Some(_), port) => Err(Refusal::NotFound(format!(
@@ -317,7 +320,7 @@ impl<D: Daemon> Gateway<D> {
             (None, _) => {
                 let query = request.uri().query().unwrap_or("").to_owned();
                 let body = read_body(request).await?;
-                control::route(account, &method, &segments, &query, body).await
+                control::route(daemon, account, &method, &segments, &query, body).await
             }
         }
     }

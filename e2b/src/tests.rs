@@ -20,6 +20,9 @@ fn gone<T>() -> Result<T, DaemonError> {
 
 impl Daemon for Unreachable {
     type Events = NoEvents;
+    fn for_request(&self, _: &hyper::Method, _: &str) -> Self {
+        Unreachable
+    }
     async fn create_session(
         &self,
         _: hyperlightd_api::CreateSessionRequest,

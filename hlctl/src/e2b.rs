@@ -111,6 +111,11 @@ impl Events for Lines {
 impl Daemon for Socket {
     type Events = Lines;
 
+    /// The same client: each of its calls is a request of the daemon's own, traced there.
+    fn for_request(&self, _: &hyperlightd_e2b::Method, _: &str) -> Self {
+        Socket(self.0.clone())
+    }
+
     async fn create_session(
         &self,
         request: CreateSessionRequest,

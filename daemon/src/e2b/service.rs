@@ -1,6 +1,7 @@
-//! [`Daemon`] over the service layer, for one key's caller: each call a request of the
-//! daemon's own (its id, span and audit lines as the HTTP API's), answered in the API's types
-//! by `service::wire`, a session's exec streamed as the service's [`Running`] gives it.
+//! [`Daemon`] over the service layer, for one key's caller: each HTTP request a request of the
+//! daemon's own (its id, span and audit lines as the HTTP API's), the service's calls it makes
+//! inside it, answered in the API's types by `service::wire`, a session's exec streamed as the
+//! service's [`Running`] gives it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -24,15 +25,61 @@ pub struct InDaemon<E> {
     service: Arc<Service<E>>,
     caller: Caller,
     tracer: Tracer,
+    /// The HTTP request this value serves ([`Daemon::for_request`]); None, each call a request
+    /// of its own.
+    request: Option<Request>,
+}
+
+/// One HTTP request to the listener: its calls share its id and arrival, and sit in its spans.
+#[derive(Debug, Clone)]
+struct Request {
+    id: u64,
+    received: Instant,
+    span: tracing::Span,
+    /// Its server span, at the root of a trace of its own (E2B's SDKs send no `traceparent`).
+    trace: Trace,
 }
 
 impl<E: Executor> InDaemon<E> {
-    /// The service acting for `caller`, each call a span of `tracer`'s (when it is on).
+    /// The service acting for `caller`, each request a span of `tracer`'s (when it is on).
     pub fn new(service: Arc<Service<E>>, caller: Caller, tracer: Tracer) -> Self {
         InDaemon {
             service,
             caller,
             tracer,
+            request: None,
+        }
+    }
+
+    /// A new request of the caller's: `method` on `path` when it is an HTTP request, or one
+    /// call named `what` outside one.
+    fn request(&self, http: Option<(&str, &str)>, what: &'static str) -> Request {
+        let id = self.service.next_call_id();
+        let name = self.caller.on_behalf_of.clone().unwrap_or_default();
+        let uid = self.caller.uid;
+        let (method, path) = http.unwrap_or(("", ""));
+        let span_name = match http {
+            Some((method, _)) => format!("e2b {method}"),
+            None => format!("e2b {what}"),
+        };
+        let trace = self.tracer.root().child(span_name, Kind::Server, || {
+            let mut attributes = vec![
+                Attribute::new("network.transport", "tcp"),
+                Attribute::new("hyperlightd.request.id", id as i64),
+                Attribute::new("hyperlightd.caller.uid", i64::from(uid)),
+                Attribute::new("hyperlightd.caller.on_behalf_of", name.to_string()),
+            ];
+            if http.is_some() {
+                attributes.push(Attribute::new("http.request.method", method.to_owned()));
+                attributes.push(Attribute::new("url.path", path.to_owned()));
+            }
+            attributes
+        });
+        Request {
+            id,
+            received: Instant::now(),
+            span: info_span!("e2b", id, caller = &*name, method, path, what),
+            trace,
         }
     }
 
@@ -42,52 +89,73 @@ impl<E: Executor> InDaemon<E> {
         self.failed(trace, refusal.kind(), refusal.to_string())
     }
 
-    /// An error of `kind` answered to `trace`'s call, counted and marked in its span.
+    /// An error of `kind` answered to `trace`'s call, counted and marked in its span and its
+    /// request's.
     fn failed(&self, trace: &Trace, kind: ErrorKind, message: String) -> DaemonError {
         self.service.rejected(kind);
         trace.fail(kind.as_str());
+        if let Some(request) = &self.request {
+            request.trace.fail(kind.as_str());
+        }
         DaemonError::refused(kind, message)
     }
 
-    /// A new request of the caller's, named `what` in the logs and, with tracing on, a server
-    /// span at the root of a trace of its own (E2B's SDKs send no `traceparent`).
+    /// A call of the service's, named `what`: a span in its request's, or, outside one, a
+    /// request of its own.
     fn call(&self, what: &'static str) -> Call {
-        let id = self.service.next_call_id();
-        let name = self.caller.on_behalf_of.clone().unwrap_or_default();
-        let uid = self.caller.uid;
-        let trace = self
-            .tracer
-            .root()
-            .child(format!("e2b {what}"), Kind::Server, || {
-                vec![
-                    Attribute::new("network.transport", "tcp"),
-                    Attribute::new("hyperlightd.request.id", id as i64),
-                    Attribute::new("hyperlightd.caller.uid", i64::from(uid)),
-                    Attribute::new("hyperlightd.caller.on_behalf_of", name.to_string()),
-                ]
-            });
+        let Some(request) = &self.request else {
+            let Request {
+                id,
+                received,
+                span,
+                trace,
+            } = self.request(None, what);
+            return Call {
+                id,
+                caller: self.caller.clone(),
+                received,
+                span,
+                trace,
+            };
+        };
         Call {
-            id,
+            id: request.id,
             caller: self.caller.clone(),
-            received: Instant::now(),
-            span: info_span!("e2b", id, caller = &*name, what),
-            trace,
+            received: request.received,
+            span: info_span!(parent: &request.span, "call", what),
+            trace: request
+                .trace
+                .child(format!("e2b {what}"), Kind::Internal, Vec::new),
         }
     }
 }
 
-/// A session exec's events, as the service's [`Running`] gives them.
+/// A session exec's events, as the service's [`Running`] gives them, with its request's trace
+/// (its server span ends once the last event is read or the events dropped).
 #[derive(Debug)]
-pub struct Output(Running);
+pub struct Output {
+    running: Running,
+    /// Held only to be dropped with the events.
+    _request: Option<Trace>,
+}
 
 impl Events for Output {
     async fn next(&mut self) -> Option<Result<ExecEvent, DaemonError>> {
-        self.0.next().await.map(Ok)
+        self.running.next().await.map(Ok)
     }
 }
 
 impl<E: Executor> Daemon for InDaemon<E> {
     type Events = Output;
+
+    fn for_request(&self, method: &hyperlightd_e2b::Method, path: &str) -> Self {
+        InDaemon {
+            service: self.service.clone(),
+            caller: self.caller.clone(),
+            tracer: self.tracer.clone(),
+            request: Some(self.request(Some((method.as_str(), path)), "request")),
+        }
+    }
 
     async fn create_session(
         &self,
@@ -172,9 +240,13 @@ impl<E: Executor> Daemon for InDaemon<E> {
         let running = Running::start(span, program, move |program| async move {
             service.session_exec(&call, &id, program).await
         });
+        let request = self.request.as_ref().map(|r| r.trace.clone());
         running
             .await
-            .map(Output)
+            .map(|running| Output {
+                running,
+                _request: request,
+            })
             .map_err(|r| self.refused(&trace, r))
     }
 

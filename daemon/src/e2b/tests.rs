@@ -206,7 +206,8 @@ async fn a_key_s_sandbox_runs_code_streamed_and_is_its_caller_s_alone() {
 
 #[tokio::test]
 async fn each_request_is_a_span_of_its_key_s_caller_and_the_audit_names_its_trace() {
-    use opentelemetry::trace::{Status, TracerProvider as _};
+    use opentelemetry::trace::{SpanId, SpanKind, Status, TracerProvider as _};
+    use opentelemetry_sdk::trace::SpanData;
     let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
     let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
         .with_simple_exporter(exporter.clone())
@@ -224,30 +225,58 @@ async fn each_request_is_a_span_of_its_key_s_caller_and_the_audit_names_its_trac
 
     let spans = exporter.get_finished_spans().unwrap();
     let named = |name: &str| spans.iter().filter(|s| s.name == name).collect::<Vec<_>>();
-    let attribute = |span: &opentelemetry_sdk::trace::SpanData, key: &str| {
+    let attribute = |span: &SpanData, key: &str| {
         let found = span.attributes.iter().find(|kv| kv.key.as_str() == key);
         found.map(|kv| kv.value.to_string())
+    };
+    // One server span per HTTP request, at the root of a trace of its own.
+    let roots: Vec<&SpanData> = spans
+        .iter()
+        .filter(|s| s.parent_span_id == SpanId::INVALID)
+        .collect();
+    assert_eq!(roots.len(), 3, "{spans:?}");
+    for root in &roots {
+        assert_eq!(
+            (root.name.as_ref(), &root.span_kind),
+            ("e2b POST", &SpanKind::Server)
+        );
+    }
+    // A call of the service's is a span of its request's.
+    let request_of = |call: &SpanData| -> &SpanData {
+        let parent = roots
+            .iter()
+            .find(|r| r.span_context.span_id() == call.parent_span_id);
+        parent.unwrap_or_else(|| panic!("{call:?} is not in a request: {spans:?}"))
     };
     let [created] = named("e2b create_session")[..] else {
         panic!("one span of the sandbox made: {spans:?}");
     };
+    let made = request_of(created);
     assert_eq!(
-        attribute(created, "hyperlightd.caller.on_behalf_of").as_deref(),
+        attribute(made, "hyperlightd.caller.on_behalf_of").as_deref(),
         Some("alice")
+    );
+    assert_eq!(
+        attribute(made, "url.path").as_deref(),
+        Some("/v2/sandboxes")
     );
     let [ran] = named("e2b session_exec")[..] else {
         panic!("one span of the run: {spans:?}");
     };
     assert_eq!(ran.status, Status::Unset, "{ran:?}");
-    // Bob's request asked the daemon for a sandbox that is not his: refused, and said so.
+    assert_eq!(request_of(ran).status, Status::Unset);
+    // Bob's request asked the daemon for a sandbox that is not his: refused, and said so in
+    // the call's span and the request's.
     let [looked] = named("e2b session")[..] else {
         panic!("one span of bob's lookup: {spans:?}");
     };
+    let asked = request_of(looked);
     assert_eq!(
-        attribute(looked, "hyperlightd.caller.on_behalf_of").as_deref(),
+        attribute(asked, "hyperlightd.caller.on_behalf_of").as_deref(),
         Some("bob")
     );
     assert!(matches!(looked.status, Status::Error { .. }), "{looked:?}");
+    assert!(matches!(asked.status, Status::Error { .. }), "{asked:?}");
     // The run's audit line names its trace.
     let audit = crate::audit::testing::lines(&dir.path().join("audit.log"));
     let exec = audit
