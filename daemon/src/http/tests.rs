@@ -92,7 +92,7 @@ fn request(method: Method, path: &str, body: &str) -> Request<Full<Bytes>> {
 }
 
 async fn call(
-    api: &Api<StubExecutor>,
+    api: &Api<impl Executor>,
     req: Request<Full<Bytes>>,
 ) -> (StatusCode, serde_json::Value) {
     let response = api.handle_from_test_caller(req).await;

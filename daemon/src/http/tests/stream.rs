@@ -329,14 +329,9 @@ async fn a_job_that_panics_before_its_start_is_refused_with_an_internal_error() 
     let whole = r#"{"language":"javascript","code":"x"}"#;
     for body in [streamed, whole, streamed] {
         // A refusal with its own status, streamed or not, and the same the second time.
-        let response = api.handle_from_test_caller(exec_request(body, None)).await;
-        assert_eq!(
-            response.status(),
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "{body}"
-        );
-        let bytes = response.into_body().collect().await.unwrap().to_bytes();
-        let error: ErrorResponse = serde_json::from_slice(&bytes).unwrap();
+        let (status, answer) = call(&api, exec_request(body, None)).await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
+        let error: ErrorResponse = serde_json::from_value(answer).unwrap();
         internal(&api, &error.error).await;
     }
 }
